@@ -1,0 +1,1 @@
+"""resbench harness: `python -m bench`."""

@@ -1,0 +1,1 @@
+"""Placeholder: family not yet written."""
