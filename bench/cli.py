@@ -1,0 +1,367 @@
+"""The command line: ``python -m bench {list,run,leaderboard,show,probe,plot,report,sweep,reproduce,data,perf,recipes}``.
+
+Bad input (unknown variant, task or option, invalid depth, missing or corrupt dataset) prints one
+line starting with ``error:`` and exits with status 2, having written nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import dataclasses
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from .config import RECIPES, RunConfig
+
+DEFAULT_RESULTS = os.environ.get("RESBENCH_RESULTS", "results")
+EXIT_USAGE = 2
+
+
+class UsageError(ValueError):
+    """Bad command-line input."""
+
+
+# -- RunConfig <-> argparse -------------------------------------------------------------------
+
+_TYPES = {"str": str, "int": int, "float": float}
+
+
+def _parse_model_arg(text: str) -> tuple[str, Any]:
+    key, sep, raw = text.partition("=")
+    if not sep or not key.isidentifier():
+        raise argparse.ArgumentTypeError(f"--model-arg takes KEY=VALUE, got {text!r}")
+    try:
+        value = ast.literal_eval(raw)
+    except (ValueError, SyntaxError):
+        value = raw  # a bare word is a string: shortcut=B
+    return key, value
+
+
+def add_config_arguments(p: argparse.ArgumentParser) -> None:
+    """One option per RunConfig field, documented by the field's reason and default."""
+    for f in dataclasses.fields(RunConfig):
+        if f.name == "study":
+            continue
+        flag = "--" + f.name.replace("_", "-")
+        meta, typ = f.metadata, str(f.type)
+        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc]
+        help_ = f"{meta['help']} (default: {default})"
+        kw: dict[str, Any] = {"dest": f.name, "help": help_, "default": argparse.SUPPRESS}
+        if f.name == "model_args":
+            p.add_argument("--model-arg", action="append", type=_parse_model_arg, metavar="KEY=VALUE", **kw)
+            continue
+        if typ == "bool":
+            p.add_argument(flag, action=argparse.BooleanOptionalAction, **kw)
+            continue
+        if "choices" in meta:
+            kw["choices"] = meta["choices"]
+        if "nargs" in meta:
+            kw["nargs"] = meta["nargs"]
+            kw["type"] = str if "str" in typ else float
+        else:
+            kw["type"] = _TYPES[typ.split(" ")[0]]
+        if f.name == "variant":
+            kw["required"] = True
+        p.add_argument(flag, metavar=f.name.upper() if "choices" not in meta else None, **kw)
+
+
+def config_from_args(ns: argparse.Namespace, study: str | None = None) -> RunConfig:
+    """Recipe values first, then every option the user gave explicitly."""
+    fields = {f.name for f in dataclasses.fields(RunConfig)}
+    given = {k: v for k, v in vars(ns).items() if k in fields}
+    recipe = given.get("recipe")
+    base: dict[str, Any] = {}
+    if recipe is not None:
+        if recipe not in RECIPES:
+            raise UsageError(f"unknown recipe {recipe!r}; choose one of: {', '.join(sorted(RECIPES))}")
+        base = dict(RECIPES[recipe])
+        if "epochs" in given:
+            base.pop("steps", None)  # the user chose the run length in epochs instead of the recipe's steps
+    for name in ("betas", "milestones", "measure", "model_args"):
+        if name in given:
+            given[name] = tuple(given[name])
+    if study is not None:
+        given["study"] = study
+    return RunConfig(**{**base, **given})
+
+
+# -- commands ---------------------------------------------------------------------------------
+
+
+def cmd_list(ns: argparse.Namespace) -> int:
+    import torch
+
+    import variants
+
+    names = variants.list_variants(ns.pattern)
+    if not names:
+        raise UsageError(f"no variant matches {ns.pattern!r}; try `python -m bench list` for all")
+    width = max(len(n) for n in names)
+    for name in names:
+        with torch.device("meta"):  # count parameters without allocating them (gpt2_small, resnet1202)
+            params = sum(p.numel() for p in variants.create(name).parameters())
+        print(f"{name:<{width}}  {variants.describe(name)['family']:<14} {params:>13,}")
+    return 0
+
+
+def cmd_run(ns: argparse.Namespace) -> int:
+    from .run import execute
+
+    cfg = config_from_args(ns)
+    progress = not ns.quiet and sys.stderr.isatty()
+    result = execute(cfg, ns.results_dir, progress=progress)
+    if not ns.quiet:
+        print(summary(result, ns.results_dir))
+    return 0
+
+
+def summary(result: dict[str, Any], results_dir: str) -> str:
+    r = result["row"]
+
+    def fmt(v: Any, spec: str = ".4f") -> str:
+        return "n/a" if v is None or v == "" else format(v, spec)
+
+    lines = [
+        f"{r['run_id']}: {r['variant']} (depth {r['depth']}, {r['params']:,} parameters) on {r['task']}, "
+        f"{r['steps']} steps ({fmt(r['epochs'], '.1f')} epochs) on {r['device_name']} [{r['precision']}] "
+        f"-> status {r['status']}{': ' + r['error'] if r['error'] else ''}.",
+        f"Final train loss {fmt(r['final_train_loss'])}, train acc {fmt(r['final_train_acc'])}; "
+        f"val loss {fmt(r['final_val_loss'])}, val acc {fmt(r['final_val_acc'])} (best {fmt(r['best_val_acc'])}).",
+        f"Throughput {fmt(r['train_samples_per_s'], ',.0f')} samples/s (median step {fmt(r['step_time_ms'], '.2f')} ms), "
+        f"peak memory {fmt(r['peak_mem_mb'], '.1f')} MiB ({r['mem_method'] or 'not measured'}), "
+        f"{fmt(r['flops_per_sample'], '.3g')} FLOPs/sample, {fmt(r['achieved_tflops'], '.3g')} TFLOP/s "
+        f"(MFU {fmt(r['mfu'], '.2%')}); wall time {fmt(r['wall_time_s'], '.1f')} s.",
+        f"Row appended to {Path(results_dir) / 'leaderboard.csv'}; details in "
+        f"{Path(results_dir) / 'runs' / (r['run_id'] + '.json')}.",
+    ]
+    if r["target_acc"] is not None:
+        reached = f"at step {r['steps_to_target']} ({fmt(r['time_to_target_s'], '.1f')} s)"
+        lines.insert(2, f"Target val acc {r['target_acc']}: {reached if r['steps_to_target'] else 'not reached'}.")
+    return " ".join(lines)
+
+
+def cmd_leaderboard(ns: argparse.Namespace) -> int:
+    from .results import ResultsStore
+    from .stats import aggregate
+
+    df = ResultsStore(ns.results_dir).load_leaderboard()
+    if df.empty:
+        print(f"no runs in {ns.results_dir}")
+        return 0
+    table = aggregate(df)
+    if ns.sort:
+        if ns.sort not in table.columns:
+            raise UsageError(f"cannot sort by {ns.sort!r}; columns: {', '.join(map(str, table.columns))}")
+        table = table.sort_values(ns.sort, ascending=ns.ascending)
+    import pandas as pd
+
+    with pd.option_context("display.max_rows", None, "display.max_columns", None, "display.width", 200):
+        print(table.to_string(index=False))
+    return 0
+
+
+def cmd_show(ns: argparse.Namespace) -> int:
+    import json
+
+    from .results import ResultsStore
+
+    run = ResultsStore(ns.results_dir).load_run(ns.run_id)
+    if ns.json:
+        print(json.dumps(run, indent=1))
+        return 0
+    for key, value in run["row"].items():
+        print(f"{key:>20}: {value}")
+    evals = run["curves"]["eval"]
+    if evals:
+        print("\nevaluations:")
+        import pandas as pd
+
+        print(pd.DataFrame(evals).to_string(index=False))
+    return 0
+
+
+def cmd_probe(ns: argparse.Namespace) -> int:
+    from .probes import format_probe_table, probe, probe_table
+    from .train import setup
+
+    cfg = config_from_args(ns)
+    s = setup(dataclasses.replace(cfg, steps=1, measure=()))
+    x, y = next(iter(s.task.train_eval_batches(cfg.batch_size)))
+    s.model.train()
+    df = probe_table(probe(s.model, x, y, s.task.loss, 0))
+    print(f"{cfg.variant} on {cfg.task} at initialisation (seed {cfg.seed}, batch {len(x)}):")
+    print(format_probe_table(df))
+    if ns.csv:
+        df.to_csv(ns.csv, index=False)
+        print(f"tidy table written to {ns.csv}")
+    return 0
+
+
+def cmd_plot(ns: argparse.Namespace) -> int:
+    from .plots import make_all
+
+    paths = make_all(ns.results_dir)
+    if not paths:
+        print(f"nothing to plot in {ns.results_dir} (no runs yet)")
+    for p in paths:
+        print(p)
+    return 0
+
+
+def cmd_report(ns: argparse.Namespace) -> int:
+    from .report import write_report
+
+    print(write_report(ns.results_dir))
+    return 0
+
+
+def cmd_sweep(ns: argparse.Namespace) -> int:
+    from .sweep import SequentialRunner, load_study
+
+    study = load_study(ns.file)
+    configs = study.configs(ns.preset)
+    print(f"study {study.name!r} ({ns.preset or 'full'}): {len(configs)} runs -> {ns.results_dir}")
+    SequentialRunner(progress=not ns.quiet).run(configs, ns.results_dir, resume=ns.resume)
+    return 0
+
+
+def cmd_reproduce(ns: argparse.Namespace) -> int:
+    from .plots import make_all
+    from .report import write_report
+    from .sweep import SequentialRunner, load_study, study_path
+
+    study = load_study(study_path(ns.name))
+    configs = study.configs(ns.preset)
+    print(f"reproducing {study.name!r} ({ns.preset or 'full'}): {len(configs)} runs -> {ns.results_dir}")
+    SequentialRunner(progress=not ns.quiet).run(configs, ns.results_dir, resume=ns.resume)
+    for p in make_all(ns.results_dir):
+        print(p)
+    print(write_report(ns.results_dir))
+    return 0
+
+
+def cmd_data(ns: argparse.Namespace) -> int:
+    from .datasets import download
+
+    path = download(ns.name, ns.data_dir, url=ns.url, progress=not ns.quiet)
+    print(f"{ns.name}: verified archive at {path}")
+    return 0
+
+
+def cmd_perf(ns: argparse.Namespace) -> int:
+    from .perf import overhead
+
+    cfg = config_from_args(ns)
+    res = overhead(cfg, steps=ns.perf_steps, repeats=ns.repeats)
+    print(
+        f"{cfg.variant} on {cfg.task}, batch {cfg.batch_size}, {res['device']}: harness {res['harness_ms']:.2f} ms/step, "
+        f"minimal loop {res['minimal_ms']:.2f} ms/step (medians of {ns.repeats} alternating repeats of "
+        f"{ns.perf_steps} steps); throughput ratio harness/minimal = {res['ratio']:.3f} "
+        f"(per-repeat ratios {', '.join(f'{r:.3f}' for r in res['ratios'])})"
+    )
+    return 0
+
+
+def cmd_recipes(ns: argparse.Namespace) -> int:
+    for name, values in sorted(RECIPES.items()):
+        print(f"{name}: " + ", ".join(f"{k}={v}" for k, v in values.items()))
+    return 0
+
+
+# -- parser -----------------------------------------------------------------------------------
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m bench", description="resbench: residual-design benchmarks")
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def results(q: argparse.ArgumentParser) -> None:
+        q.add_argument("--results-dir", default=DEFAULT_RESULTS,
+                       help=f"results directory (default: {DEFAULT_RESULTS}, or $RESBENCH_RESULTS)")
+
+    q = sub.add_parser("list", help="list registered variants: name, family, parameters at the default size")
+    q.add_argument("pattern", nargs="?", default="*", help="fnmatch pattern, e.g. 'resnet*' (default: all)")
+    q.set_defaults(fn=cmd_list)
+
+    q = sub.add_parser("run", help="train one variant on one task and record one leaderboard row")
+    add_config_arguments(q)
+    results(q)
+    q.add_argument("--quiet", action="store_true", help="no progress bar and no summary")
+    q.set_defaults(fn=cmd_run)
+
+    q = sub.add_parser("leaderboard", help="the leaderboard aggregated over seeds (mean, std, 95%% CI, n)")
+    results(q)
+    q.add_argument("--sort", help="column to sort by, e.g. final_val_acc_mean")
+    q.add_argument("--ascending", action="store_true", help="sort ascending (default: descending)")
+    q.set_defaults(fn=cmd_leaderboard)
+
+    q = sub.add_parser("show", help="one run: its row and evaluation curve")
+    q.add_argument("run_id", help="run id, or a unique prefix of one")
+    q.add_argument("--json", action="store_true", help="print the whole run JSON")
+    results(q)
+    q.set_defaults(fn=cmd_show)
+
+    q = sub.add_parser("probe", help="per-layer gradient/activation probes of a model at initialisation")
+    add_config_arguments(q)
+    q.add_argument("--csv", help="also write the tidy table (layer, metric, value) to this CSV file")
+    q.set_defaults(fn=cmd_probe)
+
+    q = sub.add_parser("plot", help="write the seaborn figures of a results directory to DIR/plots/")
+    results(q)
+    q.set_defaults(fn=cmd_plot)
+
+    q = sub.add_parser("report", help="write DIR/REPORT.md: aggregated tables, figures, paper claims vs measured")
+    results(q)
+    q.set_defaults(fn=cmd_report)
+
+    for name, fn, target, helptext in (
+        ("sweep", cmd_sweep, "file", "run a study file (TOML grid of variants x depths x seeds)"),
+        ("reproduce", cmd_reproduce, "name", "run a shipped study, then plot and report (e.g. degradation)"),
+    ):
+        q = sub.add_parser(name, help=helptext)
+        q.add_argument(target, help="study TOML file" if target == "file" else "shipped study name")
+        q.add_argument("--preset", help="a preset of the study, e.g. quick (default: the full grid)")
+        q.add_argument("--resume", action=argparse.BooleanOptionalAction, default=True,
+                       help="skip runs whose run_id already has an ok row (default: on)")
+        q.add_argument("--quiet", action="store_true", help="no progress bars")
+        results(q)
+        q.set_defaults(fn=fn)
+
+    q = sub.add_parser("data", help="dataset utilities")
+    dsub = q.add_subparsers(dest="data_command", required=True, metavar="ACTION")
+    d = dsub.add_parser("download", help="fetch and verify an official dataset archive (cifar10, cifar100)")
+    d.add_argument("name", choices=("cifar10", "cifar100"))
+    d.add_argument("--data-dir", help="where to put it (default: $RESBENCH_DATA or ~/.cache/resbench)")
+    d.add_argument("--url", help="fetch from this URL instead of the official one (a mirror)")
+    d.add_argument("--quiet", action="store_true", help="no progress bar")
+    d.set_defaults(fn=cmd_data)
+
+    q = sub.add_parser("perf", help="harness self-checks")
+    psub = q.add_subparsers(dest="perf_command", required=True, metavar="CHECK")
+    o = psub.add_parser("overhead", help="harness training throughput vs a minimal PyTorch loop, side by side")
+    add_config_arguments(o)
+    o.add_argument("--timed-steps", dest="perf_steps", type=int, default=30,
+                   help="steps per timed repeat (default 30)")
+    o.add_argument("--repeats", type=int, default=7, help="alternating repeats; medians reported (default 7)")
+    o.set_defaults(fn=cmd_perf)
+
+    q = sub.add_parser("recipes", help="list the named training recipes and their settings")
+    q.set_defaults(fn=cmd_recipes)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    ns = parser.parse_args(argv)
+    try:
+        return int(ns.fn(ns))
+    except ValueError as exc:  # UsageError, TaskError, variants' ValueErrors, RunConfig validation
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print("interrupted: nothing half-written was left (writes are atomic)", file=sys.stderr)
+        return 130

@@ -1,0 +1,46 @@
+"""The environment a run happened in: versions, device, git revision."""
+
+from __future__ import annotations
+
+import os
+import platform
+import socket
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from .measure import device_name
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+def git_sha() -> str:
+    """The repository's HEAD commit, with ``-dirty`` when tracked files differ from it; ``unknown`` outside git."""
+    try:
+        sha = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=REPO_ROOT, capture_output=True, text=True, timeout=10, check=True
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO_ROOT, capture_output=True,
+            text=True, timeout=10, check=True,
+        ).stdout.strip()  # fmt: skip
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return f"{sha}-dirty" if dirty else sha
+
+
+def environment(device: torch.device) -> dict[str, Any]:
+    return {
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "device": str(device),
+        "device_name": device_name(device),
+        "cpu_count": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+        "hostname": socket.gethostname(),
+        "git_sha": git_sha(),
+    }

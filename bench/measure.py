@@ -1,0 +1,185 @@
+"""Measurement phases that run apart from training: FLOPs, throughput, peak memory, device peak.
+
+Each phase works on its own copy of the model and optimiser, so measuring never changes the
+run being trained, and probes/evaluation never run inside a timed region.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import platform
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch.utils.flop_counter import FlopCounterMode
+
+# Dense (no sparsity) peak FLOP/s from the vendors' datasheets, by device-name substring and
+# precision ("fp32" here means plain fp32 CUDA cores; "tf32" is what fp32 matmuls use when
+# torch.backends.cuda.matmul.allow_tf32 is on). First matching substring wins, so list the
+# specific names (H100 PCIe) before the generic ones (H100).
+PEAK_FLOPS: tuple[tuple[str, dict[str, float]], ...] = (
+    ("H200", {"bf16": 989.4e12, "fp16": 989.4e12, "tf32": 494.7e12, "fp32": 66.9e12}),
+    ("H100 PCIe", {"bf16": 756.5e12, "fp16": 756.5e12, "tf32": 378.0e12, "fp32": 51.2e12}),
+    ("H100", {"bf16": 989.4e12, "fp16": 989.4e12, "tf32": 494.7e12, "fp32": 66.9e12}),
+    ("A100", {"bf16": 312e12, "fp16": 312e12, "tf32": 156e12, "fp32": 19.5e12}),
+    ("L40S", {"bf16": 362.1e12, "fp16": 362.1e12, "tf32": 183.0e12, "fp32": 91.6e12}),
+    ("L4", {"bf16": 121e12, "fp16": 121e12, "tf32": 60e12, "fp32": 30.3e12}),
+    ("A10", {"bf16": 125e12, "fp16": 125e12, "tf32": 62.5e12, "fp32": 31.2e12}),
+    ("V100", {"fp16": 125e12, "fp32": 15.7e12}),
+    ("T4", {"fp16": 65e12, "fp32": 8.1e12}),
+    ("RTX 4090", {"bf16": 165.2e12, "fp16": 165.2e12, "fp32": 82.6e12}),
+)
+
+StepFn = Callable[[], Any]
+
+
+def synchronize(device: torch.device) -> None:
+    """Wait for queued device work, so wall-clock time brackets the real work."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    elif device.type == "mps":
+        torch.mps.synchronize()
+
+
+def device_name(device: torch.device) -> str:
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    if device.type == "mps":
+        return "Apple MPS"
+    return _cpu_name()
+
+
+def _cpu_name() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "cpu"
+
+
+def count_flops(fn: StepFn) -> int:
+    """Total FLOPs of ``fn`` (a forward + backward) counted by ``torch.utils.flop_counter``."""
+    counter = FlopCounterMode(display=False)
+    with counter:
+        fn()
+    return int(counter.get_total_flops())
+
+
+def time_steps(step: StepFn, device: torch.device, warmup: int, repeats: int, steps: int) -> list[float]:
+    """Per-step time in ms of each repeat (``steps`` calls of ``step``), after ``warmup`` untimed calls.
+
+    The device is synchronised before and after each timed repeat, so queued kernels are counted.
+    """
+    for _ in range(warmup):
+        step()
+    synchronize(device)
+    times = []
+    for _ in range(repeats):
+        synchronize(device)
+        t0 = time.perf_counter()
+        for _ in range(steps):
+            step()
+        synchronize(device)
+        times.append((time.perf_counter() - t0) * 1e3 / steps)
+    return times
+
+
+def median(xs: list[float]) -> float:
+    return float(statistics.median(xs))
+
+
+def peak_flops(device: torch.device, precision: str) -> tuple[float, str]:
+    """The device's peak FLOP/s for ``precision`` and where the figure came from."""
+    if device.type == "cuda":
+        name = torch.cuda.get_device_name(device)
+        key = precision
+        if precision == "fp32" and torch.backends.cuda.matmul.allow_tf32:
+            key = "tf32"
+        for pattern, table in PEAK_FLOPS:
+            if pattern.lower() in name.lower() and key in table:
+                return table[key], f"datasheet: {pattern} {key} dense"
+    return measured_matmul_peak(device, precision)
+
+
+def measured_matmul_peak(device: torch.device, precision: str, n: int = 1024, repeats: int = 5) -> tuple[float, str]:
+    """Best achieved FLOP/s of an n×n matmul on ``device``: the peak used where no datasheet figure is known."""
+    dtype = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[precision]
+    if device.type == "cpu" and dtype == torch.float16:
+        dtype = torch.float32  # CPUs have no fast fp16 matmul; autocast to fp16 falls back likewise
+    a = torch.randn(n, n, device=device, dtype=dtype)
+    b = torch.randn(n, n, device=device, dtype=dtype)
+    ms = time_steps(lambda: a @ b, device, warmup=2, repeats=repeats, steps=3)
+    return 2 * n**3 / (min(ms) / 1e3), f"measured: {n}x{n} {str(dtype).replace('torch.', '')} matmul, best of {repeats}"
+
+
+# -- peak memory -------------------------------------------------------------------------------
+
+
+def cuda_peak_memory(step: StepFn, device: torch.device, steps: int = 3) -> dict[str, Any]:
+    """Peak allocated/reserved CUDA memory of training steps, after a reset of the peak counters."""
+    step()  # allocate optimiser state etc. first: steady-state peak, as in a long run
+    synchronize(device)
+    torch.cuda.reset_peak_memory_stats(device)
+    for _ in range(steps):
+        step()
+    synchronize(device)
+    return {
+        "peak_mb": torch.cuda.max_memory_allocated(device) / 2**20,
+        "reserved_mb": torch.cuda.max_memory_reserved(device) / 2**20,
+        "method": "cuda_max_memory_allocated",
+    }
+
+
+def rss_mb() -> float:
+    """Current resident set size of this process in MiB (Linux /proc; 0 where unavailable)."""
+    try:
+        with open("/proc/self/statm", encoding="ascii") as f:
+            pages = int(f.read().split()[1])
+        return pages * os.sysconf("SC_PAGE_SIZE") / 2**20
+    except (OSError, ValueError):
+        return 0.0
+
+
+def max_rss_mb() -> float:
+    """High-water mark of this process's resident set size in MiB."""
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak / 2**20 if sys.platform == "darwin" else peak / 2**10
+
+
+def cpu_peak_memory_subprocess(config: dict[str, Any], timeout_s: float = 600) -> dict[str, Any]:
+    """Peak memory of the training step on CPU, measured in a fresh process.
+
+    A child process builds the same task and model, notes its resident set, runs a few training
+    steps and reports the high-water mark of its resident set (getrusage) minus that baseline:
+    the memory the step itself needs (activations, gradients, optimiser state). A subprocess is
+    used because a process's RSS high-water mark never goes down, so it can only be read cleanly
+    in a process that did nothing else.
+    """
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench.memprobe"],
+        input=json.dumps(config),
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)},
+    )
+    if proc.returncode != 0:
+        tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
+        raise RuntimeError(f"memory probe subprocess failed: {tail[0]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def clone_for_measurement(model: torch.nn.Module) -> torch.nn.Module:
+    """An independent copy of ``model`` (parameters, buffers, mode) for a measurement phase."""
+    return copy.deepcopy(model)

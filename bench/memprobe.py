@@ -1,0 +1,38 @@
+"""Child process of the CPU peak-memory phase: ``python -m bench.memprobe < config.json``.
+
+Builds the run's task and model, records the resident set, runs training steps, and prints one
+JSON line with the high-water mark of the resident set minus that baseline. See
+:func:`bench.measure.cpu_peak_memory_subprocess` for why this runs in its own process.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from .config import config_from_dict
+from .measure import max_rss_mb, rss_mb
+from .train import StepRunner, batch_generator, setup
+
+STEPS = 3
+
+
+def main() -> None:
+    cfg = config_from_dict(json.loads(sys.stdin.read()))
+    s = setup(cfg)
+    runner = StepRunner(cfg, s, s.model, s.task.train_batches(cfg.batch_size, batch_generator(s, 3)))
+    baseline, hwm_before = rss_mb(), max_rss_mb()
+    for _ in range(STEPS):
+        runner()
+    peak = max_rss_mb()
+    print(json.dumps({
+        "peak_mb": max(peak - baseline, 0.0), "process_peak_mb": peak, "baseline_mb": baseline,
+        # False when setup (data loading) had already set a higher mark than the steps reached:
+        # then peak_mb is an upper bound of the step's own peak, not the exact figure.
+        "exact": peak > hwm_before,
+        "steps": STEPS, "method": "cpu_rss_peak_minus_baseline_subprocess",
+    }))  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,61 @@
+"""``bench perf overhead``: does the harness slow the model down?
+
+Times, side by side in one process, the harness's real training loop (:func:`bench.train.train`,
+with its batch sampling on the device, loss recording, lr schedule and divergence checks) and a
+minimal hand-written PyTorch loop (one fixed batch, zero_grad / forward / backward / step) on the
+same model, batch size and device. Repeats alternate between the two so drift in machine speed
+hits both alike; the ratio of medians is reported.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import statistics
+import time
+from typing import Any
+
+import torch
+
+from .config import RunConfig
+from .measure import synchronize
+from .train import Record, batch_generator, make_optimizer, setup, train
+
+
+def overhead(cfg: RunConfig, steps: int = 30, repeats: int = 7) -> dict[str, Any]:
+    if steps < 1 or repeats < 1:
+        raise ValueError("--timed-steps and --repeats must be >= 1")
+    cfg = dataclasses.replace(cfg, steps=steps, epochs=None, measure=(), probe_every=None, schedule="constant")
+    s = setup(cfg)
+    s.eval_every = steps  # one evaluation, after the timed steps (train() excludes it from train_time_s)
+    reference = copy.deepcopy(s.model)
+    opt = make_optimizer(cfg, reference)
+    x, y = next(s.task.train_batches(cfg.batch_size, batch_generator(s, 7)))
+
+    def minimal_ms() -> float:
+        synchronize(s.device)
+        t0 = time.perf_counter()
+        for _ in range(steps):
+            opt.zero_grad(set_to_none=True)
+            loss = s.task.loss(reference(x), y)
+            loss.backward()
+            opt.step()
+        synchronize(s.device)
+        return (time.perf_counter() - t0) * 1e3 / steps
+
+    def harness_ms() -> float:
+        rec = Record()
+        train(s, rec, progress=False, probe=None)
+        return rec.train_time_s * 1e3 / rec.steps_done
+
+    harness_ms(), minimal_ms()  # warm-up: allocator, kernels, optimiser state
+    h, m = [], []
+    for _ in range(repeats):
+        h.append(harness_ms())
+        m.append(minimal_ms())
+    ratios = [mi / hi for hi, mi in zip(h, m)]
+    return {
+        "device": str(s.device), "harness_ms": statistics.median(h), "minimal_ms": statistics.median(m),
+        "ratio": statistics.median(m) / statistics.median(h), "ratios": ratios,
+        "threads": torch.get_num_threads(),
+    }  # fmt: skip

@@ -1,0 +1,144 @@
+"""Studies: a TOML file naming a grid of runs, and a runner that executes it.
+
+A study is data, not code::
+
+    name = "degradation"
+    description = "..."
+    [base]            # RunConfig fields shared by every run
+    task = "digits"
+    [grid]            # the cartesian product of these lists
+    variant = ["plain", "resnet"]
+    depth = [20, 56]
+    seed = [0, 1, 2]
+    [presets.quick]   # overrides of base (and grid lists) for a named preset
+    epochs = 5
+
+The runner is a separate, replaceable piece: :class:`SequentialRunner` runs the configs one
+after another in this process; an isolated/parallel/cluster runner only has to offer ``run``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .config import RECIPES, RunConfig
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10
+    import tomli as tomllib
+
+STUDIES_DIR = Path(__file__).parent / "studies"
+_TUPLE_FIELDS = ("betas", "milestones", "measure")
+
+
+@dataclass(frozen=True)
+class Study:
+    name: str
+    description: str
+    base: dict[str, Any]
+    grid: dict[str, list[Any]]
+    presets: dict[str, dict[str, Any]] = field(default_factory=dict)
+    claim: str = ""
+
+    def configs(self, preset: str | None = None) -> list[RunConfig]:
+        """Every run of the grid (under ``preset``), validated before any of them starts."""
+        if preset is not None and preset not in self.presets:
+            avail = ", ".join(sorted(self.presets)) or "none"
+            raise ValueError(f"study {self.name!r} has no preset {preset!r}; presets: {avail}")
+        over = dict(self.presets.get(preset, {})) if preset else {}
+        grid = {k: over.pop(k) if k in over else v for k, v in self.grid.items()}
+        base = {**self.base, **over}
+        recipe = base.pop("recipe", None)
+        if recipe is not None:
+            if recipe not in RECIPES:
+                raise ValueError(f"study {self.name!r}: unknown recipe {recipe!r}")
+            base = {**RECIPES[recipe], "recipe": recipe, **base}
+        out = []
+        keys = list(grid)
+        for values in itertools.product(*(grid[k] for k in keys)):
+            kw = {**base, **dict(zip(keys, values)), "study": self.name}
+            for name in _TUPLE_FIELDS:
+                if name in kw:
+                    kw[name] = tuple(kw[name])
+            if "model_args" in kw:
+                kw["model_args"] = tuple(sorted(dict(kw["model_args"]).items()))
+            try:
+                out.append(RunConfig(**kw))
+            except TypeError as exc:
+                raise ValueError(f"study {self.name!r}: {exc}") from None
+        _check_variants(out)
+        return out
+
+
+def _check_variants(configs: list[RunConfig]) -> None:
+    import variants
+
+    for cfg in configs:
+        if not cfg.variant.startswith("timm:"):
+            variants.describe(cfg.variant)  # unknown names fail before the first run starts
+
+
+def load_study(path: str | Path) -> Study:
+    path = Path(path)
+    if not path.is_file():
+        raise ValueError(f"study file {path} does not exist")
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except tomllib.TOMLDecodeError as exc:
+        raise ValueError(f"study file {path} is not valid TOML: {exc}") from None
+    unknown = set(data) - {"name", "description", "claim", "base", "grid", "presets"}
+    if unknown:
+        raise ValueError(f"study file {path}: unknown top-level key(s) {sorted(unknown)}")
+    grid = data.get("grid", {})
+    bad = [k for k, v in grid.items() if not isinstance(v, list) or not v]
+    if bad:
+        raise ValueError(f"study file {path}: grid entries must be non-empty lists: {bad}")
+    return Study(
+        name=data.get("name", path.stem), description=data.get("description", ""), base=data.get("base", {}),
+        grid=grid, presets=data.get("presets", {}), claim=data.get("claim", ""),
+    )  # fmt: skip
+
+
+def study_path(name: str) -> Path:
+    path = STUDIES_DIR / f"{name}.toml"
+    if not path.is_file():
+        shipped = ", ".join(sorted(p.stem for p in STUDIES_DIR.glob("*.toml"))) or "none"
+        raise ValueError(f"no shipped study {name!r}; shipped studies: {shipped}")
+    return path
+
+
+class SequentialRunner:
+    """Run configs one after another in this process; a failed run is recorded and the sweep goes on."""
+
+    def __init__(self, progress: bool = True) -> None:
+        self.progress = progress
+
+    def run(self, configs: list[RunConfig], results_dir: str | Path, resume: bool = True) -> list[str]:
+        from .results import ResultsStore
+        from .run import execute
+
+        done: set[str] = set()
+        if resume:
+            df = ResultsStore(results_dir).load_leaderboard()
+            done = set(df.loc[df["status"] == "ok", "run_id"]) if not df.empty else set()
+        finished = []
+        for i, cfg in enumerate(configs, 1):
+            if cfg.run_id in done:
+                print(f"[{i}/{len(configs)}] {cfg.run_id}: already recorded, skipped")
+                continue
+            result = execute(cfg, results_dir, progress=self.progress and sys.stderr.isatty())
+            row = result["row"]
+            acc = row["final_val_acc"]
+            print(
+                f"[{i}/{len(configs)}] {cfg.run_id}: {row['status']}"
+                + (f", val acc {acc:.4f}" if isinstance(acc, float) else "")
+                + f", {row['wall_time_s']:.1f} s",
+                flush=True,
+            )
+            finished.append(cfg.run_id)
+        return finished

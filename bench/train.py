@@ -1,0 +1,342 @@
+"""One run: build task and model, measure (FLOPs, throughput, memory), train, evaluate, record.
+
+Setup errors (unknown variant or task, invalid depth, missing dataset) raise before anything is
+written; the CLI turns them into exit code 2. Everything after setup is recorded: a run that
+diverges, runs out of memory or raises still produces a leaderboard row whose ``status`` and
+``error`` say what happened.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any
+
+import torch
+from tqdm import tqdm
+
+import variants
+
+from . import measure
+from .config import RunConfig, lr_factor
+from .env import environment
+from .results import ResultsStore
+from .tasks import Task, TaskOptions
+from .tasks import get as get_task
+
+# Which model keywords a task must be able to set, by task kind: a variant that lacks them
+# cannot fit the task's data (e.g. a Transformer on images).
+REQUIRED_MODEL_KWARGS = {"image": ("num_classes",), "sequence": ("vocab_size",)}
+TIMM_MODEL_KWARGS = ("num_classes", "in_chans")
+
+
+class Diverged(RuntimeError):
+    """The training loss became non-finite or exploded."""
+
+    def __init__(self, step: int, message: str) -> None:
+        super().__init__(message)
+        self.step = step
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        if torch.cuda.is_available():
+            return torch.device("cuda")
+        if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
+            return torch.device("mps")
+        return torch.device("cpu")
+    if name == "cuda" and not torch.cuda.is_available():
+        raise ValueError("--device cuda asked for, but torch sees no CUDA device; use --device cpu or auto")
+    if name == "mps" and not (getattr(torch.backends, "mps", None) and torch.backends.mps.is_available()):
+        raise ValueError("--device mps asked for, but MPS is not available; use --device cpu or auto")
+    return torch.device(name)
+
+
+def task_options(cfg: RunConfig) -> TaskOptions:
+    return TaskOptions(
+        data_dir=cfg.data_dir, data_path=cfg.data_path, seq_len=cfg.seq_len, image_size=cfg.image_size,
+        num_classes=cfg.num_classes, random_labels=cfg.random_labels, augment=cfg.augment,
+    )  # fmt: skip
+
+
+def model_kwargs(cfg: RunConfig, task: Task) -> dict[str, Any]:
+    """Keyword arguments for ``variants.create``: what the task dictates, the depth, the user's extras."""
+    user = cfg.model_overrides()
+    if cfg.variant.startswith(variants.registry.TIMM_PREFIX):
+        accepted: set[str] = set(TIMM_MODEL_KWARGS)
+        if task.kind != "image":
+            raise ValueError(f"timm models take images; task {task.name!r} is a {task.kind} task")
+    else:
+        accepted = set(variants.describe(cfg.variant)["defaults"])
+        missing = [k for k in REQUIRED_MODEL_KWARGS[task.kind] if k not in accepted]
+        if missing:
+            family = variants.describe(cfg.variant)["family"]
+            raise ValueError(
+                f"variant {cfg.variant!r} ({family}) cannot run {task.kind} task {task.name!r}: it takes no {missing[0]}"
+            )
+    kw = {k: v for k, v in task.model_kwargs.items() if k in accepted}
+    clash = {k for k in user if k in kw and user[k] != kw[k]}
+    if clash:
+        raise ValueError(f"--model-arg {sorted(clash)} conflicts with what task {task.name!r} sets: {kw}")
+    if cfg.depth is not None:
+        if "depth" in user:
+            raise ValueError("give the depth once: --depth or --model-arg depth=..., not both")
+        kw["depth"] = cfg.depth
+    return {**kw, **user}
+
+
+@dataclass
+class Setup:
+    """Everything built before training; building it is where bad input is caught."""
+
+    cfg: RunConfig
+    device: torch.device
+    task: Task
+    model: torch.nn.Module
+    model_kwargs: dict[str, Any]
+    total_steps: int
+    eval_every: int
+
+
+def setup(cfg: RunConfig) -> Setup:
+    """Build task and model; raises ValueError (incl. TaskError) on bad input, before anything is written."""
+    if cfg.variant.startswith(variants.registry.TIMM_PREFIX):
+        pass
+    else:
+        variants.describe(cfg.variant)  # unknown name -> ValueError naming close matches, before loading data
+    device = resolve_device(cfg.device)
+    seed_everything(cfg.seed, cfg.deterministic)
+    task = get_task(cfg.task, device=device, seed=cfg.seed, options=task_options(cfg))
+    kw = model_kwargs(cfg, task)
+    torch.manual_seed(cfg.seed)
+    model = variants.create(cfg.variant, **kw).to(device)
+    if cfg.channels_last:
+        model = model.to(memory_format=torch.channels_last)
+    if cfg.steps is not None:
+        total = cfg.steps
+    else:
+        epochs = cfg.epochs if cfg.epochs is not None else 30.0
+        total = max(1, math.ceil(epochs * task.num_train / cfg.batch_size))
+    eval_every = cfg.eval_every or max(1, total // 10)
+    return Setup(cfg, device, task, model, kw, total, eval_every)
+
+
+def seed_everything(seed: int, deterministic: bool) -> None:
+    torch.manual_seed(seed)
+    if deterministic:
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # cuBLAS needs it for determinism
+        torch.use_deterministic_algorithms(True)
+        torch.backends.cudnn.benchmark = False
+    else:
+        torch.use_deterministic_algorithms(False)
+
+
+def make_optimizer(cfg: RunConfig, model: torch.nn.Module) -> torch.optim.Optimizer:
+    params = [p for p in model.parameters() if p.requires_grad]
+    if cfg.optimizer == "sgd":
+        return torch.optim.SGD(params, lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay)
+    cls = torch.optim.AdamW if cfg.optimizer == "adamw" else torch.optim.Adam
+    return cls(params, lr=cfg.lr, betas=cfg.betas, weight_decay=cfg.weight_decay)
+
+
+def autocast(cfg: RunConfig, device: torch.device) -> contextlib.AbstractContextManager[Any]:
+    if cfg.precision == "fp32":
+        return contextlib.nullcontext()
+    dtype = torch.bfloat16 if cfg.precision == "bf16" else torch.float16
+    return torch.autocast(device_type=device.type, dtype=dtype)
+
+
+class StepRunner:
+    """The training step, shared by the timing phase, the memory probe and the training loop."""
+
+    def __init__(self, cfg: RunConfig, s: Setup, model: torch.nn.Module, batches: Iterator[Any]) -> None:
+        self.cfg, self.device, self.task = cfg, s.device, s.task
+        self.model = model
+        self.forward = torch.compile(model) if cfg.compile else model
+        self.opt = make_optimizer(cfg, model)
+        total = s.total_steps
+        self.sched = torch.optim.lr_scheduler.LambdaLR(self.opt, lambda i: lr_factor(i, total, cfg))
+        self.scaler = torch.amp.GradScaler(s.device.type, enabled=cfg.precision == "fp16")
+        self.batches = batches
+        self.channels_last = cfg.channels_last
+
+    def __call__(self) -> torch.Tensor:
+        x, y = next(self.batches)
+        if self.channels_last and x.dim() == 4:
+            x = x.contiguous(memory_format=torch.channels_last)
+        with autocast(self.cfg, self.device):
+            loss = self.task.loss(self.forward(x), y)
+        self.opt.zero_grad(set_to_none=True)
+        self.scaler.scale(loss).backward()
+        if self.cfg.grad_clip is not None:
+            self.scaler.unscale_(self.opt)
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.grad_clip)
+        self.scaler.step(self.opt)
+        self.scaler.update()
+        self.sched.step()
+        return loss.detach()
+
+
+def batch_generator(s: Setup, offset: int = 0) -> torch.Generator:
+    return torch.Generator(device=s.device).manual_seed(s.cfg.seed + offset)
+
+
+@dataclass
+class Record:
+    """What the run has measured so far; turned into the row and the run JSON, whatever happens."""
+
+    measurements: dict[str, Any] = field(default_factory=dict)
+    train_curve: list[dict[str, Any]] = field(default_factory=list)
+    eval_curve: list[dict[str, Any]] = field(default_factory=list)
+    probes: list[dict[str, Any]] = field(default_factory=list)
+    steps_done: int = 0
+    train_time_s: float = 0.0
+    steps_to_target: int | None = None
+    time_to_target_s: float | None = None
+    status: str = "ok"
+    error: str = ""
+
+
+def measure_phases(s: Setup, rec: Record) -> None:
+    """FLOPs, throughput and memory, each on the model's own state, which is restored afterwards."""
+    cfg, model, device = s.cfg, s.model, s.device
+    snapshot = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    rng = torch.get_rng_state()
+    try:
+        if "flops" in cfg.measure:
+            x, y = next(s.task.train_batches(cfg.batch_size, batch_generator(s, 1)))
+
+            def fwd_bwd() -> None:
+                with autocast(cfg, device):
+                    loss = s.task.loss(model(x), y)
+                loss.backward()
+
+            flops = measure.count_flops(fwd_bwd)
+            model.zero_grad(set_to_none=True)
+            rec.measurements["flops"] = {
+                "per_step": flops, "per_sample": flops / cfg.batch_size, "method": "torch.utils.flop_counter",
+            }  # fmt: skip
+        if "throughput" in cfg.measure:
+            runner = StepRunner(cfg, s, model, s.task.train_batches(cfg.batch_size, batch_generator(s, 2)))
+            times = measure.time_steps(runner, device, cfg.timing_warmup, cfg.timing_repeats, cfg.timing_steps)
+            med = measure.median(times)
+            rec.measurements["throughput"] = {
+                "step_times_ms": times, "median_step_ms": med, "samples_per_s": cfg.batch_size / (med / 1e3),
+                "warmup_steps": cfg.timing_warmup, "repeats": cfg.timing_repeats, "steps_per_repeat": cfg.timing_steps,
+            }  # fmt: skip
+            peak, source = measure.peak_flops(device, cfg.precision)
+            rec.measurements["peak_flops"], rec.measurements["peak_source"] = peak, source
+        if "memory" in cfg.measure:
+            if device.type == "cuda":
+                runner = StepRunner(cfg, s, model, s.task.train_batches(cfg.batch_size, batch_generator(s, 3)))
+                rec.measurements["memory"] = measure.cuda_peak_memory(runner, device)
+            elif device.type == "cpu":
+                rec.measurements["memory"] = measure.cpu_peak_memory_subprocess(cfg.to_dict())
+            else:
+                rec.measurements["memory"] = {"peak_mb": None, "method": f"unsupported on {device.type}"}
+    finally:
+        model.load_state_dict(snapshot)
+        model.zero_grad(set_to_none=True)
+        torch.set_rng_state(rng)
+
+
+@torch.no_grad()
+def evaluate(s: Setup, model: torch.nn.Module, batches: Iterator[Any]) -> tuple[float, float]:
+    """Mean loss and accuracy over one pass of ``batches``, in eval mode; one host sync at the end."""
+    was_training = model.training
+    model.eval()
+    loss_sum = torch.zeros((), device=s.device)
+    correct = torch.zeros((), device=s.device)
+    count = 0
+    for x, y in batches:
+        with autocast(s.cfg, s.device):
+            logits = model(x)
+        n = s.task.count(y)
+        loss_sum += s.task.loss(logits.float(), y) * n
+        correct += s.task.correct(logits, y)
+        count += n
+    model.train(was_training)
+    if count == 0:
+        return float("nan"), float("nan")
+    return float(loss_sum) / count, float(correct) / count
+
+
+def train(s: Setup, rec: Record, progress: bool, probe: Callable[..., list[dict[str, Any]]] | None) -> None:
+    cfg, model, device, task = s.cfg, s.model, s.device, s.task
+    torch.manual_seed(cfg.seed + 4)  # dropout / drop-path stream, independent of what measuring consumed
+    model.train()
+    runner = StepRunner(cfg, s, model, task.train_batches(cfg.batch_size, batch_generator(s)))
+    probe_batch = next(iter(task.train_eval_batches(cfg.batch_size))) if probe else None
+    losses = torch.empty(s.total_steps, device=device)
+    lrs: list[float] = []
+    first_loss: float | None = None
+    checked = 0  # losses[:checked] were already checked for divergence
+    check_every = max(1, min(s.eval_every, 25))
+    bar = tqdm(total=s.total_steps, desc=cfg.run_id, disable=not progress, leave=False, unit="step")
+    try:
+        for step in range(s.total_steps):
+            if probe and step % cfg.probe_every == 0:  # type: ignore[operator]
+                rec.probes += probe(model, *probe_batch, task.loss, step)  # type: ignore[misc]
+            t0 = time.perf_counter()
+            lrs.append(runner.sched.get_last_lr()[0])
+            losses[step] = runner()
+            done = step + 1
+            # One host sync per check, not per step: the loss values stay on the device until then.
+            if done - checked >= check_every or done % s.eval_every == 0 or done == s.total_steps:
+                chunk = losses[checked:done]
+                measure.synchronize(device)
+                rec.train_time_s += time.perf_counter() - t0
+                if first_loss is None:
+                    first_loss = float(losses[0])
+                _check_divergence(chunk, checked, first_loss, cfg.diverge_factor)
+                checked = done
+                bar.update(done - bar.n)
+                bar.set_postfix(loss=f"{float(chunk[-1]):.3f}")
+            else:
+                rec.train_time_s += time.perf_counter() - t0
+            rec.steps_done = done
+            if done % s.eval_every == 0 or done == s.total_steps:
+                _eval_point(s, rec, done)
+        if probe and s.total_steps % cfg.probe_every == 0:  # type: ignore[operator]
+            rec.probes += probe(model, *probe_batch, task.loss, s.total_steps)  # type: ignore[misc]
+    finally:
+        bar.close()
+        n = rec.steps_done
+        values = losses[:n].tolist()
+        rec.train_curve = [
+            {"step": i + 1, "loss": v if math.isfinite(v) else None, "lr": lrs[i]} for i, v in enumerate(values)
+        ]
+
+
+def _check_divergence(chunk: torch.Tensor, start: int, first: float, factor: float) -> None:
+    """Raise :class:`Diverged` at the first non-finite loss, or the first above ``factor`` x the first loss."""
+    bad = ~torch.isfinite(chunk)
+    if bool(bad.any()):
+        i = int(bad.nonzero()[0])
+        raise Diverged(start + i + 1, f"loss became {float(chunk[i])} at step {start + i + 1}")
+    limit = factor * first if math.isfinite(first) else math.inf
+    over = chunk > limit
+    if bool(over.any()):
+        i = int(over.nonzero()[0])
+        raise Diverged(
+            start + i + 1, f"loss {float(chunk[i]):.4g} exceeded {factor:g} x first-step loss {first:.4g} "
+            f"at step {start + i + 1}"
+        )
+
+
+def _eval_point(s: Setup, rec: Record, step: int) -> None:
+    val_loss, val_acc = evaluate(s, s.model, s.task.val_batches(s.cfg.batch_size))
+    tr_loss, tr_acc = evaluate(s, s.model, s.task.train_eval_batches(s.cfg.batch_size))
+    point = {
+        "step": step, "epoch": step * s.cfg.batch_size / s.task.num_train if s.task.num_train else None,
+        "train_time_s": rec.train_time_s, "train_loss": tr_loss, "train_acc": tr_acc,
+        "val_loss": val_loss, "val_acc": val_acc, **s.task.extra_metrics(val_loss),
+    }  # fmt: skip
+    rec.eval_curve.append(point)
+    if s.cfg.target is not None and rec.steps_to_target is None and val_acc >= s.cfg.target:
+        rec.steps_to_target, rec.time_to_target_s = step, rec.train_time_s
