@@ -71,6 +71,8 @@ class RunConfig:
     image_size: int = _f(32, "synthetic task: image side")
     num_classes: int = _f(10, "synthetic task: number of classes")
     random_labels: bool = _f(False, "synthetic task: labels independent of the inputs")
+    train_size: int = _f(4096, "generated tasks (synthetic, copy, reverse, recall): training samples")
+    val_size: int = _f(1024, "generated tasks: validation samples")
     augment: bool = _f(True, "image tasks: on-device pad-and-crop and flip where the task allows it")
     model_args: tuple[tuple[str, Any], ...] = _f((), "extra variant keyword arguments, KEY=VALUE (repeatable)")
     recipe: str | None = _f(None, "named training recipe from a paper (see `bench recipes`)")
@@ -92,7 +94,8 @@ class RunConfig:
             yield f"--steps must be >= 1, got {self.steps}"
         if self.depth is not None and self.depth < 1:
             yield f"--depth must be >= 1, got {self.depth}"
-        for name in ("batch_size", "timing_repeats", "timing_steps", "seq_len", "image_size", "num_classes"):
+        for name in ("batch_size", "timing_repeats", "timing_steps", "seq_len", "image_size", "num_classes",
+                     "train_size", "val_size"):
             if getattr(self, name) < 1:
                 yield f"--{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}"
         for name in ("warmup_steps", "timing_warmup", "seed"):

@@ -61,6 +61,7 @@ def task_options(cfg: RunConfig) -> TaskOptions:
     return TaskOptions(
         data_dir=cfg.data_dir, data_path=cfg.data_path, seq_len=cfg.seq_len, image_size=cfg.image_size,
         num_classes=cfg.num_classes, random_labels=cfg.random_labels, augment=cfg.augment,
+        train_size=cfg.train_size, val_size=cfg.val_size,
     )  # fmt: skip
 
 
