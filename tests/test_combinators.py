@@ -97,8 +97,10 @@ def test_placement_formulas(placement: str, expected) -> None:  # type: ignore[n
 
 
 def test_placements_own_only_the_norms_they_use() -> None:
-    count = {p: sum(p_.numel() for p_ in Residual(nn.Identity(), Add(), p, lambda: nn.LayerNorm(4)).parameters())
-             for p in ("post", "pre", "sandwich", "none")}
+    count = {
+        p: sum(p_.numel() for p_ in Residual(nn.Identity(), Add(), p, lambda: nn.LayerNorm(4)).parameters())
+        for p in ("post", "pre", "sandwich", "none")
+    }
     assert count == {"post": 8, "pre": 8, "sandwich": 16, "none": 0}
 
 

@@ -38,7 +38,9 @@ def test_create_uses_defaults_and_overrides(fresh_registry: dict) -> None:
 
 def test_preset_pins_its_values(fresh_registry: dict) -> None:
     assert len(registry.create("toy5", depth=5)) == 6  # same value: fine
-    with pytest.raises(ValueError, match=r"conflicting argument\(s\) for preset 'toy5': depth=7 \(preset fixes depth=5\)"):
+    with pytest.raises(
+        ValueError, match=r"conflicting argument\(s\) for preset 'toy5': depth=7 \(preset fixes depth=5\)"
+    ):
         registry.create("toy5", depth=7)
 
 
