@@ -6,6 +6,7 @@ run being trained, and probes/evaluation never run inside a timed region.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 import os
@@ -19,6 +20,7 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
+from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 
 # Dense (no sparsity) peak FLOP/s from the vendors' datasheets, by device-name substring and
@@ -68,10 +70,15 @@ def _cpu_name() -> str:
     return platform.processor() or platform.machine() or "cpu"
 
 
-def count_flops(fn: StepFn) -> int:
-    """Total FLOPs of ``fn`` (a forward + backward) counted by ``torch.utils.flop_counter``."""
+def count_flops(fn: StepFn, device: torch.device) -> int:
+    """Total FLOPs of ``fn`` (a forward + backward) counted by ``torch.utils.flop_counter``.
+
+    On CPU, attention runs through the math backend while counting: the counter has no formula
+    for the CPU flash-attention kernel and would count its matmuls as zero.
+    """
     counter = FlopCounterMode(display=False)
-    with counter:
+    backend = sdpa_kernel(SDPBackend.MATH) if device.type == "cpu" else contextlib.nullcontext()
+    with backend, counter:
         fn()
     return int(counter.get_total_flops())
 
@@ -141,18 +148,38 @@ def cuda_peak_memory(step: StepFn, device: torch.device, steps: int = 3) -> dict
     }
 
 
-def rss_mb() -> float:
-    """Current resident set size of this process in MiB (Linux /proc; 0 where unavailable)."""
+def _proc_status_mb(field: str) -> float | None:
+    """A ``Vm*`` line of /proc/self/status in MiB (Linux), or None where unavailable."""
     try:
-        with open("/proc/self/statm", encoding="ascii") as f:
-            pages = int(f.read().split()[1])
-        return pages * os.sysconf("SC_PAGE_SIZE") / 2**20
+        with open("/proc/self/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1]) / 2**10  # reported in kB
     except (OSError, ValueError):
-        return 0.0
+        pass
+    return None
+
+
+def rss_mb() -> float:
+    """Current resident set size of this process in MiB (0 where unavailable)."""
+    return _proc_status_mb("VmRSS") or 0.0
+
+
+def reset_peak_rss() -> bool:
+    """Reset the kernel's resident-set high-water mark (Linux >= 4.0: ``5`` into clear_refs)."""
+    try:
+        with open("/proc/self/clear_refs", "w", encoding="ascii") as f:
+            f.write("5")
+        return True
+    except OSError:
+        return False
 
 
 def max_rss_mb() -> float:
-    """High-water mark of this process's resident set size in MiB."""
+    """High-water mark of this process's resident set in MiB (since the last reset, where supported)."""
+    hwm = _proc_status_mb("VmHWM")
+    if hwm is not None:
+        return hwm
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return peak / 2**20 if sys.platform == "darwin" else peak / 2**10
 
@@ -160,11 +187,11 @@ def max_rss_mb() -> float:
 def cpu_peak_memory_subprocess(config: dict[str, Any], timeout_s: float = 600) -> dict[str, Any]:
     """Peak memory of the training step on CPU, measured in a fresh process.
 
-    A child process builds the same task and model, notes its resident set, runs a few training
-    steps and reports the high-water mark of its resident set (getrusage) minus that baseline:
-    the memory the step itself needs (activations, gradients, optimiser state). A subprocess is
-    used because a process's RSS high-water mark never goes down, so it can only be read cleanly
-    in a process that did nothing else.
+    A child process builds the same task and model, notes its resident set, resets the kernel's
+    high-water mark, runs a few training steps and reports the new high-water mark minus that
+    baseline: the memory the step itself needs (activations, gradients, optimiser state). A
+    subprocess keeps the reading clean: nothing else of the parent's (other runs, plots, caches)
+    is resident there, and where the mark cannot be reset it is still the mark of this one step.
     """
     proc = subprocess.run(
         [sys.executable, "-m", "bench.memprobe"],

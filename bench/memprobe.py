@@ -11,7 +11,7 @@ import json
 import sys
 
 from .config import config_from_dict
-from .measure import max_rss_mb, rss_mb
+from .measure import max_rss_mb, reset_peak_rss, rss_mb
 from .train import StepRunner, batch_generator, setup
 
 STEPS = 3
@@ -21,15 +21,18 @@ def main() -> None:
     cfg = config_from_dict(json.loads(sys.stdin.read()))
     s = setup(cfg)
     runner = StepRunner(cfg, s, s.model, s.task.train_batches(cfg.batch_size, batch_generator(s, 3)))
-    baseline, hwm_before = rss_mb(), max_rss_mb()
+    baseline = rss_mb()
+    reset = reset_peak_rss()
+    hwm_before = max_rss_mb()
     for _ in range(STEPS):
         runner()
     peak = max_rss_mb()
     print(json.dumps({
         "peak_mb": max(peak - baseline, 0.0), "process_peak_mb": peak, "baseline_mb": baseline,
-        # False when setup (data loading) had already set a higher mark than the steps reached:
-        # then peak_mb is an upper bound of the step's own peak, not the exact figure.
-        "exact": peak > hwm_before,
+        # False when the mark could not be reset and setup (imports, data loading) had already set
+        # a higher one than the steps reached: then peak_mb is an upper bound, not the exact figure.
+        "exact": reset or peak > hwm_before,
+        "hwm_reset": reset,
         "steps": STEPS, "method": "cpu_rss_peak_minus_baseline_subprocess",
     }))  # fmt: skip
 

@@ -217,7 +217,7 @@ def measure_phases(s: Setup, rec: Record) -> None:
                     loss = s.task.loss(model(x), y)
                 loss.backward()
 
-            flops = measure.count_flops(fwd_bwd)
+            flops = measure.count_flops(fwd_bwd, device)
             model.zero_grad(set_to_none=True)
             rec.measurements["flops"] = {
                 "per_step": flops, "per_sample": flops / cfg.batch_size, "method": "torch.utils.flop_counter",

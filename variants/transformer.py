@@ -1,1 +1,296 @@
-"""Placeholder: family not yet written."""
+"""Decoder-only Transformer language models, one per published LayerNorm placement.
+
+Every variant is the same stack — token + learned position embeddings, ``depth`` layers of
+(causal self-attention sublayer, GELU feed-forward sublayer), an LM head tied to the token embedding —
+and differs only along the residual axes (norm placement, combinator) and in its paper's init:
+
+- ``postln``: ``x ← LN(x + F(x))``, no final LN — Vaswani et al. 2017, "Attention Is All You Need".
+- ``preln``: ``x ← x + F(LN(x))``, final LN — Xiong et al. 2020, "On Layer Normalization in the
+  Transformer Architecture"; Radford et al. 2019, GPT-2 "Language Models are Unsupervised Multitask
+  Learners". ``gpt2_small`` is GPT-2's 124M configuration.
+- ``sandwich`` (= Peri-LN): ``x ← x + LN(F(LN(x)))``, final LN — Ding et al. 2021, "CogView: Mastering
+  Text-to-Image Generation via Transformers"; Kim et al. 2025, "Peri-LN: Revisiting Layer Normalization
+  in the Transformer Architecture".
+- ``deepnorm``: ``x ← LN(α·x + F(x))`` — Wang et al. 2022, "DeepNet: Scaling Transformers to 1,000 Layers".
+- ``rezero_lm``: ``x ← x + α·F(x)``, α a learnable scalar starting at 0 (one per sublayer), no LN at
+  all — Bachlechner et al. 2020, "ReZero is All You Need: Fast Convergence at Large Depth" (the name
+  ``rezero`` is the CIFAR ResNet of ``variants.normfree``).
+- ``mixln``: Post-LN in the first ⌊N/4⌋ layers, Pre-LN after — Li et al. 2024, "Mix-LN: Unleashing the
+  Power of Deeper Layers by Combining Pre-LN and Post-LN".
+
+Embeddings are initialised the GPT-2 way (token N(0, 0.02), position N(0, 0.01), no √d scaling) in
+every variant: with a tied head, larger embeddings make a freshly initialised model predict its own
+input token (loss far above ln V), an artifact that would confound the placement comparison.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import partial
+from typing import cast
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .combinators import COMBINATORS, Combinator
+from .placements import Residual
+from .registry import register
+
+LN_EPS = 1e-5  # GPT-2's LayerNorm epsilon
+
+
+class CausalSelfAttention(nn.Module):
+    """Multi-head causal self-attention with a fused q|k|v projection (rows 0:d are q, d:2d k, 2d:3d v)."""
+
+    def __init__(self, d_model: int, n_heads: int, dropout: float, bias: bool) -> None:
+        super().__init__()
+        self.n_heads = n_heads
+        self.qkv = nn.Linear(d_model, 3 * d_model, bias=bias)
+        self.proj = nn.Linear(d_model, d_model, bias=bias)
+        self.attn_dropout = dropout
+        self.resid_dropout = nn.Dropout(dropout)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, t, c = x.shape
+        q, k, v = self.qkv(x).view(b, t, 3, self.n_heads, c // self.n_heads).permute(2, 0, 3, 1, 4)
+        p = self.attn_dropout if self.training else 0.0
+        y = F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=True)
+        return self.resid_dropout(self.proj(y.transpose(1, 2).reshape(b, t, c)))
+
+
+class FeedForward(nn.Module):
+    """Position-wise ``fc2(GELU(fc1(x)))`` (GPT-2's tanh-approximate GELU) for every variant."""
+
+    def __init__(self, d_model: int, d_ff: int, dropout: float, bias: bool) -> None:
+        super().__init__()
+        self.fc1 = nn.Linear(d_model, d_ff, bias=bias)
+        self.act = nn.GELU(approximate="tanh")
+        self.fc2 = nn.Linear(d_ff, d_model, bias=bias)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.dropout(self.fc2(self.act(self.fc1(x))))
+
+
+class Block(nn.Module):
+    """One Transformer layer: two :class:`Residual` sublayers, attention then feed-forward."""
+
+    def __init__(self, attn: Residual, ffn: Residual) -> None:
+        super().__init__()
+        self.attn = attn
+        self.ffn = ffn
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.ffn(self.attn(x))
+
+
+def deepnorm_alpha_beta(depth: int) -> tuple[float, float]:
+    """DeepNet's decoder-only constants (Wang 2022, Fig. 2): α = (2N)^¼ on the shortcut, β = (8N)^-¼ on the init."""
+    if depth < 1:
+        raise ValueError(f"depth must be >= 1 (number of Transformer layers), got {depth}")
+    return (2 * depth) ** 0.25, (8 * depth) ** -0.25
+
+
+def mixln_post_layers(depth: int) -> int:
+    """Mix-LN (Li 2024) with its α = 0.25: the first ⌊depth/4⌋ layers are Post-LN (rounded down)."""
+    return depth // 4
+
+
+# --- initialisation schemes (linear layers only; biases start at 0, LayerNorms at weight 1 / bias 0) ---
+
+
+def _init_gpt2(model: TransformerLM) -> None:
+    """GPT-2 / Megatron: N(0, 0.02); residual output projections N(0, 0.02/√(2N)) (GPT-2 §2.3, N layers)."""
+    resid_std = 0.02 / math.sqrt(2 * len(model.blocks))
+    for attn, ffn in model.bodies():
+        for lin, std in ((attn.qkv, 0.02), (attn.proj, resid_std), (ffn.fc1, 0.02), (ffn.fc2, resid_std)):
+            nn.init.normal_(lin.weight, std=std)
+
+
+def _init_normal(model: TransformerLM) -> None:
+    """LLaMA-style N(0, 0.02) everywhere, no depth scaling (the setup Mix-LN trains in)."""
+    for attn, ffn in model.bodies():
+        for lin in (attn.qkv, attn.proj, ffn.fc1, ffn.fc2):
+            nn.init.normal_(lin.weight, std=0.02)
+
+
+def _init_xavier(model: TransformerLM) -> None:
+    """Xavier-uniform (Glorot 2010), as tensor2tensor/PyTorch ``nn.Transformer`` (fused q|k|v like ``in_proj``)."""
+    for attn, ffn in model.bodies():
+        for lin in (attn.qkv, attn.proj, ffn.fc1, ffn.fc2):
+            nn.init.xavier_uniform_(lin.weight)
+
+
+def _init_deepnorm(model: TransformerLM) -> None:
+    """DeepNet Fig. 2: xavier_normal with gain β on ffn, v and out projections, gain 1 on q and k."""
+    _, beta = deepnorm_alpha_beta(len(model.blocks))
+    for attn, ffn in model.bodies():
+        d = attn.proj.weight.shape[0]
+        with torch.no_grad():
+            for rows, gain in ((slice(0, d), 1.0), (slice(d, 2 * d), 1.0), (slice(2 * d, 3 * d), beta)):
+                nn.init.xavier_normal_(attn.qkv.weight[rows], gain=gain)  # q, k, v each a d×d matrix
+        for lin in (attn.proj, ffn.fc1, ffn.fc2):
+            nn.init.xavier_normal_(lin.weight, gain=beta)
+
+
+INITS: dict[str, Callable[[TransformerLM], None]] = {
+    "gpt2": _init_gpt2,
+    "normal": _init_normal,
+    "xavier": _init_xavier,
+    "deepnorm": _init_deepnorm,
+}
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """A named variant: per-layer placements, a combinator factory (given depth) and an init scheme."""
+
+    paper: str
+    placements: Callable[[int], list[str]]
+    combinator: Callable[[int], Combinator]
+    init: str
+    axes: dict[str, str] = field(default_factory=dict)
+
+
+def _same(placement: str) -> Callable[[int], list[str]]:
+    return lambda depth: [placement] * depth
+
+
+def _add(depth: int) -> Combinator:
+    return COMBINATORS["add"]()
+
+
+RECIPES: dict[str, Recipe] = {
+    "postln": Recipe(
+        "Vaswani et al. 2017, Attention Is All You Need", _same("post"), _add, "xavier",
+        {"combinator": "add", "placement": "post", "body": "attention+ffn"},
+    ),
+    "preln": Recipe(
+        "Xiong et al. 2020, On Layer Normalization in the Transformer Architecture; Radford et al. 2019, GPT-2",
+        _same("pre"), _add, "gpt2", {"combinator": "add", "placement": "pre", "body": "attention+ffn"},
+    ),
+    "sandwich": Recipe(
+        "Ding et al. 2021, CogView (Sandwich-LN); Kim et al. 2025, Peri-LN: Revisiting Layer Normalization "
+        "in the Transformer Architecture", _same("sandwich"), _add, "gpt2",
+        {"combinator": "add", "placement": "sandwich", "body": "attention+ffn"},
+    ),
+    "deepnorm": Recipe(
+        "Wang et al. 2022, DeepNet: Scaling Transformers to 1,000 Layers", _same("post"),
+        lambda depth: COMBINATORS["scaled"](alpha=deepnorm_alpha_beta(depth)[0]), "deepnorm",
+        {"combinator": "scaled (alpha=(2N)^1/4)", "placement": "post", "body": "attention+ffn"},
+    ),
+    "rezero_lm": Recipe(
+        "Bachlechner et al. 2020, ReZero is All You Need: Fast Convergence at Large Depth", _same("none"),
+        lambda depth: COMBINATORS["scaled"](alpha=1.0, beta=0.0, learnable_beta=True), "xavier",
+        {"combinator": "scaled (learnable beta=0)", "placement": "none", "body": "attention+ffn"},
+    ),
+    "mixln": Recipe(
+        "Li et al. 2024, Mix-LN: Unleashing the Power of Deeper Layers by Combining Pre-LN and Post-LN",
+        lambda depth: ["post"] * mixln_post_layers(depth) + ["pre"] * (depth - mixln_post_layers(depth)),
+        _add, "normal", {"combinator": "add", "placement": "post (first floor(N/4) layers), then pre",
+                         "body": "attention+ffn"},
+    ),
+}
+
+
+class TransformerLM(nn.Module):
+    """Decoder-only LM: ``(B, T)`` token ids -> ``(B, T, vocab_size)`` logits; head tied to the token embedding."""
+
+    def __init__(
+        self, recipe: Recipe, *, depth: int, d_model: int, n_heads: int, d_ff: int, vocab_size: int,
+        max_len: int, dropout: float, bias: bool,
+    ) -> None:
+        super().__init__()
+        _validate(depth=depth, d_model=d_model, n_heads=n_heads, d_ff=d_ff, vocab_size=vocab_size,
+                  max_len=max_len, dropout=dropout)
+        self.max_len = max_len
+        self.tok_emb = nn.Embedding(vocab_size, d_model)
+        self.pos_emb = nn.Embedding(max_len, d_model)
+        self.drop = nn.Dropout(dropout)
+        norm = partial(nn.LayerNorm, d_model, eps=LN_EPS, bias=bias)
+        placements = recipe.placements(depth)
+
+        def sublayer(body: nn.Module, placement: str) -> Residual:
+            return Residual(body, recipe.combinator(depth), placement, norm=norm)
+
+        self.blocks = nn.ModuleList(
+            Block(sublayer(CausalSelfAttention(d_model, n_heads, dropout, bias), p),
+                  sublayer(FeedForward(d_model, d_ff, dropout, bias), p))
+            for p in placements
+        )
+        # A final LN is needed exactly when the last layer leaves the stream un-normalised by a
+        # residual add after a norm (pre/sandwich); post-LN ends normalised, ReZero has no LN by design.
+        self.norm = norm() if placements[-1] in ("pre", "sandwich") else nn.Identity()
+        for module in self.modules():
+            if isinstance(module, nn.Linear) and module.bias is not None:
+                nn.init.zeros_(module.bias)
+        nn.init.normal_(self.tok_emb.weight, std=0.02)
+        nn.init.normal_(self.pos_emb.weight, std=0.01)
+        INITS[recipe.init](self)
+
+    def bodies(self) -> list[tuple[CausalSelfAttention, FeedForward]]:
+        """The (attention, feed-forward) branch modules of every layer, for the init schemes."""
+        blocks = cast(list[Block], list(self.blocks))
+        return [cast(tuple[CausalSelfAttention, FeedForward], (b.attn.body, b.ffn.body)) for b in blocks]
+
+    def forward(self, idx: torch.Tensor) -> torch.Tensor:
+        if idx.dim() != 2:
+            raise ValueError(f"expected token ids of shape (batch, seq_len), got shape {tuple(idx.shape)}")
+        t = idx.shape[1]
+        if t > self.max_len:
+            raise ValueError(f"sequence length {t} exceeds max_len {self.max_len}; build the model with max_len >= {t}")
+        pos = torch.arange(t, device=idx.device)
+        x = self.drop(self.tok_emb(idx) + self.pos_emb(pos))
+        for block in self.blocks:
+            x = block(x)
+        return F.linear(self.norm(x), self.tok_emb.weight)
+
+
+def _validate(**kw: float) -> None:
+    for key in ("depth", "d_model", "n_heads", "d_ff", "vocab_size", "max_len"):
+        if int(kw[key]) != kw[key] or kw[key] < 1:
+            raise ValueError(f"{key} must be a positive integer, got {kw[key]!r}")
+    if kw["d_model"] % kw["n_heads"]:
+        raise ValueError(f"d_model ({kw['d_model']}) must be divisible by n_heads ({kw['n_heads']})")
+    if not 0.0 <= kw["dropout"] < 1.0:
+        raise ValueError(f"dropout must be in [0, 1), got {kw['dropout']}")
+
+
+def transformer_flops_per_token(depth: int, d_model: int, d_ff: int, n_ctx: int, vocab_size: int) -> int:
+    """Forward+backward FLOPs per token of a :class:`TransformerLM`, counting matmuls only (multiply-add = 2).
+
+    ``6·M + 12·depth·n_ctx·d_model`` with ``M = depth·(4·d_model² + 2·d_model·d_ff) + d_model·vocab_size`` the
+    weights that enter a matmul (q|k|v, out, fc1, fc2; the tied head once; no biases, norms or position
+    table). The forward is ``2·M`` plus ``4·n_ctx·d_model`` per layer for QKᵀ and AV; backward is twice the
+    forward. Attention is counted dense (PaLM's MFU convention, Chowdhery et al. 2022, App. B, and what
+    ``torch.utils.flop_counter`` reports); Kaplan et al. 2020 halve it for the causal mask: ``6N + 6·L·n_ctx·d``.
+    """
+    matmul_weights = depth * (4 * d_model * d_model + 2 * d_model * d_ff) + d_model * vocab_size
+    return 6 * matmul_weights + 12 * depth * n_ctx * d_model
+
+
+def _builder(recipe: Recipe, depth: int = 6, d_model: int = 128, n_heads: int = 4, d_ff: int = 512,
+             vocab_size: int = 256, max_len: int = 256) -> Callable[..., TransformerLM]:
+    """A constructor with explicit keyword defaults (the registry reads them from the signature)."""
+
+    def build(depth: int = depth, d_model: int = d_model, n_heads: int = n_heads, d_ff: int = d_ff,
+              vocab_size: int = vocab_size, max_len: int = max_len, dropout: float = 0.0,
+              bias: bool = True) -> TransformerLM:
+        return TransformerLM(recipe, depth=depth, d_model=d_model, n_heads=n_heads, d_ff=d_ff,
+                             vocab_size=vocab_size, max_len=max_len, dropout=dropout, bias=bias)
+
+    return build
+
+
+for _name, _recipe in RECIPES.items():
+    register(_name, family="transformer", paper=_recipe.paper, axes=_recipe.axes)(_builder(_recipe))
+
+# GPT-2 small (124,439,808 parameters): the trunk is pinned; vocab_size/max_len default to GPT-2's 50257/1024
+# but stay overridable so the preset also runs on the byte-level tasks.
+register(
+    "gpt2_small", family="transformer", paper="Radford et al. 2019, Language Models are Unsupervised Multitask "
+    "Learners (GPT-2 small)", axes=RECIPES["preln"].axes, depth=12, d_model=768, n_heads=12, d_ff=3072, bias=True,
+)(_builder(RECIPES["preln"], depth=12, d_model=768, n_heads=12, d_ff=3072, vocab_size=50257, max_len=1024))

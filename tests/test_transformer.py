@@ -1,0 +1,307 @@
+"""The Transformer family: placement formulas, paper inits, GPT-2 size, causality, FLOPs, errors."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.nn.attention import SDPBackend, sdpa_kernel
+from torch.utils.flop_counter import FlopCounterMode
+
+import variants
+from variants.combinators import Combinator, Scaled
+from variants.placements import Residual
+from variants.transformer import (
+    CausalSelfAttention,
+    FeedForward,
+    TransformerLM,
+    deepnorm_alpha_beta,
+    mixln_post_layers,
+    transformer_flops_per_token,
+)
+
+FAMILY = sorted(n for n in variants.list_variants() if variants.describe(n)["family"] == "transformer")
+SMALL = [n for n in FAMILY if n != "gpt2_small"]  # gpt2_small pins a 124M trunk; tested on its own below
+TINY = {"depth": 2, "d_model": 16, "n_heads": 2, "d_ff": 24, "vocab_size": 11, "max_len": 8}
+
+
+def tiny(name: str, **kw: object) -> TransformerLM:
+    model = variants.create(name, **{**TINY, **kw})
+    assert isinstance(model, TransformerLM)
+    return model
+
+
+def randomized(model: nn.Module, seed: int = 0) -> nn.Module:
+    """Every parameter (LN gains, ReZero α included) random and nonzero, in float64: formulas then bite."""
+    g = torch.Generator().manual_seed(seed)
+    model = model.double().eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.copy_(torch.randn(p.shape, generator=g, dtype=p.dtype) * 0.5)
+    return model
+
+
+def ln(norm: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    assert isinstance(norm, nn.LayerNorm)
+    mu = x.mean(-1, keepdim=True)
+    var = x.var(-1, unbiased=False, keepdim=True)
+    return (x - mu) / torch.sqrt(var + norm.eps) * norm.weight + norm.bias
+
+
+def test_family_is_registered_with_papers() -> None:
+    assert FAMILY == ["deepnorm", "gpt2_small", "mixln", "postln", "preln", "rezero_lm", "sandwich"]
+    for name in FAMILY:
+        d = variants.describe(name)
+        assert d["paper"] and "placement" in d["axes"] and d["defaults"]["vocab_size"] >= 1
+
+
+def test_attention_body_by_hand() -> None:
+    torch.manual_seed(0)
+    attn = CausalSelfAttention(d_model=8, n_heads=2, dropout=0.0, bias=True).double().eval()
+    x = torch.randn(2, 5, 8, dtype=torch.float64)
+    q, k, v = attn.qkv(x).split(8, dim=-1)
+    heads = [slice(0, 4), slice(4, 8)]
+    mask = torch.triu(torch.ones(5, 5, dtype=torch.bool), diagonal=1)
+    out = []
+    for h in heads:
+        scores = q[..., h] @ k[..., h].transpose(1, 2) / math.sqrt(4)
+        out.append(torch.softmax(scores.masked_fill(mask, -math.inf), dim=-1) @ v[..., h])
+    torch.testing.assert_close(attn(x), attn.proj(torch.cat(out, dim=-1)))
+
+
+def test_feedforward_body_by_hand() -> None:
+    torch.manual_seed(0)
+    ffn = FeedForward(d_model=8, d_ff=12, dropout=0.0, bias=True).double()
+    x = torch.randn(3, 8, dtype=torch.float64)
+    h = x @ ffn.fc1.weight.T + ffn.fc1.bias
+    gelu = 0.5 * h * (1 + torch.tanh(math.sqrt(2 / math.pi) * (h + 0.044715 * h**3)))  # GPT-2's GELU
+    torch.testing.assert_close(ffn(x), gelu @ ffn.fc2.weight.T + ffn.fc2.bias)
+
+
+def _sublayer(unit: Residual, x: torch.Tensor, rule: str) -> torch.Tensor:
+    f = unit.body
+    if rule == "post":
+        return ln(unit.norm_out, x + f(x))
+    if rule == "pre":
+        return x + f(ln(unit.norm_in, x))
+    if rule == "sandwich":
+        return x + ln(unit.norm_branch, f(ln(unit.norm_in, x)))
+    if rule == "deepnorm":
+        return ln(unit.norm_out, deepnorm_alpha_beta(TINY["depth"])[0] * x + f(x))
+    assert rule == "rezero"
+    assert isinstance(unit.combine, Scaled)
+    return x + unit.combine.beta * f(x)
+
+
+RULES = {
+    "postln": ["post", "post"],
+    "preln": ["pre", "pre"],
+    "sandwich": ["sandwich", "sandwich"],
+    "deepnorm": ["deepnorm", "deepnorm"],
+    "rezero_lm": ["rezero", "rezero"],
+    "mixln": ["pre", "pre"],  # depth 2: floor(2/4) = 0 Post-LN layers; depth 8 below
+}
+FINAL_NORM = {"postln": False, "preln": True, "sandwich": True, "deepnorm": False, "rezero_lm": False, "mixln": True}
+
+
+@pytest.mark.parametrize("name", SMALL)
+def test_whole_model_equals_its_formula(name: str) -> None:
+    model = randomized(tiny(name))
+    idx = torch.tensor([[3, 1, 4, 1, 5, 9], [2, 6, 5, 3, 5, 8]])
+    x = model.tok_emb.weight[idx] + model.pos_emb.weight[:6]
+    for block, rule in zip(model.blocks, RULES[name], strict=True):
+        for unit in (block.attn, block.ffn):
+            assert isinstance(unit, Residual) and isinstance(unit.combine, Combinator)
+            x = _sublayer(unit, x, rule)
+    if FINAL_NORM[name]:
+        x = ln(model.norm, x)
+    else:
+        assert isinstance(model.norm, nn.Identity)
+    torch.testing.assert_close(model(idx), x @ model.tok_emb.weight.T)  # head tied to the token embedding
+
+
+def test_mixln_layers_and_formula_at_depth_8() -> None:
+    model = randomized(tiny("mixln", depth=8))
+    assert [b.attn.placement for b in model.blocks] == ["post"] * 2 + ["pre"] * 6
+    assert [b.ffn.placement for b in model.blocks] == ["post"] * 2 + ["pre"] * 6
+    x = torch.randn(1, 4, 16, dtype=torch.float64)
+    y = x
+    for block, rule in zip(model.blocks, ["post"] * 2 + ["pre"] * 6, strict=True):
+        y = _sublayer(block.ffn, _sublayer(block.attn, y, rule), rule)
+        x = block(x)
+    torch.testing.assert_close(x, y)
+
+
+@pytest.mark.parametrize(("depth", "post"), [(1, 0), (3, 0), (4, 1), (7, 1), (8, 2), (12, 3), (33, 8)])
+def test_mixln_rounds_down(depth: int, post: int) -> None:
+    assert mixln_post_layers(depth) == post
+
+
+@pytest.mark.parametrize("name", SMALL)
+def test_layernorm_count(name: str) -> None:
+    n = TINY["depth"]
+    expected = {
+        "postln": 2 * n,
+        "preln": 2 * n + 1,
+        "sandwich": 4 * n + 1,
+        "deepnorm": 2 * n,
+        "rezero_lm": 0,
+        "mixln": 2 * n + 1,
+    }[name]
+    assert sum(isinstance(m, nn.LayerNorm) for m in tiny(name).modules()) == expected
+
+
+@pytest.mark.parametrize(
+    ("depth", "alpha", "beta"),
+    [
+        (1, 1.189207115002721, 0.5946035575013605),
+        (6, 1.8612097182041991, 0.37991784282579627),
+        (12, 2.213363839400643, 0.3194715521231362),
+        (100, 3.7606030930863934, 0.1880301546543197),
+        (1000, 6.68740304976422, 0.10573712634405641),
+    ],
+)
+def test_deepnorm_constants(depth: int, alpha: float, beta: float) -> None:
+    a, b = deepnorm_alpha_beta(depth)
+    assert a == pytest.approx(alpha, rel=1e-12) and b == pytest.approx(beta, rel=1e-12)
+    assert a**4 == pytest.approx(2 * depth) and b**-4 == pytest.approx(8 * depth)
+    assert a * b == pytest.approx(2**-0.5)  # (2N/8N)^¼ for every depth
+
+
+def test_deepnorm_model_uses_alpha_and_beta_init() -> None:
+    torch.manual_seed(0)
+    d, d_ff, depth = 64, 256, 12
+    model = variants.create("deepnorm", depth=depth, d_model=d, n_heads=4, d_ff=d_ff)
+    alpha, beta = deepnorm_alpha_beta(depth)
+    combos = [b.attn.combine for b in model.blocks] + [b.ffn.combine for b in model.blocks]
+    assert all(isinstance(c, Scaled) and c.alpha == alpha and float(c.beta) == 1.0 for c in combos)
+    attn, ffn = model.bodies()[0]
+    xavier = math.sqrt(2 / (d + d))
+    for w, std in (
+        (attn.qkv.weight[:d], xavier),
+        (attn.qkv.weight[d : 2 * d], xavier),
+        (attn.qkv.weight[2 * d :], beta * xavier),
+        (attn.proj.weight, beta * xavier),
+        (ffn.fc1.weight, beta * math.sqrt(2 / (d + d_ff))),
+        (ffn.fc2.weight, beta * math.sqrt(2 / (d + d_ff))),
+    ):
+        assert w.std().item() == pytest.approx(std, rel=0.05)
+    assert torch.count_nonzero(attn.qkv.bias) == 0
+
+
+def test_gpt2_init() -> None:
+    torch.manual_seed(0)
+    depth = 8
+    model = variants.create("preln", depth=depth, d_model=64, n_heads=4, d_ff=256)
+    attn, ffn = model.bodies()[-1]
+    resid = 0.02 / math.sqrt(2 * depth)
+    for w, std in (
+        (attn.qkv.weight, 0.02),
+        (attn.proj.weight, resid),
+        (ffn.fc1.weight, 0.02),
+        (ffn.fc2.weight, resid),
+        (model.tok_emb.weight, 0.02),
+        (model.pos_emb.weight, 0.01),
+    ):
+        assert w.std().item() == pytest.approx(std, rel=0.05)
+    assert all(torch.count_nonzero(m.bias) == 0 for m in model.modules() if isinstance(m, nn.Linear))
+
+
+def test_rezero_is_identity_at_init() -> None:
+    model = tiny("rezero_lm").eval()
+    x = torch.randn(2, 5, TINY["d_model"])
+    for block in model.blocks:
+        assert block.attn.combine.beta.detach().item() == 0.0 and block.attn.combine.beta.requires_grad
+        assert torch.equal(block(x), x)
+    idx = torch.tensor([[1, 2, 3]])
+    emb = model.tok_emb.weight[idx] + model.pos_emb.weight[:3]
+    assert torch.equal(model(idx), F.linear(emb, model.tok_emb.weight))
+
+
+def test_gpt2_small_parameter_count() -> None:
+    with torch.device("meta"):
+        model = variants.create("gpt2_small")
+        assert sum(p.numel() for p in model.parameters()) == 124_439_808
+        byte_level = variants.create("gpt2_small", vocab_size=256, max_len=128)
+    assert sum(p.numel() for p in byte_level.parameters()) == 124_439_808 - (50257 - 256) * 768 - (1024 - 128) * 768
+    with pytest.raises(ValueError, match="conflicting"):
+        variants.create("gpt2_small", depth=6)
+
+
+@pytest.mark.parametrize("name", SMALL)
+def test_causal(name: str) -> None:
+    model = randomized(tiny(name), seed=1)
+    idx = torch.tensor([[1, 7, 3, 0, 5, 2, 9, 4]])
+    base = model(idx)
+    for t in (2, 5, 7):
+        changed = idx.clone()
+        changed[0, t] = (changed[0, t] + 1) % TINY["vocab_size"]
+        out = model(changed)
+        torch.testing.assert_close(out[:, :t], base[:, :t], rtol=0, atol=1e-12)
+        assert not torch.allclose(out[:, t], base[:, t])
+
+
+@pytest.mark.parametrize("name", SMALL)
+def test_forward_backward_finite(name: str) -> None:
+    torch.manual_seed(0)
+    model = tiny(name, dropout=0.1).train()
+    idx = torch.randint(0, TINY["vocab_size"], (3, TINY["max_len"]))
+    logits = model(idx)
+    assert logits.shape == (3, TINY["max_len"], TINY["vocab_size"])
+    F.cross_entropy(logits.flatten(0, 1), idx.flatten()).backward()
+    assert torch.isfinite(logits).all()
+    for p in model.parameters():
+        assert p.grad is not None and torch.isfinite(p.grad).all()
+
+
+def test_flop_formula_by_hand() -> None:
+    # M = 1·(4·2² + 2·2·4) + 2·5 = 42 matmul weights; 6·42 + 12·1·3·2 = 324.
+    assert transformer_flops_per_token(1, 2, 4, 3, 5) == 324
+    assert transformer_flops_per_token(12, 768, 3072, 1024, 50257) == 854_438_400  # GPT-2 small
+
+
+def test_flop_formula_matches_flop_counter() -> None:
+    """Exact (tolerance 0): the formula counts exactly the ops FlopCounterMode counts — mm/addmm/bmm, bias
+    adds excluded — and backward is exactly 2× forward because every matmul input needs a gradient
+    (the embeddings train). The MATH SDPA backend is forced because the CPU flash kernel is not counted."""
+    depth, d, d_ff, vocab, b, t = 2, 32, 48, 50, 3, 16
+    model = variants.create("preln", depth=depth, d_model=d, n_heads=4, d_ff=d_ff, vocab_size=vocab, max_len=t)
+    idx = torch.randint(0, vocab, (b, t))
+    with sdpa_kernel(SDPBackend.MATH), FlopCounterMode(display=False) as counter:
+        F.cross_entropy(model(idx).flatten(0, 1), idx.flatten()).backward()
+    assert counter.get_total_flops() == b * t * transformer_flops_per_token(depth, d, d_ff, t, vocab)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"depth": 0}, "depth must be a positive integer"),
+        ({"d_model": 18, "n_heads": 4}, "divisible by n_heads"),
+        ({"n_heads": 0}, "n_heads must be a positive integer"),
+        ({"vocab_size": 0}, "vocab_size must be"),
+        ({"max_len": 0}, "max_len must be"),
+        ({"d_ff": 0}, "d_ff must be"),
+        ({"dropout": 1.0}, r"dropout must be in \[0, 1\)"),
+        ({"depth": 2.5}, "depth must be a positive integer"),
+        ({"heads": 2}, "takes no keyword argument"),
+    ],
+)
+def test_bad_arguments(kwargs: dict, match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        variants.create("preln", **kwargs)
+
+
+def test_deepnorm_constants_reject_bad_depth() -> None:
+    with pytest.raises(ValueError, match="depth must be >= 1"):
+        deepnorm_alpha_beta(0)
+
+
+def test_forward_errors() -> None:
+    model = tiny("preln")
+    with pytest.raises(ValueError, match="exceeds max_len 8; build the model with max_len >= 9"):
+        model(torch.zeros(1, 9, dtype=torch.long))
+    with pytest.raises(ValueError, match=r"shape \(batch, seq_len\)"):
+        model(torch.zeros(8, dtype=torch.long))
