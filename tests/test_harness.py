@@ -1,0 +1,182 @@
+"""`bench run` end to end: rows, run JSONs, statuses, determinism, measurement phases."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+import torch
+
+from bench import run as run_mod
+from bench import train as train_mod
+from bench.cli import main
+from bench.config import RunConfig
+from bench.results import COLUMNS, ResultsStore
+from bench.run import execute
+
+
+def cfg(**kw: object) -> RunConfig:
+    base = dict(variant="resnet20", steps=4, batch_size=32, eval_every=2, measure=("flops", "throughput"),
+                timing_warmup=0, timing_repeats=1, timing_steps=1)
+    return RunConfig(**{**base, **kw})  # type: ignore[arg-type]
+
+
+def test_run_writes_row_and_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["run", "--variant", "resnet20", "--steps", "4", "--batch-size", "32", "--eval-every", "2",
+                 "--measure", "flops", "throughput", "--target", "0.05", "--results-dir", str(tmp_path),
+                 "--timing-warmup", "0", "--timing-repeats", "2", "--timing-steps", "1"])
+    assert code == 0
+    out = capsys.readouterr().out
+    assert "resnet20 (depth 20, 269,434 parameters) on digits, 4 steps" in out and "status ok" in out
+    df = ResultsStore(tmp_path).load_leaderboard()
+    assert list(df.columns) == list(COLUMNS) and len(df) == 1
+    r = df.iloc[0]
+    # in_chans=1 on digits: the 3x3 stem has 2x16x9 = 288 fewer weights than the RGB resnet20 (269,722)
+    assert (r.variant, r.family, r.depth, r.params, r.task, r.steps, r.status) == (
+        "resnet20", "resnet", 20, 269434, "digits", 4, "ok")
+    assert r.epochs == pytest.approx(4 * 32 / 1437)
+    assert 0 <= r.final_val_acc <= 1 and 0 <= r.final_train_acc <= 1 and r.best_val_acc >= r.final_val_acc
+    assert r.steps_to_target == 2 and r.time_to_target_s > 0  # 5% accuracy is reached at the first evaluation
+    assert r.flops_per_sample > 0 and r.train_samples_per_s > 0 and r.mfu > 0
+    assert math.isnan(r.peak_mem_mb) and r.torch_version == torch.__version__
+    run = json.loads((tmp_path / "runs" / f"{r.run_id}.json").read_text())
+    assert [p["step"] for p in run["curves"]["train"]] == [1, 2, 3, 4]
+    assert [p["step"] for p in run["curves"]["eval"]] == [2, 4]
+    assert run["config"]["variant"] == "resnet20" and run["env"]["torch"] == torch.__version__
+    assert len(run["measurements"]["throughput"]["step_times_ms"]) == 2
+    assert run["measurements"]["peak_source"].startswith("measured:")  # no datasheet peak for a CPU
+    # FLOPs per sample: the counter's figure for one batch, divided by the batch
+    assert run["measurements"]["flops"]["per_step"] == pytest.approx(r.flops_per_sample * 32)
+
+
+def test_flops_match_forward_backward_formula(tmp_path: Path) -> None:
+    """resnet20's FLOPs at 8x8: backward is twice forward, except that the stem conv computes no input
+    gradient (the image needs none), so forward+backward = 3 x forward - the stem's forward."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    import variants
+
+    model = variants.create("resnet20", in_chans=1)
+    with FlopCounterMode(display=False) as c:
+        model(torch.randn(1, 1, 8, 8))
+    result = execute(cfg(measure=("flops",)), tmp_path)
+    stem = 2 * 8 * 8 * 16 * 1 * 3 * 3  # multiply-adds x 2 of a 3x3 conv, 1 -> 16 channels, 8x8 output
+    assert result["row"]["flops_per_sample"] == 3 * c.get_total_flops() - stem
+
+
+def test_memory_phase_measures_a_real_peak(tmp_path: Path) -> None:
+    result = execute(cfg(measure=("memory",), steps=1), tmp_path)
+    mem = result["measurements"]["memory"]
+    assert mem["method"] == "cpu_rss_peak_minus_baseline_subprocess" and mem["exact"]
+    assert 0 < mem["peak_mb"] < mem["process_peak_mb"]
+    assert result["row"]["peak_mem_mb"] == mem["peak_mb"]
+
+
+def test_diverging_run_is_recorded(tmp_path: Path) -> None:
+    result = execute(cfg(lr=1e6, steps=20, eval_every=20, schedule="constant", measure=()), tmp_path)
+    row = result["row"]
+    assert row["status"] == "diverged"
+    assert "at step" in row["error"] and ("nan" in row["error"] or "exceeded" in row["error"])
+    assert row["steps"] < 20 and row["final_val_acc"] is None
+    assert ResultsStore(tmp_path).load_leaderboard()["status"].tolist() == ["diverged"]
+
+
+@pytest.mark.parametrize(
+    ("exc", "status", "message"),
+    [
+        (torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB"), "oom", "OutOfMemoryError"),
+        (RuntimeError("DefaultCPUAllocator: can't allocate memory: you tried to allocate 1 bytes"), "oom", "can't"),
+        (RuntimeError("shape mismatch\nin layer 3"), "error", "RuntimeError: shape mismatch in layer 3"),
+    ],
+)
+def test_failures_become_rows(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, exc: Exception, status: str,
+                              message: str) -> None:
+    calls = {"n": 0}
+    real = train_mod.StepRunner.__call__
+
+    def flaky(self: train_mod.StepRunner) -> torch.Tensor:
+        calls["n"] += 1
+        if calls["n"] == 3:
+            raise exc
+        return real(self)
+
+    monkeypatch.setattr(train_mod.StepRunner, "__call__", flaky)
+    result = execute(cfg(measure=(), steps=5, eval_every=1), tmp_path)
+    row = result["row"]
+    assert row["status"] == status and message in row["error"] and "\n" not in row["error"]
+    assert row["steps"] == 2 and len(result["curves"]["train"]) == 2
+    assert len(ResultsStore(tmp_path).load_leaderboard()) == 1
+
+
+def test_deterministic_runs_are_bit_identical(tmp_path: Path) -> None:
+    c = cfg(deterministic=True, steps=6, measure=("flops", "throughput"), variant="preact", depth=8,
+            model_args=(("drop_path_rate", 0.2),))
+    a = execute(c, tmp_path / "a")["curves"]
+    b = execute(c, tmp_path / "b")["curves"]
+    assert [p["loss"] for p in a["train"]] == [p["loss"] for p in b["train"]]
+    assert a["eval"][-1]["val_loss"] == b["eval"][-1]["val_loss"]
+    other = execute(cfg(deterministic=True, steps=6, measure=(), variant="preact", depth=8, seed=1,
+                        model_args=(("drop_path_rate", 0.2),)), tmp_path / "c")["curves"]
+    assert [p["loss"] for p in other["train"]] != [p["loss"] for p in a["train"]]
+    torch.use_deterministic_algorithms(False)
+
+
+def test_measuring_does_not_change_training(tmp_path: Path) -> None:
+    with_measure = execute(cfg(steps=3, measure=("flops", "throughput")), tmp_path / "a")
+    without = execute(cfg(steps=3, measure=()), tmp_path / "b")
+    assert [p["loss"] for p in with_measure["curves"]["train"]] == [p["loss"] for p in without["curves"]["train"]]
+
+
+def test_probes_recorded_and_off_during_timing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from bench import measure, probes
+
+    state = {"timing": False, "probe_calls": 0}
+    real_time_steps, real_probe = measure.time_steps, probes.probe
+
+    def timed(*a: object, **k: object) -> list[float]:
+        state["timing"] = True
+        try:
+            return real_time_steps(*a, **k)  # type: ignore[arg-type]
+        finally:
+            state["timing"] = False
+
+    def watched(*a: object, **k: object) -> list[dict]:
+        assert not state["timing"], "a probe ran inside the timed region"
+        state["probe_calls"] += 1
+        return real_probe(*a, **k)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(measure, "time_steps", timed)
+    monkeypatch.setattr(probes, "probe", watched)
+    result = execute(cfg(steps=4, probe_every=2, measure=("throughput",)), tmp_path)
+    steps = sorted({p["step"] for p in result["probes"]})
+    assert steps == [0, 2, 4] and state["probe_calls"] == 3
+    layers = {p["layer"] for p in result["probes"] if p["metric"] == "grad_norm" and p["step"] == 0}
+    assert len(layers) == 9  # resnet20: 3 stages x 3 residual units
+
+
+def test_variant_task_mismatch_and_model_args(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match=r"variant 'postln' \(transformer\) cannot run image task 'digits'"):
+        execute(cfg(variant="postln"), tmp_path)
+    with pytest.raises(ValueError, match=r"conflicts with what task 'digits' sets"):
+        execute(cfg(model_args=(("num_classes", 5),)), tmp_path)
+    with pytest.raises(ValueError, match="give the depth once"):
+        execute(cfg(variant="resnet", depth=20, model_args=(("depth", 20),)), tmp_path)
+    with pytest.raises(ValueError, match="timm models take images"):
+        execute(cfg(variant="timm:resnet18", task="copy"), tmp_path)
+    assert not (tmp_path / "leaderboard.csv").exists()
+
+
+def test_transformer_on_text_task(tmp_path: Path) -> None:
+    c = cfg(variant="preln", depth=2, task="copy", optimizer="adamw", lr=1e-3, seq_len=32, train_size=64,
+            val_size=32, steps=3, eval_every=3, model_args=(("d_model", 32), ("n_heads", 2), ("d_ff", 64)))
+    row = execute(c, tmp_path)["row"]
+    assert row["status"] == "ok" and row["family"] == "transformer"
+    assert row["train_tokens_per_s"] == pytest.approx(row["train_samples_per_s"] * 32)
+    assert row["flops_per_sample"] > 0
+
+
+def test_classify_failure() -> None:
+    assert run_mod.classify_failure(train_mod.Diverged(3, "x")) == "diverged"
+    assert run_mod.classify_failure(ValueError("x")) == "error"

@@ -1,0 +1,160 @@
+"""Norm-free and scaled residual nets (variants.normfree): ReZero, SkipInit, Fixup, LayerScale."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import variants
+from variants.combinators import Scaled
+from variants.layers import ScalarBias, Unit
+
+NAMES = [n for n in variants.list_variants() if variants.describe(n)["family"] == "normfree"]
+BASES = ["rezero_resnet", "skipinit", "fixup", "layerscale"]
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    # Under pytest-xdist extra OpenMP threads oversubscribe the cores; tiny convs gain nothing from them.
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+def units(model: nn.Module) -> list[Unit]:
+    return [m for m in model.modules() if isinstance(m, Unit)]
+
+
+def test_registered() -> None:
+    assert set(BASES) | {"rezero_resnet56", "fixup_resnet110"} <= set(NAMES)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_forward_backward(name: str) -> None:
+    torch.manual_seed(0)
+    model = variants.create(name)
+    y = model(torch.randn(2, 3, 8, 8))
+    assert y.shape == (2, 10)
+    y.square().mean().backward()
+    assert all(p.grad is not None and torch.isfinite(p.grad).all() for p in model.parameters())
+
+
+@pytest.mark.parametrize("name", BASES)
+def test_in_chans_num_classes_bottleneck(name: str) -> None:
+    model = variants.create(name, depth=11, block="bottleneck", in_chans=1, num_classes=3)
+    assert model(torch.randn(2, 1, 9, 9)).shape == (2, 3)
+    assert next(m for m in model.modules() if isinstance(m, nn.Conv2d)).in_channels == 1
+
+
+@pytest.mark.parametrize("name", ["rezero_resnet", "skipinit", "fixup"])
+def test_no_normalisation(name: str) -> None:
+    model = variants.create(name, depth=20, shortcut="B")
+    assert not any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in model.modules())
+
+
+@pytest.mark.parametrize("name", ["rezero_resnet", "skipinit"])
+def test_scalar_skip_identity_at_init_and_formula(name: str) -> None:
+    model = variants.create(name, depth=20).double()
+    u = units(model)[1]
+    assert isinstance(u.combine, Scaled) and u.combine.beta.shape == () and u.combine.beta.item() == 0.0
+    x = torch.randn(2, 16, 5, 5, dtype=torch.float64)
+    assert torch.equal(u(x), x)  # exactly the identity at init
+    with torch.no_grad():
+        u.combine.beta.fill_(0.7)
+    c1, c2 = [m for m in u.body if isinstance(m, nn.Conv2d)]
+    inner = x if name == "rezero_resnet" else F.relu(x)  # SkipInit keeps the pre-activation ReLU
+    assert torch.allclose(u(x), x + 0.7 * c2(F.relu(c1(inner))))
+    assert isinstance(u.body[0], nn.ReLU) == (name == "skipinit")
+    custom = variants.create(name, depth=8, alpha_init=0.25)
+    assert all(un.combine.beta.item() == 0.25 for un in units(custom))
+
+
+def test_fixup_identity_at_init_and_zero_logits() -> None:
+    model = variants.create("fixup_resnet110").double()
+    u = units(model)[1]
+    x = torch.rand(2, 16, 5, 5, dtype=torch.float64)  # non-negative: the output of the previous ReLU
+    assert torch.equal(u(x), x)
+    logits = model(torch.randn(2, 3, 8, 8, dtype=torch.float64))
+    assert torch.equal(logits, torch.zeros(2, 10, dtype=torch.float64))  # classifier zero-initialised
+
+
+def test_fixup_structure_and_scaling() -> None:
+    torch.manual_seed(0)
+    model = variants.create("fixup", depth=110)  # L = 54 branches of m = 2 convs
+    scale = 54 ** (-1 / 2)
+    for u in units(model):
+        assert isinstance(u.shared, ScalarBias) and isinstance(u.combine, Scaled) and u.combine.beta.item() == 1.0
+        assert sum(isinstance(m, ScalarBias) for m in u.body) == 3  # + the shared one: before each conv and ReLU
+        convs = [m for m in u.body if isinstance(m, nn.Conv2d)]
+        assert torch.all(convs[-1].weight == 0)
+    conv = next(m for m in units(model)[-1].body if isinstance(m, nn.Conv2d))  # 64·64·9 weights: tight std estimate
+    he_std = math.sqrt(2 / (conv.out_channels * 9))
+    assert conv.weight.std().item() == pytest.approx(he_std * scale, rel=0.03)
+    bottleneck = variants.create("fixup", depth=29, block="bottleneck")  # L = 9, m = 3
+    conv = [m for m in units(bottleneck)[-1].body if isinstance(m, nn.Conv2d)][1]  # the 3×3
+    assert conv.weight.std().item() == pytest.approx(math.sqrt(2 / (64 * 9)) * 9 ** (-1 / 4), rel=0.05)
+    assert torch.all(model.head[-1].weight == 0) and torch.all(model.head[-1].bias == 0)
+
+
+def test_fixup_unit_formula_with_trained_scalars() -> None:
+    model = variants.create("fixup", depth=14).double()
+    u = units(model)[1]  # identity-shaped
+    with torch.no_grad():
+        for p in u.parameters():
+            p.uniform_(-0.5, 0.5) if p.numel() == 1 else p.normal_(0, 0.1)
+    b1a = u.shared.bias
+    c1, b1b, _, b2a, c2, b2b = u.body
+    x = torch.randn(2, 16, 5, 5, dtype=torch.float64)
+    branch = b2b(c2(b2a(F.relu(b1b(c1(x + b1a))))))
+    assert torch.allclose(u(x), F.relu(x + b1a + u.combine.beta * branch))
+
+
+@pytest.mark.parametrize(("depth", "eps"), [(20, 0.1), (44, 1e-5), (56, 1e-6)])
+def test_layerscale_cait_init_rule(depth: int, eps: float) -> None:
+    model = variants.create("layerscale", depth=depth)  # 9, 21 and 27 residual units
+    for u in units(model):
+        assert isinstance(u.combine, Scaled) and u.combine.beta.shape == (u.body[-1].out_channels,)
+        assert torch.all(u.combine.beta == torch.tensor(eps))
+
+
+def test_layerscale_formula_and_override() -> None:
+    model = variants.create("layerscale", depth=20, init_scale=0.5).double().eval()
+    u = units(model)[1]
+    with torch.no_grad():
+        u.combine.beta.copy_(torch.linspace(-1, 1, 16))
+    bn1, _, c1, bn2, _, c2 = u.body
+    x = torch.randn(2, 16, 5, 5, dtype=torch.float64)
+    f = c2(F.relu(bn2(c1(F.relu(bn1(x))))))
+    assert torch.allclose(u(x), x + u.combine.beta.view(1, -1, 1, 1) * f)
+    assert torch.all(units(model)[0].combine.beta == 0.5)
+
+
+@pytest.mark.parametrize("name", BASES)
+def test_invalid_arguments(name: str) -> None:
+    with pytest.raises(ValueError, match=r"depth must be 6n\+2 \(basic\).*got 21"):
+        variants.create(name, depth=21)
+    with pytest.raises(ValueError, match=r"depth must be 9n\+2 \(bottleneck\).*got 30"):
+        variants.create(name, depth=30, block="bottleneck")
+    with pytest.raises(ValueError, match=r"shortcut must be one of \('A', 'B', 'C'\)"):
+        variants.create(name, shortcut="Z")
+    with pytest.raises(ValueError, match="block must be one of"):
+        variants.create(name, block="wide")
+    with pytest.raises(ValueError, match="num_classes must be a positive integer"):
+        variants.create(name, depth=8, num_classes=0)
+    with pytest.raises(ValueError, match=r"drop_path_rate must be in \[0, 1\)"):
+        variants.create(name, drop_path_rate=1.0)
+
+
+@pytest.mark.parametrize("name", BASES)
+def test_drop_path_linear_decay_and_eval_determinism(name: str) -> None:
+    torch.manual_seed(0)
+    model = variants.create(name, depth=20, drop_path_rate=0.9)
+    assert [u.drop_path.drop_prob for u in units(model)] == pytest.approx([0.9 * (i + 1) / 9 for i in range(9)])
+    x = torch.randn(2, 3, 8, 8)
+    model.eval()
+    assert torch.equal(model(x), model(x))

@@ -1,0 +1,204 @@
+"""bench.plots: figures checked by their data (lines, scales, labels, colours), from a fake results dir."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from matplotlib.colors import to_rgb
+
+from bench import plots
+from bench.results import ResultsStore
+
+SEEDS = (0, 1, 2)
+# final train accuracy per (variant, depth, seed)
+ACC = {("plain", 20): (0.95, 0.96, 0.97), ("plain", 56): (0.80, 0.82, 0.84),
+       ("resnet", 20): (0.96, 0.97, 0.98), ("resnet", 56): (0.98, 0.99, 1.00)}  # fmt: skip
+
+
+def loss_curve(variant: str, depth: int, seed: int, warmup: int) -> list[float]:
+    base = {"plain": 2.0, "resnet": 1.5, "postln": 3.0, "preln": 2.5}[variant] + depth / 100 + seed / 10
+    return [base / (s + 1) + (1.0 if warmup == 0 and variant == "postln" else 0.0) for s in range(5)]
+
+
+def add_run(store: ResultsStore, variant: str, depth: int, seed: int, task: str = "digits", **row) -> None:
+    warmup = row.pop("warmup_steps", 0)
+    run_id = f"{variant}{depth}-{task}-w{warmup}-s{seed}"
+    acc = ACC.get((variant, depth), (0.5, 0.5, 0.5))[seed]
+    full = {"run_id": run_id, "variant": variant, "family": row.pop("family", "cifar"), "depth": depth, "task": task,
+            "seed": seed, "status": "ok", "final_train_acc": acc, "final_val_acc": acc - 0.05,
+            "train_samples_per_s": 1000.0 * 20 / depth + seed, "peak_mem_mb": 10.0 * depth + seed,
+            "warmup_steps": warmup} | row  # fmt: skip
+    losses = loss_curve(variant, depth, seed, warmup)
+    curves = {
+        "train": [{"step": s, "loss": v, "lr": 0.1} for s, v in enumerate(losses)] + [{"step": 5, "loss": None}],
+        "eval": [{"step": s, "epoch": s / 4, "wall_s": 1.0, "val_acc": acc * s / 4} for s in (0, 4)],
+    }
+    probes = [{"step": 0, "layer": i, "block": f"b{i}", "metric": "grad_norm", "value": (i + 1) * (seed + 1) * depth}
+              for i in range(3)]  # fmt: skip
+    probes += [{"step": 4, "layer": 0, "block": "b0", "metric": "grad_norm", "value": 99.0}]
+    store.append(full, {"run_id": run_id, "row": full, "curves": curves, "probes": probes})
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory: pytest.TempPathFactory):
+    root = tmp_path_factory.mktemp("results")
+    store = ResultsStore(root)
+    for variant, depth in ACC:
+        for seed in SEEDS:
+            add_run(store, variant, depth, seed)
+    for variant in ("postln", "preln"):
+        for warmup in (0, 50):
+            for seed in (0, 1):
+                add_run(store, variant, 6, seed, task="copy", family="transformer", warmup_steps=warmup)
+    return root, plots.load_frames(root)
+
+
+def line(ax, label: str):
+    found = [ln for ln in ax.get_lines() if ln.get_label() == label]
+    assert len(found) == 1, [ln.get_label() for ln in ax.get_lines()]
+    return found[0]
+
+
+def legend_labels(ax) -> list[str]:
+    return [t.get_text() for t in ax.get_legend().get_texts()]
+
+
+def assert_labelled(ax) -> None:
+    assert ax.get_title() and ax.get_xlabel() and ax.get_ylabel() and ax.get_legend() is not None
+
+
+def test_palette_is_fixed_per_name_and_independent_of_the_others():
+    p1 = plots.palette(["resnet", "plain"])
+    p2 = plots.palette(["plain", "highway", "resnet", "my_new_block"])
+    assert p1["resnet"] == p2["resnet"] and p1["plain"] == p2["plain"]
+    assert p1["resnet"] != p1["plain"]
+    assert plots.variant_colour("resnet56") == plots.variant_colour("resnet")  # preset shares its design's colour
+    assert plots.variant_colour("preact_resnet164") == plots.variant_colour("preact")
+    assert plots.variant_colour("highway_mlp20") == plots.variant_colour("highway")
+    assert plots.variant_colour("densenet_bc100_k12") != plots.variant_colour("densenet100_k12")
+    # Unknown names hash (sha1, so stable across processes) into a fixed fallback palette.
+    assert plots.palette(["my_new_block"])["my_new_block"] == plots.palette(["x", "my_new_block"])["my_new_block"]
+    assert plots.variant_colour("my_new_block") in [tuple(c) for c in plots._FALLBACK]
+
+
+def test_variant_key_strips_only_the_depth_suffix():
+    assert plots.variant_key("resnet56", 56) == "resnet"
+    assert plots.variant_key("preact_resnet164", 164) == "preact_resnet"
+    assert plots.variant_key("resnet", 56) == "resnet"
+    assert plots.variant_key("densenet_bc100_k12", 100) == "densenet_bc100_k12"
+    assert plots.variant_key("plain", None) == "plain"
+
+
+def test_learning_curves_plot_seed_means(results):
+    _, frames = results
+    fig = plots.plot_learning_curves(frames.curves, "digits")
+    left, right = fig.axes
+    ln = line(left, "plain (depth 20)")
+    expected = np.mean([loss_curve("plain", 20, s, 0) for s in SEEDS], axis=0)
+    assert list(ln.get_xdata()) == [0, 1, 2, 3, 4]  # the null (non-finite) loss at step 5 is dropped
+    assert set(frames.curves["metric"]) == {"loss", "val_acc"}  # lr, epoch, wall_s are axes, not metrics
+    np.testing.assert_allclose(ln.get_ydata(), expected)
+    assert ln.get_linestyle() == "-" and line(left, "plain (depth 56)").get_linestyle() == "--"
+    val = line(right, "resnet (depth 56)")
+    np.testing.assert_allclose(val.get_ydata(), [0.0, np.mean(ACC[("resnet", 56)])])
+    assert len(left.collections) == 4  # one CI band per series
+    for ax in (left, right):
+        assert_labelled(ax)
+        assert set(legend_labels(ax)) == {f"{v} (depth {d})" for v, d in ACC}
+    assert "validation accuracy" in right.get_ylabel()
+
+
+def test_degradation_plot_means_vs_depth(results):
+    _, frames = results
+    ax = plots.plot_degradation(frames.leaderboard, "digits").axes[0]
+    for variant in ("plain", "resnet"):
+        ln = line(ax, variant)
+        assert list(ln.get_xdata()) == [20, 56]
+        np.testing.assert_allclose(ln.get_ydata(), [1 - np.mean(ACC[(variant, d)]) for d in (20, 56)])
+    assert_labelled(ax) and set(legend_labels(ax)) == {"plain", "resnet"}
+
+
+def test_grad_norm_at_init_is_per_layer_on_a_log_scale(results):
+    _, frames = results
+    ax = plots.plot_grad_norm_init(frames.probes, "digits").axes[0]
+    assert ax.get_yscale() == "log"
+    ln = line(ax, "resnet (depth 56)")
+    assert list(ln.get_xdata()) == [0, 1, 2]
+    np.testing.assert_allclose(ln.get_ydata(), [(i + 1) * 2 * 56 for i in range(3)])  # mean of seed factors 1,2,3
+    assert_labelled(ax)
+
+
+def test_cost_plot_has_throughput_and_memory_panels(results):
+    _, frames = results
+    thr, mem = plots.plot_cost(frames.leaderboard, "digits").axes
+    np.testing.assert_allclose(line(thr, "plain").get_ydata(), [1001.0, 1000 * 20 / 56 + 1])
+    np.testing.assert_allclose(line(mem, "resnet").get_ydata(), [201.0, 561.0])
+    assert "samples/s" in thr.get_ylabel() and "MB" in mem.get_ylabel()
+    assert_labelled(thr) and assert_labelled(mem)
+
+
+def test_pareto_front_mask():
+    x = np.array([1.0, 2.0, 3.0, 2.0, 0.5])
+    y = np.array([0.9, 0.8, 0.5, 0.7, 0.9])
+    assert plots.pareto_front(x, y).tolist() == [True, True, True, False, False]
+
+
+def test_pareto_plot_points_and_front(results):
+    _, frames = results
+    ax = plots.plot_pareto(frames.leaderboard, "digits").axes[0]
+    res = line(ax, "resnet")
+    np.testing.assert_allclose(res.get_ydata(), [np.mean(ACC[("resnet", d)]) - 0.05 for d in (20, 56)])
+    front = line(ax, "Pareto front")
+    # resnet20 is the fastest and resnet56 the most accurate; plain is dominated at both depths.
+    np.testing.assert_allclose(front.get_xdata(), [1000 * 20 / 56 + 1, 1001.0])
+    np.testing.assert_allclose(front.get_ydata(), [0.94, 0.92])
+    assert_labelled(ax)
+
+
+def test_warmup_plot_styles_and_labels(results):
+    _, frames = results
+    ax = plots.plot_warmup(frames.curves, "copy").axes[0]
+    cold, warm = line(ax, "postln, no warm-up"), line(ax, "postln, warm-up 50 steps")
+    assert cold.get_linestyle() == "--" and warm.get_linestyle() == "-"
+    np.testing.assert_allclose(cold.get_ydata(), np.mean([loss_curve("postln", 6, s, 0) for s in (0, 1)], axis=0))
+    assert to_rgb(cold.get_color()) == to_rgb(plots.variant_colour("postln"))
+    assert len(legend_labels(ax)) == 4
+    assert_labelled(ax)
+
+
+def test_a_variant_keeps_its_colour_across_figures(results):
+    _, frames = results
+    deg = line(plots.plot_degradation(frames.leaderboard, "digits").axes[0], "resnet")
+    curve = line(plots.plot_learning_curves(frames.curves, "digits").axes[0], "resnet (depth 20)")
+    pareto = line(plots.plot_pareto(frames.leaderboard, "digits").axes[0], "resnet")
+    assert to_rgb(deg.get_color()) == to_rgb(curve.get_color()) == to_rgb(pareto.get_color())
+    assert to_rgb(deg.get_color()) == to_rgb(plots.palette(["resnet"])["resnet"])
+
+
+def test_figures_need_one_task(results):
+    _, frames = results
+    with pytest.raises(ValueError, match=r"exactly one task; found \['copy', 'digits'\]"):
+        plots.plot_learning_curves(frames.curves)
+    with pytest.raises(ValueError, match="found none"):
+        plots.plot_degradation(frames.leaderboard, "cifar10")
+
+
+def test_make_all_writes_only_figures_with_data(results, tmp_path):
+    root, _ = results
+    names = sorted(p.name for p in plots.make_all(root))
+    assert names == ["cost_copy.png", "cost_digits.png", "curves_copy.png", "curves_digits.png",
+                     "degradation_digits.png", "grad_norm_init_copy.png", "grad_norm_init_digits.png",
+                     "pareto_copy.png", "pareto_digits.png", "warmup_copy.png"]  # fmt: skip
+    assert all((root / "plots" / n).stat().st_size > 0 for n in names)
+    assert plots.make_all(tmp_path) == []  # an empty results directory: nothing to draw
+
+
+def test_load_frames_filters_a_study(tmp_path):
+    store = ResultsStore(tmp_path)
+    add_run(store, "resnet", 20, 0, study="degradation")
+    add_run(store, "plain", 20, 0)
+    frames = plots.load_frames(tmp_path, "degradation")
+    assert frames.leaderboard["variant"].tolist() == ["resnet"]
+    assert set(frames.curves["variant"]) == {"resnet"} and set(frames.probes["variant"]) == {"resnet"}
+    with pytest.raises(ValueError, match=r"no runs of study 'postln' .*studies: \['degradation'\]"):
+        plots.load_frames(tmp_path, "postln")

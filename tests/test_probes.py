@@ -1,0 +1,258 @@
+"""bench.probes: exact per-layer values on hand-built models, and a model left exactly as found."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from torch import nn
+
+from bench.probes import METRICS, format_probe_table, probe, probe_table
+from variants.combinators import Add, Gate, Scaled, TransformGate
+from variants.placements import Residual
+
+
+def half_sse(out: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    return 0.5 * ((out - target) ** 2).sum()
+
+
+def linear(weight: list[list[float]], bias: bool = False) -> nn.Linear:
+    w = torch.tensor(weight)
+    layer = nn.Linear(w.shape[1], w.shape[0], bias=bias)
+    with torch.no_grad():
+        layer.weight.copy_(w)
+        if bias:
+            layer.bias.zero_()
+    return layer
+
+
+def by_metric(rows: list[dict], metric: str) -> dict[int, float]:
+    return {r["layer"]: r["value"] for r in rows if r["metric"] == metric}
+
+
+W1 = [[0.5, 0.0], [0.0, -1.0]]
+W2 = [[0.0, 1.0], [1.0, 0.0]]
+X = [[1.0, 2.0], [3.0, -1.0]]
+Y = [[0.5, 0.0], [1.0, 2.0]]
+
+
+def two_unit_stack() -> nn.Sequential:
+    return nn.Sequential(Residual(linear(W1), Add(), "none"), Residual(linear(W2), Add(), "none"))
+
+
+def test_closed_form_values_of_a_linear_residual_stack():
+    rows = probe(two_unit_stack(), torch.tensor(X), torch.tensor(Y), half_sse, step=7)
+    # By hand: nn.Linear computes h W^T; h1 = x + x W1^T, h2 = h1 + h1 W2^T, L = ½‖h2 - y‖².
+    x, w1, w2, y = (np.array(a) for a in (X, W1, W2, Y))
+    f1 = x @ w1.T
+    h1 = x + f1
+    f2 = h1 @ w2.T
+    h2 = h1 + f2
+    r = h2 - y  # dL/dh2
+    g2 = r.T @ h1  # dL/dW2
+    g1 = (r + r @ w2).T @ x  # dL/dh1 = r (I + W2), then dL/dW1
+    assert by_metric(rows, "grad_norm") == pytest.approx({0: np.linalg.norm(g1), 1: np.linalg.norm(g2)}, rel=1e-6)
+    assert by_metric(rows, "out_rms") == pytest.approx(
+        {0: np.sqrt((h1**2).mean()), 1: np.sqrt((h2**2).mean())}, rel=1e-6
+    )
+    assert by_metric(rows, "out_var") == pytest.approx({0: h1.var(), 1: h2.var()}, rel=1e-6)
+    ratios = {0: np.linalg.norm(f1) / np.linalg.norm(x), 1: np.linalg.norm(f2) / np.linalg.norm(h1)}
+    assert by_metric(rows, "branch_ratio") == pytest.approx(ratios, rel=1e-6)
+    assert {r["step"] for r in rows} == {7}
+    assert {(r["layer"], r["block"]) for r in rows} == {(0, "0.combine"), (1, "1.combine")}
+    assert not by_metric(rows, "gate_mean") and not by_metric(rows, "residual_scale")
+
+
+def test_grad_norm_covers_the_whole_owner_of_the_unit():
+    # The owner (the Residual) holds the body and the post norm: both parameter sets count.
+    unit = Residual(linear([[1.0, 0.5], [0.0, 1.0]], bias=True), Add(), "post", norm=lambda: nn.LayerNorm(2))
+    x, y = torch.tensor(X), torch.tensor(Y)
+    rows = probe(unit, x, y, half_sse, 0)
+    unit.zero_grad(set_to_none=True)
+    half_sse(unit(x), y).backward()
+    expected = torch.sqrt(sum(p.grad.pow(2).sum() for p in unit.parameters())).item()
+    assert by_metric(rows, "grad_norm") == {0: pytest.approx(expected, rel=1e-6)}
+
+
+def test_gate_mean_is_sigmoid_of_the_bias_for_a_zero_weight_gate():
+    proj = nn.Linear(3, 3)
+    gate = Gate(TransformGate(proj, bias_init=-2.0))
+    with torch.no_grad():
+        proj.weight.zero_()
+    model = nn.Sequential(nn.Linear(3, 3), Residual(nn.Linear(3, 3), gate, "none"))
+    rows = probe(model, torch.randn(5, 3), torch.randn(5, 3), half_sse, 0)
+    assert by_metric(rows, "gate_mean") == {0: pytest.approx(1 / (1 + math.exp(2.0)), rel=1e-6)}
+    assert {r["block"] for r in rows if r["metric"] == "gate_mean"} == {"1.combine"}
+
+
+def test_a_gate_outside_any_combinator_is_a_unit_of_its_own():
+    proj = nn.Linear(2, 2)
+    model = nn.Sequential(Residual(linear(W1), Add(), "none"), TransformGate(proj, bias_init=1.0))
+    with torch.no_grad():
+        proj.weight.zero_()
+    rows = probe(model, torch.tensor(X), torch.tensor(Y), half_sse, 0)
+    gate_rows = [r for r in rows if r["metric"] == "gate_mean"]
+    assert [(r["layer"], r["block"]) for r in gate_rows] == [(1, "1")]
+    assert gate_rows[0]["value"] == pytest.approx(1 / (1 + math.exp(-1.0)), rel=1e-6)
+
+
+def test_residual_scale_is_mean_abs_of_a_learnable_beta_only():
+    learnable = Scaled(beta=0.1, learnable_beta=True, beta_shape=(3,))
+    with torch.no_grad():
+        learnable.beta.copy_(torch.tensor([-1.0, 0.5, 0.0]))
+    fixed = Scaled(alpha=2.0, beta=0.3)  # DeepNorm-like constant: not probed
+    model = nn.Sequential(Residual(nn.Linear(3, 3), learnable, "none"), Residual(nn.Linear(3, 3), fixed, "none"))
+    rows = probe(model, torch.randn(4, 3), torch.randn(4, 3), half_sse, 0)
+    assert by_metric(rows, "residual_scale") == {0: pytest.approx(0.5)}
+
+
+def test_zero_shortcut_gives_infinite_branch_ratio():
+    model = Residual(nn.Linear(2, 2), Add(), "none")
+    rows = probe(model, torch.zeros(3, 2), torch.ones(3, 2), half_sse, 0)
+    assert by_metric(rows, "branch_ratio") == {0: math.inf}
+
+
+class Twice(nn.Module):
+    """Calls one combinator twice (weight sharing): the probe reports the mean over the calls."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(2, 2, bias=False)
+        self.combine = Add()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.combine(2 * x, fx=torch.zeros_like(x)) + self.combine(x, torch.zeros_like(x)) + self.lin(x)
+
+
+def test_a_combinator_called_twice_reports_the_mean_and_keyword_inputs_work():
+    x = torch.tensor([[3.0, 4.0]])
+    rows = probe(Twice(), x, torch.zeros(1, 2), half_sse, 0)
+    rms = float(np.sqrt(12.5))
+    assert by_metric(rows, "out_rms") == {0: pytest.approx((2 * rms + rms) / 2)}
+    assert by_metric(rows, "branch_ratio") == {0: 0.0}
+
+
+def norm_model() -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(
+        nn.Linear(4, 6),
+        Residual(nn.Sequential(nn.Linear(6, 6), nn.Dropout(0.5)), Add(), "post", norm=lambda: nn.BatchNorm1d(6)),
+        Residual(nn.Linear(6, 6), Scaled(beta=0.0, learnable_beta=True), "pre", norm=lambda: nn.LayerNorm(6)),
+        nn.BatchNorm1d(6),
+        nn.Linear(6, 3),
+    )
+
+
+def snapshot(model: nn.Module) -> dict:
+    return {
+        "state": {k: v.clone() for k, v in model.state_dict().items()},
+        "grads": [p.grad for p in model.parameters()],
+        "grad_values": [None if p.grad is None else p.grad.clone() for p in model.parameters()],
+        "modes": [m.training for m in model.modules()],
+    }
+
+
+def assert_untouched(model: nn.Module, before: dict) -> None:
+    after = model.state_dict()
+    assert before["state"].keys() == after.keys()
+    for k, v in before["state"].items():
+        assert torch.equal(v, after[k]), k
+    for p, g, value in zip(model.parameters(), before["grads"], before["grad_values"], strict=True):
+        assert p.grad is g  # the very same tensor object (or None)
+        if g is not None:
+            assert torch.equal(p.grad, value)
+    assert [m.training for m in model.modules()] == before["modes"]
+    for m in model.modules():
+        assert not m._forward_hooks and not m._forward_pre_hooks and not m._backward_hooks
+
+
+def prepared_model() -> nn.Module:
+    model = norm_model()
+    model.train()
+    model[3].eval()  # mixed modes must come back as they were
+    params = list(model.parameters())
+    params[0].grad = torch.full_like(params[0], 3.0)  # a training loop's pending gradient
+    params[2].grad = torch.zeros_like(params[2])
+    return model
+
+
+def test_probe_leaves_model_grads_buffers_modes_and_rng_untouched():
+    model = prepared_model()
+    before = snapshot(model)
+    x, y = torch.randn(8, 4), torch.randint(0, 3, (8,))
+    rng = torch.random.get_rng_state()
+    rows = probe(model, x, y, nn.functional.cross_entropy, 3, train=True)
+    assert {r["metric"] for r in rows} <= set(METRICS) and rows
+    assert_untouched(model, before)
+    assert torch.equal(torch.random.get_rng_state(), rng)
+
+
+def test_probe_restores_everything_when_the_loss_raises():
+    model = prepared_model()
+    before = snapshot(model)
+
+    def broken_loss(out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        raise RuntimeError("loss exploded")
+
+    with pytest.raises(RuntimeError, match="loss exploded"):
+        probe(model, torch.randn(8, 4), torch.zeros(8, dtype=torch.long), broken_loss, 0)
+    assert_untouched(model, before)
+
+
+def train_run(probe_every: int | None) -> list[torch.Tensor]:
+    model = norm_model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    gen = torch.Generator().manual_seed(1)
+    for step in range(4):
+        x, y = torch.randn(8, 4, generator=gen), torch.randint(0, 3, (8,), generator=gen)
+        if probe_every and step % probe_every == 0:
+            probe(model, x, y, nn.functional.cross_entropy, step)
+        opt.zero_grad(set_to_none=False)
+        nn.functional.cross_entropy(model(x), y).backward()
+        if probe_every:
+            probe(model, x, y, nn.functional.cross_entropy, step)  # between backward and step: grads must survive
+        opt.step()
+    return [p.detach().clone() for p in model.state_dict().values()]
+
+
+def test_probing_inside_a_training_loop_does_not_change_training():
+    torch.manual_seed(5)
+    plain = train_run(None)
+    torch.manual_seed(5)
+    probed = train_run(1)
+    assert all(torch.equal(a, b) for a, b in zip(plain, probed, strict=True))
+
+
+def test_probe_table_columns_and_errors():
+    rows = probe(two_unit_stack(), torch.tensor(X), torch.tensor(Y), half_sse, 0)
+    df = probe_table(rows)
+    assert list(df.columns) == ["step", "layer", "block", "metric", "value"] and len(df) == len(rows)
+    with_id = probe_table([{"run_id": "r", **r} for r in rows])
+    assert with_id.columns[0] == "run_id"
+    assert probe_table([]).empty
+    with pytest.raises(ValueError, match=r"lack columns \['block'\]"):
+        probe_table([{"step": 0, "layer": 0, "metric": "grad_norm", "value": 1.0}])
+
+
+def test_format_probe_table_pivots_layers_by_metrics():
+    df = pd.DataFrame(
+        [
+            {"run_id": "a", "step": 0, "layer": 0, "block": "b0", "metric": "out_rms", "value": 1.0},
+            {"run_id": "b", "step": 0, "layer": 0, "block": "b0", "metric": "out_rms", "value": 3.0},
+            {"run_id": "a", "step": 0, "layer": 0, "block": "b0", "metric": "grad_norm", "value": 0.5},
+            {"run_id": "a", "step": 0, "layer": 1, "block": "b1", "metric": "grad_norm", "value": 0.25},
+            {"run_id": "a", "step": 5, "layer": 1, "block": "b1", "metric": "grad_norm", "value": 9.0},
+        ]
+    )
+    text = format_probe_table(df, step=0)
+    lines = text.splitlines()
+    assert lines[0].split() == ["grad_norm", "out_rms"]  # METRICS order, not alphabetical
+    assert lines[2].split() == ["0", "b0", "0.5", "2"]  # mean over runs a, b
+    assert lines[3].split() == ["1", "b1", "0.25", "-"]
+    assert "step" in format_probe_table(df).splitlines()[1]  # several steps: step is an index level
+    assert format_probe_table(df.iloc[0:0]) == "(no probe rows)"
+    with pytest.raises(ValueError, match=r"no probe rows at step 3; steps present: \[0, 5\]"):
+        format_probe_table(df, step=3)

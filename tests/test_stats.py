@@ -1,0 +1,146 @@
+"""bench.stats: CI arithmetic by hand, the ok-only and not-reached rules, Welch and the bootstrap."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+from scipy import stats as sps
+
+from bench.stats import aggregate, aggregate_long, compare, first_reach, t_ci, target_summary
+
+# t_{0.975} quantiles from a printed table (Student's t): df=2 -> 4.303, df=3 -> 3.182, df=4 -> 2.776.
+T975 = {2: 4.302653, 3: 3.182446, 4: 2.776445}
+
+
+def board(rows: list[tuple]) -> pd.DataFrame:
+    cols = ["variant", "depth", "task", "seed", "status", "final_val_acc", "steps_to_target", "time_to_target_s"]
+    return pd.DataFrame(rows, columns=cols)
+
+
+def test_t_ci_by_hand():
+    # values 2, 4, 6: mean 4, sample std 2 (ddof=1), half-width t(0.975, 2)·2/√3.
+    s = t_ci([2.0, 4.0, 6.0])
+    assert s["n"] == 3 and s["mean"] == 4.0 and s["std"] == pytest.approx(2.0) and s["median"] == 4.0
+    assert s["ci"] == pytest.approx(T975[2] * 2 / math.sqrt(3), rel=1e-6)
+    assert (s["ci_low"], s["ci_high"]) == pytest.approx((4 - s["ci"], 4 + s["ci"]))
+    one = t_ci([5.0, math.nan])  # non-finite values are dropped; n=1 has no spread
+    assert one["n"] == 1 and one["mean"] == 5.0 and all(math.isnan(one[k]) for k in ("std", "ci", "ci_low", "ci_high"))
+    none = t_ci([])
+    assert none["n"] == 0 and math.isnan(none["mean"])
+
+
+def test_aggregate_counts_only_ok_runs_and_reports_failures():
+    df = board(
+        [
+            ("resnet", 20, "digits", 0, "ok", 0.90, 100, 1.0),
+            ("resnet", 20, "digits", 1, "ok", 0.92, 200, 2.0),
+            ("resnet", 20, "digits", 2, "ok", 0.94, None, None),
+            ("resnet", 20, "digits", 3, "ok", 0.96, 300, 3.0),
+            ("resnet", 20, "digits", 4, "diverged", 0.10, None, None),
+            ("plain", 20, "digits", 0, "ok", 0.80, None, None),
+            ("plain", 20, "digits", 1, "oom", None, None, None),
+        ]
+    )
+    wide = aggregate(df, metrics=("final_val_acc",)).set_index("variant")
+    r = wide.loc["resnet"]
+    assert (r["n_runs"], r["n_failed"], r["final_val_acc_n"]) == (5, 1, 4)
+    values = np.array([0.90, 0.92, 0.94, 0.96])  # the diverged run's 0.10 is not averaged in
+    std = float(np.sqrt(((values - values.mean()) ** 2).sum() / 3))
+    assert r["final_val_acc_mean"] == pytest.approx(0.93)
+    assert r["final_val_acc_std"] == pytest.approx(std)
+    assert r["final_val_acc_ci"] == pytest.approx(T975[3] * std / 2, rel=1e-6)
+    assert r["final_val_acc_ci_high"] == pytest.approx(0.93 + T975[3] * std / 2, rel=1e-6)
+    p = wide.loc["plain"]
+    assert (p["n_runs"], p["n_failed"], p["final_val_acc_n"], p["final_val_acc_mean"]) == (2, 1, 1, 0.80)
+    assert math.isnan(p["final_val_acc_std"]) and math.isnan(p["final_val_acc_ci"])
+
+
+def test_not_reached_runs_are_nan_never_their_last_step():
+    df = board(
+        [
+            ("resnet", 20, "digits", 0, "ok", 0.9, 100, 1.0),
+            ("resnet", 20, "digits", 1, "ok", 0.9, 300, 3.0),
+            ("resnet", 20, "digits", 2, "ok", 0.9, None, None),
+            ("resnet", 20, "digits", 3, "diverged", 0.1, None, None),
+        ]
+    )
+    s = target_summary(df).iloc[0]
+    assert (s["reached"], s["n_runs"], s["median"], s["mean"]) == (2, 4, 200.0, 200.0)
+    t = target_summary(df, metric="time_to_target_s").iloc[0]
+    assert (t["reached"], t["mean"]) == (2, 2.0)
+    long = aggregate_long(df, metrics=("steps_to_target",)).iloc[0]
+    assert (long["n"], long["n_runs"], long["n_failed"]) == (2, 4, 1)
+    with pytest.raises(ValueError, match="target_summary is for"):
+        target_summary(df, metric="final_val_acc")
+
+
+def test_first_reach_rule():
+    assert first_reach([0, 10, 20, 30], [0.1, 0.5, 0.8, 0.9], 0.8) == 20.0
+    assert math.isnan(first_reach([0, 10, 20], [0.1, 0.5, 0.79], 0.8))  # never: NaN, not 20
+    assert first_reach([0, 1, 2], [3.0, float("nan"), 0.5], 1.0, higher_is_better=False) == 2.0
+    assert math.isnan(first_reach([0, 1], [float("nan"), float("inf")], 0.5))
+    with pytest.raises(ValueError, match="differ in length"):
+        first_reach([0, 1], [0.5], 0.5)
+
+
+def test_aggregate_missing_columns_error():
+    with pytest.raises(ValueError, match=r"lacks columns \['peak_mem_mb'\]"):
+        aggregate(board([]), metrics=("peak_mem_mb",))
+
+
+def two_variants() -> pd.DataFrame:
+    a = [0.91, 0.93, 0.92, 0.95]
+    b = [0.85, 0.90, 0.86]
+    rows = [("resnet", 20, "digits", i, "ok", v, None, None) for i, v in enumerate(a)]
+    rows += [("plain", 20, "digits", i, "ok", v, None, None) for i, v in enumerate(b)]
+    rows += [("plain", 20, "digits", 9, "diverged", 0.1, None, None)]
+    return board(rows)
+
+
+def test_compare_welch_matches_scipy_and_the_hand_formula():
+    res = compare(two_variants(), "resnet", "plain", "final_val_acc", n_boot=2000, seed=1)
+    a, b = np.array([0.91, 0.93, 0.92, 0.95]), np.array([0.85, 0.90, 0.86])
+    ref = sps.ttest_ind(a, b, equal_var=False)
+    va, vb = a.var(ddof=1) / 4, b.var(ddof=1) / 3
+    t_hand = (a.mean() - b.mean()) / math.sqrt(va + vb)
+    dof_hand = (va + vb) ** 2 / (va**2 / 3 + vb**2 / 2)
+    assert res["t"] == pytest.approx(ref.statistic) == pytest.approx(t_hand)
+    assert res["p"] == pytest.approx(ref.pvalue)
+    assert res["p"] == pytest.approx(2 * sps.t.sf(abs(t_hand), dof_hand))
+    assert res["dof"] == pytest.approx(dof_hand)
+    assert (res["n_a"], res["n_b"]) == (4, 3)  # the diverged plain run is not a seed
+    assert res["diff"] == pytest.approx(a.mean() - b.mean())
+    assert res["boot_ci_low"] < res["diff"] < res["boot_ci_high"]
+
+
+def test_bootstrap_is_deterministic_for_a_seed():
+    df = two_variants()
+    first = compare(df, "resnet", "plain", "final_val_acc", n_boot=5000, seed=3)
+    again = compare(df, "resnet", "plain", "final_val_acc", n_boot=5000, seed=3)
+    other = compare(df, "resnet", "plain", "final_val_acc", n_boot=5000, seed=4)
+    assert (first["boot_ci_low"], first["boot_ci_high"]) == (again["boot_ci_low"], again["boot_ci_high"])
+    assert (first["boot_ci_low"], first["boot_ci_high"]) != (other["boot_ci_low"], other["boot_ci_high"])
+
+
+def test_compare_needs_three_seeds_per_side():
+    df = two_variants()
+    df = df[~((df["variant"] == "plain") & (df["seed"] == 2))]
+    with pytest.raises(
+        ValueError, match=r"at least 3 seeds per side are needed .* got 4 for 'resnet' and 2 for 'plain'"
+    ):
+        compare(df, "resnet", "plain", "final_val_acc")
+
+
+def test_compare_by_several_columns_and_mixed_groups():
+    df = two_variants()
+    deeper = df[df["variant"] == "resnet"].assign(depth=56)
+    both = pd.concat([df, deeper], ignore_index=True)
+    with pytest.raises(ValueError, match=r"'resnet' spans several depths \(\[20, 56\]\)"):
+        compare(both, "resnet", "plain", "final_val_acc")
+    res = compare(both, ("resnet", 56), ("resnet", 20), "final_val_acc", by=("variant", "depth"))
+    assert res["diff"] == pytest.approx(0.0)
+    with pytest.raises(ValueError, match="does not match by"):
+        compare(both, "resnet", ("plain", 20), "final_val_acc", by=("variant", "depth"))
