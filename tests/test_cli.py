@@ -1,0 +1,193 @@
+"""The command line: listing, bad input (exit 2, one line, nothing written), leaderboard/show, sweeps, perf."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from bench.cli import main
+from bench.results import ResultsStore
+
+FAST = ["--steps", "2", "--batch-size", "64", "--eval-every", "2", "--measure", "--quiet"]
+
+
+def run_cli(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    code = main(args)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_list_prints_name_family_params(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run_cli(["list", "resnet*"], capsys)
+    assert code == 0
+    lines = {line.split()[0]: line.split()[1:] for line in out.splitlines()}
+    assert lines["resnet20"] == ["resnet", "269,722"]
+    assert lines["resnet50"] == ["resnet_imagenet", "25,557,032"]
+    assert list(lines) == sorted(lines)
+
+
+def test_list_whole_registry_and_no_match(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run_cli(["list"], capsys)
+    names = [line.split()[0] for line in out.splitlines()]
+    for required in ("plain", "resnet", "highway", "preact", "densenet", "plain_mlp", "highway_mlp", "residual_mlp",
+                     "preact_mlp", "fixup", "skipinit", "layerscale", "postln", "preln", "sandwich", "deepnorm",
+                     "mixln", "gpt2_small", "densenet_bc100_k12", "preact_resnet164", "resnet1202"):
+        assert required in names
+    assert run_cli(["list", "zzz*"], capsys)[0] == 2
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--variant", "resnet21"], "error: unknown variant 'resnet21'; did you mean"),
+        (["--variant", "resnet", "--depth", "21"], "error: CIFAR ResNet depth must be 6n+2"),
+        (["--variant", "resnet20", "--task", "imagenet"], "error: unknown task 'imagenet'; choose one of:"),
+        (["--variant", "resnet20", "--lr", "-1"], "error: --lr must be a positive finite number"),
+        (["--variant", "resnet20", "--recipe", "vaswani"], "error: unknown recipe 'vaswani'"),
+        (["--variant", "resnet20", "--model-arg", "shortcut=Z"], "error:"),
+        (["--variant", "resnet20", "--model-arg", "colour=1"], "takes no keyword argument(s) ['colour']"),
+        (["--variant", "preln", "--task", "text", "--data-path", "/nonexistent/file.txt"], "error:"),
+    ],
+)
+def test_bad_input_exits_2_and_writes_nothing(
+    args: list[str], message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, err = run_cli(["run", *args, *FAST, "--results-dir", str(tmp_path)], capsys)
+    assert code == 2
+    assert message in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "leaderboard.csv").exists() and not (tmp_path / "runs").exists()
+
+
+def test_missing_and_corrupt_cifar(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    data = tmp_path / "data"
+    data.mkdir()
+    base = ["run", "--variant", "resnet20", "--task", "cifar10", "--data-dir", str(data), *FAST,
+            "--results-dir", str(tmp_path / "res")]
+    code, _, err = run_cli(base, capsys)
+    assert code == 2 and "python -m bench data download cifar10" in err
+    with tarfile.open(data / "cifar-10-python.tar.gz", "w:gz"):
+        pass  # a well-formed but wrong archive: its checksum cannot match
+    code, _, err = run_cli(base, capsys)
+    assert code == 2 and "corrupt" in err.lower()
+    assert not (tmp_path / "res" / "leaderboard.csv").exists()
+
+
+def test_unknown_option_is_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as e:
+        main(["run", "--variant", "resnet20", "--learning-rate", "0.1"])
+    assert e.value.code == 2
+    assert "unrecognized arguments: --learning-rate" in capsys.readouterr().err
+
+
+def test_real_process_exit_code(tmp_path: Path) -> None:
+    proc = subprocess.run([sys.executable, "-m", "bench", "run", "--variant", "nope", "--results-dir", str(tmp_path)],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and proc.stderr.startswith("error: unknown variant 'nope'")
+
+
+def test_help_documents_every_option_with_default(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["run", "--help"])
+    out = " ".join(capsys.readouterr().out.split())
+    for flag in ("--variant", "--depth", "--task", "--epochs", "--steps", "--batch-size", "--optimizer", "--lr",
+                 "--schedule", "--warmup-steps", "--seed", "--device", "--precision", "--compile",
+                 "--channels-last", "--deterministic", "--target", "--results-dir", "--probe-every"):
+        assert flag in out
+    assert "(default: 0.1)" in out and "(default: 128)" in out
+
+
+def test_leaderboard_and_show(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    for seed in ("0", "1"):
+        assert main(["run", "--variant", "resnet20", "--seed", seed, *FAST, "--results-dir", str(tmp_path)]) == 0
+    capsys.readouterr()
+    code, out, _ = run_cli(["leaderboard", "--results-dir", str(tmp_path)], capsys)
+    assert code == 0 and "resnet20" in out
+    run_id = ResultsStore(tmp_path).load_leaderboard()["run_id"][0]
+    code, out, _ = run_cli(["show", run_id[:-1], "--results-dir", str(tmp_path)], capsys)
+    assert code == 2  # the prefix matches both seeds
+    code, out, _ = run_cli(["show", run_id, "--results-dir", str(tmp_path)], capsys)
+    assert code == 0 and run_id in out and "val_acc" in out
+    code, _, err = run_cli(["leaderboard", "--sort", "nope", "--results-dir", str(tmp_path)], capsys)
+    assert code == 2 and "cannot sort by 'nope'" in err
+
+
+def test_sweep_runs_a_study_file_and_resumes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    study = tmp_path / "tiny.toml"
+    study.write_text(
+        'name = "tiny"\n[base]\ntask = "digits"\nsteps = 2\nbatch_size = 16\nmeasure = []\n'
+        '[grid]\nvariant = ["plain", "resnet"]\ndepth = [8]\nseed = [0, 1]\n'
+        '[presets.quick]\nseed = [0]\n'
+    )
+    res = tmp_path / "res"
+    assert main(["sweep", str(study), "--preset", "quick", "--quiet", "--results-dir", str(res)]) == 0
+    df = ResultsStore(res).load_leaderboard()
+    assert sorted(df["variant"]) == ["plain", "resnet"] and set(df["study"]) == {"tiny"}
+    assert main(["sweep", str(study), "--quiet", "--results-dir", str(res)]) == 0
+    out = capsys.readouterr().out
+    assert out.count("already recorded, skipped") == 2
+    assert len(ResultsStore(res).load_leaderboard()) == 4
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ('name = "x"\n[grid]\nvariant = "resnet"\n', "grid entries must be non-empty lists"),
+        ('name = "x"\n[grid]\nvariant = ["resnett"]\n', "unknown variant 'resnett'"),
+        ('name = "x"\n[base]\ncolour = 1\n[grid]\nvariant = ["resnet"]\n', "unexpected keyword argument 'colour'"),
+        ('name = "x"\nextra = 1\n', r"unknown top-level key\(s\) \['extra'\]"),
+        ("name = \n", "is not valid TOML"),
+    ],
+)
+def test_bad_study_files(tmp_path: Path, content: str, message: str, capsys: pytest.CaptureFixture[str]) -> None:
+    study = tmp_path / "bad.toml"
+    study.write_text(content)
+    code, _, err = run_cli(["sweep", str(study), "--results-dir", str(tmp_path / "res")], capsys)
+    assert code == 2
+    import re
+
+    assert re.search(message, err)
+    assert not (tmp_path / "res").exists()
+
+
+def test_sweep_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert run_cli(["sweep", str(tmp_path / "none.toml")], capsys)[0] == 2
+    code, _, err = run_cli(["reproduce", "nonexistent"], capsys)
+    assert code == 2 and "shipped studies: degradation" in err
+    code, _, err = run_cli(["reproduce", "degradation", "--preset", "huge"], capsys)
+    assert code == 2 and "has no preset 'huge'; presets: quick" in err
+
+
+def test_shipped_study_expands_to_its_grid() -> None:
+    from bench.sweep import load_study, study_path
+
+    configs = load_study(study_path("degradation")).configs("quick")
+    assert len(configs) == 36
+    assert {c.variant for c in configs} == {"plain", "highway", "resnet", "preact"}
+    assert {c.depth for c in configs} == {20, 56, 110} and {c.seed for c in configs} == {0, 1, 2}
+    assert len({c.run_id for c in configs}) == 36
+
+
+def test_perf_overhead_prints_ratio(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run_cli(["perf", "overhead", "--variant", "resnet", "--depth", "8", "--batch-size", "16",
+                            "--timed-steps", "2", "--repeats", "2"], capsys)
+    assert code == 0 and "throughput ratio harness/minimal = " in out
+
+
+def test_recipes_listed(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run_cli(["recipes"], capsys)
+    assert code == 0 and "he2015_cifar: optimizer=sgd, lr=0.1" in out and "steps=64000" in out
+
+
+def test_recipe_applies_and_explicit_flags_win(tmp_path: Path) -> None:
+    from bench.cli import build_parser, config_from_args
+
+    ns = build_parser().parse_args(["run", "--variant", "resnet110", "--recipe", "he2015_cifar_warmup", "--lr", "0.05"])
+    c = config_from_args(ns)
+    assert (c.steps, c.warmup_steps, c.warmup_kind, c.lr, c.milestones) == (64000, 400, "constant", 0.05, (0.5, 0.75))
+    ns = build_parser().parse_args(["run", "--variant", "resnet20", "--recipe", "he2015_cifar", "--epochs", "2"])
+    c = config_from_args(ns)
+    assert c.steps is None and c.epochs == 2.0
