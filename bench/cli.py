@@ -1,4 +1,5 @@
-"""The command line: ``python -m bench {list,run,leaderboard,show,probe,plot,report,sweep,reproduce,data,perf,recipes}``.
+"""The command line: ``python -m bench COMMAND`` (list, run, leaderboard, show, probe, plot, report, sweep,
+reproduce, data, perf, recipes).
 
 Bad input (unknown variant, task or option, invalid depth, missing or corrupt dataset) prints one
 line starting with ``error:`` and exits with status 2, having written nothing.
@@ -19,6 +20,8 @@ from .config import RECIPES, RunConfig
 
 DEFAULT_RESULTS = os.environ.get("RESBENCH_RESULTS", "results")
 EXIT_USAGE = 2
+# What `bench leaderboard` aggregates over seeds (the full set is in REPORT.md and the CSV itself).
+LEADERBOARD_METRICS = ("final_train_acc", "final_val_acc", "best_val_acc", "train_samples_per_s", "peak_mem_mb")
 
 
 class UsageError(ValueError):
@@ -44,7 +47,7 @@ def _parse_model_arg(text: str) -> tuple[str, Any]:
 def add_config_arguments(p: argparse.ArgumentParser) -> None:
     """One option per RunConfig field, documented by the field's reason and default."""
     for f in dataclasses.fields(RunConfig):
-        if f.name == "study":
+        if f.name in ("study", "preset"):
             continue
         flag = "--" + f.name.replace("_", "-")
         meta, typ = f.metadata, str(f.type)
@@ -131,7 +134,8 @@ def summary(result: dict[str, Any], results_dir: str) -> str:
         f"-> status {r['status']}{': ' + r['error'] if r['error'] else ''}.",
         f"Final train loss {fmt(r['final_train_loss'])}, train acc {fmt(r['final_train_acc'])}; "
         f"val loss {fmt(r['final_val_loss'])}, val acc {fmt(r['final_val_acc'])} (best {fmt(r['best_val_acc'])}).",
-        f"Throughput {fmt(r['train_samples_per_s'], ',.0f')} samples/s (median step {fmt(r['step_time_ms'], '.2f')} ms), "
+        f"Throughput {fmt(r['train_samples_per_s'], ',.0f')} samples/s "
+        f"(median step {fmt(r['step_time_ms'], '.2f')} ms), "
         f"peak memory {fmt(r['peak_mem_mb'], '.1f')} MiB ({r['mem_method'] or 'not measured'}), "
         f"{fmt(r['flops_per_sample'], '.3g')} FLOPs/sample, {fmt(r['achieved_tflops'], '.3g')} TFLOP/s "
         f"(MFU {fmt(r['mfu'], '.2%')}); wall time {fmt(r['wall_time_s'], '.1f')} s.",
@@ -152,7 +156,9 @@ def cmd_leaderboard(ns: argparse.Namespace) -> int:
     if df.empty:
         print(f"no runs in {ns.results_dir}")
         return 0
-    table = aggregate(df)
+    table = aggregate(df, metrics=LEADERBOARD_METRICS)
+    keep = [c for c in table.columns if not c.endswith(("_ci_low", "_ci_high", "_median"))]
+    table = table[keep]
     if ns.sort:
         if ns.sort not in table.columns:
             raise UsageError(f"cannot sort by {ns.sort!r}; columns: {', '.join(map(str, table.columns))}")
@@ -204,7 +210,7 @@ def cmd_probe(ns: argparse.Namespace) -> int:
 def cmd_plot(ns: argparse.Namespace) -> int:
     from .plots import make_all
 
-    paths = make_all(ns.results_dir)
+    paths = make_all(ns.results_dir, ns.study)
     if not paths:
         print(f"nothing to plot in {ns.results_dir} (no runs yet)")
     for p in paths:
@@ -215,7 +221,7 @@ def cmd_plot(ns: argparse.Namespace) -> int:
 def cmd_report(ns: argparse.Namespace) -> int:
     from .report import write_report
 
-    print(write_report(ns.results_dir))
+    print(write_report(ns.results_dir, ns.study))
     return 0
 
 
@@ -230,7 +236,6 @@ def cmd_sweep(ns: argparse.Namespace) -> int:
 
 
 def cmd_reproduce(ns: argparse.Namespace) -> int:
-    from .plots import make_all
     from .report import write_report
     from .sweep import SequentialRunner, load_study, study_path
 
@@ -238,9 +243,7 @@ def cmd_reproduce(ns: argparse.Namespace) -> int:
     configs = study.configs(ns.preset)
     print(f"reproducing {study.name!r} ({ns.preset or 'full'}): {len(configs)} runs -> {ns.results_dir}")
     SequentialRunner(progress=not ns.quiet).run(configs, ns.results_dir, resume=ns.resume)
-    for p in make_all(ns.results_dir):
-        print(p)
-    print(write_report(ns.results_dir))
+    print(write_report(ns.results_dir, study.name))  # draws the figures too
     return 0
 
 
@@ -258,7 +261,8 @@ def cmd_perf(ns: argparse.Namespace) -> int:
     cfg = config_from_args(ns)
     res = overhead(cfg, steps=ns.perf_steps, repeats=ns.repeats)
     print(
-        f"{cfg.variant} on {cfg.task}, batch {cfg.batch_size}, {res['device']}: harness {res['harness_ms']:.2f} ms/step, "
+        f"{cfg.variant} on {cfg.task}, batch {cfg.batch_size}, {res['device']}: "
+        f"harness {res['harness_ms']:.2f} ms/step, "
         f"minimal loop {res['minimal_ms']:.2f} ms/step (medians of {ns.repeats} alternating repeats of "
         f"{ns.perf_steps} steps); throughput ratio harness/minimal = {res['ratio']:.3f} "
         f"(per-repeat ratios {', '.join(f'{r:.3f}' for r in res['ratios'])})"
@@ -312,10 +316,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     q = sub.add_parser("plot", help="write the seaborn figures of a results directory to DIR/plots/")
     results(q)
+    q.add_argument("--study", help="only the runs of this study (figures go to DIR/plots/STUDY/)")
     q.set_defaults(fn=cmd_plot)
 
     q = sub.add_parser("report", help="write DIR/REPORT.md: aggregated tables, figures, paper claims vs measured")
     results(q)
+    q.add_argument("--study", help="only the runs of this study")
     q.set_defaults(fn=cmd_report)
 
     for name, fn, target, helptext in (

@@ -65,7 +65,7 @@ class RunConfig:
     timing_warmup: int = _f(3, "throughput phase: untimed warm-up steps")
     timing_repeats: int = _f(5, "throughput phase: timed repeats (the median is reported)")
     timing_steps: int = _f(5, "throughput phase: steps per timed repeat")
-    data_dir: str | None = _f(None, "directory of dataset archives (cifar); default $RESBENCH_DATA or ~/.cache/resbench")
+    data_dir: str | None = _f(None, "dataset archive directory (cifar); default $RESBENCH_DATA, ~/.cache/resbench")
     data_path: str | None = _f(None, "UTF-8 text file of the `text` task")
     seq_len: int = _f(128, "sequence tasks: tokens per training window")
     image_size: int = _f(32, "synthetic task: image side")
@@ -77,6 +77,7 @@ class RunConfig:
     model_args: tuple[tuple[str, Any], ...] = _f((), "extra variant keyword arguments, KEY=VALUE (repeatable)")
     recipe: str | None = _f(None, "named training recipe from a paper (see `bench recipes`)")
     study: str | None = _f(None, "name of the study this run belongs to (set by `bench sweep`)")
+    preset: str | None = _f(None, "the study's preset this run was made under, e.g. quick (set by `bench sweep`)")
 
     def __post_init__(self) -> None:
         errors = list(self._errors())
@@ -134,7 +135,7 @@ class RunConfig:
 
     def config_hash(self) -> str:
         """Hash of everything that changes the outcome except the seed (seeds of one config share it)."""
-        skip = {"seed", "study", "measure", "timing_warmup", "timing_repeats", "timing_steps", "data_dir"}
+        skip = {"seed", "study", "preset", "measure", "timing_warmup", "timing_repeats", "timing_steps", "data_dir"}
         payload = {k: v for k, v in self.to_dict().items() if k not in skip}
         blob = json.dumps(payload, sort_keys=True, default=str).encode()
         return hashlib.sha256(blob).hexdigest()[:8]

@@ -61,7 +61,7 @@ class Study:
         out = []
         keys = list(grid)
         for values in itertools.product(*(grid[k] for k in keys)):
-            kw = {**base, **dict(zip(keys, values)), "study": self.name}
+            kw = {**base, **dict(zip(keys, values, strict=False)), "study": self.name, "preset": preset}
             for name in _TUPLE_FIELDS:
                 if name in kw:
                     kw[name] = tuple(kw[name])

@@ -14,7 +14,6 @@ import os
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from typing import Any
 
 import torch
@@ -24,8 +23,6 @@ import variants
 
 from . import measure
 from .config import RunConfig, lr_factor
-from .env import environment
-from .results import ResultsStore
 from .tasks import Task, TaskOptions
 from .tasks import get as get_task
 
@@ -78,7 +75,8 @@ def model_kwargs(cfg: RunConfig, task: Task) -> dict[str, Any]:
         if missing:
             family = variants.describe(cfg.variant)["family"]
             raise ValueError(
-                f"variant {cfg.variant!r} ({family}) cannot run {task.kind} task {task.name!r}: it takes no {missing[0]}"
+                f"variant {cfg.variant!r} ({family}) cannot run {task.kind} task {task.name!r}: "
+                f"it takes no {missing[0]}"
             )
     kw = {k: v for k, v in task.model_kwargs.items() if k in accepted}
     clash = {k for k in user if k in kw and user[k] != kw[k]}

@@ -31,7 +31,7 @@ def test_list_prints_name_family_params(capsys: pytest.CaptureFixture[str]) -> N
 
 
 def test_list_whole_registry_and_no_match(capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, _ = run_cli(["list"], capsys)
+    _code, out, _ = run_cli(["list"], capsys)
     names = [line.split()[0] for line in out.splitlines()]
     for required in ("plain", "resnet", "highway", "preact", "densenet", "plain_mlp", "highway_mlp", "residual_mlp",
                      "preact_mlp", "fixup", "skipinit", "layerscale", "postln", "preln", "sandwich", "deepnorm",
@@ -56,7 +56,7 @@ def test_list_whole_registry_and_no_match(capsys: pytest.CaptureFixture[str]) ->
 def test_bad_input_exits_2_and_writes_nothing(
     args: list[str], message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    code, out, err = run_cli(["run", *args, *FAST, "--results-dir", str(tmp_path)], capsys)
+    code, _out, err = run_cli(["run", *args, *FAST, "--results-dir", str(tmp_path)], capsys)
     assert code == 2
     assert message in err and len(err.strip().splitlines()) == 1
     assert not (tmp_path / "leaderboard.csv").exists() and not (tmp_path / "runs").exists()

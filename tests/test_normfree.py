@@ -14,7 +14,7 @@ from variants.combinators import Scaled
 from variants.layers import ScalarBias, Unit
 
 NAMES = [n for n in variants.list_variants() if variants.describe(n)["family"] == "normfree"]
-BASES = ["rezero_resnet", "skipinit", "fixup", "layerscale"]
+BASES = ["rezero", "skipinit", "fixup", "layerscale"]
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -51,13 +51,13 @@ def test_in_chans_num_classes_bottleneck(name: str) -> None:
     assert next(m for m in model.modules() if isinstance(m, nn.Conv2d)).in_channels == 1
 
 
-@pytest.mark.parametrize("name", ["rezero_resnet", "skipinit", "fixup"])
+@pytest.mark.parametrize("name", ["rezero", "skipinit", "fixup"])
 def test_no_normalisation(name: str) -> None:
     model = variants.create(name, depth=20, shortcut="B")
     assert not any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in model.modules())
 
 
-@pytest.mark.parametrize("name", ["rezero_resnet", "skipinit"])
+@pytest.mark.parametrize("name", ["rezero", "skipinit"])
 def test_scalar_skip_identity_at_init_and_formula(name: str) -> None:
     model = variants.create(name, depth=20).double()
     u = units(model)[1]
@@ -67,7 +67,7 @@ def test_scalar_skip_identity_at_init_and_formula(name: str) -> None:
     with torch.no_grad():
         u.combine.beta.fill_(0.7)
     c1, c2 = [m for m in u.body if isinstance(m, nn.Conv2d)]
-    inner = x if name == "rezero_resnet" else F.relu(x)  # SkipInit keeps the pre-activation ReLU
+    inner = x if name == "rezero" else F.relu(x)  # SkipInit keeps the pre-activation ReLU
     assert torch.allclose(u(x), x + 0.7 * c2(F.relu(c1(inner))))
     assert isinstance(u.body[0], nn.ReLU) == (name == "skipinit")
     custom = variants.create(name, depth=8, alpha_init=0.25)

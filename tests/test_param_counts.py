@@ -31,6 +31,9 @@ EXACT = {
     "resnet18": 11_689_512,
     "resnet34": 21_797_672,
     "resnet50": 25_557_032,
+    # Regression pin beside the 1.7M check below: He 2016's released ResNet-164 layout (projections
+    # without BN or bias where the width changes, no conv biases) has exactly this many parameters.
+    "preact_resnet164": 1_703_258,
 }
 
 

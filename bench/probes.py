@@ -1,0 +1,216 @@
+"""Per-layer probes: why a residual design trains (or does not), measured by hooks on any model.
+
+The probes reproduce the per-layer views of the papers resbench re-measures:
+
+- the gradient norm of each layer at initialisation (Xiong et al. 2020, "On Layer Normalization in
+  the Transformer Architecture", Fig. 3: Post-LN's gradients near the output are large, Pre-LN's
+  are flat across layers);
+- the size of the residual stream and of each branch relative to its shortcut (He et al. 2016,
+  "Identity Mappings in Deep Residual Networks"; the branch-to-shortcut ratio is what ReZero,
+  SkipInit and Fixup drive to zero at initialisation);
+- the Highway transform-gate activity (Srivastava et al. 2015, "Training Very Deep Networks", Fig. 2);
+- learnable residual scales (ReZero, Bachlechner et al. 2020; LayerScale, Touvron et al. 2021).
+
+No variant carries probe code. A *residual unit* is any module that is an instance of
+:class:`variants.combinators.Combinator`: its ``forward(x, fx)`` receives the shortcut ``x`` and the
+branch output ``F(x)`` and returns the residual stream. Definitions (one row per unit and metric):
+
+- ``layer``: the position of the unit among all units, in ``model.modules()`` order (0 = first).
+  ``block``: the unit's qualified module name.
+- ``out_rms``: root-mean-square of the Combinator's output over all its elements in the batch,
+  ``sqrt(mean(y²))`` — the quadratic mean of the per-sample RMS values. (With ``post`` placement this
+  is the stream *before* the unit's norm: the sum the norm has to tame.)
+- ``out_var``: variance of the unit's output over all its elements in the batch (population, ddof=0).
+- ``branch_ratio``: ``‖F(x)‖ / ‖x‖`` with Frobenius norms over the whole batch (``inf`` if ``x`` is 0).
+  ``F(x)`` is the branch as the Combinator receives it, before any gate or scale the Combinator applies
+  (``gate_mean`` and ``residual_scale`` report those), so a ReZero unit at init shows its branch's size.
+- ``grad_norm``: L2 norm of the gradients of the parameters of the unit's *owner*, the module that
+  holds the Combinator as a direct child (for :class:`variants.placements.Residual` that is the
+  residual unit: branch body, its norms and the combinator). Owners without any gradient give no row;
+  units sharing an owner report the same value.
+- ``gate_mean``: mean of a :class:`~variants.combinators.TransformGate`'s output ``T(x)`` in [0, 1];
+  reported on the unit that encloses the gate (a gate outside every Combinator is a unit of its own).
+- ``residual_scale``: mean ``|β|`` of a :class:`~variants.combinators.Scaled` unit whose β is a
+  learnable parameter (ReZero, LayerScale). Fixed scales (DeepNorm's α) are constants and not probed.
+
+A module called several times in one forward (weight sharing) reports the mean over its calls.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Mapping
+from contextlib import ExitStack
+from typing import Any
+
+import pandas as pd
+import torch
+from torch import nn
+
+from variants.combinators import Combinator, Scaled, TransformGate
+
+METRICS: tuple[str, ...] = ("grad_norm", "out_rms", "out_var", "branch_ratio", "gate_mean", "residual_scale")
+COLUMNS: tuple[str, ...] = ("step", "layer", "block", "metric", "value")
+
+
+def _units(model: nn.Module) -> tuple[dict[str, int], dict[str, str]]:
+    """Unit name -> layer index, and name of every gate -> name of the unit it reports on."""
+    layers: dict[str, int] = {}
+    gate_unit: dict[str, str] = {}
+    for name, module in model.named_modules():
+        if isinstance(module, Combinator):
+            layers[name] = len(layers)
+        elif isinstance(module, TransformGate):
+            enclosing = [u for u in layers if name.startswith(f"{u}.") or u == ""]
+            # named_modules() is pre-order, so the last enclosing unit seen is the innermost one.
+            unit = enclosing[-1] if enclosing else name
+            if not enclosing:
+                layers[name] = len(layers)
+            gate_unit[name] = unit
+    return layers, gate_unit
+
+
+def _owner_name(unit: str) -> str:
+    return unit.rsplit(".", 1)[0] if "." in unit else ""
+
+
+def _combinator_hook(sums: dict[tuple[str, str], list[float]], unit: str) -> Callable[..., None]:
+    def hook(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], out: torch.Tensor) -> None:
+        inputs = list(args) + [kwargs[k] for k in ("x", "fx") if k in kwargs]
+        x, fx = (t.detach().float() for t in inputs[:2])
+        y = out.detach().float()
+        x_norm = torch.linalg.vector_norm(x)
+        ratio = torch.linalg.vector_norm(fx) / x_norm if x_norm > 0 else torch.tensor(math.inf)
+        sums[(unit, "out_rms")].append(y.pow(2).mean().sqrt().item())
+        sums[(unit, "out_var")].append(y.var(unbiased=False).item())
+        sums[(unit, "branch_ratio")].append(float(ratio))
+
+    return hook
+
+
+def _gate_hook(sums: dict[tuple[str, str], list[float]], unit: str) -> Callable[..., None]:
+    def hook(module: nn.Module, args: tuple[Any, ...], out: torch.Tensor) -> None:
+        sums[(unit, "gate_mean")].append(out.detach().float().mean().item())
+
+    return hook
+
+
+def _grad_norm(module: nn.Module) -> float | None:
+    grads = [p.grad.detach().float() for p in module.parameters() if p.grad is not None]
+    if not grads:
+        return None
+    return torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads])).item()
+
+
+def probe(
+    model: nn.Module,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+    step: int,
+    train: bool = True,
+) -> list[dict[str, Any]]:
+    """One forward+backward of ``loss_fn(model(x), y)``; tidy rows ``{step, layer, block, metric, value}``.
+
+    ``train`` picks the mode the probe runs in (training mode by default, so BatchNorm uses batch
+    statistics as it does in the step being diagnosed). The model is left exactly as found: no
+    parameter changes, each ``.grad`` restored to the very tensor (or ``None``) it was, every buffer
+    (BatchNorm running statistics, counters) restored, training/eval mode of every submodule restored,
+    the RNG state restored (so dropout masks of the next training step do not shift) and all hooks
+    removed — also when the forward, the loss or the backward raises.
+    """
+    layers, gate_unit = _units(model)
+    modules = dict(model.named_modules())
+    params = list(model.parameters())
+    saved_grads = [p.grad for p in params]
+    # Keep (owner, name, tensor, copy): restore the values *and* the attribute, in case a module reassigns it.
+    saved_buffers = [
+        (m, name, b, b.detach().clone()) for m in model.modules() for name, b in m._buffers.items() if b is not None
+    ]
+    saved_modes = [(m, m.training) for m in model.modules()]
+    cpu_rng = torch.random.get_rng_state()
+    cuda_rng = torch.cuda.get_rng_state_all() if torch.cuda.is_available() and torch.cuda.is_initialized() else None
+    sums: dict[tuple[str, str], list[float]] = defaultdict(list)
+    grad_norms: dict[str, float] = {}
+    with ExitStack() as stack:
+        for unit in layers:
+            module = modules[unit]
+            if isinstance(module, Combinator):
+                handle = module.register_forward_hook(_combinator_hook(sums, unit), with_kwargs=True)
+                stack.callback(handle.remove)
+        for gate, unit in gate_unit.items():
+            stack.callback(modules[gate].register_forward_hook(_gate_hook(sums, unit)).remove)
+        try:
+            for p in params:
+                p.grad = None  # our backward must not accumulate into the training loop's gradients
+            model.train(train)
+            loss_fn(model(x), y).backward()
+            for unit in layers:
+                if isinstance(modules[unit], Combinator):
+                    norm = _grad_norm(modules[_owner_name(unit)])
+                    if norm is not None:
+                        grad_norms[unit] = norm
+        finally:
+            for p, g in zip(params, saved_grads, strict=True):
+                p.grad = g
+            with torch.no_grad():
+                for m, name, buf, copy in saved_buffers:
+                    buf.copy_(copy)
+                    m._buffers[name] = buf
+            for m, mode in saved_modes:
+                m.training = mode
+            torch.random.set_rng_state(cpu_rng)
+            if cuda_rng is not None:
+                torch.cuda.set_rng_state_all(cuda_rng)
+
+    rows: list[dict[str, Any]] = []
+    for unit, layer in layers.items():
+        module = modules[unit]
+        values: dict[str, float] = {}
+        if unit in grad_norms:
+            values["grad_norm"] = grad_norms[unit]
+        for metric in METRICS:
+            calls = sums.get((unit, metric))
+            if calls:
+                values[metric] = sum(calls) / len(calls)
+        if isinstance(module, Scaled) and isinstance(module.beta, nn.Parameter):
+            values["residual_scale"] = module.beta.detach().abs().float().mean().item()
+        rows += [
+            {"step": int(step), "layer": layer, "block": unit, "metric": m, "value": float(values[m])}
+            for m in METRICS
+            if m in values
+        ]
+    return rows
+
+
+def probe_table(rows: Iterable[Mapping[str, Any]]) -> pd.DataFrame:
+    """Tidy probe rows as a DataFrame: ``[run_id,] step, layer, block, metric, value`` (run_id if any row has it)."""
+    df = pd.DataFrame(list(rows))
+    columns = list(COLUMNS)
+    if "run_id" in df.columns:
+        columns.insert(0, "run_id")
+    if df.empty:
+        return pd.DataFrame(columns=columns)
+    missing = set(columns) - set(df.columns)
+    if missing:
+        raise ValueError(f"probe rows lack columns {sorted(missing)}")
+    return df[columns].astype({"step": int, "layer": int, "value": float})
+
+
+def format_probe_table(df: pd.DataFrame, step: int | None = None) -> str:
+    """A printable per-layer table: layers as rows, metrics as columns (mean over runs/seeds).
+
+    ``step`` selects one probe step; by default the table shows every step present (as an index level).
+    """
+    if df.empty:
+        return "(no probe rows)"
+    if step is not None:
+        if step not in set(df["step"]):
+            raise ValueError(f"no probe rows at step {step}; steps present: {sorted(set(df['step']))}")
+        df = df[df["step"] == step]
+    index = ["layer", "block"] if df["step"].nunique() == 1 else ["step", "layer", "block"]
+    wide = df.pivot_table(index=index, columns="metric", values="value", aggfunc="mean")
+    wide = wide[[m for m in METRICS if m in wide.columns] + [m for m in wide.columns if m not in METRICS]]
+    wide.columns.name = None
+    return wide.to_string(float_format=lambda v: f"{v:.4g}", na_rep="-")
