@@ -9,6 +9,11 @@ import torch
 
 os.environ.setdefault("MPLBACKEND", "Agg")
 
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    # Each xdist worker gets one core: torch's default of one thread per core in every worker
+    # oversubscribes the machine and slows small convs by orders of magnitude.
+    torch.set_num_threads(1)
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     if torch.cuda.is_available():
         return

@@ -1,1 +1,162 @@
-"""Placeholder: family not yet written."""
+"""CIFAR plain nets, ResNets and Highway nets on one macro-architecture.
+
+- He, Zhang, Ren & Sun 2015, "Deep Residual Learning for Image Recognition", §4.2: a 3×3 stem conv
+  with 16 filters, three stages of 2n (basic) units at 16/32/64 filters (stride 2 at stages 2 and 3),
+  global average pooling and a fully-connected layer; depth 6n+2. ``plain`` removes the shortcuts,
+  ``resnet`` keeps them (option A zero-padding by default, as in §4.2).
+- He, Zhang, Ren & Sun 2016, "Identity Mappings in Deep Residual Networks", Table 1 / Fig. 2: the
+  shortcut treatments (constant scaling, gating, 1×1 conv, dropout) as ``resnet(shortcut_variant=...)``.
+- Srivastava, Greff & Schmidhuber 2015, "Training Very Deep Networks": ``highway`` units
+  ``y = T(x)·F(x) + (1 - T(x))·x`` on the same stages.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .combinators import Add, Combinator, Gate, NoShortcut, Scaled, TransformGate
+from .layers import EXPANSION, Unit, build_cifar, conv1x1, conv_branch, make_shortcut, unit_count
+from .placements import drop_path_rates
+from .preact import ORDERS
+from .registry import register, register_preset
+
+HE2015 = "He et al. 2015, Deep Residual Learning for Image Recognition, §4.2"
+HE2016 = "He et al. 2016, Identity Mappings in Deep Residual Networks, Table 1"
+SRIVASTAVA = "Srivastava et al. 2015, Training Very Deep Networks, §2"
+
+# He 2015's unit (He 2016's "original" ordering): conv-BN-ReLU-conv-BN on the branch, ReLU after the join.
+ORIGINAL = ORDERS["original"]
+
+
+class ShortcutDropout(nn.Module):
+    """He 2016 Fig. 2(f): dropout with ratio ``p`` on the shortcut, i.e. a random 0/1 mask whose
+    expectation scales the shortcut by ``1 - p`` (0.5 in the paper), in training and evaluation alike.
+    """
+
+    def __init__(self, p: float = 0.5) -> None:
+        super().__init__()
+        self.p = p
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        # F.dropout rescales kept entries by 1/(1-p); undoing that keeps the paper's expected scale 1-p.
+        return F.dropout(x, self.p, self.training) * (1.0 - self.p)
+
+
+def transform_gate(channels: int, bias: float) -> TransformGate:
+    """He 2016 §3.1's gate: ``sigmoid`` of a 1×1 convolution whose bias starts at ``bias``."""
+    return TransformGate(conv1x1(channels, channels, bias=True), bias)
+
+
+ShortcutFn = Callable[[str, int, int, int], nn.Module]
+CombineFn = Callable[[int, float], Combinator]
+
+
+def _base(kind: str, cin: int, cout: int, stride: int) -> nn.Module:
+    return make_shortcut(kind, cin, cout, stride)
+
+
+# He 2016 Table 1: each treatment is a (shortcut module, combinator) pair; gate bias used by gating rows only.
+SHORTCUT_VARIANTS: dict[str, tuple[ShortcutFn, CombineFn]] = {
+    "identity": (_base, lambda c, b: Add()),
+    "constant_scaling": (_base, lambda c, b: Scaled(alpha=0.5, beta=0.5)),
+    "exclusive_gating": (_base, lambda c, b: Gate(transform_gate(c, b), "highway")),
+    "shortcut_only_gating": (_base, lambda c, b: Gate(transform_gate(c, b), "shortcut_only")),
+    "conv_shortcut": (lambda kind, cin, cout, s: conv1x1(cin, cout, s), lambda c, b: Add()),
+    "dropout_shortcut": (lambda kind, cin, cout, s: nn.Sequential(_base(kind, cin, cout, s), ShortcutDropout(0.5)),
+                         lambda c, b: Add()),
+}
+
+
+@register("plain", family="plain", paper=HE2015, axes={"combinator": "none", "placement": "post", "body": "conv"})
+def plain(
+    depth: int = 56, num_classes: int = 10, in_chans: int = 3, width: int = 16, block: str = "basic"
+) -> nn.Module:
+    """He 2015's plain baseline: the ResNet's layers without shortcuts (joined by ``NoShortcut``)."""
+
+    def unit(i: int, cin: int, w: int, stride: int) -> nn.Module:
+        body = conv_branch(block, cin, w, stride, between=ORIGINAL.between, last=ORIGINAL.last)
+        return Unit(body, NoShortcut(), post=nn.ReLU())
+
+    return build_cifar(depth, block, width, num_classes, in_chans, unit, "CIFAR plain net")
+
+
+@register("resnet", family="resnet", paper=f"{HE2015}; shortcut variants: {HE2016}",
+          axes={"combinator": "add", "placement": "post", "body": "conv"})
+def resnet(
+    depth: int = 56,
+    num_classes: int = 10,
+    in_chans: int = 3,
+    width: int = 16,
+    block: str = "basic",
+    shortcut: str = "A",
+    shortcut_variant: str = "identity",
+    gate_bias: float = -6.0,
+    drop_path_rate: float = 0.0,
+) -> nn.Module:
+    """He 2015 CIFAR ResNet. ``shortcut``: A (zero-pad), B (project where shapes change), C (always project).
+
+    ``shortcut_variant`` picks a He 2016 Table 1 treatment; ``gate_bias`` is the initial gate bias of the
+    two gating treatments (He 2016 §3.1 searched 0..-10 and found -6 best for exclusive gating).
+    """
+    if shortcut_variant not in SHORTCUT_VARIANTS:
+        raise ValueError(f"shortcut_variant must be one of {tuple(SHORTCUT_VARIANTS)}, got {shortcut_variant!r}")
+    make_sc, make_combine = SHORTCUT_VARIANTS[shortcut_variant]
+    make_shortcut(shortcut, 1, 1, 1)  # validates `shortcut` even when no unit changes shape
+    rates = drop_path_rates(drop_path_rate, unit_count(depth, block))
+
+    def unit(i: int, cin: int, w: int, stride: int) -> nn.Module:
+        cout = EXPANSION[block] * w
+        return Unit(
+            conv_branch(block, cin, w, stride, between=ORIGINAL.between, last=ORIGINAL.last),
+            make_combine(cout, gate_bias),
+            shortcut=make_sc(shortcut, cin, cout, stride),
+            post=nn.ReLU(),
+            drop_path=rates[i],
+        )
+
+    return build_cifar(depth, block, width, num_classes, in_chans, unit, "CIFAR ResNet")
+
+
+@register("highway", family="highway", paper=SRIVASTAVA,
+          axes={"combinator": "gate", "placement": "post", "body": "conv"})
+def highway(
+    depth: int = 56,
+    num_classes: int = 10,
+    in_chans: int = 3,
+    width: int = 16,
+    block: str = "basic",
+    shortcut: str = "A",
+    gate_bias: float = -3.0,
+    drop_path_rate: float = 0.0,
+) -> nn.Module:
+    """Highway units ``y = T·H(x) + (1-T)·x`` with H = conv-BN-ReLU-conv-BN-ReLU (Srivastava's H ends in
+    its nonlinearity) and T a 1×1-conv sigmoid gate read from the (A/B-shaped) carry path.
+
+    ``gate_bias`` default -3: Srivastava 2015 §2.2 recommends a negative start such as -1 or -3 so the
+    net begins near carry behaviour; we take the more carry-biased end because these stacks (up to 54
+    units at depth 110) are deeper than the paper's CIFAR highway nets. He 2016 §3.1 found -6 best for its
+    related exclusive gating (which, unlike this, puts a ReLU after the join: ``resnet(shortcut_variant=
+    "exclusive_gating")``).
+    """
+    make_shortcut(shortcut, 1, 1, 1)
+    rates = drop_path_rates(drop_path_rate, unit_count(depth, block, "CIFAR Highway net"))
+
+    def unit(i: int, cin: int, w: int, stride: int) -> nn.Module:
+        cout = EXPANSION[block] * w
+        body = conv_branch(block, cin, w, stride, last=("bn", "relu"))
+        return Unit(body, Gate(transform_gate(cout, gate_bias)), shortcut=make_shortcut(shortcut, cin, cout, stride),
+                    drop_path=rates[i])
+
+    return build_cifar(depth, block, width, num_classes, in_chans, unit, "CIFAR Highway net")
+
+
+for _d in (20, 32, 44, 56, 110):
+    register_preset(f"plain{_d}", "plain", depth=_d, paper=f"{HE2015}, Fig. 6 (plain-{_d})")
+for _d in (20, 32, 44, 56, 110, 1202):
+    register_preset(f"resnet{_d}", "resnet", depth=_d, paper=f"{HE2015}, Table 6 (ResNet-{_d})")
+for _d in (20, 32, 44, 56, 110):
+    register_preset(f"highway{_d}", "highway", depth=_d, paper=f"{SRIVASTAVA}; He 2015 §4.2 stages, depth {_d}")

@@ -1,1 +1,74 @@
-"""Placeholder: family not yet written."""
+"""ImageNet ResNets: He, Zhang, Ren & Sun 2015, "Deep Residual Learning for Image Recognition", Table 1.
+
+7×7/2 stem conv, BN, ReLU, 3×3/2 max pool, four stages at 64/128/256/512 filters (bottleneck outputs
+×4), global average pooling, linear classifier. Projection shortcuts where shapes change (option B, the
+paper's choice for its deeper nets), and the layout of torchvision's ``resnetXX`` ("ResNet v1.5": the
+stride sits on the bottleneck's 3×3 conv), so torchvision state dicts load after a key mapping.
+``zero_init_residual`` zero-initialises each branch's last BN (Goyal et al. 2017, "Accurate, Large
+Minibatch SGD", §5.1), as torchvision's option of that name does.
+"""
+
+from __future__ import annotations
+
+from torch import nn
+
+from .combinators import Add
+from .layers import EXPANSION, ConvNet, Unit, check_positive, conv_branch, make_shortcut
+from .placements import drop_path_rates
+from .registry import register, register_preset
+
+HE2015 = "He et al. 2015, Deep Residual Learning for Image Recognition, Table 1"
+
+# depth -> (block, units per stage), He 2015 Table 1.
+LAYOUTS: dict[int, tuple[str, tuple[int, int, int, int]]] = {
+    18: ("basic", (2, 2, 2, 2)),
+    34: ("basic", (3, 4, 6, 3)),
+    50: ("bottleneck", (3, 4, 6, 3)),
+    101: ("bottleneck", (3, 4, 23, 3)),
+    152: ("bottleneck", (3, 8, 36, 3)),
+}
+
+
+def _stem(in_chans: int, width: int) -> nn.Sequential:
+    conv = nn.Conv2d(in_chans, width, 7, stride=2, padding=3, bias=False)
+    nn.init.kaiming_normal_(conv.weight, mode="fan_out", nonlinearity="relu")
+    return nn.Sequential(conv, nn.BatchNorm2d(width), nn.ReLU(), nn.MaxPool2d(3, stride=2, padding=1))
+
+
+@register("resnet_imagenet", family="resnet_imagenet", paper=HE2015,
+          axes={"combinator": "add", "placement": "post", "body": "conv"})
+def resnet_imagenet(
+    depth: int = 50,
+    num_classes: int = 1000,
+    in_chans: int = 3,
+    width: int = 64,
+    zero_init_residual: bool = False,
+    drop_path_rate: float = 0.0,
+) -> nn.Module:
+    """He 2015 ImageNet ResNet of ``depth`` in {18, 34, 50, 101, 152}; ``width`` is the first stage's width."""
+    if depth not in LAYOUTS or isinstance(depth, bool):
+        raise ValueError(f"ImageNet ResNet depth must be one of {tuple(LAYOUTS)} (He 2015 Table 1), got {depth!r}")
+    check_positive(num_classes=num_classes, in_chans=in_chans, width=width)
+    block, counts = LAYOUTS[depth]
+    rates = iter(drop_path_rates(drop_path_rate, sum(counts)))
+    stages, cin = [], width
+    for s, count in enumerate(counts):
+        units = []
+        for i in range(count):
+            w, stride = width * 2**s, 2 if s > 0 and i == 0 else 1
+            cout = EXPANSION[block] * w
+            # torchvision's layout: the stride sits on the first conv of a basic unit, on the 3×3 of a bottleneck.
+            body = conv_branch(block, cin, w, stride, stride_at=0 if block == "basic" else 1)
+            last_bn = body[-1]
+            assert isinstance(last_bn, nn.BatchNorm2d)
+            if zero_init_residual:
+                nn.init.zeros_(last_bn.weight)
+            units.append(Unit(body, Add(), shortcut=make_shortcut("B", cin, cout, stride), post=nn.ReLU(),
+                              drop_path=next(rates)))
+            cin = cout
+        stages.append(units)
+    return ConvNet(_stem(in_chans, width), stages, nn.Identity(), cin, num_classes)
+
+
+for _d in LAYOUTS:
+    register_preset(f"resnet{_d}", "resnet_imagenet", depth=_d, paper=f"{HE2015} (ResNet-{_d})")
