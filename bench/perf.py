@@ -53,7 +53,7 @@ def overhead(cfg: RunConfig, steps: int = 30, repeats: int = 7) -> dict[str, Any
     for _ in range(repeats):
         h.append(harness_ms())
         m.append(minimal_ms())
-    ratios = [mi / hi for hi, mi in zip(h, m)]
+    ratios = [mi / hi for hi, mi in zip(h, m, strict=False)]
     return {
         "device": str(s.device), "harness_ms": statistics.median(h), "minimal_ms": statistics.median(m),
         "ratio": statistics.median(m) / statistics.median(h), "ratios": ratios,

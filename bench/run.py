@@ -48,7 +48,7 @@ def execute(cfg: RunConfig, results_dir: str | Path, progress: bool = False) -> 
         train(s, rec, progress, probe_fn)
     except KeyboardInterrupt:
         raise
-    except Exception as exc:  # noqa: BLE001 - every failure becomes a recorded row
+    except Exception as exc:  # every failure becomes a recorded row
         rec.status = classify_failure(exc)
         rec.error = str(exc) if rec.status == "diverged" else f"{type(exc).__name__}: {exc}"
         rec.error = " ".join(rec.error.split())[:500]  # one line in the CSV
