@@ -89,8 +89,8 @@ def test_bpc_and_perplexity(tmp_path: Path) -> None:
 
 
 def test_text_errors(tmp_path: Path) -> None:
-    with pytest.raises(TaskError, match="needs --data-path FILE"):
-        get("text", options=TaskOptions())
+    default = get("text", options=TaskOptions())  # no path: the bundled corpus
+    assert default.name == "text" and default.info["source"].startswith("bench/data/tinytext.py")
     with pytest.raises(TaskError, match="is not an existing file"):
         get("text", options=TaskOptions(data_path=str(tmp_path / "missing.txt")))
     with pytest.raises(TaskError, match="is not an existing file"):

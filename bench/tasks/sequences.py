@@ -109,9 +109,15 @@ class TextTask(SequenceTask):
 
 
 def text_file(device: torch.device, seed: int, options: TaskOptions) -> Task:
-    """``text``: byte-level LM on the UTF-8 file ``options.data_path`` (``seed`` only drives the batch sampler)."""
+    """``text``: byte-level LM on the UTF-8 file ``options.data_path`` (``seed`` only drives the batch sampler).
+
+    Without a path it trains on the bundled corpus (the ``tinytext`` task's text), so
+    ``bench run --task text`` works on a fresh machine; the run's task info names the source.
+    """
     if not options.data_path:
-        raise TaskError("task 'text' needs --data-path FILE (a UTF-8 text file); task 'tinytext' needs no file")
+        task = bundled_text(device, seed, options)
+        task.name = "text"
+        return task
     path = Path(options.data_path).expanduser()
     if not path.is_file():
         raise TaskError(f"--data-path {options.data_path!r} is not an existing file; pass a UTF-8 text file")
