@@ -88,8 +88,12 @@ def test_fixup_structure_and_scaling() -> None:
     model = variants.create("fixup", depth=110)  # L = 54 branches of m = 2 convs
     scale = 54 ** (-1 / 2)
     for u in units(model):
-        assert isinstance(u.shared, ScalarBias) and isinstance(u.combine, Scaled) and u.combine.beta.item() == 1.0
-        assert sum(isinstance(m, ScalarBias) for m in u.body) == 3  # + the shared one: before each conv and ReLU
+        assert isinstance(u.combine, Scaled) and u.combine.beta.item() == 1.0
+        # A scalar bias before each conv and each ReLU: the first one is shared with the shortcut only
+        # where the shortcut subsamples (Zhang et al.'s `downsample(x + bias1a)`).
+        projects = not isinstance(u.shortcut, nn.Identity)
+        assert isinstance(u.shared, ScalarBias if projects else nn.Identity)
+        assert sum(isinstance(m, ScalarBias) for m in u.body) == (3 if projects else 4)
         convs = [m for m in u.body if isinstance(m, nn.Conv2d)]
         assert torch.all(convs[-1].weight == 0)
     conv = next(m for m in units(model)[-1].body if isinstance(m, nn.Conv2d))  # 64·64·9 weights: tight std estimate
@@ -107,11 +111,13 @@ def test_fixup_unit_formula_with_trained_scalars() -> None:
     with torch.no_grad():
         for p in u.parameters():
             p.uniform_(-0.5, 0.5) if p.numel() == 1 else p.normal_(0, 0.1)
-    b1a = u.shared.bias
-    c1, b1b, _, b2a, c2, b2b = u.body
+    assert isinstance(u.shared, nn.Identity)  # the identity shortcut sees the raw input (Zhang et al.'s code)
+    b1a, c1, b1b, _, b2a, c2, b2b = u.body
     x = torch.randn(2, 16, 5, 5, dtype=torch.float64)
-    branch = b2b(c2(b2a(F.relu(b1b(c1(x + b1a))))))
-    assert torch.allclose(u(x), F.relu(x + b1a + u.combine.beta * branch))
+    branch = b2b(c2(b2a(F.relu(b1b(c1(b1a(x)))))))
+    assert torch.allclose(u(x), F.relu(x + u.combine.beta * branch))
+    down = units(model)[2]  # the first unit of stage 2 subsamples: bias1a feeds both paths there
+    assert isinstance(down.shared, ScalarBias) and not isinstance(down.shortcut, nn.Identity)
 
 
 @pytest.mark.parametrize(("depth", "eps"), [(20, 0.1), (44, 1e-5), (56, 1e-6)])

@@ -215,7 +215,10 @@ def test_rezero_is_identity_at_init() -> None:
     x = torch.randn(2, 5, TINY["d_model"])
     for block in model.blocks:
         assert block.attn.combine.beta.detach().item() == 0.0 and block.attn.combine.beta.requires_grad
+        assert block.ffn.combine.beta is block.attn.combine.beta  # one α per layer (Bachlechner 2020)
         assert torch.equal(block(x), x)
+    scalars = [p for p in model.parameters() if p.dim() == 0]
+    assert len(scalars) == len(model.blocks)
     idx = torch.tensor([[1, 2, 3]])
     emb = model.tok_emb.weight[idx] + model.pos_emb.weight[:3]
     assert torch.equal(model(idx), F.linear(emb, model.tok_emb.weight))

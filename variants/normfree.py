@@ -101,8 +101,12 @@ def fixup(
 
     def unit(i: int, cin: int, w: int, stride: int) -> nn.Module:
         cout = EXPANSION[block] * w
-        # Scalar biases before each conv and each activation; the first one is shared with the shortcut.
-        body = conv_branch(block, cin, w, stride, between=("bias", "relu", "bias"), last=("bias",))
+        # Scalar biases before each conv and each activation. The first one also feeds the shortcut
+        # where that subsamples/projects, but never an identity shortcut: Zhang et al.'s code adds
+        # bias1a to x only on the branch and in `downsample(x + bias1a)`.
+        projects = stride != 1 or cin != cout or shortcut == "C"
+        pre = () if projects else ("bias",)
+        body = conv_branch(block, cin, w, stride, pre=pre, between=("bias", "relu", "bias"), last=("bias",))
         convs = [c for c in body if isinstance(c, nn.Conv2d)]
         with torch.no_grad():
             for conv in convs[:-1]:
@@ -110,7 +114,8 @@ def fixup(
             convs[-1].weight.zero_()
         # The multiplier is a Scaled parameter (init 1); Fixup puts the last bias after it, we put it
         # before, a reparametrisation of the same function class that is identical at init.
-        return Unit(body, Scaled(alpha=1.0, beta=1.0, learnable_beta=True), shared=ScalarBias(),
+        return Unit(body, Scaled(alpha=1.0, beta=1.0, learnable_beta=True),
+                    shared=ScalarBias() if projects else None,
                     shortcut=make_shortcut(shortcut, cin, cout, stride, norm=False), post=nn.ReLU(),
                     drop_path=rates[i])
 

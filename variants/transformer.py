@@ -12,7 +12,8 @@ and differs only along the residual axes (norm placement, combinator) and in its
   Text-to-Image Generation via Transformers"; Kim et al. 2025, "Peri-LN: Revisiting Layer Normalization
   in the Transformer Architecture".
 - ``deepnorm``: ``x ← LN(α·x + F(x))`` — Wang et al. 2022, "DeepNet: Scaling Transformers to 1,000 Layers".
-- ``rezero_lm``: ``x ← x + α·F(x)``, α a learnable scalar starting at 0 (one per sublayer), no LN at
+- ``rezero_lm``: ``x ← x + α·F(x)``, α a learnable scalar starting at 0 (one per layer, shared by its
+  attention and feed-forward sublayers, as in the authors' code), no LN at
   all — Bachlechner et al. 2020, "ReZero is All You Need: Fast Convergence at Large Depth" (the name
   ``rezero`` is the CIFAR ResNet of ``variants.normfree``).
 - ``mixln``: Post-LN in the first ⌊N/4⌋ layers, Pre-LN after — Li et al. 2024, "Mix-LN: Unleashing the
@@ -153,6 +154,7 @@ class Recipe:
     combinator: Callable[[int], Combinator]
     init: str
     axes: dict[str, str] = field(default_factory=dict)
+    one_scale_per_layer: bool = False  # ReZero: both sublayers of a layer share one learnable α
 
 
 def _same(placement: str) -> Callable[[int], list[str]]:
@@ -186,6 +188,7 @@ RECIPES: dict[str, Recipe] = {
         "Bachlechner et al. 2020, ReZero is All You Need: Fast Convergence at Large Depth", _same("none"),
         lambda depth: COMBINATORS["scaled"](alpha=1.0, beta=0.0, learnable_beta=True), "xavier",
         {"combinator": "scaled (learnable beta=0)", "placement": "none", "body": "attention+ffn"},
+        one_scale_per_layer=True,  # the paper's "single additional learned parameter per layer"
     ),
     "mixln": Recipe(
         "Li et al. 2024, Mix-LN: Unleashing the Power of Deeper Layers by Combining Pre-LN and Post-LN",
@@ -221,6 +224,9 @@ class TransformerLM(nn.Module):
                   sublayer(FeedForward(d_model, d_ff, dropout, bias), p))
             for p in placements
         )
+        if recipe.one_scale_per_layer:
+            for blk in self.blocks:  # two Scaled modules (probes see both joins), one parameter
+                blk.ffn.combine.beta = blk.attn.combine.beta
         # A final LN is needed exactly when the last layer leaves the stream un-normalised by a
         # residual add after a norm (pre/sandwich); post-LN ends normalised, ReZero has no LN by design.
         self.norm = norm() if placements[-1] in ("pre", "sandwich") else nn.Identity()
