@@ -8,17 +8,17 @@
 - throughput and peak memory vs depth, and accuracy vs throughput with the Pareto front;
 - Post-LN vs Pre-LN loss curves with and without learning-rate warm-up (Xiong et al. 2020, Fig. 2).
 
-Every mean is over seeds with a Student-t 95% CI (the rule of :mod:`bench.stats`). Colour encodes
-the variant and is the same in every figure (:func:`palette`); line style encodes depth (or warm-up).
-Figures are built as :class:`matplotlib.figure.Figure` objects, so nothing leaks into pyplot.
+Every mean is over seeds with a Student-t 95% CI (the rule of :mod:`bench.stats`), clipped to the
+metric's valid range (:data:`bench.plotdata.DOMAINS`). Colour encodes the variant and is the same in
+every figure (:func:`palette`); line style encodes depth (or warm-up). Legends sit outside the axes
+so they never hide data. Figures are :class:`matplotlib.figure.Figure` objects: nothing leaks into pyplot.
 """
 
 from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -27,9 +27,27 @@ import pandas as pd
 import seaborn as sns
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
-from scipy import stats as sps
+from matplotlib.lines import Line2D
+from matplotlib.ticker import MaxNLocator
+from matplotlib.transforms import offset_copy
 
-from bench.results import ResultsStore
+from bench.plotdata import (
+    Frames,
+    curves_frame,
+    domain,
+    is_ln_transformer,
+    load_frames,
+    mean_ci,
+    one_task,
+    probes_frame,
+    variant_key,
+)
+
+__all__ = [
+    "Frames", "curves_frame", "is_ln_transformer", "load_frames", "make_all", "palette", "pareto_front",
+    "plot_cost", "plot_degradation", "plot_grad_norm_init", "plot_learning_curves", "plot_pareto",
+    "plot_warmup", "probes_frame", "variant_colour", "variant_key",
+]  # fmt: skip
 
 # Fixed colours for the known designs (one per design axis point, so `highway_mlp` shares `highway`'s
 # colour); anything else hashes into _FALLBACK, which is stable across runs and figures.
@@ -39,8 +57,7 @@ _COLOURS = sns.color_palette("tab10") + sns.color_palette("Dark2")
 _TABLE = {name: _COLOURS[i % len(_COLOURS)] for i, name in enumerate(_KNOWN)}
 _TABLE["residual_mlp"] = _TABLE["resnet"]  # the fully-connected ResNet: same design, same colour
 _FALLBACK = sns.color_palette("husl", 32)
-_DEPTH_STYLES = ("-", "--", ":", "-.")
-_POST_LN, _PRE_LN = re.compile(r"post[-_]?ln"), re.compile(r"pre[-_]?ln")
+_DEPTH_STYLES: tuple[Any, ...] = ("-", "--", ":", "-.", (0, (5, 1, 1, 1, 1, 1)), (0, (1, 3)))
 _METRIC_LABELS = {
     ("train", "loss"): "training loss (cross-entropy, nats)",
     ("eval", "val_acc"): "validation accuracy (fraction)",
@@ -49,8 +66,10 @@ _METRIC_LABELS = {
     ("eval", "bpc"): "validation bits per character (bits)",
     ("eval", "ppl"): "validation perplexity (exp nats)",
 }
-_NOT_METRICS = ("step", "epoch", "wall_s", "train_time_s", "lr")  # curve columns that are axes, not metrics
-_META = ("run_id", "variant", "family", "depth", "task", "seed", "warmup_steps", "status", "study")
+_LOG_METRICS = ("loss", "val_loss", "ppl", "grad_norm")  # positive, spanning decades: log y
+_DODGE_PT = 4.0  # horizontal nudge between neighbouring error-bar series, in points
+_FRACTION_LIMITS = (-0.02, 1.02)  # y range of a [0, 1] metric: its whole domain and a sliver of margin
+CLIP_NOTE = "95% t-CI clipped to the metric's range"
 
 
 def variant_colour(name: str) -> tuple[float, float, float]:
@@ -69,170 +88,123 @@ def palette(variants: Iterable[str]) -> dict[str, tuple[float, float, float]]:
     return {v: variant_colour(v) for v in variants}
 
 
-def variant_key(variant: str, depth: Any) -> str:
-    """The series name on depth axes: the variant without its depth suffix (``resnet56`` at depth 56 -> ``resnet``)."""
-    try:
-        suffix = str(int(depth))
-    except (TypeError, ValueError):
-        return variant
-    return re.sub(rf"[-_]?{suffix}$", "", variant) if variant.endswith(suffix) and variant != suffix else variant
+def depth_styles(depths: Iterable[Any]) -> dict[Any, Any]:
+    """``{depth: line style}``, shallowest solid; one mapping per figure so every panel and the legend agree."""
+    return {d: _DEPTH_STYLES[i % len(_DEPTH_STYLES)] for i, d in enumerate(sorted(set(depths)))}
 
 
-@dataclass
-class Frames:
-    """Everything the plots and the report read: the leaderboard and tidy curves/probes with run metadata."""
-
-    leaderboard: pd.DataFrame
-    curves: pd.DataFrame  # run meta + split ("train"|"eval"), step, metric, value
-    probes: pd.DataFrame  # run meta + step, layer, block, metric, value
-
-
-def curves_frame(runs: Iterable[Mapping[str, Any]]) -> pd.DataFrame:
-    """Tidy curves of run JSONs: one row per run, split, step and metric (non-finite losses dropped)."""
-    parts = []
-    for run in runs:
-        meta = {k: run.get("row", {}).get(k) for k in _META} | {"run_id": run["run_id"]}
-        for split in ("train", "eval"):
-            points = pd.DataFrame(run.get("curves", {}).get(split, []))
-            if points.empty:
-                continue
-            values = [c for c in points.columns if c not in _NOT_METRICS]
-            long = points.melt(id_vars=["step"], value_vars=values, var_name="metric", value_name="value")
-            parts.append(long.assign(split=split, **meta))
-    cols = [*_META, "split", "step", "metric", "value"]
-    if not parts:
-        return pd.DataFrame(columns=cols)
-    df = pd.concat(parts, ignore_index=True)[cols]
-    df["value"] = pd.to_numeric(df["value"], errors="coerce")
-    return df[np.isfinite(df["value"].to_numpy(dtype=float))].reset_index(drop=True)
-
-
-def probes_frame(runs: Iterable[Mapping[str, Any]]) -> pd.DataFrame:
-    """Tidy probe rows of run JSONs joined with each run's metadata (variant, depth, task, seed ...)."""
-    rows = []
-    for run in runs:
-        meta = {k: run.get("row", {}).get(k) for k in _META} | {"run_id": run["run_id"]}
-        rows += [meta | dict(r) for r in run.get("probes", [])]
-    return pd.DataFrame(rows, columns=[*_META, "step", "layer", "block", "metric", "value"])
-
-
-def load_frames(results_dir: str | Path, study: str | None = None) -> Frames:
-    """Read ``results_dir``; with ``study``, keep only that study's runs (ValueError if it has none)."""
-    store = ResultsStore(results_dir)
-    board, runs = store.load_leaderboard(), store.load_runs()
-    if study is not None:
-        if not (board["study"] == study).any():
-            raise ValueError(
-                f"no runs of study {study!r} in {results_dir}; "
-                f"studies: {sorted(board['study'].dropna().unique().tolist())}"
-            )
-        board = board[board["study"] == study].reset_index(drop=True)
-        runs = [r for r in runs if r["run_id"] in set(board["run_id"])]
-    return Frames(board, curves_frame(runs), probes_frame(runs))
-
-
-def _one_task(df: pd.DataFrame, task: str | None) -> tuple[pd.DataFrame, str]:
-    if task is not None:
-        df = df[df["task"] == task]
-    tasks = sorted(df["task"].dropna().unique().tolist())
-    if len(tasks) != 1:
-        raise ValueError(f"the figure needs data of exactly one task; found {tasks or 'none'} (pass task=...)")
-    return df, str(tasks[0])
-
-
-def _mean_ci(df: pd.DataFrame, keys: list[str], x: str, y: str) -> pd.DataFrame:
-    """Per ``keys + [x]``: mean of ``y`` over runs and its 95% t-CI half-width (NaN for one run)."""
-    g = df.assign(_y=pd.to_numeric(df[y], errors="coerce")).dropna(subset=["_y"]).groupby([*keys, x])["_y"]
-    out = g.agg(["mean", "std", "count"]).reset_index()
-    n = out["count"].to_numpy(dtype=float)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        out["ci"] = np.where(n > 1, sps.t.ppf(0.975, np.maximum(n - 1, 1)) * out["std"] / np.sqrt(n), np.nan)
-    return out.sort_values([*keys, x])
+def _with_key(df: pd.DataFrame) -> pd.DataFrame:
+    return df.assign(key=[variant_key(str(v), d) for v, d in zip(df["variant"], df["depth"], strict=True)])
 
 
 def _series(
-    ax: Axes, stats: pd.DataFrame, x: str, key: str, style: str | None, band: bool, labels: dict[Any, str]
+    ax: Axes, stats: pd.DataFrame, x: str, styles: dict[Any, Any] | None, band: bool, style_col: str = "depth"
 ) -> None:
-    """One mean line per (key, style) value, coloured by key, with a CI band or CI error bars."""
-    styles = (
-        {s: _DEPTH_STYLES[i % len(_DEPTH_STYLES)] for i, s in enumerate(sorted(stats[style].unique()))} if style else {}
-    )
-    for ident, s in stats.groupby([key, style] if style else [key], sort=True):
+    """One mean line per key (and style value), coloured by key, with its clipped CI as a band or error bars.
+
+    Line labels are ``key`` or ``key (depth d)``: they name the series for tests and readers of the
+    artist tree; the figure legend is built separately from one handle per colour and per style."""
+    groups = ["key", style_col] if styles is not None else ["key"]
+    grouped = list(stats.groupby(groups, sort=True))
+    for i, (ident, s) in enumerate(grouped):
         ident = ident if isinstance(ident, tuple) else (ident,)
-        colour, ls = variant_colour(str(ident[0])), styles.get(ident[-1], "-")
-        xs, mean, ci = s[x].to_numpy(dtype=float), s["mean"].to_numpy(), s["ci"].fillna(0).to_numpy()
-        ax.plot(
-            xs, mean, color=colour, linestyle=ls, marker=None if band else "o", label=labels.get(ident, str(ident[0]))
-        )
+        colour = variant_colour(str(ident[0]))
+        ls = styles[ident[1]] if styles is not None else "-"
+        label = f"{ident[0]} ({style_col} {ident[1]})" if styles is not None else str(ident[0])
+        xs, mean = s[x].to_numpy(dtype=float), s["mean"].to_numpy(dtype=float)
+        lo, hi = s["lo"].to_numpy(dtype=float), s["hi"].to_numpy(dtype=float)
         if band:
-            ax.fill_between(xs, mean - ci, mean + ci, color=colour, alpha=0.2, linewidth=0)
-        else:
-            ax.errorbar(xs, mean, yerr=ci, fmt="none", ecolor=colour, capsize=3)
+            ax.plot(xs, mean, color=colour, linestyle=ls, label=label)
+            ax.fill_between(xs, lo, hi, color=colour, alpha=0.2, linewidth=0)
+            continue
+        # Series sharing an x are nudged apart on screen (the data stay exact) so no error bar hides another.
+        shift = offset_copy(ax.transData, fig=ax.figure, x=_DODGE_PT * (i - (len(grouped) - 1) / 2), units="points")
+        ax.plot(xs, mean, color=colour, linestyle=ls, marker="o", label=label, transform=shift)
+        yerr = np.vstack([mean - lo, hi - mean])
+        ax.errorbar(xs, mean, yerr=yerr, fmt="none", ecolor=colour, capsize=3, transform=shift)
+        # Artists off transData do not grow the data limits: add the (unshifted) bars by hand.
+        pts = np.column_stack([np.r_[xs, xs, xs], np.r_[mean, lo, hi]])
+        ax.update_datalim(pts[np.isfinite(pts).all(axis=1)])
+    ax.autoscale_view()
 
 
-def _depth_labels(stats: pd.DataFrame, key: str) -> dict[Any, str]:
-    several = stats.groupby(key)["depth"].nunique() > 1
-    return {
-        (k, d): f"{k} (depth {d})" if several[k] else str(k)
-        for k, d in stats[[key, "depth"]].drop_duplicates().itertuples(index=False)
-    }
+def _legend(fig: Figure, keys: Iterable[str], styles: dict[Any, Any] | None = None, what: str = "depth") -> None:
+    """One legend for the whole figure, outside the axes on the right: colour = variant, style = ``what``."""
+    handles = [Line2D([], [], color=variant_colour(k), linewidth=2, label=k) for k in sorted(set(keys))]
+    if styles and len(styles) > 1:
+        handles += [Line2D([], [], color="0.35", linestyle=ls, label=f"{what} {d}") for d, ls in styles.items()]
+    fig.legend(handles=handles, loc="outside right upper", fontsize="small", title="colour: variant")
+
+
+def _limit(ax: Axes, metric: str, log: bool = False) -> None:
+    """Keep a [0, 1] metric's axis within [-0.02, 1.02]; log axes start a little below the smallest positive
+    value drawn, so a band clipped at 0 runs off the bottom instead of stretching the axis to 1e-300."""
+    if log:
+        ax.set_yscale("log")
+        ys = np.concatenate([np.asarray(a.get_ydata(), dtype=float) for a in ax.get_lines()] or [np.array([])])
+        ys = ys[np.isfinite(ys) & (ys > 0)]
+        if ys.size:
+            ax.set_ylim(bottom=ys.min() / 2)
+    elif domain(metric) == (0.0, 1.0):
+        low, high = ax.get_ylim()
+        ax.set_ylim(max(low, _FRACTION_LIMITS[0]), min(high, _FRACTION_LIMITS[1]))
 
 
 def _figure(ncols: int = 1) -> tuple[Figure, list[Axes]]:
     with sns.axes_style("whitegrid"):
-        fig = Figure(figsize=(6.4 * ncols, 4.6), layout="constrained")
+        fig = Figure(figsize=(6.4 * ncols + 1.6, 4.8), layout="constrained")
         axes = fig.subplots(1, ncols, squeeze=False)[0]
     return fig, list(axes)
 
 
 def plot_learning_curves(curves: pd.DataFrame, task: str | None = None, val_metric: str = "val_acc") -> Figure:
-    """Training loss and a validation metric vs step, mean over seeds with 95% t-CI bands."""
-    df, task = _one_task(curves, task)
+    """Training loss (log y) and a validation metric vs step, mean over seeds with clipped 95% t-CI bands."""
+    df, task = one_task(curves, task)
+    df = _with_key(df)
+    styles = depth_styles(df["depth"].dropna())
     fig, (left, right) = _figure(2)
-    panels = ((left, "train", "loss"), (right, "eval", val_metric))
-    for ax, split, metric in panels:
-        stats = _mean_ci(df[(df["split"] == split) & (df["metric"] == metric)], ["variant", "depth"], "step", "value")
-        _series(ax, stats, "step", "variant", "depth", True, _depth_labels(stats, "variant"))
+    for ax, split, metric in ((left, "train", "loss"), (right, "eval", val_metric)):
+        part = df[(df["split"] == split) & (df["metric"] == metric)]
+        _series(ax, mean_ci(part, ["key", "depth"], "step", "value", metric), "step", styles, True)
         ylabel = _METRIC_LABELS.get((split, metric), f"{split} {metric}")
         ax.set(xlabel="step (optimizer updates)", ylabel=ylabel, title=f"{ylabel.split(' (')[0]} — {task}")
-        if stats.size:
-            ax.legend(fontsize="small")
-    fig.suptitle(f"Learning curves on {task} (mean over seeds, 95% CI)")
+        _limit(ax, metric, log=metric in _LOG_METRICS)
+    _legend(fig, df["key"], styles)
+    fig.suptitle(f"Learning curves on {task}: mean over seeds, band = {CLIP_NOTE}; gaps = non-finite loss")
     return fig
 
 
 def plot_degradation(leaderboard: pd.DataFrame, task: str | None = None) -> Figure:
-    """Final training error (1 - final train accuracy) vs depth, one line per variant, 95% CI error bars."""
-    df, task = _one_task(leaderboard[leaderboard["status"] == "ok"], task)
-    df = df.assign(
-        key=[variant_key(v, d) for v, d in zip(df["variant"], df["depth"], strict=True)],
-        train_error=1.0 - pd.to_numeric(df["final_train_acc"], errors="coerce"),
-    )
-    stats = _mean_ci(df, ["key"], "depth", "train_error")
+    """Final training error (1 - final train accuracy) vs depth, one line per variant, clipped 95% CI bars."""
+    df, task = one_task(leaderboard[leaderboard["status"] == "ok"], task)
+    df = _with_key(df).assign(train_error=1.0 - pd.to_numeric(df["final_train_acc"], errors="coerce"))
     fig, (ax,) = _figure()
-    _series(ax, stats, "depth", "key", None, False, {})
+    _series(ax, mean_ci(df, ["key"], "depth", "train_error"), "depth", None, False)
     ax.set(
         xlabel="depth (layers)",
         ylabel="final training error (1 − train accuracy)",
-        title=f"Degradation: training error vs depth — {task}",
+        title=f"Degradation: training error vs depth — {task}\nmean over seeds, bars = {CLIP_NOTE} [0, 1]",
     )
-    ax.legend(title="variant")
+    _limit(ax, "train_error")
+    _legend(fig, df["key"])
     return fig
 
 
 def plot_grad_norm_init(probes: pd.DataFrame, task: str | None = None) -> Figure:
-    """Gradient norm of each residual unit's parameters at step 0 vs layer index (log scale), per variant."""
-    df, task = _one_task(probes[(probes["step"] == 0) & (probes["metric"] == "grad_norm")], task)
-    stats = _mean_ci(df, ["variant", "depth"], "layer", "value")
+    """Gradient norm of each residual unit's parameters at step 0 vs layer index (log y), per variant and depth."""
+    df, task = one_task(probes[(probes["step"] == 0) & (probes["metric"] == "grad_norm")], task)
+    df = _with_key(df)
+    styles = depth_styles(df["depth"].dropna())
     fig, (ax,) = _figure()
-    _series(ax, stats, "layer", "variant", "depth", False, _depth_labels(stats, "variant"))
-    ax.set_yscale("log")
+    _series(ax, mean_ci(df, ["key", "depth"], "layer", "value", "grad_norm"), "layer", styles, False)
     ax.set(
         xlabel="layer (residual unit index, input → output)",
         ylabel="gradient L2 norm at initialisation",
-        title=f"Per-layer gradient norm at step 0 — {task}",
+        title=f"Per-layer gradient norm at step 0 — {task}\nmean over seeds, bars = {CLIP_NOTE} (≥ 0)",
     )
-    ax.legend(title="variant")
+    _limit(ax, "grad_norm", log=True)
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # layers are whole units
+    _legend(fig, df["key"], styles)
     return fig
 
 
@@ -245,16 +217,17 @@ def _throughput_column(df: pd.DataFrame) -> tuple[str, str]:
 
 def plot_cost(leaderboard: pd.DataFrame, task: str | None = None) -> Figure:
     """Two panels: training throughput vs depth and peak memory vs depth, one line per variant."""
-    df, task = _one_task(leaderboard[leaderboard["status"] == "ok"], task)
-    df = df.assign(key=[variant_key(v, d) for v, d in zip(df["variant"], df["depth"], strict=True)])
+    df, task = one_task(leaderboard[leaderboard["status"] == "ok"], task)
+    df = _with_key(df)
     column, unit = _throughput_column(df)
     fig, axes = _figure(2)
     for ax, col, ylabel in zip(
         axes, (column, "peak_mem_mb"), (f"training throughput ({unit})", "peak memory (MB)"), strict=True
     ):
-        _series(ax, _mean_ci(df, ["key"], "depth", col), "depth", "key", None, False, {})
+        _series(ax, mean_ci(df, ["key"], "depth", col), "depth", None, False)
         ax.set(xlabel="depth (layers)", ylabel=ylabel, title=f"{ylabel.split(' (')[0]} vs depth — {task}")
-        ax.legend(title="variant")
+    _legend(fig, df["key"])
+    fig.suptitle(f"Cost vs depth on {task}: mean over seeds, bars = {CLIP_NOTE} (≥ 0)")
     return fig
 
 
@@ -268,8 +241,8 @@ def pareto_front(x: np.ndarray, y: np.ndarray) -> np.ndarray:
 
 def plot_pareto(leaderboard: pd.DataFrame, task: str | None = None, metric: str = "final_val_acc") -> Figure:
     """Accuracy vs throughput, one point per (variant, depth) (seed means), with the Pareto front."""
-    df, task = _one_task(leaderboard[leaderboard["status"] == "ok"], task)
-    df = df.assign(key=[variant_key(v, d) for v, d in zip(df["variant"], df["depth"], strict=True)])
+    df, task = one_task(leaderboard[leaderboard["status"] == "ok"], task)
+    df = _with_key(df)
     column, unit = _throughput_column(df)
     pts = df.groupby(["key", "depth"])[[column, metric]].mean(numeric_only=True).dropna().reset_index()
     fig, (ax,) = _figure()
@@ -288,35 +261,34 @@ def plot_pareto(leaderboard: pd.DataFrame, task: str | None = None, metric: str 
     ax.set(
         xlabel=f"training throughput ({unit})",
         ylabel=metric.replace("_", " ") + " (fraction)",
-        title=f"Accuracy vs throughput — {task}",
+        title=f"Accuracy vs throughput — {task} (seed means; labels: depth)",
     )
-    ax.legend(title="variant (labels: depth)", fontsize="small")
+    _limit(ax, metric)
+    fig.legend(*ax.get_legend_handles_labels(), loc="outside right upper", fontsize="small", title="variant")
     return fig
 
 
-def is_ln_transformer(variant: str) -> str | None:
-    """``"post"`` or ``"pre"`` when the variant's name says Post-LN / Pre-LN, else None."""
-    return "post" if _POST_LN.search(variant) else "pre" if _PRE_LN.search(variant) else None
-
-
 def plot_warmup(curves: pd.DataFrame, task: str | None = None) -> Figure:
-    """Post-LN vs Pre-LN (transformer family): training loss with (solid) and without (dashed) warm-up."""
+    """Post-LN vs Pre-LN (transformer family): training loss (log y) with (solid) and without (dashed) warm-up."""
     tf = (curves["family"] == "transformer") | curves["variant"].map(lambda v: is_ln_transformer(str(v)) is not None)
-    df, task = _one_task(curves[tf & (curves["split"] == "train") & (curves["metric"] == "loss")], task)
-    stats = _mean_ci(df.assign(warmup=df["warmup_steps"].fillna(0).astype(int)), ["variant", "warmup"], "step", "value")
+    df, task = one_task(curves[tf & (curves["split"] == "train") & (curves["metric"] == "loss")], task)
+    df = _with_key(df).assign(warmup=df["warmup_steps"].fillna(0).astype(int))
+    stats = mean_ci(df, ["key", "depth", "warmup"], "step", "value", "loss")
+    several = stats.groupby("key")["depth"].nunique() > 1
     fig, (ax,) = _figure()
-    for (variant, warmup), s in stats.groupby(["variant", "warmup"]):
-        label = f"{variant}, warm-up {warmup} steps" if warmup > 0 else f"{variant}, no warm-up"
-        colour, xs, mean = variant_colour(str(variant)), s["step"].to_numpy(dtype=float), s["mean"].to_numpy()
-        ax.plot(xs, mean, color=colour, linestyle="-" if warmup > 0 else "--", label=label)
-        ci = s["ci"].fillna(0).to_numpy()
-        ax.fill_between(xs, mean - ci, mean + ci, color=colour, alpha=0.2, linewidth=0)
+    for (key, depth, warmup), s in stats.groupby(["key", "depth", "warmup"]):
+        name = f"{key} (depth {depth})" if several[key] else str(key)
+        label = f"{name}, warm-up {warmup} steps" if warmup > 0 else f"{name}, no warm-up"
+        colour, xs = variant_colour(str(key)), s["step"].to_numpy(dtype=float)
+        ax.plot(xs, s["mean"].to_numpy(), color=colour, linestyle="-" if warmup > 0 else "--", label=label)
+        ax.fill_between(xs, s["lo"].to_numpy(), s["hi"].to_numpy(), color=colour, alpha=0.2, linewidth=0)
     ax.set(
         xlabel="step (optimizer updates)",
         ylabel="training loss (cross-entropy, nats)",
-        title=f"Post-LN vs Pre-LN, with and without warm-up — {task}",
+        title=f"Post-LN vs Pre-LN, with and without warm-up — {task}\nmean over seeds, band = {CLIP_NOTE} (≥ 0)",
     )
-    ax.legend(fontsize="small")
+    _limit(ax, "loss", log=True)
+    _legend(fig, stats["key"], {"on": "-", "off": "--"}, what="warm-up")
     return fig
 
 

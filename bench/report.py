@@ -11,7 +11,8 @@ Claims checked, when the results directory holds the runs to check them:
   rate warm-up, Pre-LN trains without it; at initialisation Post-LN's gradients grow toward the output.
 
 Verdicts follow fixed, stated rules (``DEGRADE_TOL``, ``WORSE_REL``, ``GRAD_GROWTH``) and are printed
-whichever way they go.
+whichever way they go. Where a difference is larger than the tolerance but inside the seed spread, the
+verdict is *inconclusive*: with three seeds a 95% CI is wide, and we say so rather than guess.
 """
 
 from __future__ import annotations
@@ -22,20 +23,28 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pandas as pd
 
 from bench import plots
 from bench.results import ResultsStore, atomic_write_text
-from bench.stats import aggregate_long
+from bench.stats import aggregate_long, t_ci
 
 # Training error must rise by more than this (and by more than the two 95% CI half-widths together)
 # between the shallowest and the deepest net to call it degradation: seed noise is not degradation.
 DEGRADE_TOL = 0.01
+# A seed whose final training error is above this failed to train (a bimodal outcome the mean hides).
+FAIL_ERR = 0.5
 # Without warm-up a run is "worse" if its final training loss is more than 5% above the warm-up runs'.
 WORSE_REL = 0.05
 # Post-LN's "gradients grow toward the output" means last-unit / first-unit gradient norm > this.
 GRAD_GROWTH = 1.5
+FIGURE_NOTE = (
+    "Lines: mean over seeds. Bands and error bars: 95% Student-t CI of that mean, clipped to the metric's "
+    "valid range (accuracy and error in [0, 1]; loss, throughput, memory and gradient norm ≥ 0) — with 3 "
+    "seeds the unclipped interval often leaves it. On a log axis a band that runs off the bottom edge has a "
+    "CI that reaches 0. Colour = variant (the same in every figure); line style = depth (or warm-up); "
+    "training loss and gradient norms use a log scale; gaps in a curve are non-finite losses."
+)
 # The command line of a run outside a study (runs/<run_id>.json holds every other field of its config).
 RUN_COMMAND = "python -m bench run --variant {variant} --depth {depth} --task {task} --results-dir {results_dir}"
 RUN_WARMUP = " --warmup-steps {warmup}"
@@ -122,17 +131,44 @@ def _claim_for(key: str) -> tuple[bool, str, str] | None:
     return None
 
 
+def rise_verdict(base: dict[str, float], top: dict[str, float], tol: float) -> str:
+    """``"no"`` if ``top``'s mean is at most ``tol`` above ``base``'s; ``"yes"`` if it is above by more than
+    ``tol`` and the two 95% CI half-widths together; else ``"inconclusive"`` (including when either side has
+    fewer than two runs, so no spread to compare with). ``base``/``top``: dicts with ``mean``, ``ci``, ``n``."""
+    rise = top["mean"] - base["mean"]
+    if not math.isfinite(rise):
+        return "inconclusive"
+    if rise <= tol:
+        return "no"
+    if min(base["n"], top["n"]) < 2:
+        return "inconclusive"
+    return "yes" if rise > base["ci"] + top["ci"] else "inconclusive"
+
+
+def verdict_text(verdict: str, expect_yes: bool, n: int) -> str:
+    """How a three-valued verdict reads against the paper's expectation."""
+    if verdict == "inconclusive":
+        return f"cannot confirm or refute with n={n} seed{'s' * (n != 1)}; more seeds or a longer schedule needed"
+    return f"{'agrees with' if (verdict == 'yes') == expect_yes else 'DISAGREES with'} the paper"
+
+
 def degradation_findings(board: pd.DataFrame) -> list[dict[str, Any]]:
     """Per task and variant with a degradation claim and >= 2 depths: errors by depth and the verdict.
 
-    Training error = 1 - final train accuracy, mean over ok runs. It *degrades* if the deepest net's
-    error exceeds the shallowest's by more than ``DEGRADE_TOL`` and the sum of their CI half-widths,
-    or if every run at the deepest depth failed (diverged/OOM/error) while the shallowest trained.
+    Training error = 1 - final train accuracy, mean over ok runs. ``degrades`` is ``"yes"`` if every run
+    at the deepest depth failed (diverged/OOM/error) while the shallowest trained, else
+    :func:`rise_verdict` of the shallowest vs the deepest depth with tolerance ``DEGRADE_TOL``.
+    ``too_high``: per depth, the ok seeds whose training error is above ``FAIL_ERR``.
     """
     df = board.assign(key=[plots.variant_key(v, d) for v, d in zip(board["variant"], board["depth"], strict=True)])
     df["train_error"] = 1.0 - pd.to_numeric(df["final_train_acc"], errors="coerce")
+    df["too_high"] = (df["train_error"] > FAIL_ERR).astype(float)  # its mean over ok runs x n = the count
     recipe = recipe_columns(board)
-    agg = aggregate_long(df, by=("task", "key", *recipe, "depth"), metrics=("train_error",))
+    agg = aggregate_long(df, by=("task", "key", *recipe, "depth"), metrics=("train_error", "too_high"))
+    counts = agg[agg["metric"] == "too_high"]
+    agg = agg[agg["metric"] == "train_error"].assign(
+        too_high=(counts["mean"].fillna(0).to_numpy() * counts["n"].to_numpy()).round().astype(int)
+    )
     found = []
     for (task, key, *values), g in agg.groupby(["task", "key", *recipe], sort=True, dropna=False):
         claim = _claim_for(str(key))
@@ -142,12 +178,9 @@ def degradation_findings(board: pd.DataFrame) -> list[dict[str, Any]]:
         shallow, deep = g.iloc[0], g.iloc[-1]
         if shallow["n"] == 0:
             continue  # nothing trained at the shallowest depth: no baseline to degrade from
-        if deep["n"] == 0:
-            degrades = True
-        else:
-            margin = max(DEGRADE_TOL, np.nan_to_num(shallow["ci"]) + np.nan_to_num(deep["ci"]))
-            degrades = bool(deep["mean"] - shallow["mean"] > margin)
+        degrades = "yes" if deep["n"] == 0 else rise_verdict(shallow, deep, DEGRADE_TOL)
         expect, source, text = claim
+        n = int(min(shallow["n"], deep["n"])) if deep["n"] else int(shallow["n"])
         found.append(
             {
                 "task": task,
@@ -160,8 +193,10 @@ def degradation_findings(board: pd.DataFrame) -> list[dict[str, Any]]:
                 "errors": g["mean"].tolist(),
                 "n": g["n"].tolist(),
                 "n_failed": g["n_failed"].tolist(),
+                "too_high": g["too_high"].tolist(),
                 "degrades": degrades,
-                "agrees": degrades == expect,
+                "agrees": None if degrades == "inconclusive" else (degrades == "yes") == expect,
+                "verdict": verdict_text(degrades, expect, n),
             }
         )
     return found
@@ -174,9 +209,12 @@ def _degradation_section(board: pd.DataFrame) -> list[str]:
     out = [
         "## Paper claim vs measured: the degradation problem",
         "",
-        f"Training error = 1 − final train accuracy, mean over ok seeds. *Degrades* = the deepest net's error "
-        f"exceeds the shallowest's by more than {DEGRADE_TOL:g} and the two 95% CI half-widths together, "
-        "or every run at the deepest depth failed.",
+        f"Training error = 1 − final train accuracy, mean over ok seeds. *Degrades: yes* = the deepest net's "
+        f"error exceeds the shallowest's by more than {DEGRADE_TOL:g} and by more than the two 95% CI "
+        f"half-widths together, or every run at the deepest depth failed; *no* = it is at most {DEGRADE_TOL:g} "
+        "above the shallowest's (or lower); *inconclusive* = it rises, but within the seed spread (or a depth "
+        f"has a single seed). *Failed to train* = an ok seed whose final training error is above {FAIL_ERR:g} "
+        "(the mean hides such bimodal outcomes).",
         "",
     ]
     for f in found:
@@ -185,21 +223,36 @@ def _degradation_section(board: pd.DataFrame) -> list[str]:
             for e, n, k in zip(f["errors"], f["n"], f["n_failed"], strict=True)
         )
         depths = "→".join(str(d) for d in f["depths"])
-        verdict = "agrees with" if f["agrees"] else "DISAGREES with"
+        failed = " → ".join(
+            f"{k}/{n}" + (f" (+{m} not ok)" if m else "")
+            for k, n, m in zip(f["too_high"], f["n"], f["n_failed"], strict=True)
+        )
         out += [
             f"- **{f['variant']}**{f['recipe']} on {f['task']} — {f['source']}: {f['claim']}.",
-            f"  Measured final train error, depth {depths}: {steps}; degrades: **{'yes' if f['degrades'] else 'no'}**"
-            f" — {verdict} the paper.",
+            f"  Measured final train error, depth {depths}: {steps}; degrades: **{f['degrades']}** — {f['verdict']}.",
+            f"  Seeds that failed to train (error > {FAIL_ERR:g}), depth {depths}: {failed}.",
         ]
     return [*out, ""]
+
+
+def _warmup_verdict(w: dict[str, Any], c: dict[str, Any]) -> str:
+    all_w, all_c = w["failed"] == w["n"], c["failed"] == c["n"]
+    if all_w or all_c:
+        return "inconclusive" if all_w and all_c else "yes" if all_c else "no"
+    by_loss = rise_verdict(w | {"n": w["n_ok"]}, c | {"n": c["n_ok"]}, WORSE_REL * abs(w["mean"]))
+    more_failed = c["failed"] / c["n"] > w["failed"] / w["n"]
+    return "inconclusive" if more_failed and by_loss != "yes" else by_loss
 
 
 def warmup_findings(board: pd.DataFrame) -> list[dict[str, Any]]:
     """Post-LN/Pre-LN variants run with and without warm-up: failures and final training loss per setting.
 
-    Without warm-up is *worse* when a larger fraction of runs failed, or when the ok runs' mean final
-    training loss is more than ``WORSE_REL`` above the warm-up runs'. Xiong 2020 predicts worse for
-    Post-LN and not worse for Pre-LN.
+    ``worse`` (without warm-up than with it) is ``"yes"`` when every run without warm-up failed and some
+    run with it trained; ``"no"`` when every warm-up run failed and some run without trained; else
+    :func:`rise_verdict` of the ok runs' final training loss with tolerance ``WORSE_REL`` x the warm-up
+    loss, downgraded to ``"inconclusive"`` when more runs failed without warm-up (but not all) and the loss
+    does not settle it. Both sides all failed: ``"inconclusive"``. Xiong 2020 predicts ``"yes"`` for
+    Post-LN and ``"no"`` for Pre-LN.
     """
     found = []
     df = board.assign(kind=board["variant"].map(lambda v: plots.is_ln_transformer(str(v))))
@@ -213,16 +266,14 @@ def warmup_findings(board: pd.DataFrame) -> list[dict[str, Any]]:
         side = {}
         for warm, s in g.groupby("warm"):
             ok = s[s["status"] == "ok"]
-            side[bool(warm)] = {
-                "n": len(s),
-                "failed": int((s["status"] != "ok").sum()),
-                "loss": float(pd.to_numeric(ok["final_train_loss"], errors="coerce").mean()),
+            loss = t_ci(pd.to_numeric(ok["final_train_loss"], errors="coerce").to_numpy(dtype=float))
+            side[bool(warm)] = {"n": len(s), "failed": int((s["status"] != "ok").sum()), "loss": loss["mean"]} | {
+                "mean": loss["mean"], "ci": loss["ci"], "n_ok": loss["n"]
             }
         w, c = side[True], side[False]
-        worse = c["failed"] / c["n"] > w["failed"] / w["n"] or (
-            math.isfinite(c["loss"]) and math.isfinite(w["loss"]) and c["loss"] > w["loss"] * (1 + WORSE_REL)
-        )
+        worse = _warmup_verdict(w, c)
         kind = g["kind"].iloc[0]
+        n = min(w["n"], c["n"])
         found.append(
             {
                 "task": task,
@@ -231,8 +282,9 @@ def warmup_findings(board: pd.DataFrame) -> list[dict[str, Any]]:
                 "kind": kind,
                 "warm": w,
                 "cold": c,
-                "worse": bool(worse),
-                "agrees": bool(worse) == (kind == "post"),
+                "worse": worse,
+                "agrees": None if worse == "inconclusive" else (worse == "yes") == (kind == "post"),
+                "verdict": verdict_text(worse, kind == "post", n),
             }
         )
     return found
@@ -273,7 +325,11 @@ def _transformer_section(board: pd.DataFrame, probes: pd.DataFrame) -> list[str]
         out += [
             "Claim: Post-LN Transformers need learning-rate warm-up (without it training fails or ends far "
             "worse); Pre-LN Transformers train without warm-up about as well as with it. "
-            f"*Worse* = more failed runs, or final training loss > {1 + WORSE_REL:g}× the warm-up runs'.",
+            "*Worse without warm-up: yes* = every run without warm-up failed (and some with it trained), or the "
+            f"ok runs' mean final training loss is more than {WORSE_REL:.0%} above the warm-up runs' and more "
+            f"than the two 95% CI half-widths above it; *no* = at most {WORSE_REL:.0%} above (or lower) with no "
+            "more failures, or every warm-up run failed instead; *inconclusive* = in between (a rise within the "
+            "seed spread, a side with one ok seed, or some but not all runs failing without warm-up).",
             "",
         ]
         for f in warm:
@@ -283,8 +339,7 @@ def _transformer_section(board: pd.DataFrame, probes: pd.DataFrame) -> list[str]
                 f"- **{f['variant']}**{f['recipe']}, {f['kind'].title()}-LN, on {f['task']}, paper: {claim}. "
                 f"With warm-up: final train loss {_num(w['loss'], '.4f')}, failed {w['failed']}/{w['n']}; "
                 f"without: {_num(c['loss'], '.4f')}, failed {c['failed']}/{c['n']}. "
-                f"Without warm-up is worse: **{'yes' if f['worse'] else 'no'}** — "
-                f"{'agrees with' if f['agrees'] else 'DISAGREES with'} the paper."
+                f"Without warm-up is worse: **{f['worse']}** — {f['verdict']}."
             )
         out.append("")
     if grads:
@@ -336,7 +391,7 @@ def _provenance(board: pd.DataFrame, results_dir: Path, study: str | None) -> li
         "## How this was produced",
         "",
         f"This report: `python -m bench report --results-dir {results_dir}{flag}` "
-        f"(figures: `python -m bench plot --results-dir {results_dir}`), from {len(board)} runs in "
+        f"(figures: `python -m bench plot --results-dir {results_dir}{flag}`), from {len(board)} runs in "
         "`leaderboard.csv`. The runs (each run's full config, environment, curves and probes are in "
         "`runs/<run_id>.json`; options not shown here are the recipe defaults recorded there):",
         "",
@@ -375,7 +430,7 @@ def write_report(results_dir: str | Path, study: str | None = None) -> Path:
         "",
     ]
     if figures:
-        lines += ["## Figures", ""]
+        lines += ["## Figures", "", FIGURE_NOTE, ""]
         lines += [f"![{p.stem}]({p.relative_to(root).as_posix()})" for p in figures]
         lines.append("")
     lines += _degradation_section(board) + _transformer_section(board, frames.probes)

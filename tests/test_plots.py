@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from matplotlib.collections import LineCollection, PolyCollection
 from matplotlib.colors import to_rgb
 
 from bench import plots
@@ -59,12 +60,40 @@ def line(ax, label: str):
     return found[0]
 
 
-def legend_labels(ax) -> list[str]:
-    return [t.get_text() for t in ax.get_legend().get_texts()]
+def legend_labels(fig) -> list[str]:
+    (legend,) = fig.legends  # one legend per figure, not one per panel
+    return [t.get_text() for t in legend.get_texts()]
 
 
 def assert_labelled(ax) -> None:
-    assert ax.get_title() and ax.get_xlabel() and ax.get_ylabel() and ax.get_legend() is not None
+    assert ax.get_title() and ax.get_xlabel() and ax.get_ylabel()
+
+
+def assert_legend_outside(fig) -> None:
+    """The figure's single legend is drawn clear of every axes, so it covers no data."""
+    fig.draw_without_rendering()
+    (legend,) = fig.legends
+    box = legend.get_window_extent()
+    assert all(ax.get_legend() is None and not box.overlaps(ax.get_window_extent()) for ax in fig.axes)
+
+
+def assert_fraction_axis(ax) -> None:
+    low, high = ax.get_ylim()
+    assert low >= -0.02 and high <= 1.02
+
+
+def band_ys(ax) -> np.ndarray:
+    """Every y of the CI bands (fill_between polygons) of an axes."""
+    polys = [c for c in ax.collections if isinstance(c, PolyCollection)]
+    assert polys
+    return np.concatenate([path.vertices[:, 1] for c in polys for path in c.get_paths()])
+
+
+def bar_ys(ax) -> np.ndarray:
+    """Every y of the CI error bars (vertical LineCollections) of an axes."""
+    segs = [seg for c in ax.collections if isinstance(c, LineCollection) for seg in c.get_segments()]
+    assert segs
+    return np.concatenate([np.asarray(seg)[:, 1] for seg in segs])
 
 
 def test_palette_is_fixed_per_name_and_independent_of_the_others():
@@ -95,46 +124,99 @@ def test_learning_curves_plot_seed_means(results):
     left, right = fig.axes
     ln = line(left, "plain (depth 20)")
     expected = np.mean([loss_curve("plain", 20, s, 0) for s in SEEDS], axis=0)
-    assert list(ln.get_xdata()) == [0, 1, 2, 3, 4]  # the null (non-finite) loss at step 5 is dropped
+    assert list(ln.get_xdata()) == [0, 1, 2, 3, 4, 5]
+    np.testing.assert_allclose(ln.get_ydata(), [*expected, np.nan])  # the null loss at step 5 is a gap
     assert set(frames.curves["metric"]) == {"loss", "val_acc"}  # lr, epoch, wall_s are axes, not metrics
-    np.testing.assert_allclose(ln.get_ydata(), expected)
     assert ln.get_linestyle() == "-" and line(left, "plain (depth 56)").get_linestyle() == "--"
     val = line(right, "resnet (depth 56)")
     np.testing.assert_allclose(val.get_ydata(), [0.0, np.mean(ACC[("resnet", 56)])])
     assert len(left.collections) == 4  # one CI band per series
+    assert left.get_yscale() == "log" and right.get_yscale() == "linear"
     for ax in (left, right):
         assert_labelled(ax)
-        assert set(legend_labels(ax)) == {f"{v} (depth {d})" for v, d in ACC}
-    assert "validation accuracy" in right.get_ylabel()
+    # One legend: each variant once (colour), each depth once (line style).
+    assert legend_labels(fig) == ["plain", "resnet", "depth 20", "depth 56"]
+    assert [h.get_linestyle() for h in fig.legends[0].legend_handles[2:]] == ["-", "--"]
+    assert_legend_outside(fig)
+    assert "validation accuracy" in right.get_ylabel() and "clipped" in fig.get_suptitle()
+
+
+def test_learning_curve_bands_stay_in_the_metric_range(results):
+    _, frames = results
+    left, right = plots.plot_learning_curves(frames.curves, "digits").axes
+    # resnet56 val acc at step 4: 0.99 ± t(2)·0.01/√3 = 0.99 ± 0.0248 -> the upper edge is clipped to 1.
+    acc = band_ys(right)
+    assert acc.min() >= 0.0 and acc.max() == 1.0
+    assert_fraction_axis(right)
+    assert band_ys(left).min() >= 0.0
+
+
+def test_curves_frame_keeps_non_finite_values_as_gaps():
+    run = {"run_id": "r", "row": {"variant": "plain"}, "curves": {
+        "train": [{"step": 0, "loss": 2.0}, {"step": 1, "loss": None}, {"step": 2, "loss": float("inf")}],
+        "eval": [{"step": 2, "val_acc": 0.5}, {"step": 4, "train_acc": 0.7}]}}  # fmt: skip
+    df = plots.curves_frame([run])
+    train = df[df["split"] == "train"]
+    assert train["step"].tolist() == [0, 1, 2]
+    np.testing.assert_allclose(train["value"].to_numpy(dtype=float), [2.0, np.nan, np.nan])
+    # A metric an evaluation does not record is absent, not a gap: val_acc has one row, train_acc one.
+    assert df[df["split"] == "eval"][["step", "metric"]].values.tolist() == [[2, "val_acc"], [4, "train_acc"]]
 
 
 def test_degradation_plot_means_vs_depth(results):
     _, frames = results
-    ax = plots.plot_degradation(frames.leaderboard, "digits").axes[0]
+    fig = plots.plot_degradation(frames.leaderboard, "digits")
+    ax = fig.axes[0]
     for variant in ("plain", "resnet"):
         ln = line(ax, variant)
         assert list(ln.get_xdata()) == [20, 56]
         np.testing.assert_allclose(ln.get_ydata(), [1 - np.mean(ACC[(variant, d)]) for d in (20, 56)])
-    assert_labelled(ax) and set(legend_labels(ax)) == {"plain", "resnet"}
+    assert_labelled(ax)
+    assert legend_labels(fig) == ["plain", "resnet"]
+    assert_legend_outside(fig)
+
+
+def test_degradation_error_bars_are_clipped_to_0_1(results):
+    _, frames = results
+    fig = plots.plot_degradation(frames.leaderboard, "digits")
+    ax = fig.axes[0]
+    # resnet56 error 0.02/0.01/0.00: 0.01 ± t(2)·0.01/√3 = 0.01 ± 0.0248 -> the lower end is clipped to 0.
+    ys = bar_ys(ax)
+    assert ys.min() == 0.0 and ys.max() <= 1.0
+    assert_fraction_axis(ax)
+    assert "clipped" in ax.get_title()
 
 
 def test_grad_norm_at_init_is_per_layer_on_a_log_scale(results):
     _, frames = results
-    ax = plots.plot_grad_norm_init(frames.probes, "digits").axes[0]
+    fig = plots.plot_grad_norm_init(frames.probes, "digits")
+    ax = fig.axes[0]
     assert ax.get_yscale() == "log"
     ln = line(ax, "resnet (depth 56)")
     assert list(ln.get_xdata()) == [0, 1, 2]
     np.testing.assert_allclose(ln.get_ydata(), [(i + 1) * 2 * 56 for i in range(3)])  # mean of seed factors 1,2,3
-    assert_labelled(ax)
+    # One line per variant and depth; colour = variant, style = depth.
+    labels = [ln.get_label() for ln in ax.get_lines() if not ln.get_label().startswith("_")]  # not error-bar caps
+    assert sorted(labels) == sorted(f"{v} (depth {d})" for v, d in ACC)
+    assert line(ax, "plain (depth 20)").get_linestyle() == "-" and ln.get_linestyle() == "--"
+    assert to_rgb(ln.get_color()) == to_rgb(plots.variant_colour("resnet"))
+    # Seed factors 1, 2, 3: mean 2x ± t(2)·x/√3 = 2x ± 2.48x -> the lower ends are clipped to 0, never below.
+    assert bar_ys(ax).min() == 0.0
+    assert legend_labels(fig) == ["plain", "resnet", "depth 20", "depth 56"]
+    assert_labelled(ax) and assert_legend_outside(fig)
 
 
 def test_cost_plot_has_throughput_and_memory_panels(results):
     _, frames = results
-    thr, mem = plots.plot_cost(frames.leaderboard, "digits").axes
+    fig = plots.plot_cost(frames.leaderboard, "digits")
+    thr, mem = fig.axes
     np.testing.assert_allclose(line(thr, "plain").get_ydata(), [1001.0, 1000 * 20 / 56 + 1])
     np.testing.assert_allclose(line(mem, "resnet").get_ydata(), [201.0, 561.0])
     assert "samples/s" in thr.get_ylabel() and "MB" in mem.get_ylabel()
+    assert bar_ys(thr).min() >= 0 and bar_ys(mem).min() >= 0
     assert_labelled(thr) and assert_labelled(mem)
+    assert legend_labels(fig) == ["plain", "resnet"]
+    assert_legend_outside(fig)
 
 
 def test_pareto_front_mask():
@@ -153,17 +235,23 @@ def test_pareto_plot_points_and_front(results):
     np.testing.assert_allclose(front.get_xdata(), [1000 * 20 / 56 + 1, 1001.0])
     np.testing.assert_allclose(front.get_ydata(), [0.94, 0.92])
     assert_labelled(ax)
+    assert_fraction_axis(ax)
+    assert legend_labels(ax.figure) == ["plain", "resnet", "Pareto front"]
+    assert_legend_outside(ax.figure)
 
 
 def test_warmup_plot_styles_and_labels(results):
     _, frames = results
-    ax = plots.plot_warmup(frames.curves, "copy").axes[0]
+    fig = plots.plot_warmup(frames.curves, "copy")
+    ax = fig.axes[0]
     cold, warm = line(ax, "postln, no warm-up"), line(ax, "postln, warm-up 50 steps")
     assert cold.get_linestyle() == "--" and warm.get_linestyle() == "-"
-    np.testing.assert_allclose(cold.get_ydata(), np.mean([loss_curve("postln", 6, s, 0) for s in (0, 1)], axis=0))
+    expected = np.mean([loss_curve("postln", 6, s, 0) for s in (0, 1)], axis=0)
+    np.testing.assert_allclose(cold.get_ydata(), [*expected, np.nan])
     assert to_rgb(cold.get_color()) == to_rgb(plots.variant_colour("postln"))
-    assert len(legend_labels(ax)) == 4
-    assert_labelled(ax)
+    assert legend_labels(fig) == ["postln", "preln", "warm-up on", "warm-up off"]
+    assert ax.get_yscale() == "log" and band_ys(ax).min() >= 0.0
+    assert_labelled(ax) and assert_legend_outside(fig)
 
 
 def test_a_variant_keeps_its_colour_across_figures(results):
