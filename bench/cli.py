@@ -51,7 +51,7 @@ def add_config_arguments(p: argparse.ArgumentParser) -> None:
             continue
         flag = "--" + f.name.replace("_", "-")
         meta, typ = f.metadata, str(f.type)
-        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc]
+        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc,operator]
         help_ = f"{meta['help']} (default: {default})"
         kw: dict[str, Any] = {"dest": f.name, "help": help_, "default": argparse.SUPPRESS}
         if f.name == "model_args":

@@ -118,7 +118,7 @@ def _series(
             ax.fill_between(xs, lo, hi, color=colour, alpha=0.2, linewidth=0)
             continue
         # Series sharing an x are nudged apart on screen (the data stay exact) so no error bar hides another.
-        shift = offset_copy(ax.transData, fig=ax.figure, x=_DODGE_PT * (i - (len(grouped) - 1) / 2), units="points")
+        shift = offset_copy(ax.transData, fig=ax.figure, x=_DODGE_PT * (i - (len(grouped) - 1) / 2), units="points")  # type: ignore[arg-type]
         ax.plot(xs, mean, color=colour, linestyle=ls, marker="o", label=label, transform=shift)
         yerr = np.vstack([mean - lo, hi - mean])
         ax.errorbar(xs, mean, yerr=yerr, fmt="none", ecolor=colour, capsize=3, transform=shift)

@@ -273,7 +273,7 @@ def warmup_findings(board: pd.DataFrame) -> list[dict[str, Any]]:
         w, c = side[True], side[False]
         worse = _warmup_verdict(w, c)
         kind = g["kind"].iloc[0]
-        n = min(w["n"], c["n"])
+        n = int(min(w["n"], c["n"]))
         found.append(
             {
                 "task": task,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -40,9 +41,11 @@ def execute(cfg: RunConfig, results_dir: str | Path, progress: bool = False) -> 
     env = environment(s.device)
     rec = Record()
     started = time.perf_counter()
-    probe_fn = None
+    probe_fn: Callable[..., list[dict[str, Any]]] | None = None
     if cfg.probe_every:
-        from .probes import probe as probe_fn
+        from .probes import probe
+
+        probe_fn = probe
     try:
         measure_phases(s, rec)
         train(s, rec, progress, probe_fn)

@@ -282,7 +282,7 @@ def train(s: Setup, rec: Record, progress: bool, probe: Callable[..., list[dict[
             if probe and step % cfg.probe_every == 0:  # type: ignore[operator]
                 rec.probes += probe(model, *probe_batch, task.loss, step)  # type: ignore[misc]
             t0 = time.perf_counter()
-            lrs.append(runner.sched.get_last_lr()[0])
+            lrs.append(float(runner.sched.get_last_lr()[0]))
             losses[step] = runner()
             done = step + 1
             # One host sync per check, not per step: the loss values stay on the device until then.

@@ -226,6 +226,7 @@ class TransformerLM(nn.Module):
         )
         if recipe.one_scale_per_layer:
             for blk in self.blocks:  # two Scaled modules (probes see both joins), one parameter
+                assert isinstance(blk, Block)
                 blk.ffn.combine.beta = blk.attn.combine.beta
         # A final LN is needed exactly when the last layer leaves the stream un-normalised by a
         # residual add after a norm (pre/sandwich); post-LN ends normalised, ReZero has no LN by design.
