@@ -407,7 +407,11 @@ def _provenance(board: pd.DataFrame, results_dir: Path, study: str | None) -> li
 
 
 def write_report(results_dir: str | Path, study: str | None = None) -> Path:
-    """Write ``results_dir/REPORT.md`` (and its figures under ``plots/``); returns the report's path."""
+    """Write ``results_dir/REPORT.md`` (figures under ``plots/``) and the tidy probe table ``probes.csv``.
+
+    With ``study``, only that study's runs: ``REPORT-<study>.md``, ``plots/<study>/`` and
+    ``probes-<study>.csv``, so several studies can share one results directory.
+    """
     root = Path(results_dir)
     frames = plots.load_frames(root, study)
     board = frames.leaderboard
@@ -433,7 +437,13 @@ def write_report(results_dir: str | Path, study: str | None = None) -> Path:
         lines += ["## Figures", "", FIGURE_NOTE, ""]
         lines += [f"![{p.stem}]({p.relative_to(root).as_posix()})" for p in figures]
         lines.append("")
+    suffix = f"-{study}" if study else ""
+    if not frames.probes.empty:
+        probes_csv = root / f"probes{suffix}.csv"
+        atomic_write_text(probes_csv, frames.probes.to_csv(index=False))
+        lines += [f"Per-layer probes of these runs, as a tidy table (run_id, step, layer, metric, value ...): "
+                  f"[{probes_csv.name}]({probes_csv.name}).", ""]
     lines += _degradation_section(board) + _transformer_section(board, frames.probes)
-    path = root / "REPORT.md"
+    path = root / f"REPORT{suffix}.md"
     atomic_write_text(path, "\n".join(lines))
     return path

@@ -17,15 +17,6 @@ TOO_BIG = {"resnet1202", "preact_resnet1001"}  # covered by their base variants;
 NAMES = [n for n in variants.list_variants() if variants.describe(n)["family"] in FAMILIES]
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    # Tiny convs gain nothing from intra-op threads, and under pytest-xdist extra OpenMP threads
-    # oversubscribe the cores (spin-waiting makes each op orders of magnitude slower).
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
 
 def randomize_bn(model: nn.Module) -> nn.Module:
     """Non-trivial BN statistics and affine parameters, so formulas that misplace a BN fail."""

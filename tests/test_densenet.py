@@ -12,16 +12,8 @@ from variants.combinators import Concat
 from variants.densenet import DenseLayer
 
 TOO_BIG = {"densenet100_k24", "densenet_bc190_k40", "densenet_bc250_k24"}  # counted in test_param_counts
-NAMES = [n for n in variants.list_variants() if variants.describe(n)["family"] == "densenet"]
+NAMES = variants.list_variants(family="densenet")
 
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    # Under pytest-xdist extra OpenMP threads oversubscribe the cores; tiny convs gain nothing from them.
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
 
 
 def layers(model: nn.Module) -> list[DenseLayer]:

@@ -11,16 +11,8 @@ import variants
 from variants.layers import Unit
 
 TOO_BIG = {"resnet101", "resnet152"}  # same units as resnet50; counted in test_param_counts
-NAMES = [n for n in variants.list_variants() if variants.describe(n)["family"] == "resnet_imagenet"]
+NAMES = variants.list_variants(family="resnet_imagenet")
 
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    # Under pytest-xdist extra OpenMP threads oversubscribe the cores; these small inputs gain nothing from them.
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
 
 
 def test_presets_registered() -> None:

@@ -10,17 +10,9 @@ from torch import nn
 import variants
 from variants.combinators import Add, Gate, NoShortcut
 
-NAMES = [n for n in variants.list_variants() if variants.describe(n)["family"] == "mlp"]
+NAMES = variants.list_variants(family="mlp")
 BASES = ["plain_mlp", "highway_mlp", "residual_mlp", "preact_mlp"]
 
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    # Under pytest-xdist extra OpenMP threads oversubscribe the cores; tiny matmuls gain nothing from them.
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
 
 
 def test_registered() -> None:

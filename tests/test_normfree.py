@@ -13,17 +13,9 @@ import variants
 from variants.combinators import Scaled
 from variants.layers import ScalarBias, Unit
 
-NAMES = [n for n in variants.list_variants() if variants.describe(n)["family"] == "normfree"]
+NAMES = variants.list_variants(family="normfree")
 BASES = ["rezero", "skipinit", "fixup", "layerscale"]
 
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    # Under pytest-xdist extra OpenMP threads oversubscribe the cores; tiny convs gain nothing from them.
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
 
 
 def units(model: nn.Module) -> list[Unit]:

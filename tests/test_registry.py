@@ -93,3 +93,26 @@ def test_timm_models_through_the_registry() -> None:
         registry.create("timm:resnet18x")
     with pytest.raises(ValueError, match="timm models have a fixed depth"):
         registry.create("timm:resnet18", depth=20)
+
+
+def test_every_registered_variant_is_described_and_covered() -> None:
+    """Each name cites its paper and its point on the three axes; each family has its own test file
+    that parametrises forward/backward checks over all of its names (test_<family>.py)."""
+    import variants
+
+    families = set()
+    for name in variants.list_variants():
+        d = variants.describe(name)
+        families.add(d["family"])
+        assert d["paper"], name
+        assert {"combinator", "placement", "body"} <= set(d["axes"]), name
+        assert "num_classes" in d["defaults"] or "vocab_size" in d["defaults"], name
+    covered = {"plain", "resnet", "highway", "preact"}  # test_cifar.py
+    covered |= {"densenet", "resnet_imagenet", "mlp", "normfree", "transformer"}  # their own files
+    assert families == covered
+
+
+def test_list_by_family(fresh_registry: dict) -> None:
+    assert registry.list_variants(family="toy") == ["toy", "toy5"]
+    assert registry.list_variants("toy?", family="toy") == ["toy5"]
+    assert registry.list_variants(family="other") == []

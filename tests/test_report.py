@@ -223,3 +223,20 @@ def test_grad_norm_figure_is_drawn_and_linked_when_runs_have_step_0_probes(tmp_p
     assert "(figures: `python -m bench plot --results-dir " in text and "--study" not in text
     bare = write_report(degradation_dir(tmp_path / "bare", True)).read_text()
     assert "grad_norm_init" not in bare  # no probes, no figure
+
+
+def test_study_report_and_probe_table_files(tmp_path: Path) -> None:
+    import pandas as pd
+
+    root = degradation_dir(tmp_path, True)
+    store = ResultsStore(root)
+    run = store.load_runs()[0]
+    run["probes"] = [{"step": 0, "layer": 0, "block": "stages.0.0", "metric": "grad_norm", "value": 2.5}]
+    store.append(run["row"] | {"study": "deg"}, run)
+    path = write_report(root, "deg")
+    assert path.name == "REPORT-deg.md" and "[probes-deg.csv](probes-deg.csv)" in path.read_text()
+    table = pd.read_csv(root / "probes-deg.csv")
+    assert table[["run_id", "step", "layer", "metric", "value"]].values.tolist() == [
+        [run["run_id"], 0, 0, "grad_norm", 2.5]
+    ]
+    assert not (root / "REPORT.md").exists()

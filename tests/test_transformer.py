@@ -23,7 +23,7 @@ from variants.transformer import (
     transformer_flops_per_token,
 )
 
-FAMILY = sorted(n for n in variants.list_variants() if variants.describe(n)["family"] == "transformer")
+FAMILY = variants.list_variants(family="transformer")
 SMALL = [n for n in FAMILY if n != "gpt2_small"]  # gpt2_small pins a 124M trunk; tested on its own below
 TINY = {"depth": 2, "d_model": 16, "n_heads": 2, "d_ff": 24, "vocab_size": 11, "max_len": 8}
 

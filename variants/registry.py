@@ -88,9 +88,12 @@ def _lookup(name: str) -> VariantSpec:
         raise ValueError(f"unknown variant {name!r}{hint}") from None
 
 
-def list_variants(pattern: str = "*") -> list[str]:
-    """Registered names matching the fnmatch ``pattern``, sorted."""
-    return sorted(n for n in _REGISTRY if fnmatch.fnmatchcase(n, pattern))
+def list_variants(pattern: str = "*", family: str | None = None) -> list[str]:
+    """Registered names matching the fnmatch ``pattern`` (and of ``family``, when given), sorted."""
+    return sorted(
+        n for n, spec in _REGISTRY.items()
+        if fnmatch.fnmatchcase(n, pattern) and (family is None or spec.family == family)
+    )
 
 
 def create(name: str, **overrides: Any) -> nn.Module:
