@@ -291,11 +291,19 @@ def warmup_findings(board: pd.DataFrame) -> list[dict[str, Any]]:
 
 
 def grad_findings(probes: pd.DataFrame) -> list[dict[str, Any]]:
-    """Post-LN/Pre-LN gradient norm at step 0: last unit / first unit ratio (mean over seeds per layer)."""
+    """Post-LN/Pre-LN gradient norm at step 0: last / first feed-forward sublayer (mean over seeds per layer).
+
+    Xiong 2020's Fig. 3 plots the gradient norm of the FFN weights layer by layer, so like is compared
+    with like: when the units' block names mark feed-forward sublayers (``.ffn.``) only those count;
+    otherwise every unit does. (The first attention sublayer is an outlier in any case: it acts on the
+    raw embeddings, whose scale is set by the embedding init, not by the placement.)
+    """
     df = probes[(probes["step"] == 0) & (probes["metric"] == "grad_norm")]
     df = df.assign(kind=df["variant"].map(lambda v: plots.is_ln_transformer(str(v))))
     found = []
     for (task, variant, depth), g in df[df["kind"].notna()].groupby(["task", "variant", "depth"], sort=True):
+        ffn = g[g["block"].astype(str).str.contains(".ffn.", regex=False)]
+        g = ffn if not ffn.empty else g
         per_layer = g.groupby("layer")["value"].mean().sort_index()
         if len(per_layer) < 2:
             continue
@@ -345,12 +353,13 @@ def _transformer_section(board: pd.DataFrame, probes: pd.DataFrame) -> list[str]
     if grads:
         out += [
             "Claim (Fig. 3): at initialisation Post-LN's gradient norm grows toward the output layers, "
-            f"Pre-LN's stays flat. *Grows* = last-unit / first-unit gradient norm > {GRAD_GROWTH:g}.",
+            f"Pre-LN's does not. *Grows* = gradient norm of the last feed-forward sublayer / the first one "
+            f"> {GRAD_GROWTH:g} (Fig. 3 plots the FFN weights; all units where there are no FFN sublayers).",
             "",
         ]
         for f in grads:
             out.append(
-                f"- **{f['variant']}** depth {f['depth']} on {f['task']}: last/first gradient norm at step 0 = "
+                f"- **{f['variant']}** depth {f['depth']} on {f['task']}: last/first FFN gradient norm at step 0 = "
                 f"{f['ratio']:.3g}; grows: **{'yes' if f['grows'] else 'no'}** — "
                 f"{'agrees with' if f['agrees'] else 'DISAGREES with'} the paper."
             )

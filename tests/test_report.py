@@ -131,9 +131,13 @@ def transformer_dir(root: Path, post_needs_warmup: bool) -> Path:
     store = ResultsStore(root)
     for seed in range(2):
         for variant in ("postln", "preln"):
-            warm_probes = [{"step": 0, "layer": i, "block": f"l{i}", "metric": "grad_norm",
-                            "value": (1.0 + i if variant == "postln" else 1.0) if post_needs_warmup else 1.0}
-                           for i in range(4)]  # fmt: skip
+            # Units alternate attention / feed-forward; only the FFN sublayers count (Xiong's Fig. 3), so
+            # the large first attention unit (it sees the raw embeddings) must not enter the ratio.
+            warm_probes = [{"step": 0, "layer": i, "block": f"blocks.{i // 2}.{'ffn' if i % 2 else 'attn'}.combine",
+                            "metric": "grad_norm",
+                            "value": 100.0 if i == 0 else
+                            (1.0 + i // 2 if variant == "postln" else 1.0) if post_needs_warmup else 1.0}
+                           for i in range(8)]  # fmt: skip
             common = {"task": "copy", "family": "transformer"}
             add(store, variant, 6, seed, 0.9, warmup_steps=100, final_train_loss=1.0, probes=warm_probes, **common)
             if variant == "postln" and post_needs_warmup:
@@ -149,8 +153,8 @@ def test_post_ln_needs_warmup_claim_agrees(tmp_path):
     assert "without: —, failed 2/2" in post and "worse: **yes** — agrees with" in post
     pre = next(line for line in text.splitlines() if line.startswith("- **preln** (depth=6), Pre-LN, on copy"))
     assert "With warm-up: final train loss 1.0000, failed 0/2" in pre and "worse: **no** — agrees with" in pre
-    assert "**postln** depth 6 on copy: last/first gradient norm at step 0 = 4; grows: **yes** — agrees" in text
-    assert "**preln** depth 6 on copy: last/first gradient norm at step 0 = 1; grows: **no** — agrees" in text
+    assert "**postln** depth 6 on copy: last/first FFN gradient norm at step 0 = 4; grows: **yes** — agrees" in text
+    assert "**preln** depth 6 on copy: last/first FFN gradient norm at step 0 = 1; grows: **no** — agrees" in text
     assert "for seed in 0 1; do python -m bench run --variant postln --depth 6 --task copy" in text
     assert "--warmup-steps 100 --seed $seed; done" in text
     assert "![warmup_copy](plots/warmup_copy.png)" in text
