@@ -36,7 +36,7 @@ class RunConfig:
     depth: int | None = _f(None, "network depth; default: the variant's own (presets fix it)")
     task: str = _f("digits", "task name: digits, synthetic, cifar10, cifar100, text, tinytext, copy, reverse, recall")
     epochs: float | None = _f(None, "training length in passes over the train split (exclusive with --steps)")
-    steps: int | None = _f(None, "training length in optimiser steps (default: 30 epochs when neither is given)")
+    steps: int | None = _f(None, "optimiser steps to train (default: 30 epochs; 300 steps for sequence tasks)")
     batch_size: int = _f(128, "samples (sequences) per optimiser step; He 2015 CIFAR used 128")
     optimizer: str = _f("sgd", "optimiser", choices=OPTIMIZERS)
     lr: float = _f(0.1, "peak learning rate; He 2015 CIFAR used 0.1")

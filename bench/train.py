@@ -30,6 +30,7 @@ from .tasks import get as get_task
 # cannot fit the task's data (e.g. a Transformer on images).
 REQUIRED_MODEL_KWARGS = {"image": ("num_classes",), "sequence": ("vocab_size",)}
 TIMM_MODEL_KWARGS = ("num_classes", "in_chans")
+DEFAULT_EPOCHS = 30.0  # run length when neither --epochs nor --steps is given and the task names none
 
 
 class Diverged(RuntimeError):
@@ -118,8 +119,10 @@ def setup(cfg: RunConfig) -> Setup:
         model = model.to(memory_format=torch.channels_last)
     if cfg.steps is not None:
         total = cfg.steps
+    elif cfg.epochs is None and task.default_steps is not None:
+        total = task.default_steps
     else:
-        epochs = cfg.epochs if cfg.epochs is not None else 30.0
+        epochs = cfg.epochs if cfg.epochs is not None else DEFAULT_EPOCHS
         total = max(1, math.ceil(epochs * task.num_train / cfg.batch_size))
     eval_every = cfg.eval_every or max(1, total // 10)
     return Setup(cfg, device, task, model, kw, total, eval_every)

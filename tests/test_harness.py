@@ -180,3 +180,11 @@ def test_transformer_on_text_task(tmp_path: Path) -> None:
 def test_classify_failure() -> None:
     assert run_mod.classify_failure(train_mod.Diverged(3, "x")) == "diverged"
     assert run_mod.classify_failure(ValueError("x")) == "error"
+
+
+@pytest.mark.parametrize("name", ["digits", "synthetic", "text", "tinytext", "copy", "reverse", "recall"])
+def test_every_task_has_an_epoch_length(name: str) -> None:
+    from bench.tasks import TaskOptions, get
+
+    task = get(name, options=TaskOptions(train_size=64, val_size=16, seq_len=16, image_size=8))
+    assert task.num_train > 0  # epochs in the row and --epochs both divide by it

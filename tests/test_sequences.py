@@ -269,3 +269,12 @@ def test_a_transformer_learns_copy_quickly() -> None:
         opt.step()
         losses.append(loss.item())
     assert sum(losses[-5:]) / 5 < 0.8 * sum(losses[:5]) / 5
+
+
+def test_epoch_length_and_default_run_length() -> None:
+    from bench.tasks.sequences import DEFAULT_STEPS
+
+    text = get("text", options=TaskOptions(seq_len=64))
+    assert text.num_train == text.info["train_bytes"] // 64 and text.default_steps == DEFAULT_STEPS
+    copy = get("copy", options=TaskOptions(seq_len=16, train_size=100, val_size=10))
+    assert copy.num_train == 100 and copy.default_steps == DEFAULT_STEPS

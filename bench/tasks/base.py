@@ -55,6 +55,7 @@ class Task:
     units_per_sample: int = 1
     info: dict[str, Any] = field(default_factory=dict)  # sizes, split, checksums: recorded in the run JSON
     num_train: int = 0  # samples (sequences/windows) in one epoch of the training split
+    default_steps: int | None = None  # run length when neither --epochs nor --steps is given (else 30 epochs)
 
     def train_batches(self, batch_size: int, generator: torch.Generator) -> Iterator[Batch]:
         """Endless training batches (augmented where the task augments), drawn with ``generator``."""

@@ -30,6 +30,11 @@ EVAL_TOKENS = 8_192  # tokens per eval pass: ~0.2 s for the default 6x128 Transf
 TRAIN_PARTS = 9  # of 10: a text's first 90% of bytes train, the last 10% validate
 
 
+# Default run length of every sequence task (when neither --epochs nor --steps is given): a few minutes
+# of the default 6-layer model on 2 CPU cores; 30 epochs of a 4 MB corpus would take days there.
+DEFAULT_STEPS = 300
+
+
 class SequenceTask(Task):
     """Per-token cross-entropy and accuracy that skip targets equal to :data:`IGNORE_INDEX`."""
 
@@ -80,8 +85,10 @@ class TextTask(SequenceTask):
             "val_bytes": len(tokens) - split,
             "val_windows": len(_eval_starts(len(self.val), seq_len, device)),
         }
+        # One epoch = as many windows as tile the training split once (windows are drawn at random offsets).
         super().__init__(name=name, kind="sequence", model_kwargs={"vocab_size": 256, "max_len": seq_len},
-                         device=device, unit="tokens", units_per_sample=seq_len, info=info)
+                         device=device, unit="tokens", units_per_sample=seq_len, info=info,
+                         num_train=split // seq_len, default_steps=DEFAULT_STEPS)
 
     def _windows(self, data: torch.Tensor, starts: torch.Tensor) -> Batch:
         w = data[starts[:, None] + self._offsets].long()
@@ -161,7 +168,8 @@ class SyntheticTask(SequenceTask):
                 "eval_rows": min(self.eval_rows, len(val[0])), "vocab_size": vocab_size,
                 "scored_per_row": int((train[1][0] != IGNORE_INDEX).sum())}
         super().__init__(name=name, kind="sequence", model_kwargs={"vocab_size": vocab_size, "max_len": seq_len},
-                         device=device, unit="tokens", units_per_sample=seq_len, info=info)
+                         device=device, unit="tokens", units_per_sample=seq_len, info=info,
+                         num_train=len(train[0]), default_steps=DEFAULT_STEPS)
 
     def train_batches(self, batch_size: int, generator: torch.Generator) -> Iterator[Batch]:
         x, y = self.train
