@@ -89,8 +89,8 @@ class RunConfig:
             yield "--variant is required"
         if self.epochs is not None and self.steps is not None:
             yield "give --epochs or --steps, not both"
-        if self.epochs is not None and not self.epochs > 0:
-            yield f"--epochs must be > 0, got {self.epochs}"
+        if self.epochs is not None and not (self.epochs > 0 and math.isfinite(self.epochs)):
+            yield f"--epochs must be a positive finite number, got {self.epochs}"
         if self.steps is not None and self.steps < 1:
             yield f"--steps must be >= 1, got {self.steps}"
         if self.depth is not None and self.depth < 1:
@@ -134,8 +134,12 @@ class RunConfig:
         return dataclasses.asdict(self)
 
     def config_hash(self) -> str:
-        """Hash of everything that changes the outcome except the seed (seeds of one config share it)."""
-        skip = {"seed", "study", "preset", "measure", "timing_warmup", "timing_repeats", "timing_steps", "data_dir"}
+        """Hash of the config except the seed (seeds of one config share it) and the measurement knobs.
+
+        The study and preset are part of it: the same config run in two studies is two runs, so
+        neither study's row replaces the other's.
+        """
+        skip = {"seed", "measure", "timing_warmup", "timing_repeats", "timing_steps", "data_dir"}
         payload = {k: v for k, v in self.to_dict().items() if k not in skip}
         blob = json.dumps(payload, sort_keys=True, default=str).encode()
         return hashlib.sha256(blob).hexdigest()[:8]

@@ -1,17 +1,19 @@
 """Measurement phases that run apart from training: FLOPs, throughput, peak memory, device peak.
 
-Each phase works on its own copy of the model and optimiser, so measuring never changes the
-run being trained, and probes/evaluation never run inside a timed region.
+The harness runs each phase on the model before training with a fresh optimiser and restores
+the model's state afterwards (``bench.train.measure_phases``), so measuring never changes the run
+being trained, and probes/evaluation never run inside a timed region.
 """
 
 from __future__ import annotations
 
 import contextlib
-import copy
 import json
 import os
 import platform
+import re
 import resource
+import signal
 import statistics
 import subprocess
 import sys
@@ -111,10 +113,11 @@ def peak_flops(device: torch.device, precision: str) -> tuple[float, str]:
     if device.type == "cuda":
         name = torch.cuda.get_device_name(device)
         key = precision
-        if precision == "fp32" and torch.backends.cuda.matmul.allow_tf32:
+        # fp32 matmuls/convs run on TF32 tensor cores when either flag allows it (cuDNN's is on by default).
+        if precision == "fp32" and (torch.backends.cuda.matmul.allow_tf32 or torch.backends.cudnn.allow_tf32):
             key = "tf32"
         for pattern, table in PEAK_FLOPS:
-            if pattern.lower() in name.lower() and key in table:
+            if re.search(rf"\b{re.escape(pattern)}\b", name, re.IGNORECASE) and key in table:
                 return table[key], f"datasheet: {pattern} {key} dense"
     return measured_matmul_peak(device, precision)
 
@@ -201,12 +204,9 @@ def cpu_peak_memory_subprocess(config: dict[str, Any], timeout_s: float = 600) -
         timeout=timeout_s,
         env={**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)},
     )
+    if proc.returncode == -signal.SIGKILL:
+        raise RuntimeError("memory probe subprocess was killed (SIGKILL): out of memory?")
     if proc.returncode != 0:
         tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
-        raise RuntimeError(f"memory probe subprocess failed: {tail[0]}")
+        raise RuntimeError(f"memory probe subprocess failed (exit {proc.returncode}): {tail[0]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
-
-
-def clone_for_measurement(model: torch.nn.Module) -> torch.nn.Module:
-    """An independent copy of ``model`` (parameters, buffers, mode) for a measurement phase."""
-    return copy.deepcopy(model)

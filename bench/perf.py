@@ -19,7 +19,7 @@ import torch
 
 from .config import RunConfig
 from .measure import synchronize
-from .train import Record, batch_generator, make_optimizer, setup, train
+from .train import Record, autocast, batch_generator, make_optimizer, setup, train
 
 
 def overhead(cfg: RunConfig, steps: int = 30, repeats: int = 7) -> dict[str, Any]:
@@ -31,13 +31,17 @@ def overhead(cfg: RunConfig, steps: int = 30, repeats: int = 7) -> dict[str, Any
     reference = copy.deepcopy(s.model)
     opt = make_optimizer(cfg, reference)
     x, y = next(s.task.train_batches(cfg.batch_size, batch_generator(s, 7)))
+    if cfg.channels_last and x.dim() == 4:
+        x = x.contiguous(memory_format=torch.channels_last)
+    forward = torch.compile(reference) if cfg.compile else reference  # the same settings as the harness
 
     def minimal_ms() -> float:
         synchronize(s.device)
         t0 = time.perf_counter()
         for _ in range(steps):
             opt.zero_grad(set_to_none=True)
-            loss = s.task.loss(reference(x), y)
+            with autocast(cfg, s.device):
+                loss = s.task.loss(forward(x), y)
             loss.backward()
             opt.step()
         synchronize(s.device)

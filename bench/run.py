@@ -74,7 +74,8 @@ def execute(cfg: RunConfig, results_dir: str | Path, progress: bool = False) -> 
 
 def build_row(cfg: RunConfig, s: Any, rec: Record, env: dict[str, Any], wall_s: float) -> dict[str, Any]:
     m = rec.measurements
-    thr, mem, flops = m.get("throughput", {}), m.get("memory", {}), m.get("flops", {})
+    # A phase that failed holds only {"error": ...}: treat it as not measured.
+    thr, mem, flops = (m.get(k, {}) if "error" not in m.get(k, {}) else {} for k in ("throughput", "memory", "flops"))
     if thr:
         samples_per_s, step_ms = thr["samples_per_s"], thr["median_step_ms"]
     elif rec.steps_done and rec.train_time_s > 0:  # no timing phase: fall back to the training loop's own time

@@ -52,12 +52,18 @@ class Study:
             raise ValueError(f"study {self.name!r} has no preset {preset!r}; presets: {avail}")
         over = dict(self.presets.get(preset, {})) if preset else {}
         grid = {k: over.pop(k) if k in over else v for k, v in self.grid.items()}
+        bad = [k for k, v in grid.items() if not isinstance(v, list) or not v]
+        if bad:
+            raise ValueError(f"study {self.name!r}: grid entries must be non-empty lists (also in presets): {bad}")
         base = {**self.base, **over}
         recipe = base.pop("recipe", None)
         if recipe is not None:
             if recipe not in RECIPES:
                 raise ValueError(f"study {self.name!r}: unknown recipe {recipe!r}")
-            base = {**RECIPES[recipe], "recipe": recipe, **base}
+            from_recipe = dict(RECIPES[recipe])
+            if "epochs" in base or "epochs" in grid:
+                from_recipe.pop("steps", None)  # as on the command line: epochs given replace the recipe's steps
+            base = {**from_recipe, "recipe": recipe, **base}
         out = []
         keys = list(grid)
         for values in itertools.product(*(grid[k] for k in keys)):
@@ -76,11 +82,24 @@ class Study:
 
 
 def _check_variants(configs: list[RunConfig]) -> None:
+    """Unknown names, invalid depths and bad model arguments fail before the first run starts.
+
+    Each distinct model is built on the meta device (no memory, no data): the builders check
+    depth rules and arguments there exactly as they will in the run.
+    """
+    import torch
+
     import variants
 
+    seen: set[tuple[Any, ...]] = set()
     for cfg in configs:
-        if not cfg.variant.startswith("timm:"):
-            variants.describe(cfg.variant)  # unknown names fail before the first run starts
+        key = (cfg.variant, cfg.depth, cfg.model_args)
+        if cfg.variant.startswith("timm:") or key in seen:
+            continue
+        seen.add(key)
+        kw = {**({"depth": cfg.depth} if cfg.depth is not None else {}), **cfg.model_overrides()}
+        with torch.device("meta"):
+            variants.create(cfg.variant, **kw)
 
 
 def load_study(path: str | Path) -> Study:
@@ -126,12 +145,17 @@ class SequentialRunner:
         if resume:
             df = ResultsStore(results_dir).load_leaderboard()
             done = set(df.loc[df["status"] == "ok", "run_id"]) if not df.empty else set()
-        finished = []
+        finished, refused = [], []
         for i, cfg in enumerate(configs, 1):
             if cfg.run_id in done:
                 print(f"[{i}/{len(configs)}] {cfg.run_id}: already recorded, skipped")
                 continue
-            result = execute(cfg, results_dir, progress=self.progress and sys.stderr.isatty())
+            try:
+                result = execute(cfg, results_dir, progress=self.progress and sys.stderr.isatty())
+            except ValueError as exc:  # bad input for this run only (e.g. a missing dataset): the sweep goes on
+                print(f"[{i}/{len(configs)}] {cfg.run_id}: not run: {exc}", flush=True)
+                refused.append(cfg.run_id)
+                continue
             row = result["row"]
             acc = row["final_val_acc"]
             print(
@@ -141,4 +165,6 @@ class SequentialRunner:
                 flush=True,
             )
             finished.append(cfg.run_id)
+        if refused:
+            raise ValueError(f"{len(refused)} of {len(configs)} runs were not run (bad input, see above): {refused}")
         return finished

@@ -23,7 +23,7 @@ import variants
 
 from . import measure
 from .config import RunConfig, lr_factor
-from .tasks import Task, TaskOptions
+from .tasks import Task, TaskError, TaskOptions
 from .tasks import get as get_task
 
 # Which model keywords a task must be able to set, by task kind: a variant that lacks them
@@ -112,6 +112,11 @@ def setup(cfg: RunConfig) -> Setup:
     device = resolve_device(cfg.device)
     seed_everything(cfg.seed, cfg.deterministic)
     task = get_task(cfg.task, device=device, seed=cfg.seed, options=task_options(cfg))
+    if task.kind == "image" and cfg.batch_size > task.num_train:
+        raise TaskError(
+            f"--batch-size {cfg.batch_size} exceeds the {task.num_train} training samples of task {task.name!r}; "
+            "use a smaller batch (or a larger --train-size for synthetic)"
+        )
     kw = model_kwargs(cfg, task)
     torch.manual_seed(cfg.seed)
     model = variants.create(cfg.variant, **kw).to(device)
@@ -205,42 +210,54 @@ class Record:
 
 
 def measure_phases(s: Setup, rec: Record) -> None:
-    """FLOPs, throughput and memory, each on the model's own state, which is restored afterwards."""
+    """FLOPs, throughput and memory, each on the model's own state, which is restored afterwards.
+
+    A phase that fails (a CPU memory probe killed for memory, say) is recorded with its error and
+    the run goes on to train: a missing measurement must not cost the convergence result.
+    """
     cfg, model, device = s.cfg, s.model, s.device
-    snapshot = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    # On the host, so the CUDA memory phase does not count a second copy of the weights.
+    snapshot = {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
     rng = torch.get_rng_state()
+
+    def flops() -> dict[str, Any]:
+        x, y = next(s.task.train_batches(cfg.batch_size, batch_generator(s, 1)))
+
+        def fwd_bwd() -> None:
+            with autocast(cfg, device):
+                loss = s.task.loss(model(x), y)
+            loss.backward()
+
+        n = measure.count_flops(fwd_bwd, device)
+        model.zero_grad(set_to_none=True)
+        return {"per_step": n, "per_sample": n / cfg.batch_size, "method": "torch.utils.flop_counter"}
+
+    def throughput() -> dict[str, Any]:
+        runner = StepRunner(cfg, s, model, s.task.train_batches(cfg.batch_size, batch_generator(s, 2)))
+        times = measure.time_steps(runner, device, cfg.timing_warmup, cfg.timing_repeats, cfg.timing_steps)
+        med = measure.median(times)
+        rec.measurements["peak_flops"], rec.measurements["peak_source"] = measure.peak_flops(device, cfg.precision)
+        return {
+            "step_times_ms": times, "median_step_ms": med, "samples_per_s": cfg.batch_size / (med / 1e3),
+            "warmup_steps": cfg.timing_warmup, "repeats": cfg.timing_repeats, "steps_per_repeat": cfg.timing_steps,
+        }  # fmt: skip
+
+    def memory() -> dict[str, Any]:
+        if device.type == "cuda":
+            runner = StepRunner(cfg, s, model, s.task.train_batches(cfg.batch_size, batch_generator(s, 3)))
+            return measure.cuda_peak_memory(runner, device)
+        if device.type == "cpu":
+            return measure.cpu_peak_memory_subprocess(cfg.to_dict())
+        return {"peak_mb": None, "method": f"unsupported on {device.type}"}
+
+    phases = {"flops": flops, "throughput": throughput, "memory": memory}
     try:
-        if "flops" in cfg.measure:
-            x, y = next(s.task.train_batches(cfg.batch_size, batch_generator(s, 1)))
-
-            def fwd_bwd() -> None:
-                with autocast(cfg, device):
-                    loss = s.task.loss(model(x), y)
-                loss.backward()
-
-            flops = measure.count_flops(fwd_bwd, device)
-            model.zero_grad(set_to_none=True)
-            rec.measurements["flops"] = {
-                "per_step": flops, "per_sample": flops / cfg.batch_size, "method": "torch.utils.flop_counter",
-            }  # fmt: skip
-        if "throughput" in cfg.measure:
-            runner = StepRunner(cfg, s, model, s.task.train_batches(cfg.batch_size, batch_generator(s, 2)))
-            times = measure.time_steps(runner, device, cfg.timing_warmup, cfg.timing_repeats, cfg.timing_steps)
-            med = measure.median(times)
-            rec.measurements["throughput"] = {
-                "step_times_ms": times, "median_step_ms": med, "samples_per_s": cfg.batch_size / (med / 1e3),
-                "warmup_steps": cfg.timing_warmup, "repeats": cfg.timing_repeats, "steps_per_repeat": cfg.timing_steps,
-            }  # fmt: skip
-            peak, source = measure.peak_flops(device, cfg.precision)
-            rec.measurements["peak_flops"], rec.measurements["peak_source"] = peak, source
-        if "memory" in cfg.measure:
-            if device.type == "cuda":
-                runner = StepRunner(cfg, s, model, s.task.train_batches(cfg.batch_size, batch_generator(s, 3)))
-                rec.measurements["memory"] = measure.cuda_peak_memory(runner, device)
-            elif device.type == "cpu":
-                rec.measurements["memory"] = measure.cpu_peak_memory_subprocess(cfg.to_dict())
-            else:
-                rec.measurements["memory"] = {"peak_mb": None, "method": f"unsupported on {device.type}"}
+        for name in (p for p in phases if p in cfg.measure):
+            try:
+                rec.measurements[name] = phases[name]()
+            except Exception as exc:  # recorded; training still runs
+                rec.measurements[name] = {"error": f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}"}
+                model.zero_grad(set_to_none=True)
     finally:
         model.load_state_dict(snapshot)
         model.zero_grad(set_to_none=True)
@@ -283,11 +300,15 @@ def train(s: Setup, rec: Record, progress: bool, probe: Callable[..., list[dict[
     try:
         for step in range(s.total_steps):
             if probe and step % cfg.probe_every == 0:  # type: ignore[operator]
+                t_sync = time.perf_counter()  # queued training kernels finish here: training time, not probe time
+                measure.synchronize(device)
+                rec.train_time_s += time.perf_counter() - t_sync
                 rec.probes += probe(model, *probe_batch, task.loss, step)  # type: ignore[misc]
             t0 = time.perf_counter()
             lrs.append(float(runner.sched.get_last_lr()[0]))
             losses[step] = runner()
             done = step + 1
+            rec.steps_done = done
             # One host sync per check, not per step: the loss values stay on the device until then.
             if done - checked >= check_every or done % s.eval_every == 0 or done == s.total_steps:
                 chunk = losses[checked:done]
@@ -295,13 +316,16 @@ def train(s: Setup, rec: Record, progress: bool, probe: Callable[..., list[dict[
                 rec.train_time_s += time.perf_counter() - t0
                 if first_loss is None:
                     first_loss = float(losses[0])
-                _check_divergence(chunk, checked, first_loss, cfg.diverge_factor)
+                try:
+                    _check_divergence(chunk, checked, first_loss, cfg.diverge_factor)
+                except Diverged as exc:
+                    rec.steps_done = exc.step  # the row and the curve end at the first bad step
+                    raise
                 checked = done
                 bar.update(done - bar.n)
                 bar.set_postfix(loss=f"{float(chunk[-1]):.3f}")
             else:
                 rec.train_time_s += time.perf_counter() - t0
-            rec.steps_done = done
             if done % s.eval_every == 0 or done == s.total_steps:
                 _eval_point(s, rec, done)
         if probe and s.total_steps % cfg.probe_every == 0:  # type: ignore[operator]

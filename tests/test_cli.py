@@ -126,10 +126,11 @@ def test_sweep_runs_a_study_file_and_resumes(tmp_path: Path, capsys: pytest.Capt
     assert main(["sweep", str(study), "--preset", "quick", "--quiet", "--results-dir", str(res)]) == 0
     df = ResultsStore(res).load_leaderboard()
     assert sorted(df["variant"]) == ["plain", "resnet"] and set(df["study"]) == {"tiny"}
-    assert main(["sweep", str(study), "--quiet", "--results-dir", str(res)]) == 0
-    out = capsys.readouterr().out
-    assert out.count("already recorded, skipped") == 2
-    assert len(ResultsStore(res).load_leaderboard()) == 4
+    assert main(["sweep", str(study), "--preset", "quick", "--quiet", "--results-dir", str(res)]) == 0
+    assert capsys.readouterr().out.count("already recorded, skipped") == 2
+    assert main(["sweep", str(study), "--quiet", "--results-dir", str(res)]) == 0  # the full grid: other runs
+    assert "skipped" not in capsys.readouterr().out
+    assert len(ResultsStore(res).load_leaderboard()) == 6
 
 
 @pytest.mark.parametrize(
@@ -191,3 +192,24 @@ def test_recipe_applies_and_explicit_flags_win(tmp_path: Path) -> None:
     ns = build_parser().parse_args(["run", "--variant", "resnet20", "--recipe", "he2015_cifar", "--epochs", "2"])
     c = config_from_args(ns)
     assert c.steps is None and c.epochs == 2.0
+
+
+def test_sweep_validates_every_model_first_and_goes_on_past_bad_data(tmp_path: Path,
+                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    study = tmp_path / "mixed.toml"
+    study.write_text('name = "mixed"\n[base]\nsteps = 1\nbatch_size = 16\nmeasure = []\n'
+                     '[grid]\nvariant = ["resnet", "densenet"]\ndepth = [8]\n')
+    code, _, err = run_cli(["sweep", str(study), "--results-dir", str(tmp_path / "a")], capsys)
+    assert code == 2 and "DenseNet depth must be 3n+4" in err and not (tmp_path / "a").exists()
+    study.write_text('name = "data"\n[base]\nsteps = 1\nbatch_size = 16\nmeasure = []\nvariant = "resnet"\n'
+                     f'depth = 8\ndata_dir = "{tmp_path / "nodata"}"\n[grid]\ntask = ["cifar10", "digits"]\n')
+    code, out, err = run_cli(["sweep", str(study), "--quiet", "--results-dir", str(tmp_path / "b")], capsys)
+    assert code == 2 and "1 of 2 runs were not run" in err and "not run: " in out
+    assert ResultsStore(tmp_path / "b").load_leaderboard()["task"].tolist() == ["digits"]
+
+
+def test_batch_larger_than_the_training_split_is_bad_input(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run_cli(["run", "--variant", "resnet20", "--steps", "1", "--batch-size", "2000", "--measure",
+                            "--results-dir", str(tmp_path)], capsys)
+    assert code == 2 and "--batch-size 2000 exceeds the 1437 training samples" in err
+    assert not (tmp_path / "leaderboard.csv").exists()

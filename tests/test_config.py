@@ -20,7 +20,8 @@ def cfg(**kw: object) -> RunConfig:
         ({"variant": ""}, "--variant is required"),
         ({"epochs": 1.0, "steps": 5}, "give --epochs or --steps, not both"),
         ({"steps": 0}, "--steps must be >= 1"),
-        ({"epochs": 0.0}, "--epochs must be > 0"),
+        ({"epochs": 0.0}, "--epochs must be a positive finite number"),
+        ({"epochs": math.inf}, "--epochs must be a positive finite number"),
         ({"depth": 0}, "--depth must be >= 1"),
         ({"batch_size": 0}, "--batch-size must be >= 1"),
         ({"warmup_steps": -1}, "--warmup-steps must be >= 0"),
@@ -48,8 +49,10 @@ def test_validation_errors(kw: dict, message: str) -> None:
 
 
 def test_hash_ignores_seed_and_measurement_knobs() -> None:
-    a, b = cfg(seed=0), cfg(seed=3, timing_repeats=9, study="x")
+    a, b = cfg(seed=0), cfg(seed=3, timing_repeats=9, measure=())
     assert a.config_hash() == b.config_hash() and a.run_id != b.run_id
+    # the same config in two studies (or presets) is two runs: neither replaces the other's row
+    assert len({cfg().run_id, cfg(study="x").run_id, cfg(study="x", preset="quick").run_id}) == 3
     assert a.run_id.endswith("-s0") and b.run_id.endswith("-s3")
     assert cfg(lr=0.05).config_hash() != a.config_hash()
     assert RunConfig(variant="timm:resnet18").run_id.startswith("timm_resnet18-digits-")

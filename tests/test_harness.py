@@ -188,3 +188,17 @@ def test_every_task_has_an_epoch_length(name: str) -> None:
 
     task = get(name, options=TaskOptions(train_size=64, val_size=16, seq_len=16, image_size=8))
     assert task.num_train > 0  # epochs in the row and --epochs both divide by it
+
+
+def test_a_failing_measurement_phase_does_not_stop_training(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from bench import measure
+
+    def killed(*a: object, **k: object) -> dict:
+        raise RuntimeError("memory probe subprocess was killed (SIGKILL): out of memory?")
+
+    monkeypatch.setattr(measure, "cpu_peak_memory_subprocess", killed)
+    result = execute(cfg(measure=("memory", "flops")), tmp_path)
+    assert result["row"]["status"] == "ok" and result["row"]["steps"] == 4
+    assert result["measurements"]["memory"] == {"error": "RuntimeError: memory probe subprocess was killed "
+                                                         "(SIGKILL): out of memory?"}
+    assert result["row"]["peak_mem_mb"] is None and result["row"]["flops_per_sample"] > 0
