@@ -225,25 +225,28 @@ def cmd_report(ns: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_sweep(ns: argparse.Namespace) -> int:
+def _run_study(path: Path, ns: argparse.Namespace, verb: str) -> str:
+    """Run a study file's grid (under ``--preset``) with the sequential runner; returns the study's name."""
     from .sweep import SequentialRunner, load_study
 
-    study = load_study(ns.file)
+    study = load_study(path)
     configs = study.configs(ns.preset)
-    print(f"study {study.name!r} ({ns.preset or 'full'}): {len(configs)} runs -> {ns.results_dir}")
+    print(f"{verb} {study.name!r} ({ns.preset or 'full'}): {len(configs)} runs -> {ns.results_dir}")
     SequentialRunner(progress=not ns.quiet).run(configs, ns.results_dir, resume=ns.resume)
+    return study.name
+
+
+def cmd_sweep(ns: argparse.Namespace) -> int:
+    _run_study(Path(ns.file), ns, "study")
     return 0
 
 
 def cmd_reproduce(ns: argparse.Namespace) -> int:
     from .report import write_report
-    from .sweep import SequentialRunner, load_study, study_path
+    from .sweep import study_path
 
-    study = load_study(study_path(ns.name))
-    configs = study.configs(ns.preset)
-    print(f"reproducing {study.name!r} ({ns.preset or 'full'}): {len(configs)} runs -> {ns.results_dir}")
-    SequentialRunner(progress=not ns.quiet).run(configs, ns.results_dir, resume=ns.resume)
-    print(write_report(ns.results_dir, study.name))  # draws the figures too
+    name = _run_study(study_path(ns.name), ns, "reproducing")
+    print(write_report(ns.results_dir, name))  # draws the figures too
     return 0
 
 
