@@ -1,4 +1,4 @@
-"""The command line: ``python -m bench COMMAND`` (list, run, leaderboard, show, probe, plot, report, sweep,
+"""The command line: ``python -m bench COMMAND`` (list, run, leaderboard, show, probe, diff, plot, report, sweep,
 reproduce, data, perf, recipes).
 
 Bad input (unknown variant, task or option, invalid depth, missing or corrupt dataset) prints one
@@ -137,7 +137,8 @@ def summary(result: dict[str, Any], results_dir: str) -> str:
         f"Throughput {fmt(r['train_samples_per_s'], ',.0f')} samples/s "
         f"(median step {fmt(r['step_time_ms'], '.2f')} ms), "
         f"peak memory {fmt(r['peak_mem_mb'], '.1f')} MiB ({r['mem_method'] or 'not measured'}), "
-        f"{fmt(r['flops_per_sample'], '.3g')} FLOPs/sample, {fmt(r['achieved_tflops'], '.3g')} TFLOP/s "
+        f"{fmt(r['fwd_flops_per_sample'], '.3g')} forward / {fmt(r['train_flops_per_sample'], '.3g')} training "
+        f"FLOPs per sample, {fmt(r['achieved_tflops'], '.3g')} TFLOP/s "
         f"(MFU {fmt(r['mfu'], '.2%')}); wall time {fmt(r['wall_time_s'], '.1f')} s.",
         f"Row appended to {Path(results_dir) / 'leaderboard.csv'}; details in "
         f"{Path(results_dir) / 'runs' / (r['run_id'] + '.json')}.",
@@ -150,13 +151,18 @@ def summary(result: dict[str, Any], results_dir: str) -> str:
 
 def cmd_leaderboard(ns: argparse.Namespace) -> int:
     from .results import ResultsStore
-    from .stats import aggregate
+    from .stats import aggregate, differing_fields, with_config_columns
 
-    df = ResultsStore(ns.results_dir).load_leaderboard()
+    store = ResultsStore(ns.results_dir)
+    df = store.load_leaderboard()
     if df.empty:
         print(f"no runs in {ns.results_dir}")
         return 0
-    table = aggregate(df, metrics=LEADERBOARD_METRICS)
+    # Seeds pool only with seeds: one row per configuration, showing the fields in which configurations differ.
+    runs = store.load_runs()
+    fields = [f for f in differing_fields(df, runs) if f not in ("variant", "depth", "task")]
+    table = aggregate(with_config_columns(df, runs, fields), by=["variant", "depth", "task", *fields],
+                      metrics=LEADERBOARD_METRICS)
     keep = [c for c in table.columns if not c.endswith(("_ci_low", "_ci_high", "_median"))]
     table = table[keep]
     if ns.sort:
@@ -207,6 +213,17 @@ def cmd_probe(ns: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_diff(ns: argparse.Namespace) -> int:
+    from .fairness import diff_models, format_diff
+
+    model_args = dict(ns.model_arg or [])
+    rows = diff_models(ns.a, ns.b, ns.depth, model_args, seed=ns.seed, param_tolerance=ns.param_tolerance)
+    print(f"{ns.a} vs {ns.b}" + (f", depth {ns.depth}" if ns.depth is not None else "")
+          + "".join(f", {k}={v!r}" for k, v in model_args.items()) + f", seed {ns.seed} (built on the CPU):")
+    print(format_diff(ns.a, ns.b, rows, show_all=ns.all))
+    return 0
+
+
 def cmd_plot(ns: argparse.Namespace) -> int:
     from .plots import make_all
 
@@ -227,10 +244,15 @@ def cmd_report(ns: argparse.Namespace) -> int:
 
 def _run_study(path: Path, ns: argparse.Namespace, verb: str) -> str:
     """Run a study file's grid (under ``--preset``) with the sequential runner; returns the study's name."""
+    from .results import ResultsStore, atomic_write_text
     from .sweep import SequentialRunner, load_study
 
     study = load_study(path)
-    configs = study.configs(ns.preset)
+    configs = study.configs(ns.preset)  # validated and checked for confounds before anything runs
+    store = ResultsStore(ns.results_dir)
+    store.preflight()
+    # The study file travels with its results: `bench report` reads its claims from there.
+    atomic_write_text(store.root / "studies" / f"{study.name}.toml", path.read_text(encoding="utf-8"))
     print(f"{verb} {study.name!r} ({ns.preset or 'full'}): {len(configs)} runs -> {ns.results_dir}")
     SequentialRunner(progress=not ns.quiet).run(configs, ns.results_dir, resume=ns.resume)
     return study.name
@@ -316,6 +338,18 @@ def build_parser() -> argparse.ArgumentParser:
     add_config_arguments(q)
     q.add_argument("--csv", help="also write the tidy table (layer, metric, value) to this CSV file")
     q.set_defaults(fn=cmd_probe)
+
+    q = sub.add_parser("diff", help="what differs between two built models: axes, init stds, norms, parameters")
+    q.add_argument("a", help="a variant name")
+    q.add_argument("b", help="another variant name")
+    q.add_argument("--depth", type=int, help="depth of both (default: each variant's own)")
+    q.add_argument("--model-arg", action="append", type=_parse_model_arg, metavar="KEY=VALUE",
+                   help="a keyword argument given to both builders (repeatable)")
+    q.add_argument("--seed", type=int, default=0, help="torch seed before building each model (default 0)")
+    q.add_argument("--param-tolerance", type=float, default=0.01,
+                   help="relative parameter-count difference still counted as equal (default 0.01)")
+    q.add_argument("--all", action="store_true", help="show every compared quantity, not only the differences")
+    q.set_defaults(fn=cmd_diff)
 
     q = sub.add_parser("plot", help="write the seaborn figures of a results directory to DIR/plots/")
     results(q)

@@ -72,17 +72,25 @@ def _cpu_name() -> str:
     return platform.processor() or platform.machine() or "cpu"
 
 
-def count_flops(fn: StepFn, device: torch.device) -> int:
-    """Total FLOPs of ``fn`` (a forward + backward) counted by ``torch.utils.flop_counter``.
+def count_flops(forward: Callable[[], torch.Tensor], device: torch.device) -> tuple[int, int]:
+    """FLOPs of one training step, (forward, forward + backward), counted by ``torch.utils.flop_counter``.
 
+    ``forward`` returns the loss; one counter sees the forward, another its backward, so both figures
+    come from the same call. The forward alone is what papers and model zoos quote, though in multiply-adds
+    (timm's ResNet-50 at 224x224: 4.09 GMACs; the counter, 2 FLOPs per multiply-add, gives 8.18e9);
+    forward + backward (about 3x the forward) is what a training step computes and what MFU divides.
     On CPU, attention runs through the math backend while counting: the counter has no formula
     for the CPU flash-attention kernel and would count its matmuls as zero.
     """
-    counter = FlopCounterMode(display=False)
+    fwd, bwd = FlopCounterMode(display=False), FlopCounterMode(display=False)
     backend = sdpa_kernel(SDPBackend.MATH) if device.type == "cpu" else contextlib.nullcontext()
-    with backend, counter:
-        fn()
-    return int(counter.get_total_flops())
+    with backend:
+        with fwd:
+            loss = forward()
+        with bwd:
+            loss.backward()
+    n_fwd = int(fwd.get_total_flops())
+    return n_fwd, n_fwd + int(bwd.get_total_flops())
 
 
 def time_steps(step: StepFn, device: torch.device, warmup: int, repeats: int, steps: int) -> list[float]:

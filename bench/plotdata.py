@@ -11,7 +11,6 @@ al. 2020, "On Layer Normalization in the Transformer Architecture" (Fig. 2, 3).
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,7 +24,6 @@ from bench.results import ResultsStore
 
 _NOT_METRICS = ("step", "epoch", "wall_s", "train_time_s", "lr")  # curve columns that are axes, not metrics
 _META = ("run_id", "variant", "family", "depth", "task", "seed", "warmup_steps", "status", "study")
-_POST_LN, _PRE_LN = re.compile(r"post[-_]?ln"), re.compile(r"pre[-_]?ln")
 _INF = math.inf
 # Valid range of each quantity we draw; a band or error bar never leaves it. Unknown names: unbounded.
 DOMAINS: dict[str, tuple[float, float]] = {
@@ -33,7 +31,8 @@ DOMAINS: dict[str, tuple[float, float]] = {
     "train_error": (0.0, 1.0),
     **dict.fromkeys(("loss", "train_loss", "val_loss", "final_train_loss", "final_val_loss", "bpc"), (0.0, _INF)),
     "ppl": (1.0, _INF),  # perplexity = exp(loss) >= 1
-    **dict.fromkeys(("train_samples_per_s", "train_tokens_per_s", "peak_mem_mb", "grad_norm"), (0.0, _INF)),
+    **dict.fromkeys(("train_samples_per_s", "train_tokens_per_s", "peak_mem_mb"), (0.0, _INF)),
+    **dict.fromkeys(("grad_norm", "weight_grad_norm"), (0.0, _INF)),
 }
 
 
@@ -42,18 +41,80 @@ def domain(metric: str) -> tuple[float, float]:
     return DOMAINS.get(metric, (-_INF, _INF))
 
 
-def variant_key(variant: str, depth: Any) -> str:
-    """The series name on depth axes: the variant without its depth suffix (``resnet56`` at depth 56 -> ``resnet``)."""
+def _registered(name: str) -> dict[str, Any] | None:
+    """``variants.describe(name)``, or None for a name the registry does not know (a plugin not loaded now)."""
+    import variants  # lazily: reading a results directory needs no model code until a name is looked up
+
     try:
-        suffix = str(int(depth))
-    except (TypeError, ValueError):
+        return variants.describe(name)
+    except ValueError:
+        return None
+
+
+def _base_of(info: Mapping[str, Any]) -> tuple[str, list[tuple[str, Any]]] | None:
+    """The registered variant a depth preset ``info`` specialises, and the other keywords it sets differently.
+
+    Candidates: same family, axes and keywords, no depth pinned, and the same default for every keyword
+    ``info`` does not pin. The one differing from ``info`` on the fewest keywords wins (ties: sorted name).
+    """
+    import variants
+
+    fixed, defaults = info["fixed"], info["defaults"]
+    best: tuple[int, str, list[tuple[str, Any]]] | None = None
+    for name in variants.list_variants(family=info["family"]):
+        other = _registered(name)
+        if (
+            other is None
+            or "depth" in other.get("fixed", {})
+            or (other["family"], other["axes"]) != (info["family"], info["axes"])
+            or other["defaults"].keys() != defaults.keys()
+            or any(other["defaults"][k] != v for k, v in defaults.items() if k not in fixed)
+        ):
+            continue
+        extra = sorted((k, v) for k, v in fixed.items() if k != "depth" and other["defaults"][k] != v)
+        if best is None or len(extra) < best[0]:
+            best = (len(extra), name, extra)
+    return None if best is None else (best[1], best[2])
+
+
+def variant_key(variant: str, depth: Any = None) -> str:
+    """The series name on depth axes, from the registry (``variants.describe``), never from the name's spelling.
+
+    A preset that pins ``depth`` (``resnet56``, ``highway_mlp20``, ``rezero_resnet56``) joins the series of the
+    variant it specialises (:func:`_base_of`: ``resnet``, ``highway_mlp``, ``rezero``); keywords it sets
+    differently from that base are appended, sorted, so different designs never share a series
+    (``preact_resnet164`` -> ``preact (block=bottleneck, shortcut=B)``, ``densenet_bc100_k12`` ->
+    ``densenet (bc=True)``). Any other name — one that does not pin depth, a preset without a base, a name the
+    registry does not know (a plugin not loaded now) — is its own series. ``depth`` is accepted for callers of
+    the earlier signature; the key does not depend on it.
+    """
+    info = _registered(variant)
+    found = _base_of(info) if info is not None and "depth" in info.get("fixed", {}) else None
+    if found is None:
         return variant
-    return re.sub(rf"[-_]?{suffix}$", "", variant) if variant.endswith(suffix) and variant != suffix else variant
+    base, extra = found
+    return f"{base} ({', '.join(f'{k}={v}' for k, v in extra)})" if extra else base
 
 
 def is_ln_transformer(variant: str) -> str | None:
-    """``"post"`` or ``"pre"`` when the variant's name says Post-LN / Pre-LN, else None."""
-    return "post" if _POST_LN.search(variant) else "pre" if _PRE_LN.search(variant) else None
+    """``"post"`` or ``"pre"`` for a Post-LN / Pre-LN Transformer in Xiong et al. 2020's sense, else None.
+
+    Read from ``variants.describe(variant)["axes"]``: the combinator is ``"add"``, the body names
+    ``attention``, and the placement is exactly ``"post"`` or ``"pre"``; so DeepNorm (scaled shortcut),
+    ReZero (no norm) and Mix-LN (mixed placement) are None, as is a name the registry does not know.
+    """
+    info = _registered(variant)
+    axes = info.get("axes", {}) if info else {}
+    if axes.get("combinator") != "add" or "attention" not in str(axes.get("body", "")):
+        return None
+    placement = axes.get("placement")
+    return placement if placement in ("post", "pre") else None
+
+
+def with_key(df: pd.DataFrame) -> pd.DataFrame:
+    """``df`` with a ``key`` column: the :func:`variant_key` of each row's variant (looked up once per name)."""
+    keys = {v: variant_key(str(v)) for v in df["variant"].unique()}
+    return df.assign(key=df["variant"].map(keys).astype(object))
 
 
 @dataclass
@@ -62,7 +123,7 @@ class Frames:
 
     leaderboard: pd.DataFrame
     curves: pd.DataFrame  # run meta + split ("train"|"eval"), step, metric, value
-    probes: pd.DataFrame  # run meta + step, layer, block, metric, value
+    probes: pd.DataFrame  # run meta + step, layer, block, kind, metric, value
 
 
 def _finite_or_nan(v: Any) -> float:
@@ -94,12 +155,14 @@ def curves_frame(runs: Iterable[Mapping[str, Any]]) -> pd.DataFrame:
 
 
 def probes_frame(runs: Iterable[Mapping[str, Any]]) -> pd.DataFrame:
-    """Tidy probe rows of run JSONs joined with each run's metadata (variant, depth, task, seed ...)."""
+    """Tidy probe rows of run JSONs joined with each run's metadata (variant, depth, task, seed ...).
+
+    ``kind`` (:mod:`bench.probes`) is NaN in rows recorded before probes carried it."""
     rows = []
     for run in runs:
         meta = {k: run.get("row", {}).get(k) for k in _META} | {"run_id": run["run_id"]}
         rows += [meta | dict(r) for r in run.get("probes", [])]
-    return pd.DataFrame(rows, columns=[*_META, "step", "layer", "block", "metric", "value"])
+    return pd.DataFrame(rows, columns=[*_META, "step", "layer", "block", "kind", "metric", "value"])
 
 
 def load_frames(results_dir: str | Path, study: str | None = None) -> Frames:
@@ -141,3 +204,22 @@ def mean_ci(df: pd.DataFrame, keys: list[str], x: str, y: str, metric: str | Non
     out["lo"] = (out["mean"] - half).clip(low, high)
     out["hi"] = (out["mean"] + half).clip(low, high)
     return out.sort_values([*keys, x]).reset_index(drop=True)
+
+
+def grad_norm_init_data(probes: pd.DataFrame, task: str | None = None) -> tuple[pd.DataFrame, str, str]:
+    """The data of the step-0 gradient-norm figure (Xiong et al. 2020, Fig. 3): ``(stats, metric, task)``.
+
+    ``metric`` is ``weight_grad_norm`` (the weight matrices of each unit's branch, Xiong's quantity) when any
+    run of the task recorded it, else ``grad_norm`` (whole-unit norm, runs recorded before the weight-only
+    probe); one figure never mixes the two, so runs lacking the chosen metric are left out. ``stats`` is
+    :func:`mean_ci` over runs per ``kind`` (``""`` where rows carry none), series ``key``, ``depth`` and
+    ``index``: the unit's position among the units *of its kind* in its run (0 = nearest the input), so a
+    Transformer's n-th feed-forward sublayer sits at x = n whatever the attention sublayers in between.
+    """
+    df = probes[(probes["step"] == 0) & probes["metric"].isin(("weight_grad_norm", "grad_norm"))]
+    df, task = one_task(df, task)
+    metric = "weight_grad_norm" if (df["metric"] == "weight_grad_norm").any() else "grad_norm"
+    df = with_key(df[df["metric"] == metric])
+    df = df.assign(kind=df["kind"].map(lambda k: "" if pd.isna(k) else str(k)))
+    df = df.assign(index=df.groupby(["run_id", "kind"])["layer"].rank(method="dense").astype(int) - 1)
+    return mean_ci(df, ["kind", "key", "depth"], "index", "value", metric), metric, task

@@ -3,13 +3,15 @@
 - learning curves with seed confidence bands;
 - the degradation plot — final training error vs depth (He et al. 2015, "Deep Residual Learning for
   Image Recognition", Fig. 1 and 6; Srivastava et al. 2015, "Training Very Deep Networks", Fig. 1);
-- gradient norm per layer at initialisation (Xiong et al. 2020, "On Layer Normalization in the
-  Transformer Architecture", Fig. 3);
+- gradient norm per layer at initialisation, one panel per sublayer kind (attention, feed-forward, ...), of
+  the weight matrices where recorded (Xiong et al. 2020, "On Layer Normalization in the Transformer
+  Architecture", Fig. 3);
 - throughput and peak memory vs depth, and accuracy vs throughput with the Pareto front;
 - Post-LN vs Pre-LN loss curves with and without learning-rate warm-up (Xiong et al. 2020, Fig. 2).
 
 Every mean is over seeds with a Student-t 95% CI (the rule of :mod:`bench.stats`), clipped to the
-metric's valid range (:data:`bench.plotdata.DOMAINS`). Colour encodes the variant and is the same in
+metric's valid range (:data:`bench.plotdata.DOMAINS`). A series is a :func:`variant_key`, read from the
+registry's metadata, never from the spelling of a name. Colour encodes the series and is the same in
 every figure (:func:`palette`); line style encodes depth (or warm-up). Legends sit outside the axes
 so they never hide data. Figures are :class:`matplotlib.figure.Figure` objects: nothing leaks into pyplot.
 """
@@ -35,27 +37,31 @@ from bench.plotdata import (
     Frames,
     curves_frame,
     domain,
+    grad_norm_init_data,
     is_ln_transformer,
     load_frames,
     mean_ci,
     one_task,
     probes_frame,
     variant_key,
+    with_key,
 )
 
 __all__ = [
-    "Frames", "curves_frame", "is_ln_transformer", "load_frames", "make_all", "palette", "pareto_front",
+    "Frames", "curves_frame", "grad_norm_init_data", "is_ln_transformer", "load_frames", "make_all", "palette",
+    "pareto_front",
     "plot_cost", "plot_degradation", "plot_grad_norm_init", "plot_learning_curves", "plot_pareto",
     "plot_warmup", "probes_frame", "variant_colour", "variant_key",
 ]  # fmt: skip
 
-# Fixed colours for the known designs (one per design axis point, so `highway_mlp` shares `highway`'s
-# colour); anything else hashes into _FALLBACK, which is stable across runs and figures.
+# Fixed colours for the known designs, by registered name or series key (:func:`variant_key`); the MLP
+# counterparts share their design's colour. Any other name hashes into _FALLBACK, stable across runs and figures.
 _KNOWN = ("plain", "highway", "resnet", "preact", "densenet", "postln", "preln", "sandwich", "deepnorm",
-          "rezero", "layerscale", "skipinit", "fixup", "mixln", "densenet_bc")  # fmt: skip
+          "rezero", "layerscale", "skipinit", "fixup", "mixln")  # fmt: skip
 _COLOURS = sns.color_palette("tab10") + sns.color_palette("Dark2")
 _TABLE = {name: _COLOURS[i % len(_COLOURS)] for i, name in enumerate(_KNOWN)}
-_TABLE["residual_mlp"] = _TABLE["resnet"]  # the fully-connected ResNet: same design, same colour
+_TABLE |= {"residual_mlp": _TABLE["resnet"], "plain_mlp": _TABLE["plain"], "highway_mlp": _TABLE["highway"],
+           "preact_mlp": _TABLE["preact"]}  # fmt: skip
 _FALLBACK = sns.color_palette("husl", 32)
 _DEPTH_STYLES: tuple[Any, ...] = ("-", "--", ":", "-.", (0, (5, 1, 1, 1, 1, 1)), (0, (1, 3)))
 _METRIC_LABELS = {
@@ -66,20 +72,28 @@ _METRIC_LABELS = {
     ("eval", "bpc"): "validation bits per character (bits)",
     ("eval", "ppl"): "validation perplexity (exp nats)",
 }
-_LOG_METRICS = ("loss", "val_loss", "ppl", "grad_norm")  # positive, spanning decades: log y
+_LOG_METRICS = ("loss", "val_loss", "ppl", "grad_norm", "weight_grad_norm")  # positive, spanning decades: log y
 _DODGE_PT = 4.0  # horizontal nudge between neighbouring error-bar series, in points
 _FRACTION_LIMITS = (-0.02, 1.02)  # y range of a [0, 1] metric: its whole domain and a sliver of margin
 CLIP_NOTE = "95% t-CI clipped to the metric's range"
+_GRAD_LABELS = {
+    "weight_grad_norm": "gradient L2 norm of the weight matrices (Linear/Conv)",
+    "grad_norm": "gradient L2 norm of all the unit's parameters",
+}
+_KIND_TITLES = {"attn": "attention sublayer", "ffn": "feed-forward sublayer", "mlp": "MLP layer",
+                "conv": "convolutional unit", "": "residual unit"}  # fmt: skip
 
 
 def variant_colour(name: str) -> tuple[float, float, float]:
-    """A variant's colour: the table entry of its name, else of its longest ``_``-prefix once digits are
-    dropped (``densenet_bc100_k12`` -> ``densenet_bc``, ``preact_resnet164`` -> ``preact``), else a stable hash."""
-    parts = re.sub(r"\d+", "", name).strip("_-").split("_")
-    for key in (name, *("_".join(parts[:i]) for i in range(len(parts), 0, -1))):
-        if key in _TABLE:
-            return tuple(_TABLE[key])  # type: ignore[return-value]
-    digest = int.from_bytes(hashlib.sha1(name.encode()).digest()[:4], "big")
+    """A variant's (or series key's) colour: the table entry of the name, else of its :func:`variant_key`
+    (``resnet56`` -> ``resnet``, ``highway_mlp20`` -> ``highway_mlp``), else a stable hash of that key, so a
+    preset of another design (``preact_resnet164``, bottleneck) never borrows its base's colour."""
+    if name in _TABLE:
+        return tuple(_TABLE[name])  # type: ignore[return-value]
+    key = variant_key(name)
+    if key in _TABLE:
+        return tuple(_TABLE[key])  # type: ignore[return-value]
+    digest = int.from_bytes(hashlib.sha1(key.encode()).digest()[:4], "big")
     return tuple(_FALLBACK[digest % len(_FALLBACK)])  # type: ignore[return-value]
 
 
@@ -91,10 +105,6 @@ def palette(variants: Iterable[str]) -> dict[str, tuple[float, float, float]]:
 def depth_styles(depths: Iterable[Any]) -> dict[Any, Any]:
     """``{depth: line style}``, shallowest solid; one mapping per figure so every panel and the legend agree."""
     return {d: _DEPTH_STYLES[i % len(_DEPTH_STYLES)] for i, d in enumerate(sorted(set(depths)))}
-
-
-def _with_key(df: pd.DataFrame) -> pd.DataFrame:
-    return df.assign(key=[variant_key(str(v), d) for v, d in zip(df["variant"], df["depth"], strict=True)])
 
 
 def _series(
@@ -160,7 +170,7 @@ def _figure(ncols: int = 1) -> tuple[Figure, list[Axes]]:
 def plot_learning_curves(curves: pd.DataFrame, task: str | None = None, val_metric: str = "val_acc") -> Figure:
     """Training loss (log y) and a validation metric vs step, mean over seeds with clipped 95% t-CI bands."""
     df, task = one_task(curves, task)
-    df = _with_key(df)
+    df = with_key(df)
     styles = depth_styles(df["depth"].dropna())
     fig, (left, right) = _figure(2)
     for ax, split, metric in ((left, "train", "loss"), (right, "eval", val_metric)):
@@ -177,7 +187,7 @@ def plot_learning_curves(curves: pd.DataFrame, task: str | None = None, val_metr
 def plot_degradation(leaderboard: pd.DataFrame, task: str | None = None) -> Figure:
     """Final training error (1 - final train accuracy) vs depth, one line per variant, clipped 95% CI bars."""
     df, task = one_task(leaderboard[leaderboard["status"] == "ok"], task)
-    df = _with_key(df).assign(train_error=1.0 - pd.to_numeric(df["final_train_acc"], errors="coerce"))
+    df = with_key(df).assign(train_error=1.0 - pd.to_numeric(df["final_train_acc"], errors="coerce"))
     fig, (ax,) = _figure()
     _series(ax, mean_ci(df, ["key"], "depth", "train_error"), "depth", None, False)
     ax.set(
@@ -191,20 +201,25 @@ def plot_degradation(leaderboard: pd.DataFrame, task: str | None = None) -> Figu
 
 
 def plot_grad_norm_init(probes: pd.DataFrame, task: str | None = None) -> Figure:
-    """Gradient norm of each residual unit's parameters at step 0 vs layer index (log y), per variant and depth."""
-    df, task = one_task(probes[(probes["step"] == 0) & (probes["metric"] == "grad_norm")], task)
-    df = _with_key(df)
-    styles = depth_styles(df["depth"].dropna())
-    fig, (ax,) = _figure()
-    _series(ax, mean_ci(df, ["key", "depth"], "layer", "value", "grad_norm"), "layer", styles, False)
-    ax.set(
-        xlabel="layer (residual unit index, input → output)",
-        ylabel="gradient L2 norm at initialisation",
-        title=f"Per-layer gradient norm at step 0 — {task}\nmean over seeds, bars = {CLIP_NOTE} (≥ 0)",
-    )
-    _limit(ax, "grad_norm", log=True)
-    ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # layers are whole units
-    _legend(fig, df["key"], styles)
+    """Gradient norm per unit at step 0 vs its index within its kind (log y): one panel per sublayer kind
+    (attention, feed-forward, ...), one line per variant and depth. Plots Xiong et al.'s weight-matrix norm
+    (``weight_grad_norm``) when recorded, else the whole-unit ``grad_norm`` (:func:`grad_norm_init_data`)."""
+    stats, metric, task = grad_norm_init_data(probes, task)
+    kinds = sorted(stats["kind"].unique(), key=lambda k: (k == "", k))  # rows without a kind: last panel
+    styles = depth_styles(stats["depth"].dropna())
+    fig, axes = _figure(len(kinds))
+    ylabel = _GRAD_LABELS[metric]
+    for ax, kind in zip(axes, kinds, strict=True):
+        _series(ax, stats[stats["kind"] == kind], "index", styles, False)
+        ax.set(
+            xlabel=f"{_KIND_TITLES.get(kind, f'{kind} units')} index (input → output)",
+            ylabel=ylabel,
+            title=_KIND_TITLES.get(kind, f"{kind} units").capitalize(),
+        )
+        _limit(ax, metric, log=True)
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # units are whole
+    _legend(fig, stats["key"], styles)
+    fig.suptitle(f"{ylabel.split(' (')[0]} at step 0 — {task}: mean over seeds, bars = {CLIP_NOTE} (≥ 0)")
     return fig
 
 
@@ -218,7 +233,7 @@ def _throughput_column(df: pd.DataFrame) -> tuple[str, str]:
 def plot_cost(leaderboard: pd.DataFrame, task: str | None = None) -> Figure:
     """Two panels: training throughput vs depth and peak memory vs depth, one line per variant."""
     df, task = one_task(leaderboard[leaderboard["status"] == "ok"], task)
-    df = _with_key(df)
+    df = with_key(df)
     column, unit = _throughput_column(df)
     fig, axes = _figure(2)
     for ax, col, ylabel in zip(
@@ -242,7 +257,7 @@ def pareto_front(x: np.ndarray, y: np.ndarray) -> np.ndarray:
 def plot_pareto(leaderboard: pd.DataFrame, task: str | None = None, metric: str = "final_val_acc") -> Figure:
     """Accuracy vs throughput, one point per (variant, depth) (seed means), with the Pareto front."""
     df, task = one_task(leaderboard[leaderboard["status"] == "ok"], task)
-    df = _with_key(df)
+    df = with_key(df)
     column, unit = _throughput_column(df)
     pts = df.groupby(["key", "depth"])[[column, metric]].mean(numeric_only=True).dropna().reset_index()
     fig, (ax,) = _figure()
@@ -272,7 +287,7 @@ def plot_warmup(curves: pd.DataFrame, task: str | None = None) -> Figure:
     """Post-LN vs Pre-LN (transformer family): training loss (log y) with (solid) and without (dashed) warm-up."""
     tf = (curves["family"] == "transformer") | curves["variant"].map(lambda v: is_ln_transformer(str(v)) is not None)
     df, task = one_task(curves[tf & (curves["split"] == "train") & (curves["metric"] == "loss")], task)
-    df = _with_key(df).assign(warmup=df["warmup_steps"].fillna(0).astype(int))
+    df = with_key(df).assign(warmup=df["warmup_steps"].fillna(0).astype(int))
     stats = mean_ci(df, ["key", "depth", "warmup"], "step", "value", "loss")
     several = stats.groupby("key")["depth"].nunique() > 1
     fig, (ax,) = _figure()
@@ -307,11 +322,11 @@ def make_all(results_dir: str | Path, study: str | None = None) -> list[Path]:
         t_ok, t_curves = ok[ok["task"] == task], curves[curves["task"] == task]
         if len(t_curves):
             jobs.append((f"curves_{task}", lambda t=task: plot_learning_curves(curves, t)))
-        keys = pd.Series([variant_key(v, d) for v, d in zip(t_ok["variant"], t_ok["depth"], strict=True)], dtype=object)
-        with_acc = t_ok["final_train_acc"].notna().to_numpy()
-        if len(t_ok) and (t_ok[with_acc].groupby(keys[with_acc].to_numpy())["depth"].nunique() > 1).any():
+        with_acc = with_key(t_ok[t_ok["final_train_acc"].notna()])
+        if len(with_acc) and (with_acc.groupby("key")["depth"].nunique() > 1).any():
             jobs.append((f"degradation_{task}", lambda t=task: plot_degradation(board, t)))
-        if ((probes["task"] == task) & (probes["step"] == 0) & (probes["metric"] == "grad_norm")).any():
+        grads = probes["metric"].isin(("grad_norm", "weight_grad_norm"))
+        if ((probes["task"] == task) & (probes["step"] == 0) & grads).any():
             jobs.append((f"grad_norm_init_{task}", lambda t=task: plot_grad_norm_init(probes, t)))
         if t_ok[["train_samples_per_s", "peak_mem_mb"]].notna().any().any():
             jobs.append((f"cost_{task}", lambda t=task: plot_cost(board, t)))

@@ -17,6 +17,15 @@ branch output ``F(x)`` and returns the residual stream. Definitions (one row per
 
 - ``layer``: the position of the unit among all units, in ``model.modules()`` order (0 = first).
   ``block``: the unit's qualified module name.
+- ``kind``: what the unit's branch computes, so figures and claims compare like with like. The unit's
+  *owner* is the module holding the Combinator as a direct child; its *branch* is the owner's ``body``
+  attribute when it has a module there (:class:`variants.placements.Residual`, ``variants.layers.Unit``),
+  else the owner itself (e.g. a DenseNet layer). The first rule that applies names the kind:
+  a ``probe_kind`` string class attribute of the branch, then of the owner; ``"attn"`` if the branch
+  holds an :class:`~torch.nn.MultiheadAttention` or a module whose class name contains ``Attention``;
+  ``"conv"`` if it holds a ``Conv1d/2d/3d``; ``"ffn"`` if it holds ``Linear`` layers and the model has
+  an attention unit (a Transformer's feed-forward sublayer), else ``"mlp"``; otherwise ``""``.
+  A gate outside every Combinator is ``"gate"``.
 - ``out_rms``: root-mean-square of the Combinator's output over all its elements in the batch,
   ``sqrt(mean(y²))`` — the quadratic mean of the per-sample RMS values. (With ``post`` placement this
   is the stream *before* the unit's norm: the sum the norm has to tame.)
@@ -24,10 +33,17 @@ branch output ``F(x)`` and returns the residual stream. Definitions (one row per
 - ``branch_ratio``: ``‖F(x)‖ / ‖x‖`` with Frobenius norms over the whole batch (``inf`` if ``x`` is 0).
   ``F(x)`` is the branch as the Combinator receives it, before any gate or scale the Combinator applies
   (``gate_mean`` and ``residual_scale`` report those), so a ReZero unit at init shows its branch's size.
-- ``grad_norm``: L2 norm of the gradients of the parameters of the unit's *owner*, the module that
-  holds the Combinator as a direct child (for :class:`variants.placements.Residual` that is the
-  residual unit: branch body, its norms and the combinator). Owners without any gradient give no row;
-  units sharing an owner report the same value.
+- ``grad_norm``: L2 norm of the gradients of *all* parameters of the unit's owner — the whole unit: for
+  :class:`variants.placements.Residual` the branch body's weights and biases, its norms' γ/β and the
+  combinator's parameters. Owners without any gradient give no row; units sharing an owner report the
+  same value.
+- ``weight_grad_norm``: Xiong et al.'s quantity (Fig. 3 plots it for the FFN sublayers): L2 norm of the
+  gradients of the weight matrices of the unit's branch only — the ``weight`` of every ``nn.Linear`` and
+  ``nn.Conv1d/2d/3d`` (and the q/k/v projection matrices of an ``nn.MultiheadAttention``) among the
+  branch's descendants, excluding any module inside a Combinator (a
+  Highway gate's projection belongs to the join, not the branch). Biases, norms, embeddings and a
+  projection shortcut (outside ``body``) do not count; a unit nested in the branch does. No row when
+  none of those weights has a gradient.
 - ``gate_mean``: mean of a :class:`~variants.combinators.TransformGate`'s output ``T(x)`` in [0, 1];
   reported on the unit that encloses the gate (a gate outside every Combinator is a unit of its own).
 - ``residual_scale``: mean ``|β|`` of a :class:`~variants.combinators.Scaled` unit whose β is a
@@ -50,8 +66,11 @@ from torch import nn
 
 from variants.combinators import Combinator, Scaled, TransformGate
 
-METRICS: tuple[str, ...] = ("grad_norm", "out_rms", "out_var", "branch_ratio", "gate_mean", "residual_scale")
-COLUMNS: tuple[str, ...] = ("step", "layer", "block", "metric", "value")
+METRICS: tuple[str, ...] = (
+    "grad_norm", "weight_grad_norm", "out_rms", "out_var", "branch_ratio", "gate_mean", "residual_scale",
+)  # fmt: skip
+COLUMNS: tuple[str, ...] = ("step", "layer", "block", "kind", "metric", "value")
+_CONVS = (nn.Conv1d, nn.Conv2d, nn.Conv3d)
 
 
 def _units(model: nn.Module) -> tuple[dict[str, int], dict[str, str]]:
@@ -96,11 +115,62 @@ def _gate_hook(sums: dict[tuple[str, str], list[float]], unit: str) -> Callable[
     return hook
 
 
-def _grad_norm(module: nn.Module) -> float | None:
-    grads = [p.grad.detach().float() for p in module.parameters() if p.grad is not None]
+def _norm_of_grads(params: Iterable[torch.Tensor]) -> float | None:
+    grads = [p.grad.detach().float() for p in params if p.grad is not None]
     if not grads:
         return None
     return torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads])).item()
+
+
+def _branch(owner: nn.Module) -> nn.Module:
+    body = getattr(owner, "body", None)
+    return body if isinstance(body, nn.Module) else owner
+
+
+def _branch_modules(owner: nn.Module) -> list[nn.Module]:
+    """The branch and its descendants, each once, without entering any Combinator (the join is not the branch)."""
+    found: dict[int, nn.Module] = {}
+    stack = [_branch(owner)]
+    while stack:
+        m = stack.pop()
+        if isinstance(m, Combinator) or id(m) in found:
+            continue
+        found[id(m)] = m
+        stack.extend(reversed(list(m.children())))
+    return list(found.values())
+
+
+def _branch_weights(owner: nn.Module) -> list[torch.Tensor]:
+    weights = []
+    for m in _branch_modules(owner):
+        if isinstance(m, (nn.Linear, *_CONVS)):
+            weights.append(m.weight)
+        elif isinstance(m, nn.MultiheadAttention):  # its q/k/v projections are bare parameters, not Linears
+            weights += [
+                w for w in (m.in_proj_weight, m.q_proj_weight, m.k_proj_weight, m.v_proj_weight) if w is not None
+            ]
+    return weights
+
+
+def _raw_kind(owner: nn.Module) -> str:
+    """The kind of a unit by the rule of the module docstring; Linear-only branches are ``"linear"`` for now."""
+    for m in (_branch(owner), owner):
+        declared = getattr(m, "probe_kind", None)
+        if isinstance(declared, str):
+            return declared
+    modules = _branch_modules(owner)
+    if any(isinstance(m, nn.MultiheadAttention) or "Attention" in type(m).__name__ for m in modules):
+        return "attn"
+    if any(isinstance(m, _CONVS) for m in modules):
+        return "conv"
+    return "linear" if any(isinstance(m, nn.Linear) for m in modules) else ""
+
+
+def _kinds(layers: dict[str, int], modules: dict[str, nn.Module]) -> dict[str, str]:
+    raw = {u: _raw_kind(modules[_owner_name(u)]) if isinstance(modules[u], Combinator) else "gate" for u in layers}
+    # A Linear-only branch next to attention units is a Transformer's feed-forward sublayer.
+    linear = "ffn" if "attn" in raw.values() else "mlp"
+    return {u: linear if k == "linear" else k for u, k in raw.items()}
 
 
 def probe(
@@ -111,7 +181,7 @@ def probe(
     step: int,
     train: bool = True,
 ) -> list[dict[str, Any]]:
-    """One forward+backward of ``loss_fn(model(x), y)``; tidy rows ``{step, layer, block, metric, value}``.
+    """One forward+backward of ``loss_fn(model(x), y)``; tidy rows ``{step, layer, block, kind, metric, value}``.
 
     ``train`` picks the mode the probe runs in (training mode by default, so BatchNorm uses batch
     statistics as it does in the step being diagnosed). The model is left exactly as found: no
@@ -132,7 +202,8 @@ def probe(
     cpu_rng = torch.random.get_rng_state()
     cuda_rng = torch.cuda.get_rng_state_all() if torch.cuda.is_available() and torch.cuda.is_initialized() else None
     sums: dict[tuple[str, str], list[float]] = defaultdict(list)
-    grad_norms: dict[str, float] = {}
+    grad_norms: dict[tuple[str, str], float] = {}
+    kinds = _kinds(layers, modules)
     with ExitStack() as stack:
         for unit in layers:
             module = modules[unit]
@@ -148,9 +219,12 @@ def probe(
             loss_fn(model(x), y).backward()
             for unit in layers:
                 if isinstance(modules[unit], Combinator):
-                    norm = _grad_norm(modules[_owner_name(unit)])
-                    if norm is not None:
-                        grad_norms[unit] = norm
+                    owner = modules[_owner_name(unit)]
+                    norms = {"grad_norm": owner.parameters(), "weight_grad_norm": _branch_weights(owner)}
+                    for metric, of in norms.items():
+                        norm = _norm_of_grads(of)
+                        if norm is not None:
+                            grad_norms[(unit, metric)] = norm
         finally:
             for p, g in zip(params, saved_grads, strict=True):
                 p.grad = g
@@ -167,31 +241,30 @@ def probe(
     rows: list[dict[str, Any]] = []
     for unit, layer in layers.items():
         module = modules[unit]
-        values: dict[str, float] = {}
-        if unit in grad_norms:
-            values["grad_norm"] = grad_norms[unit]
+        values = {m: v for (u, m), v in grad_norms.items() if u == unit}
         for metric in METRICS:
             calls = sums.get((unit, metric))
             if calls:
                 values[metric] = sum(calls) / len(calls)
         if isinstance(module, Scaled) and isinstance(module.beta, nn.Parameter):
             values["residual_scale"] = module.beta.detach().abs().float().mean().item()
-        rows += [
-            {"step": int(step), "layer": layer, "block": unit, "metric": m, "value": float(values[m])}
-            for m in METRICS
-            if m in values
-        ]
+        where = {"step": int(step), "layer": layer, "block": unit, "kind": kinds[unit]}
+        rows += [where | {"metric": m, "value": float(values[m])} for m in METRICS if m in values]
     return rows
 
 
 def probe_table(rows: Iterable[Mapping[str, Any]]) -> pd.DataFrame:
-    """Tidy probe rows as a DataFrame: ``[run_id,] step, layer, block, metric, value`` (run_id if any row has it)."""
+    """Tidy probe rows as a DataFrame: ``[run_id,] step, layer, block, kind, metric, value`` (run_id if any row
+    has it). Rows recorded before ``kind`` existed load with an empty (NaN) kind; any other missing column raises.
+    """
     df = pd.DataFrame(list(rows))
     columns = list(COLUMNS)
     if "run_id" in df.columns:
         columns.insert(0, "run_id")
     if df.empty:
         return pd.DataFrame(columns=columns)
+    if "kind" not in df.columns:
+        df["kind"] = math.nan
     missing = set(columns) - set(df.columns)
     if missing:
         raise ValueError(f"probe rows lack columns {sorted(missing)}")
@@ -202,6 +275,7 @@ def format_probe_table(df: pd.DataFrame, step: int | None = None) -> str:
     """A printable per-layer table: layers as rows, metrics as columns (mean over runs/seeds).
 
     ``step`` selects one probe step; by default the table shows every step present (as an index level).
+    ``kind`` is an index level too when every row has one.
     """
     if df.empty:
         return "(no probe rows)"
@@ -210,6 +284,8 @@ def format_probe_table(df: pd.DataFrame, step: int | None = None) -> str:
             raise ValueError(f"no probe rows at step {step}; steps present: {sorted(set(df['step']))}")
         df = df[df["step"] == step]
     index = ["layer", "block"] if df["step"].nunique() == 1 else ["step", "layer", "block"]
+    if "kind" in df.columns and df["kind"].notna().all():  # rows from before `kind` existed: no kind column
+        index.append("kind")
     wide = df.pivot_table(index=index, columns="metric", values="value", aggfunc="mean")
     wide = wide[[m for m in METRICS if m in wide.columns] + [m for m in wide.columns if m not in METRICS]]
     wide.columns.name = None

@@ -12,8 +12,10 @@ import io
 import json
 import math
 import os
+import re
+import sys
 import tempfile
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +24,19 @@ from filelock import FileLock
 
 # The fixed column order of leaderboard.csv; results/README.md documents each column.
 COLUMNS: tuple[str, ...] = (
+    "run_id", "config_hash", "variant", "family", "depth", "params", "init", "task", "seed", "epochs", "steps",
+    "batch_size", "optimizer", "lr", "schedule", "warmup_steps", "device", "device_name", "precision",
+    "status", "error",
+    "final_train_loss", "final_train_acc", "final_val_loss", "final_val_acc", "best_val_acc",
+    "target_acc", "steps_to_target", "time_to_target_s",
+    "train_samples_per_s", "train_tokens_per_s", "step_time_ms", "peak_mem_mb", "mem_method",
+    "fwd_flops_per_sample", "train_flops_per_sample", "achieved_tflops", "mfu", "wall_time_s",
+    "study", "torch_version", "git_sha", "created_at",
+)  # fmt: skip
+
+# The header before forward/train FLOPs, init and config_hash were columns. Such leaderboards still load:
+# each row is mapped onto COLUMNS on read, and the next append rewrites the file in the current schema.
+COLUMNS_V1: tuple[str, ...] = (
     "run_id", "variant", "family", "depth", "params", "task", "seed", "epochs", "steps", "batch_size",
     "optimizer", "lr", "schedule", "warmup_steps", "device", "device_name", "precision",
     "status", "error",
@@ -31,6 +46,24 @@ COLUMNS: tuple[str, ...] = (
     "flops_per_sample", "achieved_tflops", "mfu", "wall_time_s",
     "study", "torch_version", "git_sha", "created_at",
 )  # fmt: skip
+V1_MAPPING = ("flops_per_sample -> train_flops_per_sample; fwd_flops_per_sample and init left empty; "
+              "config_hash taken from run_id")
+_RUN_ID_HASH = re.compile(r"-([0-9a-f]{8})-s\d+$")  # run_id = <variant>[-d<depth>]-<task>-<hash>-s<seed>
+
+
+def _from_v1(row: dict[str, str]) -> dict[str, str]:
+    new = {c: row.get(c, "") for c in COLUMNS}
+    new["train_flops_per_sample"] = row["flops_per_sample"]
+    m = _RUN_ID_HASH.search(row["run_id"])
+    new["config_hash"] = m.group(1) if m else ""
+    return new
+
+
+# Earlier headers that still load: header -> (what the mapping does, the row mapping).
+LEGACY_SCHEMAS: dict[tuple[str, ...], tuple[str, Callable[[dict[str, str]], dict[str, str]]]] = {
+    COLUMNS_V1: (V1_MAPPING, _from_v1),
+}
+_noticed: set[Path] = set()  # leaderboards whose migration this process has already reported
 
 STATUSES = ("ok", "diverged", "oom", "error")
 
@@ -78,8 +111,35 @@ class ResultsStore:
         self.plots_dir = self.root / "plots"
         self._lock = FileLock(str(self.root / ".leaderboard.lock"))
 
+    def preflight(self) -> None:
+        """Refuse bad input before anything runs; creates nothing.
+
+        Raises ValueError naming the path when the results directory is a file, cannot be created or
+        is not writable, or when its leaderboard has a foreign header or a damaged line (then the line
+        and how to repair it): found after training, the run's work would be thrown away.
+        """
+        try:
+            if self.root.exists() and not self.root.is_dir():
+                raise ValueError(f"results directory {self.root} is an existing file; pass another --results-dir")
+            existing = self.root
+            while not existing.exists():  # the directory is created on first write: judge its nearest ancestor
+                existing = existing.parent
+            if not existing.is_dir():
+                raise ValueError(f"cannot create results directory {self.root}: {existing} is a file")
+            if not os.access(existing, os.W_OK | os.X_OK):
+                raise ValueError(f"results directory {existing} is not writable; pass another --results-dir")
+            if self.runs_dir.exists() and not self.runs_dir.is_dir():
+                raise ValueError(f"{self.runs_dir} is a file, but run JSONs go into a directory of that name; "
+                                 "move it away or pass another --results-dir")
+        except OSError as exc:  # e.g. a parent directory that may not be searched
+            raise ValueError(f"cannot use results directory {self.root}: {exc.strerror or exc}") from None
+        self._read_rows()
+
     def append(self, row: Mapping[str, Any], run_json: Mapping[str, Any]) -> Path:
-        """Write the run JSON, then add (or replace, same run_id) its leaderboard row, atomically."""
+        """Write the run JSON, then add (or replace, same run_id) its leaderboard row, atomically.
+
+        A leaderboard in an earlier schema is rewritten in the current one, its rows migrated.
+        """
         unknown = set(row) - set(COLUMNS)
         if unknown:
             raise ValueError(f"row has columns outside the leaderboard schema: {sorted(unknown)}")
@@ -93,24 +153,71 @@ class ResultsStore:
         return run_path
 
     def _read_rows(self) -> list[dict[str, str]]:
-        if not self.leaderboard.exists():
+        """Every row, in the current schema; a foreign header or a damaged line raises ValueError (how to fix it)."""
+        path = self.leaderboard
+        if not path.exists():
             return []
-        with self.leaderboard.open(encoding="utf-8", newline="") as f:
-            reader = csv.DictReader(f)
-            if tuple(reader.fieldnames or ()) != COLUMNS:
-                raise ValueError(
-                    f"{self.leaderboard} has columns {reader.fieldnames}, not resbench's schema; "
-                    "move it away or use another --results-dir"
-                )
-            return list(reader)
+        if not path.is_file():
+            raise ValueError(f"{path} is not a file; move it away or use another --results-dir")
+        header: tuple[str, ...] | None = None
+        rows: list[dict[str, str]] = []
+        start = 1
+        try:
+            with path.open(encoding="utf-8", newline="") as f:
+                reader = csv.reader(f, strict=True)
+                while True:
+                    start = reader.line_num + 1  # the line this record starts on (a quoted field may span lines)
+                    fields = next(reader, None)
+                    if fields is None:
+                        break
+                    if not fields:
+                        continue  # a blank line holds no run
+                    if header is None:
+                        header = self._check_header(tuple(fields))
+                    elif len(fields) != len(header):
+                        raise self._damaged(start, len(header), f"{len(fields)} fields, not {len(header)}")
+                    else:
+                        rows.append(dict(zip(header, fields, strict=True)))
+        except csv.Error as exc:
+            raise self._damaged(start, len(header or COLUMNS), str(exc)) from None
+        except UnicodeDecodeError as exc:
+            raise ValueError(f"{path} is not UTF-8 text ({exc.reason} at byte {exc.start}); "
+                             "move it away or use another --results-dir") from None
+        if header is None or header == COLUMNS:
+            return rows
+        note, migrate = LEGACY_SCHEMAS[header]
+        if path.resolve() not in _noticed:
+            _noticed.add(path.resolve())
+            print(f"note: {path} has an earlier leaderboard schema, read as the current one ({note}); "
+                  "the next run written there rewrites it in the current schema", file=sys.stderr)
+        return [migrate(r) for r in rows]
+
+    def _check_header(self, header: tuple[str, ...]) -> tuple[str, ...]:
+        if header != COLUMNS and header not in LEGACY_SCHEMAS:
+            raise ValueError(
+                f"{self.leaderboard} has columns {list(header)}, not resbench's schema; "
+                "move it away or use another --results-dir"
+            )
+        return header
+
+    def _damaged(self, line: int, n_fields: int, reason: str) -> ValueError:
+        return ValueError(
+            f"{self.leaderboard} line {line} is damaged ({reason}); fix or delete line {line} of {self.leaderboard} "
+            f"(each row must have {n_fields} comma-separated fields; a quote opened in a field must be closed)"
+        )
 
     def load_leaderboard(self) -> pd.DataFrame:
-        """The leaderboard as a DataFrame in the fixed column order (empty frame if none yet)."""
+        """The leaderboard as a DataFrame in the fixed column order (empty frame if none yet).
+
+        An earlier schema is mapped onto the current one; a damaged file raises ValueError naming the line.
+        """
         if not self.leaderboard.exists():
             return pd.DataFrame(columns=list(COLUMNS))
         with self._lock:
-            self._read_rows()  # validates the header
-            return pd.read_csv(self.leaderboard)
+            rows = self._read_rows()
+        # pandas reads text this module wrote from validated rows: its parser errors cannot reach the user.
+        # A hash is text even when its hex digits read as a number ("00012e45" is not 12e45).
+        return pd.read_csv(io.StringIO(_csv_text(rows)), dtype={"config_hash": str})
 
     def load_run(self, run_id: str) -> dict[str, Any]:
         path = self.runs_dir / f"{run_id}.json"

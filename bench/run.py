@@ -36,7 +36,7 @@ def classify_failure(exc: BaseException) -> str:
 def execute(cfg: RunConfig, results_dir: str | Path, progress: bool = False) -> dict[str, Any]:
     """Set up (bad input raises ValueError, nothing written), measure, train, write one row; return the run JSON."""
     store = ResultsStore(results_dir)
-    store.load_leaderboard()  # a foreign or broken leaderboard is bad input too: refuse before training
+    store.preflight()  # an unusable results dir or a damaged leaderboard is bad input too: refuse before training
     s = setup(cfg)
     env = environment(s.device)
     rec = Record()
@@ -62,6 +62,8 @@ def execute(cfg: RunConfig, results_dir: str | Path, progress: bool = False) -> 
         "row": row,
         "config": cfg.to_dict(),
         "model_kwargs": s.model_kwargs,
+        "init": row["init"],
+        "warmup_ended_at": rec.warmup_ended_at,
         "env": env,
         "task": s.task.info,
         "measurements": rec.measurements,
@@ -94,8 +96,9 @@ def build_row(cfg: RunConfig, s: Any, rec: Record, env: dict[str, Any], wall_s: 
     desc = variants.describe(cfg.variant)
     depth = cfg.depth if cfg.depth is not None else desc["defaults"].get("depth")
     return {
-        "run_id": cfg.run_id, "variant": cfg.variant, "family": desc["family"], "depth": depth,
-        "params": sum(p.numel() for p in s.model.parameters()), "task": cfg.task, "seed": cfg.seed,
+        "run_id": cfg.run_id, "config_hash": cfg.config_hash(), "variant": cfg.variant, "family": desc["family"],
+        "depth": depth, "params": sum(p.numel() for p in s.model.parameters()), "init": init_scheme(cfg, s),
+        "task": cfg.task, "seed": cfg.seed,
         "epochs": rec.steps_done * cfg.batch_size / s.task.num_train if s.task.num_train else None,
         "steps": rec.steps_done, "batch_size": cfg.batch_size, "optimizer": cfg.optimizer, "lr": cfg.lr,
         "schedule": cfg.schedule, "warmup_steps": cfg.warmup_steps, "device": str(s.device),
@@ -108,10 +111,22 @@ def build_row(cfg: RunConfig, s: Any, rec: Record, env: dict[str, Any], wall_s: 
         "train_tokens_per_s": samples_per_s * s.task.units_per_sample
         if samples_per_s and s.task.unit == "tokens" else None,
         "step_time_ms": step_ms, "peak_mem_mb": mem.get("peak_mb"), "mem_method": mem.get("method"),
-        "flops_per_sample": flops.get("per_sample"), "achieved_tflops": achieved, "mfu": mfu,
+        "fwd_flops_per_sample": flops.get("fwd_per_sample"), "train_flops_per_sample": flops.get("train_per_sample"),
+        "achieved_tflops": achieved, "mfu": mfu,
         "wall_time_s": wall_s, "study": cfg.study, "torch_version": env["torch"], "git_sha": env["git_sha"],
         "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
     }  # fmt: skip
+
+
+def init_scheme(cfg: RunConfig, s: Any) -> str:
+    """The initialisation in force: the variant's ``init`` keyword as resolved for this run, else "default".
+
+    Read from the registry's defaults (a preset's pinned values included) under the run's own keywords,
+    so no variant is special-cased; timm models and builders without an ``init`` keyword get "default".
+    """
+    resolved = {**variants.describe(cfg.variant)["defaults"], **s.model_kwargs}
+    init = resolved.get("init")
+    return "default" if init is None else str(init)
 
 
 def _finite(obj: Any) -> Any:

@@ -12,13 +12,19 @@ Rules (the report and the plots rely on them):
   step or its total time. For ``steps_to_target`` and ``time_to_target_s`` every run of the group counts
   (whatever its status), ``n`` is the number that reached the target (``reached`` k of ``n_runs``) and
   mean/median/CI are over those runs only.
+- **Seeds pool only with seeds.** Runs are grouped by their whole configuration but the seed: the
+  ``config_hash`` column (:meth:`bench.config.RunConfig.config_hash`) is always a grouping key besides
+  the ``by`` columns shown, so two configurations that differ only in, say, warm-up never share a mean.
+  :func:`differing_fields` names the configuration fields that differ between the groups of a frame and
+  :func:`with_config_columns` adds them as columns, so a table can show what tells its rows apart.
 - **Comparisons** (Welch's t-test, bootstrap CI of the mean difference) need at least 3 seeds per side.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+import re
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -52,6 +58,17 @@ AGG_COLUMNS: tuple[str, ...] = (
     "median",
 )
 MIN_SEEDS_TO_COMPARE = 3
+CONFIG_KEY = "config_hash"
+# A run id ends in ``-<config_hash>-s<seed>`` (RunConfig.run_id): a frame without the column gets it from there.
+_RUN_ID_HASH = re.compile(r"-([0-9a-f]{8})-s\d+$")
+# RunConfig fields that RunConfig.config_hash leaves out: the seed, and measurement knobs that leave training alone.
+NOT_HASHED: tuple[str, ...] = ("seed", "measure", "timing_warmup", "timing_repeats", "timing_steps", "data_dir")
+# Leaderboard columns that record a run's configuration, in display order (``device`` there is the device the
+# run resolved to, not its configured ``auto``; ``init`` is the initialisation scheme's name).
+BOARD_CONFIG_COLUMNS: tuple[str, ...] = (
+    "variant", "depth", "task", "epochs", "steps", "batch_size", "optimizer", "lr", "schedule", "warmup_steps",
+    "precision", "init", "study",
+)  # fmt: skip
 
 
 def t_ci(values: Sequence[float] | np.ndarray, level: float = 0.95) -> dict[str, float]:
@@ -98,14 +115,38 @@ def _check_columns(df: pd.DataFrame, columns: Sequence[str]) -> None:
         raise ValueError(f"leaderboard frame lacks columns {missing}")
 
 
-def aggregate_long(
-    df: pd.DataFrame, by: Sequence[str] = DEFAULT_BY, metrics: Sequence[str] = DEFAULT_METRICS
-) -> pd.DataFrame:
-    """One row per group and metric: ``*by, metric, n_runs, n_failed, n, mean, std, ci, ci_low, ci_high, median``.
+def with_config_hash(df: pd.DataFrame) -> pd.DataFrame:
+    """``df`` with a ``config_hash`` column: the recorded one, where missing the one in the run id; unchanged
+    when it has neither column (a hand-built frame: then nothing but the ``by`` columns can tell configs apart)."""
+    if "run_id" not in df.columns:
+        return df
+    from_id = df["run_id"].astype(str).str.extract(_RUN_ID_HASH, expand=False)
+    if CONFIG_KEY not in df.columns:
+        return df.assign(**{CONFIG_KEY: from_id})
+    return df.assign(**{CONFIG_KEY: df[CONFIG_KEY].where(df[CONFIG_KEY].notna(), from_id)})
 
-    See the module docstring for which runs count (status ``ok`` only, except the target metrics).
-    """
+
+def group_keys(df: pd.DataFrame, by: Sequence[str], by_config: bool = True) -> list[str]:
+    """The columns runs are grouped by: ``by``, plus ``config_hash`` (when ``df`` has it and ``by_config``)."""
     by = list(by)
+    return [*by, CONFIG_KEY] if by_config and CONFIG_KEY in df.columns and CONFIG_KEY not in by else by
+
+
+def aggregate_long(
+    df: pd.DataFrame,
+    by: Sequence[str] = DEFAULT_BY,
+    metrics: Sequence[str] = DEFAULT_METRICS,
+    by_config: bool = True,
+) -> pd.DataFrame:
+    """One row per group and metric: ``*by, [config_hash,] metric, n_runs, n_failed, n, mean, std, ci, ...``.
+
+    See the module docstring for which runs count (status ``ok`` only, except the target metrics). Groups are
+    configurations (``config_hash``, from the column or the run id) within ``by``, never several configs pooled
+    as if they were seeds; ``by_config=False`` pools them (only for a caller that has already made sure ``by``
+    holds every field they differ in).
+    """
+    df = with_config_hash(df)
+    by = group_keys(df, by, by_config)
     _check_columns(df, [*by, "status", *metrics])
     out: list[dict[str, Any]] = []
     for key, group in df.groupby(by, sort=True, dropna=False):
@@ -130,8 +171,8 @@ def aggregate(
     The wide form of :func:`aggregate_long` (same rules); for a target metric ``<metric>_n`` is the
     number of runs that reached the target.
     """
-    by = list(by)
     long = aggregate_long(df, by, metrics)
+    by = group_keys(long, by)
     wide = long.drop_duplicates(by)[[*by, "n_runs", "n_failed"]].reset_index(drop=True)
     for metric in metrics:
         part = long[long["metric"] == metric].reset_index(drop=True)
@@ -145,7 +186,7 @@ def target_summary(df: pd.DataFrame, by: Sequence[str] = DEFAULT_BY, metric: str
     if metric not in TARGET_METRICS:
         raise ValueError(f"target_summary is for {TARGET_METRICS}, got {metric!r}")
     agg = aggregate_long(df, by, (metric,)).rename(columns={"n": "reached"})
-    return agg[[*by, "reached", "n_runs", "median", "mean"]]
+    return agg[[*group_keys(agg, by), "reached", "n_runs", "median", "mean"]]
 
 
 def _side(df: pd.DataFrame, by: Sequence[str], value: Any, metric: str) -> np.ndarray:
@@ -156,11 +197,12 @@ def _side(df: pd.DataFrame, by: Sequence[str], value: Any, metric: str) -> np.nd
     for col, v in zip(by, key, strict=True):
         mask &= (df[col] == v).to_numpy()
     rows = df[mask & (df["status"] == "ok").to_numpy()]
-    for col in ("task", "depth"):
+    for col in ("task", "depth", CONFIG_KEY):
         if col in rows.columns and col not in by and rows[col].nunique() > 1:
+            what = "configurations (config_hash " if col == CONFIG_KEY else f"{col}s ("
             raise ValueError(
-                f"{value!r} spans several {col}s ({sorted(rows[col].unique().tolist())}); "
-                f"filter the frame or add {col!r} to by"
+                f"{value!r} spans several {what}{sorted(rows[col].unique().tolist())}); filter the frame or add "
+                f"{'the fields they differ in (differing_fields)' if col == CONFIG_KEY else repr(col)} to by"
             )
     values = pd.to_numeric(rows[metric], errors="coerce").to_numpy(dtype=float)
     return values[np.isfinite(values)]
@@ -183,6 +225,7 @@ def compare(
     Raises ``ValueError`` unless each side has at least 3 seeds.
     """
     by = [by] if isinstance(by, str) else list(by)
+    df = with_config_hash(df)
     _check_columns(df, [*by, "status", metric])
     xa, xb = _side(df, by, a, metric), _side(df, by, b, metric)
     if min(xa.size, xb.size) < MIN_SEEDS_TO_COMPARE:
@@ -215,3 +258,74 @@ def compare(
         "n_boot": n_boot,
         "seed": seed,
     }
+
+
+def _plain(value: Any) -> Any:
+    """A hashable, comparable form of a config value: null -> None, lists -> tuples, numpy scalars -> Python."""
+    if isinstance(value, Mapping):
+        return tuple(sorted((k, _plain(v)) for k, v in value.items()))
+    if isinstance(value, (list, tuple)):
+        return tuple(_plain(v) for v in value)
+    if hasattr(value, "item"):
+        value = value.item()
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return None
+    return value
+
+
+def _flat_config(config: Mapping[str, Any]) -> dict[str, Any]:
+    """A run JSON's ``config`` as flat fields; each model argument is a field of its own name (``init``), or
+    ``model_args.<name>`` where that name is also a RunConfig field."""
+    flat = {k: _plain(v) for k, v in config.items() if k != "model_args" and k not in NOT_HASHED}
+    args = config.get("model_args") or ()
+    for key, value in dict(args).items() if isinstance(args, Mapping) else args:
+        flat[f"model_args.{key}" if key in config else key] = _plain(value)
+    return flat
+
+
+def config_table(board: pd.DataFrame, runs: Sequence[Mapping[str, Any]] | None = None) -> pd.DataFrame:
+    """The configuration fields of each run of ``board`` (same index): its config columns, and, from the run
+    JSONs (``ResultsStore.load_runs()``, matched by run id), every other RunConfig field and model argument.
+    A leaderboard value wins over the JSON's; the JSON fills what the leaderboard lacks. Seeds and measurement
+    knobs (:data:`NOT_HASHED`) are left out: they are not part of a configuration."""
+    columns = [c for c in BOARD_CONFIG_COLUMNS if c in board.columns]
+    table = pd.DataFrame({c: board[c].map(_plain) for c in columns}, index=board.index)
+    if not runs or "run_id" not in board.columns:
+        return table
+    configs = {r.get("run_id"): _flat_config(r.get("config") or {}) for r in runs}
+    flat = [configs.get(run_id, {}) for run_id in board["run_id"]]
+    for key in dict.fromkeys(k for f in flat for k in f):
+        from_json = pd.Series([f.get(key) for f in flat], index=board.index, dtype=object)
+        table[key] = table[key].where(table[key].notna(), from_json) if key in table else from_json
+    return table
+
+
+def differing_fields(
+    board: pd.DataFrame, runs: Sequence[Mapping[str, Any]] | None = None, exclude: Sequence[str] = ()
+) -> list[str]:
+    """The configuration fields (:func:`config_table`) whose value differs between the configurations of
+    ``board``, in display order: the columns a table of it needs so that no two rows look alike.
+
+    A field that varies *within* one configuration (same ``config_hash``) is not part of it and never counts.
+    """
+    table = config_table(board, runs)
+    hashes = with_config_hash(board).get(CONFIG_KEY)
+    out = []
+    for col in table.columns:
+        values = table[col]
+        if col in exclude or values.nunique(dropna=False) < 2:
+            continue
+        if hashes is not None and (values.groupby(hashes, dropna=False).nunique(dropna=False) > 1).any():
+            continue
+        out.append(col)
+    return out
+
+
+def with_config_columns(
+    board: pd.DataFrame, runs: Sequence[Mapping[str, Any]] | None, fields: Sequence[str]
+) -> pd.DataFrame:
+    """``board`` with ``fields`` (from :func:`config_table`) as columns, filled from the run JSONs where the
+    leaderboard lacks them; a field no run records is a column of None."""
+    table = config_table(board, runs)
+    missing = pd.Series(None, index=board.index, dtype=object)
+    return board.assign(**{f: table.get(f, missing) for f in fields})

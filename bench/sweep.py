@@ -12,6 +12,12 @@ A study is data, not code::
     seed = [0, 1, 2]
     [presets.quick]   # overrides of base (and grid lists) for a named preset
     epochs = 5
+    vary = ["combinator"]       # the axes the variants of the grid may differ in (bench.fairness)
+    param_tolerance = 0.01      # and by how much (relative) their parameter counts may differ
+    [[claims]]        # what the paper says, checked by `bench report` (bench.claims)
+
+Before the first run every model of the grid is built on the meta device, and a grid whose
+variants differ in more than ``vary`` says is refused (:func:`bench.fairness.check_grid`).
 
 The runner is a separate, replaceable piece: :class:`SequentialRunner` runs the configs one
 after another in this process; an isolated/parallel/cluster runner only has to offer ``run``.
@@ -26,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from .config import RECIPES, RunConfig
+from .fairness import DEFAULT_PARAM_TOLERANCE, check_grid
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -43,7 +50,9 @@ class Study:
     base: dict[str, Any]
     grid: dict[str, list[Any]]
     presets: dict[str, dict[str, Any]] = field(default_factory=dict)
-    claim: str = ""
+    vary: tuple[str, ...] = ()
+    param_tolerance: float = DEFAULT_PARAM_TOLERANCE
+    claims: list[dict[str, Any]] = field(default_factory=list)
 
     def configs(self, preset: str | None = None) -> list[RunConfig]:
         """Every run of the grid (under ``preset``), validated before any of them starts."""
@@ -78,6 +87,7 @@ class Study:
             except TypeError as exc:
                 raise ValueError(f"study {self.name!r}: {exc}") from None
         _check_variants(out)
+        check_grid(out, self.vary, self.param_tolerance, self.name)
         return out
 
 
@@ -110,16 +120,26 @@ def load_study(path: str | Path) -> Study:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
     except tomllib.TOMLDecodeError as exc:
         raise ValueError(f"study file {path} is not valid TOML: {exc}") from None
-    unknown = set(data) - {"name", "description", "claim", "base", "grid", "presets"}
+    unknown = set(data) - {"name", "description", "claim", "base", "grid", "presets", "vary", "param_tolerance",
+                       "claims"}
     if unknown:
         raise ValueError(f"study file {path}: unknown top-level key(s) {sorted(unknown)}")
     grid = data.get("grid", {})
     bad = [k for k, v in grid.items() if not isinstance(v, list) or not v]
     if bad:
         raise ValueError(f"study file {path}: grid entries must be non-empty lists: {bad}")
+    vary = data.get("vary", [])
+    if not isinstance(vary, list) or not all(isinstance(v, str) for v in vary):
+        raise ValueError(f"study file {path}: `vary` must be a list of axis names, e.g. vary = [\"placement\"]")
+    tol = data.get("param_tolerance", DEFAULT_PARAM_TOLERANCE)
+    if isinstance(tol, bool) or not isinstance(tol, (int, float)) or not 0 <= tol < 1:
+        raise ValueError(f"study file {path}: `param_tolerance` must be a fraction in [0, 1), got {tol!r}")
+    claims = data.get("claims", [])
+    if not isinstance(claims, list) or not all(isinstance(c, dict) for c in claims):
+        raise ValueError(f"study file {path}: `claims` must be an array of tables ([[claims]])")
     return Study(
         name=data.get("name", path.stem), description=data.get("description", ""), base=data.get("base", {}),
-        grid=grid, presets=data.get("presets", {}), claim=data.get("claim", ""),
+        grid=grid, presets=data.get("presets", {}), vary=tuple(vary), param_tolerance=float(tol), claims=claims,
     )  # fmt: skip
 
 
@@ -142,8 +162,10 @@ class SequentialRunner:
         from .run import execute
 
         done: set[str] = set()
+        store = ResultsStore(results_dir)
+        store.preflight()  # a broken results directory is bad input: refused before the first run
         if resume:
-            df = ResultsStore(results_dir).load_leaderboard()
+            df = store.load_leaderboard()
             done = set(df.loc[df["status"] == "ok", "run_id"]) if not df.empty else set()
         finished, refused = [], []
         for i, cfg in enumerate(configs, 1):

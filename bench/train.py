@@ -159,15 +159,24 @@ def autocast(cfg: RunConfig, device: torch.device) -> contextlib.AbstractContext
 
 
 class StepRunner:
-    """The training step, shared by the timing phase, the memory probe and the training loop."""
+    """The training step, shared by the timing phase, the memory probe and the training loop.
 
-    def __init__(self, cfg: RunConfig, s: Setup, model: torch.nn.Module, batches: Iterator[Any]) -> None:
+    With ``watch_warmup_error`` (the training loop only: it syncs to the host each warm-up step, which
+    a timed phase must not) and ``cfg.warmup_until_error`` set, the warm-up ends after the first step
+    whose training batch's error is below the threshold; ``warmup_end`` is then that step count.
+    """
+
+    def __init__(self, cfg: RunConfig, s: Setup, model: torch.nn.Module, batches: Iterator[Any],
+                 watch_warmup_error: bool = False) -> None:
         self.cfg, self.device, self.task = cfg, s.device, s.task
         self.model = model
         self.forward = torch.compile(model) if cfg.compile else model
         self.opt = make_optimizer(cfg, model)
         total = s.total_steps
-        self.sched = torch.optim.lr_scheduler.LambdaLR(self.opt, lambda i: lr_factor(i, total, cfg))
+        self.steps_done = 0
+        self.warmup_end = cfg.warmup_steps  # steps of warm-up; an error threshold may end it earlier
+        self.watch_error = watch_warmup_error and cfg.warmup_until_error is not None
+        self.sched = torch.optim.lr_scheduler.LambdaLR(self.opt, lambda i: lr_factor(i, total, cfg, self.warmup_end))
         self.scaler = torch.amp.GradScaler(s.device.type, enabled=cfg.precision == "fp16")
         self.batches = batches
         self.channels_last = cfg.channels_last
@@ -177,7 +186,11 @@ class StepRunner:
         if self.channels_last and x.dim() == 4:
             x = x.contiguous(memory_format=torch.channels_last)
         with autocast(self.cfg, self.device):
-            loss = self.task.loss(self.forward(x), y)
+            logits = self.forward(x)
+            loss = self.task.loss(logits, y)
+        warming = self.watch_error and self.steps_done < self.warmup_end
+        correct = self.task.correct(logits.detach(), y) if warming else None  # on the device: no sync yet
+        del logits  # not held through backward: the memory phase's peak must stay that of a plain step
         self.opt.zero_grad(set_to_none=True)
         self.scaler.scale(loss).backward()
         if self.cfg.grad_clip is not None:
@@ -185,8 +198,17 @@ class StepRunner:
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.grad_clip)
         self.scaler.step(self.opt)
         self.scaler.update()
-        self.sched.step()
+        if correct is not None:
+            self._end_warmup_below_error(correct, y)
+        self.steps_done += 1
+        self.sched.step()  # after the check: the next step's lr already follows the post-warm-up schedule
         return loss.detach()
+
+    def _end_warmup_below_error(self, correct: torch.Tensor, y: torch.Tensor) -> None:
+        """He 2015 §4.2: warm up "until the training error is below 80%", judged on this step's batch."""
+        error = 1.0 - float(correct) / max(self.task.count(y), 1)  # a host sync, in warm-up steps only
+        if error < self.cfg.warmup_until_error:  # type: ignore[operator]
+            self.warmup_end = self.steps_done + 1
 
 
 def batch_generator(s: Setup, offset: int = 0) -> torch.Generator:
@@ -205,6 +227,7 @@ class Record:
     train_time_s: float = 0.0
     steps_to_target: int | None = None
     time_to_target_s: float | None = None
+    warmup_ended_at: int | None = None  # steps of warm-up made (0: none); None if the run stopped inside it
     status: str = "ok"
     error: str = ""
 
@@ -223,14 +246,15 @@ def measure_phases(s: Setup, rec: Record) -> None:
     def flops() -> dict[str, Any]:
         x, y = next(s.task.train_batches(cfg.batch_size, batch_generator(s, 1)))
 
-        def fwd_bwd() -> None:
+        def forward() -> torch.Tensor:
             with autocast(cfg, device):
-                loss = s.task.loss(model(x), y)
-            loss.backward()
+                return s.task.loss(model(x), y)
 
-        n = measure.count_flops(fwd_bwd, device)
+        fwd, train_step = measure.count_flops(forward, device)
         model.zero_grad(set_to_none=True)
-        return {"per_step": n, "per_sample": n / cfg.batch_size, "method": "torch.utils.flop_counter"}
+        # per_step (forward + backward) is what a training step computes: MFU divides it by the step time.
+        return {"per_step": train_step, "train_per_sample": train_step / cfg.batch_size,
+                "fwd_per_step": fwd, "fwd_per_sample": fwd / cfg.batch_size, "method": "torch.utils.flop_counter"}
 
     def throughput() -> dict[str, Any]:
         runner = StepRunner(cfg, s, model, s.task.train_batches(cfg.batch_size, batch_generator(s, 2)))
@@ -289,7 +313,7 @@ def train(s: Setup, rec: Record, progress: bool, probe: Callable[..., list[dict[
     cfg, model, device, task = s.cfg, s.model, s.device, s.task
     torch.manual_seed(cfg.seed + 4)  # dropout / drop-path stream, independent of what measuring consumed
     model.train()
-    runner = StepRunner(cfg, s, model, task.train_batches(cfg.batch_size, batch_generator(s)))
+    runner = StepRunner(cfg, s, model, task.train_batches(cfg.batch_size, batch_generator(s)), watch_warmup_error=True)
     probe_batch = next(iter(task.train_eval_batches(cfg.batch_size))) if probe else None
     losses = torch.empty(s.total_steps, device=device)
     lrs: list[float] = []
@@ -333,6 +357,7 @@ def train(s: Setup, rec: Record, progress: bool, probe: Callable[..., list[dict[
     finally:
         bar.close()
         n = rec.steps_done
+        rec.warmup_ended_at = runner.warmup_end if runner.warmup_end <= n else None
         values = losses[:n].tolist()
         rec.train_curve = [
             {"step": i + 1, "loss": v if math.isfinite(v) else None, "lr": lrs[i]} for i, v in enumerate(values)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -193,6 +195,124 @@ def test_highway_formula_and_gate_bias() -> None:
     assert torch.allclose(u(x), t * h + (1 - t) * x)
     custom = variants.create("highway", depth=20, gate_bias=-6.0)
     assert all(torch.all(un.combine.gate.proj.bias == -6.0) for un in units(custom))
+
+
+def test_presets_use_the_adapted_two_conv_unit() -> None:
+    assert {variants.describe(f"highway{d}")["defaults"]["unit"] for d in (20, 32, 44, 56, 110)} == {"two_conv"}
+    assert variants.describe("highway")["axes"]["placement"] == "relu-before-add"  # nothing after the gated join
+
+
+def _srivastava64() -> nn.Module:
+    torch.manual_seed(0)
+    return variants.create("highway", depth=8, width=4, unit="srivastava", gate_bias=-2.0).double().eval()
+
+
+def test_srivastava_layer_formula() -> None:
+    """Srivastava 2015 eq. 3 with eq. 2's H and T as 3×3 convs of the layer input: y = H·T + x·(1 - T)."""
+    u = units(_srivastava64())[1]  # stage 1, second layer: 4 -> 4 channels
+    (w_h, b_h), (w_t, b_t) = (u.body[0].weight, u.body[0].bias), (u.combine.gate.proj.weight, u.combine.gate.proj.bias)
+    with torch.no_grad():  # non-zero biases, so a dropped or misplaced bias fails
+        b_h.copy_(torch.linspace(-0.5, 0.5, 4, dtype=torch.float64))
+        b_t.copy_(torch.linspace(-2.0, 1.0, 4, dtype=torch.float64))
+    x = torch.randn(2, 4, 5, 5, dtype=torch.float64)
+    h = F.relu(F.conv2d(x, w_h, b_h, padding=1))
+    t = torch.sigmoid(F.conv2d(x, w_t, b_t, padding=1))
+    assert w_h.shape == w_t.shape == (4, 4, 3, 3)  # the same receptive field
+    assert torch.allclose(u(x), h * t + x * (1 - t), atol=1e-12)
+
+
+def test_srivastava_plain_layers_change_dimensionality() -> None:
+    model = _srivastava64()
+    layers = units(model)
+    down = layers[2]  # first layer of stage 2
+    assert isinstance(down.combine, NoShortcut) and not any(isinstance(m, Gate) for m in down.modules())
+    x = torch.randn(2, 4, 6, 6, dtype=torch.float64)
+    conv = down.body[0]
+    assert torch.allclose(down(x), F.relu(F.conv2d(x, conv.weight, conv.bias, stride=2, padding=1)))
+    assert [isinstance(u.combine, Gate) for u in layers] == [True, True, False, True, False, True]
+    assert not any(isinstance(m, nn.BatchNorm2d) for u in layers for m in u.modules())  # no BN in the layers
+    assert model(torch.randn(2, 3, 8, 8, dtype=torch.float64)).shape == (2, 10)
+
+
+def test_srivastava_gate_bias_and_parameter_count() -> None:
+    model = variants.create("highway", depth=8, width=4, unit="srivastava", in_chans=1, num_classes=3)
+    gates = [u for u in units(model) if isinstance(u.combine, Gate)]
+    assert len(gates) == 4 and all(torch.all(u.combine.gate.proj.bias == -3.0) for u in gates)
+    assert all(torch.all(u.body[0].bias == 0) for u in units(model))
+    # depth 8 = 3·2 + 2: stem conv 1·4·9 + BN 2·4; stage 1: two highway layers of 2·(4·4·9 + 4);
+    # stage 2: plain 4·8·9 + 8, highway 2·(8·8·9 + 8); stage 3: plain 8·16·9 + 16, highway 2·(16·16·9 + 16);
+    # classifier 16·3 + 3.
+    expected = 36 + 8 + 2 * 296 + 296 + 1168 + 1168 + 4640 + 51
+    assert sum(p.numel() for p in model.parameters()) == expected == 7959
+
+
+def test_srivastava_drop_path_spares_plain_layers() -> None:
+    model = variants.create("highway", depth=8, unit="srivastava", drop_path_rate=0.6)
+    rates = [u.drop_path.drop_prob for u in units(model)]
+    assert rates == pytest.approx([0.1, 0.2, 0.0, 0.4, 0.0, 0.6])
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"unit": "residual"}, r"highway unit must be one of \('two_conv', 'srivastava'\), got 'residual'"),
+        ({"unit": "srivastava", "depth": 21}, r"\(unit='srivastava'\) depth must be 3n\+2 with n >= 1.*got 21"),
+        ({"unit": "srivastava", "depth": 2}, r"depth must be 3n\+2"),
+        ({"unit": "srivastava", "depth": 20.0}, r"depth must be 3n\+2"),
+        ({"unit": "srivastava", "depth": 20, "block": "bottleneck"}, r"block and shortcut must keep their defaults"),
+        ({"unit": "srivastava", "depth": 20, "shortcut": "B"}, r"got block='basic', shortcut='B'"),
+    ],
+)
+def test_highway_unit_errors(kwargs: dict, match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        variants.create("highway", **kwargs)
+
+
+def test_srivastava_depth_counts_one_conv_per_layer() -> None:
+    # Depth 20 = stem + 18 layers + classifier; each layer has one conv on the path (its gate is beside it).
+    model = variants.create("highway", depth=20, unit="srivastava")
+    assert len(units(model)) == 18
+    assert all(sum(isinstance(m, nn.Conv2d) for m in u.body.modules()) == 1 for u in units(model))
+
+
+# --- initialisation schemes ---
+
+
+def _transition_conv(model: nn.Module) -> nn.Conv2d:
+    """The first conv of stage 3 (32 -> 64 channels, 3×3): fan-in 288 differs from fan-out 576."""
+    conv = units(model)[6].body[0]
+    assert isinstance(conv, nn.Conv2d) and conv.weight.shape == (64, 32, 3, 3)
+    return conv
+
+
+@pytest.mark.parametrize(
+    ("init", "std"),
+    [("kaiming", math.sqrt(2 / 576)), ("xavier", math.sqrt(2 / (288 + 576))), ("normal", 0.02)],
+)
+def test_init_schemes_draw_conv_weights(init: str, std: float) -> None:
+    torch.manual_seed(0)
+    model = variants.create("resnet20", init=init)  # kaiming = He 2015 fan-out (Torch ResNet, torchvision)
+    assert _transition_conv(model).weight.std().item() == pytest.approx(std, rel=0.03)
+    assert _transition_conv(model).weight.mean().item() == pytest.approx(0.0, abs=0.1 * std)
+
+
+def test_init_schemes_differ_in_conv_and_linear_weights_only() -> None:
+    models = {}
+    for init in ("kaiming", "xavier"):
+        torch.manual_seed(0)
+        models[init] = variants.create("highway", depth=8, init=init)
+    weights = {id(m.weight) for m in models["kaiming"].modules() if isinstance(m, (nn.Conv2d, nn.Linear))}
+    for (name, a), b in zip(models["kaiming"].named_parameters(), models["xavier"].parameters(), strict=True):
+        # Biases (the gates' -3 included), BN parameters and the classifier bias keep their construction values.
+        assert torch.equal(a, b) != (id(a) in weights), name
+    head = models["xavier"].head[-1].weight  # the classifier is re-drawn too: 64 -> 10
+    assert head.abs().max().item() <= math.sqrt(6 / (64 + 10))
+
+
+@pytest.mark.parametrize("name", ["plain", "resnet", "highway", "preact"])
+def test_unknown_init_lists_the_schemes(name: str) -> None:
+    with pytest.raises(ValueError, match="unknown init 'he'; choose one of: kaiming, xavier, normal"):
+        variants.create(name, depth=8, init="he")
 
 
 # --- He 2016 orderings ---

@@ -115,11 +115,30 @@ def test_leaderboard_and_show(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     assert code == 2 and "cannot sort by 'nope'" in err
 
 
+def test_leaderboard_never_pools_configs_differing_in_warmup(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    for warmup in ("0", "1"):
+        for seed in ("0", "1"):
+            args = ["run", "--variant", "resnet", "--depth", "8", "--seed", seed, "--warmup-steps", warmup,
+                    "--warmup-kind", "constant"]
+            assert main([*args, *FAST, "--results-dir", str(tmp_path)]) == 0
+    capsys.readouterr()
+    code, out, _ = run_cli(["leaderboard", "--results-dir", str(tmp_path)], capsys)
+    assert code == 0
+    lines = out.splitlines()
+    header = lines[0].split()
+    # Two configurations of two seeds each, told apart by the field that differs (and only that one).
+    assert header[:4] == ["variant", "depth", "task", "warmup_steps"] and "warmup_kind" not in header
+    rows = [dict(zip(header, line.split(), strict=False)) for line in lines[1:]]
+    assert sorted((r["warmup_steps"], r["n_runs"]) for r in rows) == [("0", "2"), ("1", "2")]
+
+
 def test_sweep_runs_a_study_file_and_resumes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     study = tmp_path / "tiny.toml"
     study.write_text(
-        'name = "tiny"\n[base]\ntask = "digits"\nsteps = 2\nbatch_size = 16\nmeasure = []\n'
-        '[grid]\nvariant = ["plain", "resnet"]\ndepth = [8]\nseed = [0, 1]\n'
+        'name = "tiny"\nvary = ["combinator"]\n[base]\ntask = "digits"\nsteps = 2\nbatch_size = 16\n'
+        'measure = []\n[grid]\nvariant = ["plain", "resnet"]\ndepth = [8]\nseed = [0, 1]\n'
         '[presets.quick]\nseed = [0]\n'
     )
     res = tmp_path / "res"

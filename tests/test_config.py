@@ -40,6 +40,13 @@ def cfg(**kw: object) -> RunConfig:
         ({"grad_clip": 0.0}, "--grad-clip must be > 0"),
         ({"diverge_factor": 1.0}, "--diverge-factor must be > 1"),
         ({"measure": ("speed",)}, "--measure takes flops, throughput, memory"),
+        ({"warmup_until_error": 0.0, "warmup_kind": "constant", "warmup_steps": 9},
+         r"--warmup-until-error is a training error in \(0, 1\], got 0.0"),
+        ({"warmup_until_error": 1.5, "warmup_kind": "constant", "warmup_steps": 9}, "training error in"),
+        ({"warmup_until_error": math.nan, "warmup_kind": "constant", "warmup_steps": 9}, "training error in"),
+        ({"warmup_until_error": 0.8, "warmup_steps": 9}, r"needs --warmup-kind constant .*\(got 'linear', 9\)"),
+        ({"warmup_until_error": 0.8, "warmup_kind": "constant"},
+         r"--warmup-steps >= 1 as its cap \(got 'constant', 0\)"),
     ],
 )
 def test_validation_errors(kw: dict, message: str) -> None:
@@ -56,6 +63,14 @@ def test_hash_ignores_seed_and_measurement_knobs() -> None:
     assert a.run_id.endswith("-s0") and b.run_id.endswith("-s3")
     assert cfg(lr=0.05).config_hash() != a.config_hash()
     assert RunConfig(variant="timm:resnet18").run_id.startswith("timm_resnet18-digits-")
+
+
+def test_new_fields_at_their_default_keep_existing_run_ids() -> None:
+    """Hashes recorded before warmup_until_error existed stay valid, so a rerun still resumes them."""
+    assert cfg().config_hash() == "6cf532bc"
+    assert RunConfig(variant="preln", task="copy", lr=0.01).config_hash() == "3e03e86d"
+    warm = dict(warmup_kind="constant", warmup_steps=5)
+    assert cfg(**warm).config_hash() != cfg(**warm, warmup_until_error=0.8).config_hash()
 
 
 def test_roundtrip_through_json_types() -> None:
@@ -83,6 +98,26 @@ def test_constant_warmup_resnet110() -> None:
     assert lr_factor(0, c.steps, c) * c.lr == pytest.approx(0.01)
     assert lr_factor(399, c.steps, c) * c.lr == pytest.approx(0.01)
     assert lr_factor(400, c.steps, c) * c.lr == pytest.approx(0.1)
+
+
+def test_he2015_resnet110_warmup_until_error_recipe() -> None:
+    c = cfg(**RECIPES["he2015_cifar110"])
+    assert (c.warmup_until_error, c.warmup_steps, c.warmup_kind, c.lr * c.warmup_factor) == (0.8, 400, "constant",
+                                                                                             pytest.approx(0.01))
+    rest = {k: v for k, v in RECIPES["he2015_cifar110"].items() if k != "warmup_until_error"}
+    assert rest == RECIPES["he2015_cifar_warmup"]  # §4.2's rule, otherwise the same recipe
+
+
+def test_warmup_end_overrides_warmup_steps() -> None:
+    """A warm-up ended early by its error threshold: the schedule runs as if warmup_steps were that step."""
+    c = cfg(schedule="cosine", warmup_kind="constant", warmup_steps=400, warmup_factor=0.1, warmup_until_error=0.8)
+    assert lr_factor(2, 103, c, warmup_end=3) == 0.1
+    assert lr_factor(3, 103, c, warmup_end=3) == 1.0
+    assert lr_factor(53, 103, c, warmup_end=3) == pytest.approx(0.5)  # half way through the 100 steps after it
+    assert lr_factor(3, 103, c) == 0.1 and lr_factor(399, 1000, c) == 0.1  # no override: the cap
+    assert lr_factor(0, 10, c, warmup_end=0) == 1.0  # ended before the first step: no warm-up at all
+    inv = cfg(schedule="inv_sqrt", warmup_kind="constant", warmup_steps=400)
+    assert lr_factor(15, 100, inv, warmup_end=4) == pytest.approx(math.sqrt(4 / 16))
 
 
 def test_linear_warmup_then_cosine() -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -136,11 +138,24 @@ def test_memory_efficient_checkpoints() -> None:
         ({"drop_rate": 1.0}, r"drop_rate must be in \[0, 1\)"),
         ({"drop_path_rate": -0.1}, r"drop_path_rate must be in \[0, 1\)"),
         ({"num_classes": 0}, "num_classes must be a positive integer"),
+        ({"init": "fixup"}, "unknown init 'fixup'; choose one of: kaiming, xavier, normal"),
     ],
 )
 def test_invalid_arguments(kwargs: dict, match: str) -> None:
     with pytest.raises(ValueError, match=match):
         variants.create("densenet", **kwargs)
+
+
+@pytest.mark.parametrize(
+    ("init", "std"),
+    # The first dense layer's 3×3 conv, 16 -> 12 channels: fan-in 144, fan-out 108 (kaiming: He fan-out).
+    [("kaiming", math.sqrt(2 / 108)), ("xavier", math.sqrt(2 / (144 + 108))), ("normal", 0.02)],
+)
+def test_init_schemes(init: str, std: float) -> None:
+    torch.manual_seed(0)
+    conv = layers(variants.create("densenet", depth=40, init=init))[0].conv
+    assert conv.weight.shape == (12, 16, 3, 3)
+    assert conv.weight.std().item() == pytest.approx(std, rel=0.06)  # 1728 weights: ~2% sampling error
 
 
 def test_dropout_after_each_conv() -> None:

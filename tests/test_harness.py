@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
+import re
 from pathlib import Path
 
 import pytest
@@ -39,7 +41,10 @@ def test_run_writes_row_and_json(tmp_path: Path, capsys: pytest.CaptureFixture[s
     assert r.epochs == pytest.approx(4 * 32 / 1437)
     assert 0 <= r.final_val_acc <= 1 and 0 <= r.final_train_acc <= 1 and r.best_val_acc >= r.final_val_acc
     assert r.steps_to_target == 2 and r.time_to_target_s > 0  # 5% accuracy is reached at the first evaluation
-    assert r.flops_per_sample > 0 and r.train_samples_per_s > 0 and r.mfu > 0
+    assert r.train_flops_per_sample > 0 and r.train_samples_per_s > 0 and r.mfu > 0
+    assert 2.5 < r.train_flops_per_sample / r.fwd_flops_per_sample < 3  # backward ~2x forward, minus the stem's
+    c = RunConfig(variant="resnet20", steps=4, batch_size=32, eval_every=2, target=0.05)
+    assert r.config_hash == c.config_hash() and r.run_id == c.run_id  # the hash in the run id, seed excluded
     assert math.isnan(r.peak_mem_mb) and r.torch_version == torch.__version__
     run = json.loads((tmp_path / "runs" / f"{r.run_id}.json").read_text())
     assert [p["step"] for p in run["curves"]["train"]] == [1, 2, 3, 4]
@@ -47,13 +52,17 @@ def test_run_writes_row_and_json(tmp_path: Path, capsys: pytest.CaptureFixture[s
     assert run["config"]["variant"] == "resnet20" and run["env"]["torch"] == torch.__version__
     assert len(run["measurements"]["throughput"]["step_times_ms"]) == 2
     assert run["measurements"]["peak_source"].startswith("measured:")  # no datasheet peak for a CPU
-    # FLOPs per sample: the counter's figure for one batch, divided by the batch
-    assert run["measurements"]["flops"]["per_step"] == pytest.approx(r.flops_per_sample * 32)
+    # FLOPs per sample: the counter's figure for one batch, divided by the batch; MFU uses forward + backward
+    flops = run["measurements"]["flops"]
+    assert flops["per_step"] == pytest.approx(r.train_flops_per_sample * 32)
+    assert flops["fwd_per_step"] == pytest.approx(r.fwd_flops_per_sample * 32)
+    assert r.achieved_tflops == pytest.approx(flops["per_step"] / (r.step_time_ms / 1e3) / 1e12)
+    assert run["init"] == r.init and run["warmup_ended_at"] == 0  # no warm-up asked for
 
 
 def test_flops_match_forward_backward_formula(tmp_path: Path) -> None:
-    """resnet20's FLOPs at 8x8: backward is twice forward, except that the stem conv computes no input
-    gradient (the image needs none), so forward+backward = 3 x forward - the stem's forward."""
+    """resnet20's FLOPs at 8x8: the forward column is one sample's forward; backward is twice forward, except
+    that the stem conv computes no input gradient (the image needs none), so train = 3 x forward - the stem's."""
     from torch.utils.flop_counter import FlopCounterMode
 
     import variants
@@ -63,7 +72,21 @@ def test_flops_match_forward_backward_formula(tmp_path: Path) -> None:
         model(torch.randn(1, 1, 8, 8))
     result = execute(cfg(measure=("flops",)), tmp_path)
     stem = 2 * 8 * 8 * 16 * 1 * 3 * 3  # multiply-adds x 2 of a 3x3 conv, 1 -> 16 channels, 8x8 output
-    assert result["row"]["flops_per_sample"] == 3 * c.get_total_flops() - stem
+    assert result["row"]["fwd_flops_per_sample"] == c.get_total_flops()
+    assert result["row"]["train_flops_per_sample"] == 3 * c.get_total_flops() - stem
+
+
+def test_forward_flops_of_resnet50_match_the_published_figure() -> None:
+    """timm lists ResNet-50 at 224x224 as 4.09 GMACs: 8.18e9 FLOPs at 2 per multiply-add (counted on meta)."""
+    import variants
+    from bench import measure
+
+    with torch.device("meta"):
+        model = variants.create("resnet50")
+        x, y = torch.empty(2, 3, 224, 224), torch.zeros(2, dtype=torch.long)
+    fwd, train = measure.count_flops(lambda: torch.nn.functional.cross_entropy(model(x), y), torch.device("cpu"))
+    assert fwd / 2 == pytest.approx(8.18e9, rel=0.01)
+    assert train / fwd == pytest.approx(3, rel=0.02)  # backward = 2x forward, less the stem's input gradient
 
 
 def test_memory_phase_measures_a_real_peak(tmp_path: Path) -> None:
@@ -174,7 +197,22 @@ def test_transformer_on_text_task(tmp_path: Path) -> None:
     row = execute(c, tmp_path)["row"]
     assert row["status"] == "ok" and row["family"] == "transformer"
     assert row["train_tokens_per_s"] == pytest.approx(row["train_samples_per_s"] * 32)
-    assert row["flops_per_sample"] > 0
+    assert row["train_flops_per_sample"] > row["fwd_flops_per_sample"] > 0
+    assert row["init"] == "xavier"  # the transformer family's default scheme, read from the registry
+    gpt2 = execute(dataclasses.replace(c, model_args=(*c.model_args, ("init", "gpt2")), measure=()), tmp_path)
+    assert gpt2["row"]["init"] == "gpt2" and gpt2["init"] == "gpt2"
+    assert ResultsStore(tmp_path).load_leaderboard().set_index("run_id").loc[gpt2["run_id"], "init"] == "gpt2"
+
+
+def test_init_is_read_from_the_registry_without_special_cases() -> None:
+    from types import SimpleNamespace
+
+    def init(variant: str, **model_kwargs: object) -> str:
+        return run_mod.init_scheme(RunConfig(variant=variant), SimpleNamespace(model_kwargs=model_kwargs))
+
+    assert init("deepnorm") == "deepnorm"  # a preset whose paper is an init pins it
+    assert init("preln", init="normal") == "normal"  # the run's own keyword wins over the default
+    assert init("timm:resnet18") == "default"  # no init keyword: the model's own default
 
 
 def test_classify_failure() -> None:
@@ -201,4 +239,70 @@ def test_a_failing_measurement_phase_does_not_stop_training(tmp_path: Path, monk
     assert result["row"]["status"] == "ok" and result["row"]["steps"] == 4
     assert result["measurements"]["memory"] == {"error": "RuntimeError: memory probe subprocess was killed "
                                                          "(SIGKILL): out of memory?"}
-    assert result["row"]["peak_mem_mb"] is None and result["row"]["flops_per_sample"] > 0
+    assert result["row"]["peak_mem_mb"] is None and result["row"]["train_flops_per_sample"] > 0
+
+
+# -- bad input is found before anything runs -------------------------------------------------------------------
+
+
+def test_bad_results_dir_or_leaderboard_refused_before_training(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    def no_setup(*a: object) -> None:
+        raise AssertionError("setup ran before the results directory was checked")
+
+    monkeypatch.setattr(run_mod, "setup", no_setup)
+    (tmp_path / "file").write_text("x")
+    assert main(["run", "--variant", "resnet20", "--steps", "1", "--results-dir", str(tmp_path / "file")]) == 2
+    err = capsys.readouterr().err
+    assert err == f"error: results directory {tmp_path / 'file'} is an existing file; pass another --results-dir\n"
+    board = tmp_path / "res" / "leaderboard.csv"
+    board.parent.mkdir()
+    board.write_text(",".join(COLUMNS) + "\n" + 'a,"unterminated\n')
+    b = re.escape(str(board))
+    with pytest.raises(ValueError, match=f"{b} line 2 is damaged .*fix or delete line 2 of {b}"):
+        execute(cfg(), tmp_path / "res")
+    assert sorted(p.name for p in tmp_path.rglob("*")) == ["file", "leaderboard.csv", "res"]
+
+
+# -- He 2015 §4.2: warm up until the training error is below 80% --------------------------------------------------
+
+
+def test_warmup_ends_at_the_first_batch_below_the_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Scripted batch errors 1.0, 0.9, 0.7: the warm-up (cap 50) ends after the third step, then full lr."""
+    c = cfg(lr=0.1, schedule="constant", warmup_kind="constant", warmup_steps=50, warmup_factor=0.1,
+            warmup_until_error=0.8)
+    s = train_mod.setup(c)
+    errors = iter([1.0, 0.9, 0.7])
+    seen: list[int] = []
+
+    def scripted(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        seen.append(len(y))
+        return torch.tensor(round((1 - next(errors)) * len(y)))
+
+    monkeypatch.setattr(s.task, "correct", scripted)
+    runner = train_mod.StepRunner(c, s, s.model, s.task.train_batches(32, train_mod.batch_generator(s)),
+                                  watch_warmup_error=True)
+    lrs = []
+    for _ in range(5):
+        lrs.append(runner.sched.get_last_lr()[0])
+        runner()
+    assert lrs == pytest.approx([0.01, 0.01, 0.01, 0.1, 0.1])
+    assert runner.warmup_end == 3 and seen == [32, 32, 32]  # no error computed once the warm-up is over
+    timing = train_mod.StepRunner(c, s, s.model, s.task.train_batches(32, train_mod.batch_generator(s)))
+    for _ in range(3):
+        timing()  # the timing phase's runner never computes the error (no host sync)
+    assert timing.warmup_end == 50 and seen == [32, 32, 32]
+
+
+def test_warmup_until_error_in_a_real_run(tmp_path: Path) -> None:
+    """A threshold of 100% error ends the warm-up at the first batch with any correct prediction."""
+    c = cfg(steps=8, eval_every=8, lr=0.1, warmup_kind="constant", warmup_steps=6, warmup_factor=0.1,
+            warmup_until_error=1.0, schedule="constant", measure=())
+    result = execute(c, tmp_path)
+    ended = result["warmup_ended_at"]
+    assert result["row"]["status"] == "ok" and 1 <= ended < 6
+    lrs = [p["lr"] for p in result["curves"]["train"]]
+    assert lrs == pytest.approx([0.01] * ended + [0.1] * (8 - ended))
+    capped = execute(dataclasses.replace(c, warmup_until_error=1e-9), tmp_path)  # never below it: the cap ends it
+    assert capped["warmup_ended_at"] == 6
+    assert [p["lr"] for p in capped["curves"]["train"]] == pytest.approx([0.01] * 6 + [0.1] * 2)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 import torchvision
@@ -82,6 +84,7 @@ def test_in_chans_num_classes_width() -> None:
         ({"num_classes": 0}, "num_classes must be a positive integer"),
         ({"in_chans": 0}, "in_chans must be a positive integer"),
         ({"drop_path_rate": 2.0}, r"drop_path_rate must be in \[0, 1\)"),
+        ({"init": "Kaiming"}, "unknown init 'Kaiming'; choose one of: kaiming, xavier, normal"),
     ],
 )
 def test_invalid_arguments(kwargs: dict, match: str) -> None:
@@ -97,3 +100,15 @@ def test_drop_path_linear_decay_and_eval_determinism() -> None:
     x = torch.randn(2, 3, 32, 32)
     model.eval()
     assert torch.equal(model(x), model(x))
+
+
+def test_init_schemes_draw_weights_and_keep_zero_init_residual() -> None:
+    torch.manual_seed(0)
+    model = variants.create("resnet18", init="xavier", zero_init_residual=True)
+    stem = model.stem[0]  # 3 -> 64, 7×7: fan-in 147, fan-out 3136
+    assert stem.weight.std().item() == pytest.approx(math.sqrt(2 / (147 + 3136)), rel=0.03)
+    branch_ends = [u.body[-1] for u in model.modules() if isinstance(u, Unit)]
+    assert all(torch.all(bn.weight == 0) for bn in branch_ends)  # schemes draw weights, never BN
+    torch.manual_seed(0)
+    default = variants.create("resnet18")
+    assert default.stem[0].weight.std().item() == pytest.approx(math.sqrt(2 / 3136), rel=0.03)  # He fan-out

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -128,3 +130,27 @@ def test_drop_path_linear_decay_and_eval_determinism(name: str) -> None:
     assert torch.equal(model(x), model(x))
     with pytest.raises(ValueError, match=r"drop_path_rate must be in \[0, 1\)"):
         variants.create(name, drop_path_rate=1.5)
+
+
+def test_residual_mlp_placement_label_is_post_activation() -> None:
+    # act(x + norm(W·x)): the norm is inside the branch, so not the "post" of norm(x + F(x)).
+    assert variants.describe("residual_mlp")["axes"]["placement"] == "post-activation"
+    assert variants.describe("residual_mlp")["axes"]["placement"] == variants.describe("resnet")["axes"]["placement"]
+
+
+@pytest.mark.parametrize(
+    ("init", "std"), [("kaiming", math.sqrt(2 / 71)), ("xavier", math.sqrt(2 / (71 + 71))), ("normal", 0.02)]
+)
+def test_init_schemes(init: str, std: float) -> None:
+    torch.manual_seed(0)
+    model = variants.create("plain_mlp", depth=30, init=init)  # kaiming: He fan-in with the ReLU gain
+    hidden = torch.cat([u.body[0].weight.flatten() for u in model.blocks])  # 29 layers of 71×71
+    assert hidden.std().item() == pytest.approx(std, rel=0.02)
+
+
+def test_init_keeps_gate_biases_and_validates() -> None:
+    model = variants.create("highway_mlp", depth=4, init="xavier", gate_bias=-1.5)
+    assert all(torch.all(u.combine.gate.proj.bias == -1.5) for u in model.blocks)
+    for name in BASES:
+        with pytest.raises(ValueError, match="unknown init 'glorot'; choose one of: kaiming, xavier, normal"):
+            variants.create(name, init="glorot")

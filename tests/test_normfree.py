@@ -156,3 +156,43 @@ def test_drop_path_linear_decay_and_eval_determinism(name: str) -> None:
     x = torch.randn(2, 3, 8, 8)
     model.eval()
     assert torch.equal(model(x), model(x))
+
+
+PAPER_INITS = {"rezero": "rezero", "skipinit": "skipinit", "fixup": "fixup"}
+
+
+@pytest.mark.parametrize("name", [n for n in NAMES if variants.describe(n)["defaults"].get("init") in PAPER_INITS])
+def test_paper_inits_are_pinned(name: str) -> None:
+    """ReZero, SkipInit and Fixup *are* initialisations: describe() says so and other schemes are refused."""
+    d = variants.describe(name)
+    scheme = d["fixed"]["init"]
+    assert d["init"] == scheme and d["init_pinned"] is True
+    with pytest.raises(ValueError, match=f"init='kaiming' \\(preset fixes init='{scheme}'\\); variant '{scheme}' "
+                                         "itself fixes init"):
+        variants.create(name, init="kaiming")
+
+
+def test_pinned_variants_cover_the_three_papers() -> None:
+    pinned = {variants.describe(n)["fixed"]["init"] for n in NAMES if variants.describe(n)["init_pinned"]}
+    assert pinned == set(PAPER_INITS.values())
+    assert not variants.describe("layerscale")["init_pinned"]
+
+
+@pytest.mark.parametrize("name", ["rezero", "skipinit", "fixup"])
+def test_builder_refuses_another_scheme(name: str) -> None:
+    from variants import normfree
+
+    with pytest.raises(ValueError, match=f"initialisation is its paper's own scheme: init must be '{name}', "
+                                         "got 'xavier'"):
+        getattr(normfree, name)(depth=8, init="xavier")
+
+
+def test_layerscale_takes_any_scheme_and_keeps_its_scale() -> None:
+    torch.manual_seed(0)
+    model = variants.create("layerscale", depth=20, init="xavier", init_scale=0.3)
+    conv = next(m for m in units(model)[6].body if isinstance(m, nn.Conv2d))  # stage 3's first conv, 3×3
+    assert conv.weight.shape == (64, 32, 3, 3)
+    assert conv.weight.std().item() == pytest.approx(math.sqrt(2 / (288 + 576)), rel=0.03)
+    assert all(torch.all(u.combine.beta == 0.3) for u in units(model))
+    with pytest.raises(ValueError, match="unknown init 'fixup'; choose one of: kaiming, xavier, normal"):
+        variants.create("layerscale", init="fixup")

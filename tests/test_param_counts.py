@@ -105,3 +105,21 @@ def test_norm_free_counts() -> None:
     assert count("fixup", depth=56) == base - bns + 27 * 5 + 2
     # LayerScale: full pre-activation (BN per unit stays, the stem BN moves to the head) + β per channel.
     assert count("layerscale", depth=56) == count("preact", depth=56) + 9 * (16 + 32 + 64)
+
+
+def test_srivastava_highway56_count() -> None:
+    # unit="srivastava" at depth 56 = 3·18 + 2: stem conv + BN; 54 layers, each a 3×3 H and a 3×3 T with
+    # biases, except the plain (H only) first layers of stages 2 and 3; the classifier.
+    def layer(cin: int, cout: int) -> int:
+        return cin * cout * 9 + cout
+
+    expected = (3 * 16 * 9 + 2 * 16) + 18 * 2 * layer(16, 16) + layer(16, 32) + 17 * 2 * layer(32, 32)
+    expected += layer(32, 64) + 17 * 2 * layer(64, 64) + 64 * 10 + 10
+    assert count("highway", depth=56, unit="srivastava") == expected == 1_677_754
+
+
+@pytest.mark.parametrize("name", ["resnet56", "highway56", "preact_resnet164", "densenet_bc100_k12", "resnet50",
+                                  "layerscale", "highway_mlp10", "residual_mlp"])
+@pytest.mark.parametrize("init", ["xavier", "normal"])
+def test_init_schemes_keep_parameter_counts(name: str, init: str) -> None:
+    assert count(name, init=init) == count(name)

@@ -6,9 +6,12 @@ import numpy as np
 import pytest
 from matplotlib.collections import LineCollection, PolyCollection
 from matplotlib.colors import to_rgb
+from torch import nn
 
+import variants
 from bench import plots
 from bench.results import ResultsStore
+from variants import registry
 
 SEEDS = (0, 1, 2)
 # final train accuracy per (variant, depth, seed)
@@ -102,20 +105,58 @@ def test_palette_is_fixed_per_name_and_independent_of_the_others():
     assert p1["resnet"] == p2["resnet"] and p1["plain"] == p2["plain"]
     assert p1["resnet"] != p1["plain"]
     assert plots.variant_colour("resnet56") == plots.variant_colour("resnet")  # preset shares its design's colour
-    assert plots.variant_colour("preact_resnet164") == plots.variant_colour("preact")
-    assert plots.variant_colour("highway_mlp20") == plots.variant_colour("highway")
+    assert plots.variant_colour("preact_resnet110") == plots.variant_colour("preact")
+    assert plots.variant_colour("highway_mlp20") == plots.variant_colour("highway")  # the MLP Highway: same design
+    # A preset of another design (bottleneck, DenseNet-BC) is its own series, coloured by its key.
+    bottleneck = plots.variant_colour("preact_resnet164")
+    assert bottleneck != plots.variant_colour("preact")
+    assert bottleneck == plots.variant_colour("preact (block=bottleneck, shortcut=B)")
     assert plots.variant_colour("densenet_bc100_k12") != plots.variant_colour("densenet100_k12")
     # Unknown names hash (sha1, so stable across processes) into a fixed fallback palette.
     assert plots.palette(["my_new_block"])["my_new_block"] == plots.palette(["x", "my_new_block"])["my_new_block"]
     assert plots.variant_colour("my_new_block") in [tuple(c) for c in plots._FALLBACK]
 
 
-def test_variant_key_strips_only_the_depth_suffix():
+def test_variant_key_comes_from_the_registry_not_the_name():
     assert plots.variant_key("resnet56", 56) == "resnet"
-    assert plots.variant_key("preact_resnet164", 164) == "preact_resnet"
-    assert plots.variant_key("resnet", 56) == "resnet"
-    assert plots.variant_key("densenet_bc100_k12", 100) == "densenet_bc100_k12"
+    assert plots.variant_key("resnet", 56) == "resnet"  # the base at any depth
+    assert plots.variant_key("resnet18", 18) == "resnet_imagenet"  # the preset's base, not a name prefix
+    assert plots.variant_key("rezero_resnet56", 56) == "rezero"
+    assert plots.variant_key("highway_mlp20", 20) == "highway_mlp"
+    assert plots.variant_key("preact_resnet110", 110) == "preact"
+    # Presets that pin more than depth keep what they set apart, so designs never share a series.
+    assert plots.variant_key("preact_resnet164", 164) == "preact (block=bottleneck, shortcut=B)"
+    assert plots.variant_key("preact_resnet1001", 1001) == "preact (block=bottleneck, shortcut=B)"
+    assert plots.variant_key("densenet_bc100_k12", 100) == "densenet (bc=True)"
+    assert plots.variant_key("densenet100_k12", 100) == plots.variant_key("densenet40_k12", 40) == "densenet"
     assert plots.variant_key("plain", None) == "plain"
+    # Names the registry does not know (a plugin not loaded now) are their own series; nothing raises.
+    assert plots.variant_key("my_old_plugin56", 56) == "my_old_plugin56"
+    assert plots.variant_key("timm:resnet18", None) == "timm:resnet18"
+
+
+def test_is_ln_transformer_reads_the_axes():
+    assert [plots.is_ln_transformer(v) for v in ("postln", "preln", "gpt2_small")] == ["post", "pre", "pre"]
+    # DeepNorm (scaled shortcut), ReZero (no norm), Mix-LN (mixed), Sandwich, a post-norm CNN, an unknown name.
+    for name in ("deepnorm", "rezero_lm", "mixln", "sandwich", "resnet", "my_old_postln"):
+        assert plots.is_ln_transformer(name) is None, name
+
+
+def test_plugin_variants_are_classified_by_metadata(monkeypatch):
+    monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))  # registrations vanish after the test
+
+    def build(*, depth: int = 4, width: int = 8) -> nn.Module:
+        return nn.Linear(width, width)
+
+    lm = {"combinator": "add", "placement": "post", "body": "attention+ffn"}
+    variants.register("my_lm_v2", family="mine", paper="-", axes=lm)(build)
+    variants.register("postln_style_cnn", family="mine", paper="-", axes=lm | {"body": "conv"})(build)
+    variants.register_preset("my_lm_v2_12", "my_lm_v2", depth=12)
+    variants.register_preset("wide_lm3", "my_lm_v2", depth=3, width=16)
+    assert plots.is_ln_transformer("my_lm_v2") == "post" and plots.is_ln_transformer("postln_style_cnn") is None
+    assert plots.variant_key("my_lm_v2_12", 12) == "my_lm_v2"
+    assert plots.variant_key("wide_lm3", 3) == "my_lm_v2 (width=16)"
+    assert plots.variant_colour("my_lm_v2_12") == plots.variant_colour("my_lm_v2")
 
 
 def test_learning_curves_plot_seed_means(results):
@@ -204,6 +245,48 @@ def test_grad_norm_at_init_is_per_layer_on_a_log_scale(results):
     assert bar_ys(ax).min() == 0.0
     assert legend_labels(fig) == ["plain", "resnet", "depth 20", "depth 56"]
     assert_labelled(ax) and assert_legend_outside(fig)
+    # Rows recorded before probes carried `kind` or `weight_grad_norm`: one panel of the whole-unit norm.
+    assert len(fig.axes) == 1 and ax.get_title() == "Residual unit" and "all the unit's parameters" in ax.get_ylabel()
+
+
+def transformer_probes(seed: int) -> list[dict]:
+    """Layers alternate attention / feed-forward; weight-only norms (layer+1)(seed+1), whole-unit norms 100."""
+    rows = []
+    for layer in range(4):
+        where = {"step": 0, "layer": layer, "block": f"u{layer}", "kind": ("attn", "ffn")[layer % 2]}
+        rows += [where | {"metric": "grad_norm", "value": 100.0},
+                 where | {"metric": "weight_grad_norm", "value": (layer + 1.0) * (seed + 1)}]  # fmt: skip
+    return rows
+
+
+def test_grad_norm_at_init_has_a_panel_per_sublayer_kind_and_prefers_weight_norms(tmp_path):
+    store = ResultsStore(tmp_path)
+    for seed in (0, 1):
+        row = {"run_id": f"postln-s{seed}", "variant": "postln", "family": "transformer", "depth": 2, "task": "copy",
+               "seed": seed, "status": "ok"}  # fmt: skip
+        store.append(row, {"run_id": row["run_id"], "row": row, "curves": {}, "probes": transformer_probes(seed)})
+    old = {"run_id": "old", "variant": "preln", "family": "transformer", "depth": 2, "task": "copy", "seed": 0,
+           "status": "ok"}  # fmt: skip
+    old_probes = [{"step": 0, "layer": i, "block": f"u{i}", "metric": "grad_norm", "value": 1.0} for i in range(4)]
+    store.append(old, {"run_id": "old", "row": old, "curves": {}, "probes": old_probes})
+    probes = plots.load_frames(tmp_path).probes
+    assert probes["kind"].isna().sum() == 4  # the old run's rows load with an empty kind
+
+    stats, metric, task = plots.grad_norm_init_data(probes)
+    assert (metric, task) == ("weight_grad_norm", "copy")
+    assert set(stats["key"]) == {"postln"}  # a figure never mixes whole-unit and weight-only norms
+    fig = plots.plot_grad_norm_init(probes)
+    attn, ffn = fig.axes
+    assert (attn.get_title(), ffn.get_title()) == ("Attention sublayer", "Feed-forward sublayer")
+    # Seed factors 1 and 2 -> mean 1.5 x (layer + 1); x is the index within the kind (Transformer layer).
+    for ax, layers in ((attn, (0, 2)), (ffn, (1, 3))):
+        ln = line(ax, "postln (depth 2)")
+        assert list(ln.get_xdata()) == [0, 1]
+        np.testing.assert_allclose(ln.get_ydata(), [1.5 * (i + 1) for i in layers])
+        assert ax.get_yscale() == "log" and "weight matrices" in ax.get_ylabel()
+        assert_labelled(ax)
+    assert legend_labels(fig) == ["postln"]
+    assert_legend_outside(fig)
 
 
 def test_cost_plot_has_throughput_and_memory_panels(results):

@@ -10,8 +10,10 @@ import pytest
 import torch
 from torch import nn
 
+import variants
 from bench.probes import METRICS, format_probe_table, probe, probe_table
 from variants.combinators import Add, Gate, Scaled, TransformGate
+from variants.layers import Unit
 from variants.placements import Residual
 
 
@@ -55,6 +57,8 @@ def test_closed_form_values_of_a_linear_residual_stack():
     g2 = r.T @ h1  # dL/dW2
     g1 = (r + r @ w2).T @ x  # dL/dh1 = r (I + W2), then dL/dW1
     assert by_metric(rows, "grad_norm") == pytest.approx({0: np.linalg.norm(g1), 1: np.linalg.norm(g2)}, rel=1e-6)
+    # Bias-free Linear bodies without norms: the unit's only parameter is its weight matrix.
+    assert by_metric(rows, "weight_grad_norm") == by_metric(rows, "grad_norm")
     assert by_metric(rows, "out_rms") == pytest.approx(
         {0: np.sqrt((h1**2).mean()), 1: np.sqrt((h2**2).mean())}, rel=1e-6
     )
@@ -62,7 +66,7 @@ def test_closed_form_values_of_a_linear_residual_stack():
     ratios = {0: np.linalg.norm(f1) / np.linalg.norm(x), 1: np.linalg.norm(f2) / np.linalg.norm(h1)}
     assert by_metric(rows, "branch_ratio") == pytest.approx(ratios, rel=1e-6)
     assert {r["step"] for r in rows} == {7}
-    assert {(r["layer"], r["block"]) for r in rows} == {(0, "0.combine"), (1, "1.combine")}
+    assert {(r["layer"], r["block"], r["kind"]) for r in rows} == {(0, "0.combine", "mlp"), (1, "1.combine", "mlp")}
     assert not by_metric(rows, "gate_mean") and not by_metric(rows, "residual_scale")
 
 
@@ -75,6 +79,110 @@ def test_grad_norm_covers_the_whole_owner_of_the_unit():
     half_sse(unit(x), y).backward()
     expected = torch.sqrt(sum(p.grad.pow(2).sum() for p in unit.parameters())).item()
     assert by_metric(rows, "grad_norm") == {0: pytest.approx(expected, rel=1e-6)}
+
+
+def test_weight_grad_norm_counts_only_the_branch_weight_matrices():
+    # Xiong 2020 Fig. 3's quantity: body weights only — not the biases, the LayerNorm's γ/β, the Highway gate's
+    # projection (it lives in the combinator), nor the projection shortcut (outside the body).
+    torch.manual_seed(0)
+    body = nn.Sequential(nn.Linear(3, 4), nn.ReLU(), nn.Linear(4, 3))
+    unit = Residual(body, Gate(TransformGate(nn.Linear(3, 3), bias_init=-1.0)), "pre", norm=lambda: nn.LayerNorm(3))
+    shortcut = nn.Conv1d(1, 1, 1, bias=False)
+    model = Unit(body=nn.Sequential(nn.Conv1d(1, 1, 3, padding=1), nn.Flatten(), unit, nn.Unflatten(1, (1, 3))),
+                 combine=Add(), shortcut=shortcut)  # fmt: skip
+    x, y = torch.randn(5, 1, 3), torch.randn(5, 1, 3)
+    rows = probe(model, x, y, half_sse, 0)
+    model.zero_grad(set_to_none=True)
+    half_sse(model(x), y).backward()
+    inner = torch.linalg.vector_norm(torch.cat([body[0].weight.grad.flatten(), body[2].weight.grad.flatten()]))
+    conv = model.body[0].weight.grad
+    outer = torch.sqrt(inner**2 + conv.pow(2).sum())  # the nested unit's weights belong to the outer branch
+    everything = torch.sqrt(sum(p.grad.pow(2).sum() for p in unit.parameters()))
+    blocks = {r["block"]: r["layer"] for r in rows}
+    assert blocks == {"body.2.combine": 0, "combine": 1}  # module order: Unit registers its body first
+    assert by_metric(rows, "weight_grad_norm") == pytest.approx({0: inner.item(), 1: outer.item()}, rel=1e-6)
+    assert by_metric(rows, "grad_norm")[0] == pytest.approx(everything.item(), rel=1e-6)
+    assert everything > inner * 1.01 and shortcut.weight.grad.abs().sum() > 0  # excluding them matters here
+
+
+class SelfAttention(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.qkv = nn.Linear(4, 12)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        q, k, v = self.qkv(x).chunk(3, dim=-1)
+        return nn.functional.scaled_dot_product_attention(q, k, v)
+
+
+class Mixer(nn.Module):
+    """Attention by module type, not by class name."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.mha = nn.MultiheadAttention(4, 2, batch_first=True)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.mha(x, x, x, need_weights=False)[0]
+
+
+class Declared(nn.Sequential):
+    probe_kind = "dense"
+
+
+def kinds_of(model: nn.Module, x: torch.Tensor) -> list[tuple[int, str, str]]:
+    rows = probe(model, x, torch.zeros_like(x), half_sse, 0)
+    return sorted({(r["layer"], r["block"], r["kind"]) for r in rows})
+
+
+def ffn() -> nn.Sequential:
+    return nn.Sequential(nn.Linear(4, 8), nn.GELU(), nn.Linear(8, 4))
+
+
+def test_kind_is_read_from_the_branch_modules():
+    bodies = (SelfAttention(), ffn(), Mixer(), ffn())
+    lm = nn.Sequential(*(Residual(b, Add(), "pre", norm=lambda: nn.LayerNorm(4)) for b in bodies))
+    assert [k for *_, k in kinds_of(lm, torch.randn(2, 3, 4))] == ["attn", "ffn", "attn", "ffn"]
+    # The same Linear-only body without an attention unit in the model is an MLP layer.
+    assert kinds_of(nn.Sequential(Residual(ffn(), Add(), "none")), torch.randn(2, 4)) == [(0, "0.combine", "mlp")]
+    conv = Residual(nn.Conv1d(2, 2, 3, padding=1), Add(), "none")
+    declared = Residual(Declared(nn.Conv1d(2, 2, 1)), Add(), "none")  # a probe_kind attribute wins over types
+    assert kinds_of(nn.Sequential(conv, declared), torch.randn(2, 2, 3)) == [
+        (0, "0.combine", "conv"),
+        (1, "1.combine", "dense"),
+    ]
+    gate = TransformGate(nn.Linear(3, 3), bias_init=0.0)
+    no_weights = Residual(nn.ReLU(), Add(), "none")
+    assert kinds_of(nn.Sequential(no_weights, gate), torch.randn(2, 3)) == [(0, "0.combine", ""), (1, "1", "gate")]
+
+
+def test_weight_grad_norm_of_multihead_attention_includes_its_bare_projections():
+    torch.manual_seed(0)
+    mixer = Mixer()
+    model = Residual(mixer, Add(), "none")
+    x, y = torch.randn(2, 3, 4), torch.randn(2, 3, 4)
+    rows = probe(model, x, y, half_sse, 0)
+    half_sse(model(x), y).backward()
+    expected = torch.sqrt(mixer.mha.in_proj_weight.grad.pow(2).sum() + mixer.mha.out_proj.weight.grad.pow(2).sum())
+    assert by_metric(rows, "weight_grad_norm") == {0: pytest.approx(expected.item(), rel=1e-6)}
+
+
+def test_kind_of_registry_transformer_alternates_attention_and_ffn():
+    model = variants.create("postln", depth=2, d_model=8, n_heads=2, d_ff=16, vocab_size=7, max_len=4)
+    tokens = torch.randint(0, 7, (2, 4))
+
+    def loss(out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return nn.functional.cross_entropy(out.flatten(0, 1), y.flatten())
+
+    rows = probe(model, tokens, tokens, loss, 0)
+    kinds = sorted({(r["layer"], r["block"], r["kind"]) for r in rows})
+    assert kinds == [(0, "blocks.0.attn.combine", "attn"), (1, "blocks.0.ffn.combine", "ffn"),
+                     (2, "blocks.1.attn.combine", "attn"), (3, "blocks.1.ffn.combine", "ffn")]  # fmt: skip
+    ffn = model.blocks[1].ffn.body
+    model.zero_grad(set_to_none=True)
+    loss(model(tokens), tokens).backward()
+    expected = torch.sqrt(ffn.fc1.weight.grad.pow(2).sum() + ffn.fc2.weight.grad.pow(2).sum()).item()
+    assert by_metric(rows, "weight_grad_norm")[3] == pytest.approx(expected, rel=1e-5)
 
 
 def test_gate_mean_is_sigmoid_of_the_bias_for_a_zero_weight_gate():
@@ -229,7 +337,9 @@ def test_probing_inside_a_training_loop_does_not_change_training():
 def test_probe_table_columns_and_errors():
     rows = probe(two_unit_stack(), torch.tensor(X), torch.tensor(Y), half_sse, 0)
     df = probe_table(rows)
-    assert list(df.columns) == ["step", "layer", "block", "metric", "value"] and len(df) == len(rows)
+    assert list(df.columns) == ["step", "layer", "block", "kind", "metric", "value"] and len(df) == len(rows)
+    old = probe_table([{"step": 0, "layer": 0, "block": "b", "metric": "grad_norm", "value": 1.0}])  # before `kind`
+    assert old.columns.tolist() == list(df.columns) and old["kind"].isna().all()
     with_id = probe_table([{"run_id": "r", **r} for r in rows])
     assert with_id.columns[0] == "run_id"
     assert probe_table([]).empty
@@ -254,5 +364,7 @@ def test_format_probe_table_pivots_layers_by_metrics():
     assert lines[3].split() == ["1", "b1", "0.25", "-"]
     assert "step" in format_probe_table(df).splitlines()[1]  # several steps: step is an index level
     assert format_probe_table(df.iloc[0:0]) == "(no probe rows)"
+    kinds = format_probe_table(df.assign(kind=["mlp", "mlp", "mlp", "conv", "conv"]), step=0).splitlines()
+    assert kinds[1].split() == ["layer", "block", "kind"] and kinds[3].split() == ["1", "b1", "conv", "0.25", "-"]
     with pytest.raises(ValueError, match=r"no probe rows at step 3; steps present: \[0, 5\]"):
         format_probe_table(df, step=3)

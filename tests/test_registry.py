@@ -6,6 +6,7 @@ import pytest
 import torch
 from torch import nn
 
+import variants
 from variants import registry
 
 
@@ -78,6 +79,36 @@ def test_describe(fresh_registry: dict) -> None:
     assert d["family"] == "toy" and d["paper"] == "toy paper, Table 1"
     assert d["defaults"] == {"depth": 5, "width": 4, "num_classes": 3, "in_chans": 1}
     assert d["fixed"] == {"depth": 5} and d["axes"] == {"combinator": "add"}
+    assert d["init"] is None and d["init_pinned"] is False  # the toy builder takes no init
+
+
+@pytest.fixture
+def init_registry(fresh_registry: dict) -> dict[str, registry.VariantSpec]:
+    def net(depth: int = 2, init: str = "kaiming") -> nn.Module:
+        return nn.Sequential(*[nn.Linear(2, 2) for _ in range(depth)])
+
+    registry.register("free", family="toy", paper="p")(net)
+    registry.register_preset("free3", "free", depth=3)
+    registry.register("paper_init", family="toy", paper="p", init="fixup")(net)
+    registry.register_preset("paper_init3", "paper_init", depth=3)
+    return fresh_registry
+
+
+def test_describe_reports_the_init_and_whether_it_is_pinned(init_registry: dict) -> None:
+    summary = {n: (registry.describe(n)["init"], registry.describe(n)["init_pinned"]) for n in init_registry}
+    assert summary == {"toy": (None, False), "toy5": (None, False), "free": ("kaiming", False),
+                       "free3": ("kaiming", False), "paper_init": ("fixup", True), "paper_init3": ("fixup", True)}
+    assert registry.describe("timm:resnet18")["init"] is None
+
+
+def test_conflict_hint_names_who_fixes_the_value(init_registry: dict) -> None:
+    with pytest.raises(ValueError, match=r"depth=4 \(preset fixes depth=3\); use the base variant 'free' instead"):
+        registry.create("free3", depth=4)
+    for name in ("paper_init", "paper_init3"):
+        with pytest.raises(ValueError, match=r"init='xavier' \(preset fixes init='fixup'\); variant 'paper_init' "
+                                             r"itself fixes init$"):
+            registry.create(name, init="xavier")
+    assert len(registry.create("paper_init3", init="fixup")) == 3
 
 
 def test_builder_errors_propagate(fresh_registry: dict) -> None:
@@ -98,7 +129,6 @@ def test_timm_models_through_the_registry() -> None:
 def test_every_registered_variant_is_described_and_covered() -> None:
     """Each name cites its paper and its point on the three axes; each family has its own test file
     that parametrises forward/backward checks over all of its names (test_<family>.py)."""
-    import variants
 
     families = set()
     for name in variants.list_variants():
@@ -116,3 +146,31 @@ def test_list_by_family(fresh_registry: dict) -> None:
     assert registry.list_variants(family="toy") == ["toy", "toy5"]
     assert registry.list_variants("toy?", family="toy") == ["toy5"]
     assert registry.list_variants(family="other") == []
+
+
+REGISTERED = variants.list_variants()
+
+
+@pytest.mark.parametrize("name", REGISTERED)
+def test_every_variant_exposes_its_init(name: str) -> None:
+    """The harness records ``{**describe(name)["defaults"], **overrides}.get("init")``: never None here."""
+    d = variants.describe(name)
+    assert isinstance(d["init"], str) and d["init"] == d["defaults"]["init"]
+    assert d["init_pinned"] == ("init" in d["fixed"])
+    with torch.device("meta"):  # shapes only: cheap even for resnet1202
+        variants.create(name, init=d["init"])
+
+
+@pytest.mark.parametrize("name", [n for n in REGISTERED if not variants.describe(n)["init_pinned"]])
+def test_every_free_variant_builds_under_xavier(name: str) -> None:
+    with torch.device("meta"):
+        model = variants.create(name, init="xavier")
+    assert sum(p.numel() for p in model.parameters()) > 0
+
+
+@pytest.mark.parametrize("name", [n for n in REGISTERED if variants.describe(n)["init_pinned"]])
+def test_pinned_inits_refuse_other_schemes(name: str) -> None:
+    scheme = variants.describe(name)["init"]
+    other = "kaiming" if scheme != "kaiming" else "xavier"
+    with pytest.raises(ValueError, match=f"preset fixes init='{scheme}'"):
+        variants.create(name, init=other)

@@ -1,29 +1,70 @@
-"""bench.report: REPORT.md content from fake results directories — table numbers and claim verdicts both ways."""
+"""bench.report: REPORT.md content from fake results directories — table numbers, and declared claims' verdicts."""
 
 from __future__ import annotations
 
 import math
+import statistics
 from pathlib import Path
 
 import pytest
 
+from bench.config import RunConfig
 from bench.report import markdown_table, write_report
-from bench.results import ResultsStore
+from bench.results import COLUMNS, ResultsStore
 
 T975_2 = 4.302653  # Student t quantile, 0.975, 2 degrees of freedom (printed tables)
+CONFIG_FIELDS = ("task", "warmup_steps", "lr", "study", "eval_every")  # row keys that are also config fields
 
 
-def add(store: ResultsStore, variant: str, depth: int, seed: int, acc: float | None, status: str = "ok", **row) -> None:
-    task = row.pop("task", "digits")
-    run_id = f"{variant}{depth}-{task}-w{row.get('warmup_steps', 0)}-s{seed}"
-    full = {"run_id": run_id, "variant": variant, "depth": depth, "task": task, "seed": seed, "status": status,
-            "final_train_acc": acc, "final_val_acc": None if acc is None else acc - 0.1,
-            "torch_version": "2.14.1", "device_name": "cpu"} | row  # fmt: skip
-    probes = row.pop("probes", None) or []
-    full.pop("probes", None)
-    store.append(
-        full, {"run_id": run_id, "row": full, "curves": {"train": [{"step": 0, "loss": 1.0}]}, "probes": probes}
-    )
+def add(store: ResultsStore, variant: str, depth: int, seed: int, acc: float | None, status: str = "ok",
+        config: bool = True, **row) -> None:  # fmt: skip
+    """One run, as bench writes it: run id and config hash of its RunConfig, the config in the run JSON."""
+    cfg = RunConfig(variant=variant, depth=depth, seed=seed, **{k: row[k] for k in CONFIG_FIELDS if k in row})
+    row.pop("eval_every", None)
+    full = {"run_id": cfg.run_id, "config_hash": cfg.config_hash(), "variant": variant, "depth": depth,
+            "task": cfg.task, "seed": seed, "status": status, "final_train_acc": acc,
+            "final_val_acc": None if acc is None else acc - 0.1, "torch_version": "2.14.1", "device_name": "cpu",
+            } | row  # fmt: skip
+    probes = full.pop("probes", None) or []
+    full = {k: v for k, v in full.items() if k in COLUMNS}
+    run_json = {"run_id": cfg.run_id, "row": full, "curves": {"train": [{"step": 0, "loss": 1.0}]}, "probes": probes}
+    store.append(full, run_json | ({"config": cfg.to_dict()} if config else {}))
+
+
+def write_study(root: Path, name: str, claims: str) -> None:
+    """The study file a sweep leaves in ``<results_dir>/studies/``: here only its claims."""
+    path = root / "studies" / f"{name}.toml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(f'name = "{name}"\n{claims}', encoding="utf-8")
+
+
+DEGRADATION_CLAIMS = """
+[[claims]]
+id = "plain-degrades"
+paper = "He et al. 2015, Fig. 1"
+text = "deeper plain nets have a higher training error"
+metric = "train_error"
+where = { variant = "plain" }
+compare = "depth"
+a = "min"
+b = "max"
+expect = "greater"
+threshold = 0.01
+count_above = 0.5
+
+[[claims]]
+id = "resnet-does-not-degrade"
+paper = "He et al. 2015, Fig. 6"
+text = "deeper ResNets do not have a higher training error"
+metric = "train_error"
+where = { variant = "resnet" }
+compare = "depth"
+a = "min"
+b = "max"
+expect = "not_greater"
+threshold = 0.01
+count_above = 0.5
+"""
 
 
 def grad_probes(depth: int, seed: int) -> list[dict]:
@@ -32,14 +73,17 @@ def grad_probes(depth: int, seed: int) -> list[dict]:
             for i in range(3)]  # fmt: skip
 
 
-def degradation_dir(root: Path, plain_degrades: bool, probes: bool = False) -> Path:
+def degradation_dir(root: Path, plain_degrades: bool, probes: bool = False, study: str | None = None) -> Path:
     store = ResultsStore(root)
+    if study:
+        write_study(root, study, DEGRADATION_CLAIMS)
     deep_plain = (0.80, 0.82, 0.84) if plain_degrades else (0.96, 0.97, 0.98)
     deep_resnet = (0.98, 0.99, 1.00) if plain_degrades else (0.70, 0.75, 0.80)
     for seed in range(3):
         for variant, depth, acc in (("plain", 20, (0.95, 0.96, 0.97)), ("plain", 56, deep_plain),
                                     ("resnet", 20, (0.96, 0.97, 0.98)), ("resnet", 56, deep_resnet)):  # fmt: skip
             extra = {"steps_to_target": (100, 200, None)[seed]} if (variant, depth) == ("plain", 20) else {}
+            extra |= {"study": study} if study else {}
             add(store, variant, depth, seed, acc[seed], probes=grad_probes(depth, seed) if probes else None, **extra)
     return root
 
@@ -62,130 +106,196 @@ def test_leaderboard_table_numbers(tmp_path):
     assert cells["samples/s"] == "—"  # not measured in these fake runs
 
 
-def test_degradation_claims_agree_when_plain_degrades(tmp_path):
-    text = write_report(degradation_dir(tmp_path, True)).read_text()
-    assert "Measured final train error, depth 20→56: 0.0400 → 0.1800; degrades: **yes** — agrees with" in text
-    assert "Measured final train error, depth 20→56: 0.0300 → 0.0100; degrades: **no** — agrees with" in text
+def claim_block(text: str, claim_id: str) -> list[str]:
+    """The bullet of one claim and its verdict sub-bullets."""
+    lines = text.splitlines()
+    i = next(i for i, line in enumerate(lines) if line.startswith(f"- **{claim_id}**"))
+    j = next((j for j in range(i + 1, len(lines)) if not lines[j].startswith("  - ")), len(lines))
+    return lines[i:j]
+
+
+def test_declared_claims_agree_when_plain_degrades(tmp_path):
+    text = write_report(degradation_dir(tmp_path, True, study="deg"), "deg").read_text()
+    assert "## Paper claims vs measured" in text
+    assert "Claims declared in `studies/deg.toml`; verdicts: 2 agree, 0 disagree, 0 inconclusive." in text
+    ci_20, ci_56 = T975_2 * 0.01 / math.sqrt(3), T975_2 * 0.02 / math.sqrt(3)
+    assert claim_block(text, "plain-degrades") == [
+        "- **plain-degrades** — He et al. 2015, Fig. 1: deeper plain nets have a higher training error. Test: "
+        "train_error where variant=plain: depth=max vs min: greater by more than 0.01.",
+        f"  - depth=20: 0.04 ± {ci_20:.4g} (3/3 runs, 0 above 0.5) → depth=56: 0.18 ± {ci_56:.4g} (3/3 runs, 0 above "
+        f"0.5); difference +0.14 (margin 0.01, CI half-widths {ci_20 + ci_56:.4g}): **agrees**.",
+    ]
+    resnet = claim_block(text, "resnet-does-not-degrade")[1]
+    assert "depth=20: 0.03 ±" in resnet and "depth=56: 0.01 ±" in resnet and resnet.endswith("**agrees**.")
     assert "DISAGREES" not in text and "inconclusive**" not in text
-    assert "Seeds that failed to train (error > 0.5), depth 20→56: 0/3 → 0/3." in text
-    assert "He et al. 2015" in text and "HIGHER training error" in text
 
 
-def test_degradation_claims_disagree_when_the_data_say_otherwise(tmp_path):
-    text = write_report(degradation_dir(tmp_path, False)).read_text()
-    plain = [line for line in text.splitlines() if "0.0400 → 0.0300" in line]
-    assert plain and "degrades: **no** — DISAGREES with the paper" in plain[0]
-    resnet = [line for line in text.splitlines() if "0.0300 → 0.2500" in line]
-    assert resnet and "degrades: **yes** — DISAGREES with the paper" in resnet[0]
+def test_declared_claims_disagree_when_the_data_say_otherwise(tmp_path):
+    text = write_report(degradation_dir(tmp_path, False, study="deg"), "deg").read_text()
+    plain = claim_block(text, "plain-degrades")[1]
+    assert "depth=20: 0.04" in plain and "depth=56: 0.03" in plain and plain.endswith("**DISAGREES**.")
+    resnet = claim_block(text, "resnet-does-not-degrade")[1]
+    assert "depth=56: 0.25" in resnet and "difference +0.22" in resnet and resnet.endswith("**DISAGREES**.")
 
 
 def test_a_deepest_depth_that_never_trained_counts_as_degradation(tmp_path):
     store = ResultsStore(tmp_path)
+    write_study(tmp_path, "deg", DEGRADATION_CLAIMS)
     for seed in range(2):
-        add(store, "plain", 20, seed, 0.95)
-        add(store, "plain", 110, seed, None, status="diverged", error="loss is nan")
-    text = write_report(tmp_path).read_text()
-    assert "depth 20→110: 0.0500 → failed (2/2); degrades: **yes** — agrees with" in text
-    assert "Seeds that failed to train (error > 0.5), depth 20→110: 0/2 → 0/0 (+2 not ok)." in text
+        add(store, "plain", 20, seed, 0.95, study="deg")
+        add(store, "plain", 110, seed, None, status="diverged", error="loss is nan", study="deg")
+    text = write_report(tmp_path, "deg").read_text()
+    assert claim_block(text, "plain-degrades")[1] == (
+        "  - depth=20: 0.05 ± 0 (2/2 runs, 0 above 0.5) → depth=110: — (0/2 runs, 2 failed, 0 above 0.5); "
+        "difference — (margin 0.01, CI half-widths —): **agrees** — every run of one group failed: it counts as "
+        "the worse."
+    )
     failed = table_row(text, "| plain | 110 |")
     assert failed[3] == "0/2" and failed[4] == "—"  # diverged runs are counted, never averaged
+    assert claim_block(text, "resnet-does-not-degrade")[1] == "  - **inconclusive** — no runs match its where."
 
 
-def test_small_differences_within_noise_are_not_degradation(tmp_path):
+def test_small_differences_within_the_margin_are_not_degradation(tmp_path):
     store = ResultsStore(tmp_path)
+    write_study(tmp_path, "deg", DEGRADATION_CLAIMS)
     for seed in range(3):
-        add(store, "resnet", 20, seed, (0.96, 0.97, 0.98)[seed])
-        add(store, "resnet", 56, seed, (0.955, 0.965, 0.975)[seed])  # +0.5 points: below the 1-point tolerance
-    assert "degrades: **no** — agrees with" in write_report(tmp_path).read_text()
+        add(store, "resnet", 20, seed, (0.96, 0.97, 0.98)[seed], study="deg")
+        add(store, "resnet", 56, seed, (0.955, 0.965, 0.975)[seed], study="deg")  # +0.5 points: below the margin
+    line = claim_block(write_report(tmp_path, "deg").read_text(), "resnet-does-not-degrade")[1]
+    assert "difference +0.005" in line and line.endswith("**agrees**.")
 
 
-def test_a_rise_within_the_seed_spread_is_inconclusive(tmp_path):
+def test_a_rise_within_the_seed_spread_is_inconclusive_and_failed_seeds_are_counted(tmp_path):
     store = ResultsStore(tmp_path)
+    write_study(tmp_path, "deg", DEGRADATION_CLAIMS)
     for seed in range(3):
-        add(store, "resnet", 20, seed, 1.0)
-        add(store, "resnet", 56, seed, (0.30, 1.00, 0.98)[seed])  # error 0.70/0.00/0.02: one seed never trained
-        add(store, "plain", 20, seed, 1.0)
-        add(store, "plain", 56, seed, (0.40, 0.30, 0.35)[seed])  # all three fail: a clear rise
-    lines = write_report(tmp_path).read_text().splitlines()
-    i = next(i for i, line in enumerate(lines) if line.startswith("- **resnet**"))
+        add(store, "resnet", 20, seed, 1.0, study="deg")
+        add(store, "resnet", 56, seed, (0.30, 1.00, 0.98)[seed], study="deg")  # error 0.70/0/0.02: one never trained
+        add(store, "plain", 20, seed, 1.0, study="deg")
+        add(store, "plain", 56, seed, (0.40, 0.30, 0.35)[seed], study="deg")  # all three fail: a clear rise
+    text = write_report(tmp_path, "deg").read_text()
+    resnet = claim_block(text, "resnet-does-not-degrade")[1]
     # 0.24 rise > 0.01, but the CI half-width t(2)·std/√3 ≈ 0.99: the data cannot decide.
-    assert lines[i + 1] == (
-        "  Measured final train error, depth 20→56: 0.0000 → 0.2400; degrades: **inconclusive** — "
-        "cannot confirm or refute with n=3 seeds; more seeds or a longer schedule needed."
-    )
-    assert lines[i + 2] == "  Seeds that failed to train (error > 0.5), depth 20→56: 0/3 → 1/3."
-    j = next(i for i, line in enumerate(lines) if line.startswith("- **plain**"))
-    assert "degrades: **yes** — agrees with the paper." in lines[j + 1]
-    assert lines[j + 2].endswith("depth 20→56: 0/3 → 3/3.")
+    ci = T975_2 * statistics.stdev([0.70, 0.0, 0.02]) / math.sqrt(3)
+    assert f"depth=56: 0.24 ± {ci:.4g} (3/3 runs, 1 above 0.5)" in resnet and resnet.endswith("**inconclusive**.")
+    plain = claim_block(text, "plain-degrades")[1]
+    assert "(3/3 runs, 3 above 0.5)" in plain and plain.endswith("**agrees**.")
+    assert "verdicts: 1 agree, 0 disagree, 1 inconclusive." in text
 
 
 def test_one_seed_per_depth_is_inconclusive(tmp_path):
     store = ResultsStore(tmp_path)
-    add(store, "plain", 20, 0, 0.99)
-    add(store, "plain", 56, 0, 0.90)  # a 0.09 rise with no spread to judge it by
-    text = write_report(tmp_path).read_text()
-    assert "0.0100 → 0.1000; degrades: **inconclusive** — cannot confirm or refute with n=1 seed;" in text
+    write_study(tmp_path, "deg", DEGRADATION_CLAIMS)
+    add(store, "plain", 20, 0, 0.99, study="deg")
+    add(store, "plain", 56, 0, 0.90, study="deg")  # a 0.09 rise with no spread to judge it by
+    line = claim_block(write_report(tmp_path, "deg").read_text(), "plain-degrades")[1]
+    assert line.startswith("  - depth=20: 0.01 (1/1 runs, 0 above 0.5) → depth=56: 0.1 (1/1 runs, 0 above 0.5)")
+    assert line.endswith("**inconclusive**.")
+
+
+WARMUP_CLAIMS = """
+[[claims]]
+id = "postln-needs-warmup"
+paper = "Xiong et al. 2020, Fig. 2"
+text = "Post-LN without warm-up ends worse"
+metric = "final_train_loss"
+where = { placement = "post" }
+compare = "warmup_steps"
+a = "max"
+b = 0
+expect = "greater"
+threshold = 0.05
+relative = true
+
+[[claims]]
+id = "preln-trains-without-warmup"
+paper = "Xiong et al. 2020, Fig. 2"
+text = "Pre-LN does not need warm-up"
+metric = "final_train_loss"
+where = { placement = "pre" }
+compare = "warmup_steps"
+a = "max"
+b = 0
+expect = "not_greater"
+threshold = 0.05
+relative = true
+
+[[claims]]
+id = "postln-grad-grows"
+paper = "Xiong et al. 2020, Fig. 3"
+text = "Post-LN's gradient norm grows toward the output"
+kind = "value"
+metric = "probe:grad_norm:*:last_over_first"
+where = { placement = "post", warmup_steps = 100 }
+expect = "greater"
+threshold = 1.5
+"""
 
 
 def transformer_dir(root: Path, post_needs_warmup: bool) -> Path:
     store = ResultsStore(root)
-    for seed in range(2):
+    write_study(root, "warmup", WARMUP_CLAIMS)
+    for seed in range(3):
         for variant in ("postln", "preln"):
-            # Units alternate attention / feed-forward; only the FFN sublayers count (Xiong's Fig. 3), so
-            # the large first attention unit (it sees the raw embeddings) must not enter the ratio.
-            warm_probes = [{"step": 0, "layer": i, "block": f"blocks.{i // 2}.{'ffn' if i % 2 else 'attn'}.combine",
-                            "metric": "grad_norm",
-                            "value": 100.0 if i == 0 else
-                            (1.0 + i // 2 if variant == "postln" else 1.0) if post_needs_warmup else 1.0}
-                           for i in range(8)]  # fmt: skip
-            common = {"task": "copy", "family": "transformer"}
-            add(store, variant, 6, seed, 0.9, warmup_steps=100, final_train_loss=1.0, probes=warm_probes, **common)
-            if variant == "postln" and post_needs_warmup:
+            grows = post_needs_warmup and variant == "postln"
+            probes = [{"step": 0, "layer": i, "block": f"blocks.{i}", "kind": "ffn", "metric": "grad_norm",
+                       "value": (1.0 + i) * (1 + seed / 10) if grows else 1.0} for i in range(4)]  # fmt: skip
+            common = {"task": "copy", "family": "transformer", "study": "warmup"}
+            add(store, variant, 6, seed, 0.9, warmup_steps=100, final_train_loss=1.0 + seed / 100, probes=probes,
+                **common)  # fmt: skip
+            if grows:
                 add(store, variant, 6, seed, None, status="diverged", warmup_steps=0, **common)
             else:
-                add(store, variant, 6, seed, 0.9, warmup_steps=0, final_train_loss=1.02, **common)
+                add(store, variant, 6, seed, 0.9, warmup_steps=0, final_train_loss=1.02 + seed / 100, **common)
     return root
 
 
-def test_post_ln_needs_warmup_claim_agrees(tmp_path):
-    text = write_report(transformer_dir(tmp_path, True)).read_text()
-    post = next(line for line in text.splitlines() if line.startswith("- **postln** (depth=6), Post-LN, on copy"))
-    assert "without: —, failed 2/2" in post and "worse: **yes** — agrees with" in post
-    pre = next(line for line in text.splitlines() if line.startswith("- **preln** (depth=6), Pre-LN, on copy"))
-    assert "With warm-up: final train loss 1.0000, failed 0/2" in pre and "worse: **no** — agrees with" in pre
-    assert "**postln** depth 6 on copy: last/first FFN gradient norm at step 0 = 4; grows: **yes** — agrees" in text
-    assert "**preln** depth 6 on copy: last/first FFN gradient norm at step 0 = 1; grows: **no** — agrees" in text
-    assert "for seed in 0 1; do python -m bench run --variant postln --depth 6 --task copy" in text
-    assert "--warmup-steps 100 --seed $seed; done" in text
+def test_post_ln_needs_warmup_claims_agree(tmp_path):
+    text = write_report(transformer_dir(tmp_path, True)).read_text()  # every study of the board: its claims
+    assert "### Study `warmup`" in text
+    post = claim_block(text, "postln-needs-warmup")[1]
+    assert "warmup_steps=0: — (0/3 runs, 3 failed)" in post and post.endswith(
+        "**agrees** — every run of one group failed: it counts as the worse."
+    )
+    pre = claim_block(text, "preln-trains-without-warmup")
+    assert pre[0].endswith("Test: final_train_loss where placement=pre: warmup_steps=0 vs max: not greater by more "
+                           "than 0.05 x |mean(a)|.")  # fmt: skip
+    assert "margin 0.0505" in pre[1] and "difference +0.02" in pre[1] and pre[1].endswith("**agrees**.")
+    grows = claim_block(text, "postln-grad-grows")[1]
+    assert grows == "  - all: 4 ± 0 (3/3 runs); mean − 1.5 = +2.5: **agrees**."  # last/first = 4 in every seed
+    assert "for seed in" not in text and "python -m bench reproduce warmup" in text
     assert "![warmup_copy](plots/warmup_copy.png)" in text
 
 
-def test_post_ln_claim_is_inconclusive_within_the_seed_spread(tmp_path):
-    store = ResultsStore(tmp_path)
-    common = {"task": "copy", "family": "transformer"}
-    for seed in range(2):
-        add(store, "postln", 6, seed, 0.9, warmup_steps=100, final_train_loss=1.0, **common)
-        add(store, "postln", 6, seed, 0.9, warmup_steps=0, final_train_loss=(1.2, 2.0)[seed], **common)
-        add(store, "preln", 6, seed, 0.9, warmup_steps=100, final_train_loss=1.0, **common)
-    # Pre-LN without warm-up: one run diverged, the other is as good: more failures, not all -> undecided.
-    add(store, "preln", 6, 0, None, status="diverged", warmup_steps=0, **common)
-    add(store, "preln", 6, 1, 0.9, warmup_steps=0, final_train_loss=1.0, **common)
-    text = write_report(tmp_path).read_text()
-    post = next(line for line in text.splitlines() if line.startswith("- **postln** (depth=6), Post-LN"))
-    # 1.6 vs 1.0 is a 60% rise, but the CI half-width t(1)·0.566/√2 ≈ 5.1 swallows it.
-    assert "without: 1.6000, failed 0/2" in post
-    assert post.endswith("worse: **inconclusive** — cannot confirm or refute with n=2 seeds; more seeds or a "
-                         "longer schedule needed.")  # fmt: skip
-    pre = next(line for line in text.splitlines() if line.startswith("- **preln** (depth=6), Pre-LN"))
-    assert "without: 1.0000, failed 1/2" in pre and "worse: **inconclusive** — cannot confirm" in pre
-    assert "DISAGREES" not in text and "agrees with" not in text
-
-
-def test_post_ln_claim_disagrees_when_it_trains_fine_without_warmup(tmp_path):
+def test_post_ln_claims_disagree_when_it_trains_fine_without_warmup(tmp_path):
     text = write_report(transformer_dir(tmp_path, False)).read_text()
-    post = next(line for line in text.splitlines() if line.startswith("- **postln** (depth=6), Post-LN, on copy"))
-    assert "without: 1.0200, failed 0/2" in post and "worse: **no** — DISAGREES with the paper" in post
-    assert "grows: **no** — DISAGREES" in text
+    assert claim_block(text, "postln-needs-warmup")[1].endswith("**DISAGREES**.")
+    assert claim_block(text, "postln-grad-grows")[1].endswith("**DISAGREES**.")
+    assert claim_block(text, "preln-trains-without-warmup")[1].endswith("**agrees**.")
+
+
+def test_the_shipped_study_file_is_used_when_the_sweep_left_no_copy(tmp_path):
+    store = ResultsStore(tmp_path)
+    for seed in range(2):
+        add(store, "plain", 20, seed, 0.95, study="degradation")
+        add(store, "plain", 56, seed, 0.80 + seed / 100, study="degradation")
+    text = write_report(tmp_path).read_text()
+    assert "Claims declared in `bench/studies/degradation.toml`" in text
+    assert claim_block(text, "plain-degrades")[1].endswith("**agrees**.")
+    assert claim_block(text, "highway-does-not-degrade")[1] == "  - **inconclusive** — no runs match its where."
+    write_study(tmp_path, "degradation", "")  # the copy the sweep ran from wins, even without claims
+    assert "Paper claims vs measured" not in write_report(tmp_path).read_text()
+
+
+def test_no_claims_without_a_study_and_a_bad_study_file_is_an_error(tmp_path):
+    store = ResultsStore(tmp_path)
+    add(store, "plain", 20, 0, 0.9)
+    add(store, "plain", 56, 0, 0.5)
+    assert "Paper claims vs measured" not in write_report(tmp_path).read_text()
+    add(store, "plain", 56, 1, 0.5, study="mine")
+    write_study(tmp_path, "mine", '[[claims]]\nid = "x"\nkind = "trend"\n')
+    with pytest.raises(ValueError, match=r"mine.toml: claim 'x': unknown kind 'trend'"):
+        write_report(tmp_path)
 
 
 def test_report_of_one_study_and_errors(tmp_path):
@@ -217,6 +327,36 @@ def test_runs_of_different_recipes_are_never_pooled(tmp_path):
     assert table_row(text, "| variant |")[:5] == ["variant", "depth", "task", "lr", "ok/runs"]
     assert table_row(text, "| resnet | 20 | digits | 0.01 |")[5] == "50.00 ± 0.00 (±0.00)"
     assert table_row(text, "| resnet | 20 | digits | 0.1 |")[5] == "90.00 ± 0.00 (±0.00)"
+
+
+def test_configs_differing_only_in_warmup_are_rows_of_their_own(tmp_path):
+    store = ResultsStore(tmp_path)
+    for seed in range(2):
+        add(store, "postln", 6, seed, 0.9, task="copy", warmup_steps=100)
+        add(store, "postln", 6, seed, 0.5, task="copy")
+    text = write_report(tmp_path).read_text()
+    assert table_row(text, "| variant |")[:5] == ["variant", "depth", "task", "warmup_steps", "ok/runs"]
+    assert table_row(text, "| postln | 6 | copy | 0 |")[5] == "50.00 ± 0.00 (±0.00)"
+    assert table_row(text, "| postln | 6 | copy | 100 |")[5] == "90.00 ± 0.00 (±0.00)"
+
+
+def test_a_difference_recorded_only_in_the_config_hash_shows_the_hash(tmp_path):
+    store = ResultsStore(tmp_path)
+    for seed in range(2):  # eval_every is in no leaderboard column, and these runs' JSONs hold no config
+        add(store, "resnet", 20, seed, 0.9, config=False)
+        add(store, "resnet", 20, seed, 0.5, config=False, eval_every=7)
+    text = write_report(tmp_path).read_text()
+    assert table_row(text, "| variant |")[:5] == ["variant", "depth", "task", "config_hash", "ok/runs"]
+    rows = [line for line in text.splitlines() if line.startswith("| resnet | 20 | digits |")]
+    assert sorted(r.split("|")[6].strip() for r in rows) == ["50.00 ± 0.00 (±0.00)", "90.00 ± 0.00 (±0.00)"]
+    store2 = ResultsStore(tmp_path / "with_configs")
+    for seed in range(2):  # with the configs in the run JSONs, the field itself is the column
+        add(store2, "resnet", 20, seed, 0.9)
+        add(store2, "resnet", 20, seed, 0.5, eval_every=7)
+    text = write_report(tmp_path / "with_configs").read_text()
+    assert table_row(text, "| variant |")[:5] == ["variant", "depth", "task", "eval_every", "ok/runs"]
+    assert table_row(text, "| resnet | 20 | digits | 7 |")[5] == "50.00 ± 0.00 (±0.00)"
+    assert table_row(text, "| resnet | 20 | digits | — |")[5] == "90.00 ± 0.00 (±0.00)"
 
 
 def test_grad_norm_figure_is_drawn_and_linked_when_runs_have_step_0_probes(tmp_path):

@@ -6,6 +6,7 @@ import csv
 import json
 import multiprocessing as mp
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -21,7 +22,7 @@ def row(run_id: str, **kw: object) -> dict[str, object]:
 def test_append_writes_fixed_columns_and_json(tmp_path: Path) -> None:
     store = ResultsStore(tmp_path)
     store.append(row("a", lr=0.1), {"run_id": "a", "curves": {"train": [{"step": 1, "loss": 2.5}]}})
-    store.append(row("b", error="boom, with a comma"), {"run_id": "b"})
+    store.append(row("b", error="boom, with a comma", config_hash="00012e45"), {"run_id": "b"})
     with (tmp_path / "leaderboard.csv").open() as f:
         reader = csv.reader(f)
         header = next(reader)
@@ -33,6 +34,7 @@ def test_append_writes_fixed_columns_and_json(tmp_path: Path) -> None:
     assert json.loads((tmp_path / "runs" / "a.json").read_text())["curves"]["train"][0]["loss"] == 2.5
     df = store.load_leaderboard()
     assert list(df.columns) == list(COLUMNS) and len(df) == 2
+    assert df["config_hash"].iloc[1] == "00012e45"  # a hash, not the number 1.2e46
 
 
 def test_same_run_id_replaces_its_row(tmp_path: Path) -> None:
@@ -99,3 +101,147 @@ def test_concurrent_writers_lose_no_row(tmp_path: Path) -> None:
     assert sorted(df["run_id"]) == sorted(f"w{w}-{i}" for w in range(4) for i in range(15))
     assert len(os.listdir(tmp_path / "runs")) == 60
     assert df["status"].eq("ok").all()
+
+
+# -- the earlier schema ----------------------------------------------------------------------------------------
+
+V1_ROW = {c: "" for c in results.COLUMNS_V1} | {
+    "run_id": "plain-d20-digits-0e06ca03-s1", "variant": "plain", "status": "ok", "seed": "1",
+    "flops_per_sample": "15081216.0", "final_val_acc": "0.97", "error": "boom, with a comma",
+}
+
+
+def write_v1(path: Path, rows: list[dict[str, str]]) -> None:
+    path.mkdir(parents=True, exist_ok=True)
+    with (path / "leaderboard.csv").open("w", newline="") as f:
+        w = csv.DictWriter(f, results.COLUMNS_V1, lineterminator="\n")
+        w.writeheader()
+        w.writerows(rows)
+
+
+def test_v1_schema_is_the_committed_leaderboards_header() -> None:
+    committed = Path(__file__).parent.parent / "results" / "leaderboard.csv"
+    header = tuple(committed.read_text().splitlines()[0].split(","))
+    assert header in (results.COLUMNS_V1, COLUMNS)
+
+
+def test_old_schema_loads_mapped_with_one_notice(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setattr(results, "_noticed", set())
+    write_v1(tmp_path, [V1_ROW, {**V1_ROW, "run_id": "my-net-v2-d8-copy-1234abcd-s0", "flops_per_sample": ""}])
+    store = ResultsStore(tmp_path)
+    df = store.load_leaderboard()
+    assert list(df.columns) == list(COLUMNS) and len(df) == 2
+    assert df["train_flops_per_sample"].iloc[0] == 15081216.0 and df["fwd_flops_per_sample"].isna().all()
+    assert df["init"].isna().all() and df["error"].iloc[0] == "boom, with a comma"
+    assert df["config_hash"].tolist() == ["0e06ca03", "1234abcd"]  # the run id's second-to-last field
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and str(tmp_path / "leaderboard.csv") in err
+    assert "flops_per_sample -> train_flops_per_sample" in err and "config_hash taken from run_id" in err
+    store.load_leaderboard()
+    store.preflight()
+    assert capsys.readouterr().err == ""  # once per process
+
+
+def test_append_to_old_schema_rewrites_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(results, "_noticed", set())
+    write_v1(tmp_path, [V1_ROW])
+    store = ResultsStore(tmp_path)
+    store.append(row("new-run", config_hash="feedbeef", init="xavier", train_flops_per_sample=7.0), {})
+    with (tmp_path / "leaderboard.csv").open(newline="") as f:
+        lines = list(csv.DictReader(f))
+    assert tuple(lines[0]) == COLUMNS
+    assert [r["run_id"] for r in lines] == ["plain-d20-digits-0e06ca03-s1", "new-run"]
+    old = lines[0]
+    assert (old["train_flops_per_sample"], old["fwd_flops_per_sample"], old["config_hash"], old["init"]) == (
+        "15081216.0", "", "0e06ca03", "")
+    assert old["final_val_acc"] == "0.97" and old["error"] == "boom, with a comma"
+    assert lines[1]["init"] == "xavier" and lines[1]["config_hash"] == "feedbeef"
+
+
+# -- preflight: bad input found before anything runs ----------------------------------------------------------
+
+
+def contents(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() if p.is_file() else b"" for p in sorted(root.rglob("*"))}
+
+
+def test_preflight_accepts_a_new_or_good_results_dir(tmp_path: Path) -> None:
+    ResultsStore(tmp_path / "not" / "yet").preflight()
+    assert list(tmp_path.iterdir()) == []  # nothing created
+    store = ResultsStore(tmp_path / "r")
+    store.append(row("a", error='quoted "x", and\na newline'), {})
+    before = contents(tmp_path)
+    store.preflight()
+    assert contents(tmp_path) == before
+
+
+def test_preflight_results_dir_is_a_file(tmp_path: Path) -> None:
+    (tmp_path / "res").write_text("not a directory")
+    with pytest.raises(ValueError, match=re.escape(f"results directory {tmp_path / 'res'} is an existing file")):
+        ResultsStore(tmp_path / "res").preflight()
+    res = re.escape(str(tmp_path / "res"))
+    with pytest.raises(ValueError, match=f"cannot create results directory {res}/sub: {res} is a file"):
+        ResultsStore(tmp_path / "res" / "sub").preflight()
+    (tmp_path / "ok" / "runs").parent.mkdir()
+    (tmp_path / "ok" / "runs").write_text("")
+    with pytest.raises(ValueError, match="runs is a file, but run JSONs go into a directory"):
+        ResultsStore(tmp_path / "ok").preflight()
+    assert sorted(p.name for p in tmp_path.rglob("*")) == ["ok", "res", "runs"]
+
+
+@pytest.mark.skipif(hasattr(os, "geteuid") and os.geteuid() == 0, reason="root may write anywhere")
+def test_preflight_unwritable_dir(tmp_path: Path) -> None:
+    locked = tmp_path / "locked"
+    locked.mkdir(mode=0o555)
+    try:
+        with pytest.raises(ValueError, match=re.escape(f"results directory {locked} is not writable")):
+            ResultsStore(locked / "new").preflight()
+    finally:
+        locked.chmod(0o755)
+
+
+def damaged(tmp_path: Path, bad_line: str) -> Path:
+    store = ResultsStore(tmp_path)
+    for i in range(3):
+        store.append(row(f"r{i}", error="two\nlines" if i == 1 else ""), {})  # row r1 spans lines 3-4
+    path = tmp_path / "leaderboard.csv"
+    with path.open("a") as f:
+        f.write(bad_line)
+    with path.open("a") as f:
+        f.write(",".join(["r9"] + [""] * (len(COLUMNS) - 1)) + "\n")  # a good line after it
+    return path
+
+
+@pytest.mark.parametrize(
+    ("bad_line", "reason"),
+    [
+        ('r3,resnet20,"unterminated\n', "unexpected end of data"),
+        ("r3,resnet20\n", f"2 fields, not {len(COLUMNS)}"),
+        (",".join(["r3"] * (len(COLUMNS) + 1)) + "\n", f"{len(COLUMNS) + 1} fields"),
+        ('r3,"quoted"tail' + "," * (len(COLUMNS) - 2) + "\n", "',' expected after '\"'"),
+    ],
+)
+def test_damaged_line_is_named_with_its_repair(tmp_path: Path, bad_line: str, reason: str) -> None:
+    path = damaged(tmp_path, bad_line)
+    before = contents(tmp_path)
+    store = ResultsStore(tmp_path)
+    for action in (store.preflight, store.load_leaderboard, lambda: store.append(row("x"), {})):
+        with pytest.raises(ValueError) as info:
+            action()
+        message = str(info.value)
+        assert message.startswith(f"{path} line 6 is damaged ({reason}")  # header, 3 rows on 4 lines, the bad one
+        assert f"fix or delete line 6 of {path} (each row must have {len(COLUMNS)} comma-separated fields; " \
+               "a quote opened in a field must be closed)" in message
+        assert "\n" not in message and "tokenizing" not in message
+    assert contents(tmp_path) == {**before, "runs/x.json": b"{}\n"}  # append writes its JSON first, no row
+
+
+def test_not_utf8_and_not_a_file(tmp_path: Path) -> None:
+    (tmp_path / "leaderboard.csv").write_bytes(b"\xff\xfe,\n")
+    with pytest.raises(ValueError, match=r"leaderboard\.csv is not UTF-8 text"):
+        ResultsStore(tmp_path).preflight()
+    (tmp_path / "leaderboard.csv").unlink()
+    (tmp_path / "leaderboard.csv").mkdir()
+    with pytest.raises(ValueError, match=r"leaderboard\.csv is not a file"):
+        ResultsStore(tmp_path).load_leaderboard()

@@ -9,7 +9,19 @@ import pandas as pd
 import pytest
 from scipy import stats as sps
 
-from bench.stats import aggregate, aggregate_long, compare, first_reach, t_ci, target_summary
+from bench.config import RunConfig
+from bench.stats import (
+    aggregate,
+    aggregate_long,
+    compare,
+    config_table,
+    differing_fields,
+    first_reach,
+    t_ci,
+    target_summary,
+    with_config_columns,
+    with_config_hash,
+)
 
 # t_{0.975} quantiles from a printed table (Student's t): df=2 -> 4.303, df=3 -> 3.182, df=4 -> 2.776.
 T975 = {2: 4.302653, 3: 3.182446, 4: 2.776445}
@@ -144,3 +156,65 @@ def test_compare_by_several_columns_and_mixed_groups():
     assert res["diff"] == pytest.approx(0.0)
     with pytest.raises(ValueError, match="does not match by"):
         compare(both, "resnet", ("plain", 20), "final_val_acc", by=("variant", "depth"))
+
+
+def config_rows(cfg: RunConfig, values: list[float], **row) -> list[dict]:
+    """Leaderboard rows of one config's seeds, identified as bench identifies them."""
+    return [{"run_id": RunConfig(**{**cfg.to_dict(), "seed": s}).run_id, "config_hash": cfg.config_hash(),
+             "variant": cfg.variant, "depth": cfg.depth, "task": cfg.task, "seed": s, "status": "ok",
+             "warmup_steps": cfg.warmup_steps, "final_val_acc": v} | row for s, v in enumerate(values)]  # fmt: skip
+
+
+def test_configs_differing_only_in_warmup_never_pool():
+    cold = RunConfig(variant="postln", depth=6, task="text", optimizer="adam")
+    warm = RunConfig(variant="postln", depth=6, task="text", optimizer="adam", warmup_steps=100)
+    assert cold.config_hash() != warm.config_hash()
+    df = pd.DataFrame(config_rows(cold, [0.5, 0.52, 0.54]) + config_rows(warm, [0.9, 0.92, 0.94]))
+    long = aggregate_long(df, metrics=("final_val_acc",))  # by variant, depth, task only: still two groups
+    assert sorted(long["config_hash"]) == sorted([cold.config_hash(), warm.config_hash()])
+    assert sorted(long["mean"]) == pytest.approx([0.52, 0.92]) and list(long["n"]) == [3, 3]
+    wide = aggregate(df, metrics=("final_val_acc",))
+    assert len(wide) == 2 and sorted(wide["final_val_acc_mean"]) == pytest.approx([0.52, 0.92])
+    assert len(target_summary(df.assign(steps_to_target=1.0))) == 2
+    # Without the column, the hash is read from the run id; pooling stays off.
+    assert len(aggregate_long(df.drop(columns="config_hash"), metrics=("final_val_acc",))) == 2
+    assert len(aggregate_long(df, metrics=("final_val_acc",), by_config=False)) == 1  # only on request
+    with pytest.raises(ValueError, match=r"'postln' spans several configurations \(config_hash \['"):
+        compare(df, "postln", "postln", "final_val_acc")
+    assert differing_fields(df) == ["warmup_steps"]
+    assert differing_fields(df, exclude=("warmup_steps",)) == []
+
+
+def test_config_hash_from_the_run_id_where_the_column_lacks_it():
+    df = pd.DataFrame({"run_id": ["resnet-d20-digits-0a1b2c3d-s4", "odd", "x-deadbeef-s1"],
+                       "config_hash": [None, None, "feedface"]})  # fmt: skip
+    assert with_config_hash(df)["config_hash"].tolist()[0] == "0a1b2c3d"
+    assert pd.isna(with_config_hash(df)["config_hash"].iloc[1])
+    assert with_config_hash(df)["config_hash"].iloc[2] == "feedface"  # a recorded hash is kept
+    bare = pd.DataFrame({"variant": ["a"]})
+    assert with_config_hash(bare) is bare  # nothing to read it from
+
+
+def test_differing_fields_read_run_configs_and_model_arguments():
+    xavier = RunConfig(variant="postln", depth=6, task="text", model_args=(("init", "xavier"),), eval_every=10)
+    normal = RunConfig(variant="postln", depth=6, task="text", model_args=(("init", "normal"),), eval_every=10)
+    rows = config_rows(xavier, [0.5, 0.6]) + config_rows(normal, [0.7, 0.8])
+    df = pd.DataFrame(rows).assign(precision="fp32")
+    runs = [{"run_id": r["run_id"], "config": RunConfig(**{**(xavier if i < 2 else normal).to_dict(),
+             "seed": r["seed"], "data_dir": f"/data{i}"}).to_dict()} for i, r in enumerate(rows)]  # fmt: skip
+    assert differing_fields(df) == []  # the leaderboard alone cannot tell them apart
+    assert differing_fields(df, runs) == ["init"]  # data_dir differs too, but it is no part of a config
+    table = config_table(df, runs)
+    assert table["init"].tolist() == ["xavier", "xavier", "normal", "normal"]
+    assert table["eval_every"].tolist() == [10] * 4 and "seed" not in table and "data_dir" not in table
+    assert table["betas"].iloc[0] == (0.9, 0.999)  # lists from JSON are hashable tuples
+    shown = with_config_columns(df, runs, ["init", "nothing_records_this"])
+    assert shown["init"].tolist() == ["xavier", "xavier", "normal", "normal"]
+    assert shown["nothing_records_this"].isna().all() and list(df.columns) == list(shown.columns)[:-2]
+    # A leaderboard value wins over the JSON's; a field that varies within one configuration is not one.
+    board_init = df.assign(init=["a", "a", "b", "b"], lr=[0.1, 0.2, 0.1, 0.2])
+    assert config_table(board_init, runs)["init"].tolist() == ["a", "a", "b", "b"]
+    assert differing_fields(board_init, runs) == ["init"]
+    clash = RunConfig(variant="v", model_args=(("lr", 5),))
+    flat = config_table(pd.DataFrame(config_rows(clash, [1.0])), [{"run_id": clash.run_id, "config": clash.to_dict()}])
+    assert flat["model_args.lr"].tolist() == [5] and flat["lr"].tolist() == [0.1]  # a model argument named like a field

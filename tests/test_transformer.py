@@ -195,7 +195,7 @@ def test_deepnorm_model_uses_alpha_and_beta_init() -> None:
 def test_gpt2_init() -> None:
     torch.manual_seed(0)
     depth = 8
-    model = variants.create("preln", depth=depth, d_model=64, n_heads=4, d_ff=256)
+    model = variants.create("preln", depth=depth, d_model=64, n_heads=4, d_ff=256, init="gpt2")
     attn, ffn = model.bodies()[-1]
     resid = 0.02 / math.sqrt(2 * depth)
     for w, std in (
@@ -208,6 +208,37 @@ def test_gpt2_init() -> None:
     ):
         assert w.std().item() == pytest.approx(std, rel=0.05)
     assert all(torch.count_nonzero(m.bias) == 0 for m in model.modules() if isinstance(m, nn.Linear))
+
+
+PLACEMENTS = ["postln", "preln", "sandwich", "mixln", "rezero_lm"]
+
+
+def test_placements_share_one_default_init() -> None:
+    """A placement comparison must not also compare inits: same seed -> bit-identical branch weights."""
+    assert {variants.describe(n)["defaults"]["init"] for n in PLACEMENTS} == {"xavier"}
+    weights = {}
+    for name in PLACEMENTS:
+        torch.manual_seed(0)
+        model = variants.create(name, depth=4, d_model=32, n_heads=2, d_ff=64)
+        weights[name] = [lin.weight for a, f in model.bodies() for lin in (a.qkv, a.proj, f.fc1, f.fc2)]
+    for name in PLACEMENTS[1:]:
+        assert all(torch.equal(a, b) for a, b in zip(weights["postln"], weights[name], strict=True)), name
+    # Xavier-uniform: std = sqrt(2 / (fan_in + fan_out)); fc1 is 32 -> 64.
+    fc1 = weights["preln"][2]
+    assert fc1.std().item() == pytest.approx(math.sqrt(2 / (32 + 64)), rel=0.05)
+
+
+@pytest.mark.parametrize(("name", "init"), [("deepnorm", "deepnorm"), ("gpt2_small", "gpt2")])
+def test_paper_inits_are_pinned(name: str, init: str) -> None:
+    desc = variants.describe(name)
+    assert desc["fixed"]["init"] == init
+    with pytest.raises(ValueError, match="preset fixes init='" + init):
+        variants.create(name, init="xavier")
+
+
+def test_unknown_init_names_the_choices() -> None:
+    with pytest.raises(ValueError, match="unknown init 'kaiming'; choose one of: gpt2, normal, xavier, deepnorm"):
+        tiny("preln", init="kaiming")
 
 
 def test_rezero_is_identity_at_init() -> None:

@@ -7,7 +7,10 @@
 - He, Zhang, Ren & Sun 2016, "Identity Mappings in Deep Residual Networks", Table 1 / Fig. 2: the
   shortcut treatments (constant scaling, gating, 1×1 conv, dropout) as ``resnet(shortcut_variant=...)``.
 - Srivastava, Greff & Schmidhuber 2015, "Training Very Deep Networks": ``highway`` units
-  ``y = T(x)·F(x) + (1 - T(x))·x`` on the same stages.
+  ``y = T(x)·H(x) + (1 - T(x))·x`` on the same stages, either the two-conv unit adapted to these stages
+  (the default, used by every ``highway<depth>`` preset) or the paper's own layer (``unit="srivastava"``).
+
+Every builder takes ``init`` (``variants.layers.INIT_SCHEMES``; default ``kaiming``, He 2015's own).
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .combinators import Add, Combinator, Gate, NoShortcut, Scaled, TransformGate
-from .layers import EXPANSION, Unit, build_cifar, conv1x1, conv_branch, make_shortcut, unit_count
+from .layers import EXPANSION, Unit, build_cifar, conv1x1, conv3x3, conv_branch, make_shortcut, unit_count
 from .placements import drop_path_rates
 from .preact import ORDERS
 from .registry import register, register_preset
@@ -27,6 +30,9 @@ from .registry import register, register_preset
 HE2015 = "He et al. 2015, Deep Residual Learning for Image Recognition, §4.2"
 HE2016 = "He et al. 2016, Identity Mappings in Deep Residual Networks, Table 1"
 SRIVASTAVA = "Srivastava et al. 2015, Training Very Deep Networks, §2"
+# The placement label of He 2015's unit: BN inside the branch, ReLU after the join. He 2016 §4.1 calls it
+# post-activation; it is not "post" (norm(x + F(x))) of variants.placements.
+POST_ACTIVATION = "post-activation"
 
 # He 2015's unit (He 2016's "original" ordering): conv-BN-ReLU-conv-BN on the branch, ReLU after the join.
 ORIGINAL = ORDERS["original"]
@@ -71,9 +77,11 @@ SHORTCUT_VARIANTS: dict[str, tuple[ShortcutFn, CombineFn]] = {
 }
 
 
-@register("plain", family="plain", paper=HE2015, axes={"combinator": "none", "placement": "post", "body": "conv"})
+@register("plain", family="plain", paper=HE2015,
+          axes={"combinator": "none", "placement": POST_ACTIVATION, "body": "conv"})
 def plain(
-    depth: int = 56, num_classes: int = 10, in_chans: int = 3, width: int = 16, block: str = "basic"
+    depth: int = 56, num_classes: int = 10, in_chans: int = 3, width: int = 16, block: str = "basic",
+    init: str = "kaiming",
 ) -> nn.Module:
     """He 2015's plain baseline: the ResNet's layers without shortcuts (joined by ``NoShortcut``)."""
 
@@ -81,11 +89,11 @@ def plain(
         body = conv_branch(block, cin, w, stride, between=ORIGINAL.between, last=ORIGINAL.last)
         return Unit(body, NoShortcut(), post=nn.ReLU())
 
-    return build_cifar(depth, block, width, num_classes, in_chans, unit, "CIFAR plain net")
+    return build_cifar(depth, block, width, num_classes, in_chans, unit, "CIFAR plain net", init=init)
 
 
 @register("resnet", family="resnet", paper=f"{HE2015}; shortcut variants: {HE2016}",
-          axes={"combinator": "add", "placement": "post", "body": "conv"})
+          axes={"combinator": "add", "placement": POST_ACTIVATION, "body": "conv"})
 def resnet(
     depth: int = 56,
     num_classes: int = 10,
@@ -96,6 +104,7 @@ def resnet(
     shortcut_variant: str = "identity",
     gate_bias: float = -6.0,
     drop_path_rate: float = 0.0,
+    init: str = "kaiming",
 ) -> nn.Module:
     """He 2015 CIFAR ResNet. ``shortcut``: A (zero-pad), B (project where shapes change), C (always project).
 
@@ -118,11 +127,30 @@ def resnet(
             drop_path=rates[i],
         )
 
-    return build_cifar(depth, block, width, num_classes, in_chans, unit, "CIFAR ResNet")
+    return build_cifar(depth, block, width, num_classes, in_chans, unit, "CIFAR ResNet", init=init)
+
+
+HIGHWAY_UNITS = ("two_conv", "srivastava")
+
+
+def srivastava_layers(depth: int) -> int:
+    """Highway layers per stage of ``unit="srivastava"``: depth = 3n+2 (stem conv, 3n one-conv layers, classifier).
+
+    Each layer counts once, as in Srivastava 2015 (whose depths count highway layers): its H is the one
+    convolution on the path, T the gate of that layer.
+    """
+    if isinstance(depth, bool) or not isinstance(depth, int) or depth < 5 or (depth - 2) % 3:
+        raise ValueError(
+            "CIFAR Highway net (unit='srivastava') depth must be 3n+2 with n >= 1 (a stem conv, 3 stages of n "
+            f"one-conv layers, the classifier), e.g. 20, 32, 44, 56, 110, got {depth!r}"
+        )
+    return (depth - 2) // 3
 
 
 @register("highway", family="highway", paper=SRIVASTAVA,
-          axes={"combinator": "gate", "placement": "post", "body": "conv"})
+          # Today's two-conv unit: H ends in BN-ReLU before the gated join, nothing after it (He 2016 Fig. 4c's
+          # ordering); no norm around the join, so not "post".
+          axes={"combinator": "gate", "placement": "relu-before-add", "body": "conv"})
 def highway(
     depth: int = 56,
     num_classes: int = 10,
@@ -132,9 +160,22 @@ def highway(
     shortcut: str = "A",
     gate_bias: float = -3.0,
     drop_path_rate: float = 0.0,
+    unit: str = "two_conv",
+    init: str = "kaiming",
 ) -> nn.Module:
-    """Highway units ``y = T·H(x) + (1-T)·x`` with H = conv-BN-ReLU-conv-BN-ReLU (Srivastava's H ends in
-    its nonlinearity) and T a 1×1-conv sigmoid gate read from the (A/B-shaped) carry path.
+    """Highway units ``y = T(x)·H(x) + (1-T(x))·x`` on He 2015's CIFAR stages; ``unit`` picks the unit.
+
+    - ``"two_conv"`` (default; every ``highway<depth>`` preset uses it): an adaptation to the ResNet's
+      units, H = conv-BN-ReLU-conv-BN-ReLU (a ``block`` branch that ends, as Srivastava's H does, in its
+      nonlinearity), T a 1×1-conv sigmoid gate reading the (``shortcut`` A/B-shaped) carry path. Depth
+      6n+2 (basic) / 9n+2 (bottleneck), as the ResNets.
+    - ``"srivastava"``: the paper's convolutional highway layer (§2-3), H = ReLU(conv3×3(x) + b_H) and
+      T = sigmoid(conv3×3(x) + b_T), both reading the layer input with the same receptive field, no BN.
+      The first layer of stages 2 and 3 is a plain layer ReLU(conv3×3/2(x) + b) that changes the
+      dimensionality (§2 offers a sub-sampled/zero-padded x or a plain layer; the paper's nets take the
+      plain layer), so every gated layer has an identity carry and ``block``/``shortcut`` do not apply
+      (they must keep their defaults). Depth 3n+2 (:func:`srivastava_layers`); a layer holds two convs,
+      so twice the plain net's weights at equal depth. Stochastic depth skips the plain layers.
 
     ``gate_bias`` default -3: Srivastava 2015 §2.2 recommends a negative start such as -1 or -3 so the
     net begins near carry behaviour; we take the more carry-biased end because these stacks (up to 54
@@ -142,16 +183,37 @@ def highway(
     related exclusive gating (which, unlike this, puts a ReLU after the join: ``resnet(shortcut_variant=
     "exclusive_gating")``).
     """
+    what = "CIFAR Highway net"
+    if unit not in HIGHWAY_UNITS:
+        raise ValueError(f"highway unit must be one of {HIGHWAY_UNITS}, got {unit!r}")
     make_shortcut(shortcut, 1, 1, 1)
-    rates = drop_path_rates(drop_path_rate, unit_count(depth, block, "CIFAR Highway net"))
+    if unit == "srivastava":
+        if (block, shortcut) != ("basic", "A"):
+            raise ValueError(
+                "unit='srivastava' has one 3x3 conv per layer and changes dimensionality with a plain layer "
+                f"(Srivastava 2015 §2): block and shortcut must keep their defaults, got block={block!r}, "
+                f"shortcut={shortcut!r}"
+            )
+        n = srivastava_layers(depth)
+        rates = drop_path_rates(drop_path_rate, 3 * n)
 
-    def unit(i: int, cin: int, w: int, stride: int) -> nn.Module:
+        def layer(i: int, cin: int, w: int, stride: int) -> nn.Module:
+            h = nn.Sequential(conv3x3(cin, w, stride, bias=True), nn.ReLU())
+            if cin != w or stride != 1:
+                return Unit(h, NoShortcut())  # the plain layer that changes dimensionality
+            return Unit(h, Gate(TransformGate(conv3x3(w, w, bias=True), gate_bias)), drop_path=rates[i])
+
+        return build_cifar(depth, block, width, num_classes, in_chans, layer, what, init=init, n=n)
+
+    rates = drop_path_rates(drop_path_rate, unit_count(depth, block, what))
+
+    def two_conv(i: int, cin: int, w: int, stride: int) -> nn.Module:
         cout = EXPANSION[block] * w
         body = conv_branch(block, cin, w, stride, last=("bn", "relu"))
         return Unit(body, Gate(transform_gate(cout, gate_bias)), shortcut=make_shortcut(shortcut, cin, cout, stride),
                     drop_path=rates[i])
 
-    return build_cifar(depth, block, width, num_classes, in_chans, unit, "CIFAR Highway net")
+    return build_cifar(depth, block, width, num_classes, in_chans, two_conv, what, init=init)
 
 
 for _d in (20, 32, 44, 56, 110):

@@ -21,7 +21,7 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from .combinators import Concat
-from .layers import ConvNet, check_positive, conv1x1, conv3x3
+from .layers import ConvNet, check_init, check_positive, conv1x1, conv3x3, init_weights_
 from .placements import drop_path_rates
 from .registry import register, register_preset
 
@@ -111,13 +111,16 @@ def densenet(
     drop_rate: float = 0.0,
     drop_path_rate: float = 0.0,
     memory_efficient: bool = False,
+    init: str = "kaiming",
 ) -> nn.Module:
     """CIFAR DenseNet (``bc=True``: DenseNet-BC). ``drop_rate`` is Huang's dropout (0.2 without augmentation);
-    ``drop_path_rate`` drops a layer's new feature maps per sample (linear decay)."""
+    ``drop_path_rate`` drops a layer's new feature maps per sample (linear decay). ``init`` is one of
+    ``variants.layers.INIT_SCHEMES``; ``kaiming`` (default) is the He-normal draw of Huang et al.'s code."""
     if not isinstance(bc, bool):
         raise ValueError(f"bc must be True or False, got {bc!r}")
     n = layers_per_block(depth, bc)
     check_positive(growth_rate=growth_rate, num_classes=num_classes, in_chans=in_chans)
+    check_init(init)
     if not 0.0 <= drop_rate < 1.0:
         raise ValueError(f"drop_rate must be in [0, 1), got {drop_rate}")
     rates = iter(drop_path_rates(drop_path_rate, 3 * n))
@@ -136,7 +139,7 @@ def densenet(
             channels = out
         stages.append(stage)
     head = nn.Sequential(nn.BatchNorm2d(channels), nn.ReLU())
-    return ConvNet(stem, stages, head, channels, num_classes)
+    return init_weights_(ConvNet(stem, stages, head, channels, num_classes), init)
 
 
 register_preset("densenet40_k12", "densenet", depth=40, growth_rate=12, paper=f"{HUANG} (1.0M)")

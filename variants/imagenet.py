@@ -13,7 +13,7 @@ from __future__ import annotations
 from torch import nn
 
 from .combinators import Add
-from .layers import EXPANSION, ConvNet, Unit, check_positive, conv_branch, make_shortcut
+from .layers import EXPANSION, ConvNet, Unit, check_init, check_positive, conv_branch, init_weights_, make_shortcut
 from .placements import drop_path_rates
 from .registry import register, register_preset
 
@@ -36,7 +36,8 @@ def _stem(in_chans: int, width: int) -> nn.Sequential:
 
 
 @register("resnet_imagenet", family="resnet_imagenet", paper=HE2015,
-          axes={"combinator": "add", "placement": "post", "body": "conv"})
+          # BN inside the branch, ReLU after the join: He 2016's "post-activation", not norm(x + F(x)).
+          axes={"combinator": "add", "placement": "post-activation", "body": "conv"})
 def resnet_imagenet(
     depth: int = 50,
     num_classes: int = 1000,
@@ -44,11 +45,16 @@ def resnet_imagenet(
     width: int = 64,
     zero_init_residual: bool = False,
     drop_path_rate: float = 0.0,
+    init: str = "kaiming",
 ) -> nn.Module:
-    """He 2015 ImageNet ResNet of ``depth`` in {18, 34, 50, 101, 152}; ``width`` is the first stage's width."""
+    """He 2015 ImageNet ResNet of ``depth`` in {18, 34, 50, 101, 152}; ``width`` is the first stage's width.
+
+    ``init`` is one of ``variants.layers.INIT_SCHEMES``; ``kaiming`` (default) is torchvision's draw. The
+    zero-initialised BNs of ``zero_init_residual`` stay zero under every scheme (schemes draw weights only)."""
     if depth not in LAYOUTS or isinstance(depth, bool):
         raise ValueError(f"ImageNet ResNet depth must be one of {tuple(LAYOUTS)} (He 2015 Table 1), got {depth!r}")
     check_positive(num_classes=num_classes, in_chans=in_chans, width=width)
+    check_init(init)
     block, counts = LAYOUTS[depth]
     rates = iter(drop_path_rates(drop_path_rate, sum(counts)))
     stages, cin = [], width
@@ -67,7 +73,7 @@ def resnet_imagenet(
                               drop_path=next(rates)))
             cin = cout
         stages.append(units)
-    return ConvNet(_stem(in_chans, width), stages, nn.Identity(), cin, num_classes)
+    return init_weights_(ConvNet(_stem(in_chans, width), stages, nn.Identity(), cin, num_classes), init)
 
 
 for _d in LAYOUTS:

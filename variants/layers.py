@@ -7,12 +7,14 @@
   placed before, between and after the convolutions, which is how He et al. 2016, "Identity Mappings
   in Deep Residual Networks", Fig. 4, describes its orderings.
 - Convolutions are initialised as He et al. 2015 ("Delving Deep into Rectifiers") in the fan-out form
-  the original Torch ResNet code and torchvision use.
+  the original Torch ResNet code and torchvision use; :func:`init_weights_` re-draws a built net under
+  another named scheme (the ``init`` axis).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import TypeVar
 
 import torch
 import torch.nn.functional as F
@@ -28,6 +30,52 @@ def he_init_(conv: nn.Conv2d) -> nn.Conv2d:
     if conv.bias is not None:
         nn.init.zeros_(conv.bias)
     return conv
+
+
+# The named initialisation schemes of the CNN and MLP families (DESIGN.md axis 5). Each draws the weight
+# of every Conv2d and Linear (classifier included); biases (0, or a Highway gate's negative start),
+# norms and the scalar/per-channel scales of the combinators keep their construction values, so two
+# schemes differ in those weights only.
+#   kaiming: He et al. 2015, "Delving Deep into Rectifiers": what the constructors already draw (convs
+#            He-normal fan-out with the ReLU gain, as the Torch ResNet code and torchvision; the MLP's
+#            linear layers fan-in with their activation's gain), the classifier at PyTorch's default.
+#            Applying it changes nothing, so a default model stays bit-identical for a given seed.
+#   xavier:  Glorot & Bengio 2010, "Understanding the difficulty of training deep feedforward neural
+#            networks", eq. 16: uniform, variance 2 / (fan_in + fan_out), gain 1.
+#   normal:  N(0, 0.02), a fixed std whatever the layer's fan (GPT's, Radford et al. 2018; the transformer
+#            family's ``normal``), the fixed-scale kind of draw He 2015 argues against for deep nets.
+INIT_SCHEMES: dict[str, Callable[[torch.Tensor], object] | None] = {
+    "kaiming": None,
+    "xavier": nn.init.xavier_uniform_,
+    "normal": lambda w: nn.init.normal_(w, std=0.02),
+}
+
+
+def check_init(init: str) -> None:
+    """Raise ``ValueError`` naming the schemes unless ``init`` is one of :data:`INIT_SCHEMES`."""
+    if init not in INIT_SCHEMES:
+        raise ValueError(f"unknown init {init!r}; choose one of: {', '.join(INIT_SCHEMES)}")
+
+
+ModuleT = TypeVar("ModuleT", bound=nn.Module)
+
+
+def init_weights_(model: ModuleT, init: str) -> ModuleT:
+    """Re-draw every Conv2d/Linear weight of ``model`` under scheme ``init`` (see :data:`INIT_SCHEMES`)."""
+    check_init(init)
+    draw = INIT_SCHEMES[init]
+    if draw is not None:
+        with torch.no_grad():
+            for m in model.modules():
+                if isinstance(m, (nn.Conv2d, nn.Linear)):
+                    draw(m.weight)
+    return model
+
+
+def check_paper_init(init: str, scheme: str, what: str) -> None:
+    """For a variant whose paper *is* its initialisation: ``init`` can only name that scheme."""
+    if init != scheme:
+        raise ValueError(f"{what}'s initialisation is its paper's own scheme: init must be {scheme!r}, got {init!r}")
 
 
 def conv3x3(cin: int, cout: int, stride: int = 1, bias: bool = False) -> nn.Conv2d:
@@ -236,18 +284,24 @@ def build_cifar(
     what: str,
     stem: Callable[[int, int], nn.Module] = post_act_stem,
     head_pre: Callable[[int], nn.Module] = lambda features: nn.Identity(),
+    init: str = "kaiming",
+    n: int | None = None,
 ) -> ConvNet:
-    """The He 2015 CIFAR macro-architecture around ``unit(index, cin, width, stride)``.
+    """The He 2015 CIFAR macro-architecture around ``unit(index, cin, width, stride)``, initialised by ``init``.
 
     ``stem(in_chans, width)`` and ``head_pre(features)`` build what surrounds the stages (a
-    pre-activation net, for instance, ends with BN-ReLU before pooling). Arguments are validated first.
+    pre-activation net, for instance, ends with BN-ReLU before pooling). ``n`` (units per stage) replaces
+    the 6n+2 / 9n+2 depth rule for units of another size (the caller validated it). Arguments are
+    validated first.
     """
-    n = cifar_depth(depth, block, what)
+    n = cifar_depth(depth, block, what) if n is None else n
     check_positive(width=width, num_classes=num_classes, in_chans=in_chans)
+    check_init(init)
     plan = cifar_plan(n, width, block)
     units = [unit(i, cin, w, stride) for i, (_, cin, w, stride) in enumerate(plan)]
     features = EXPANSION[block] * 4 * width
-    return ConvNet(stem(in_chans, width), group_stages(units, plan), head_pre(features), features, num_classes)
+    net = ConvNet(stem(in_chans, width), group_stages(units, plan), head_pre(features), features, num_classes)
+    return init_weights_(net, init)
 
 
 def unit_count(depth: int, block: str, what: str = "CIFAR ResNet") -> int:

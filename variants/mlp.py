@@ -8,6 +8,11 @@ layer either way, depths 10/20/50/100. Transform-gate biases start at -2 for MNI
 stack: ``act(x + norm(W·x))`` ("Deep Residual Learning for Image Recognition", 2015) and
 ``x + W·act(norm(x))`` ("Identity Mappings in Deep Residual Networks", 2016), one layer per unit so
 their parameters per layer match the plain net's.
+
+``highway_mlp`` is Srivastava's layer as written (no adaptation): H and T are each one affine map of the
+layer input, H with the nonlinearity and T a sigmoid, with the same width, so the carry is the identity.
+Every builder takes ``init`` (``variants.layers.INIT_SCHEMES``); ``kaiming`` (default) is the He-normal
+fan-in draw with each layer's own activation gain (:func:`linear`).
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ import torch
 from torch import nn
 
 from .combinators import Add, Gate, NoShortcut, TransformGate
-from .layers import Unit, check_positive
+from .layers import Unit, check_init, check_positive, init_weights_
 from .placements import Residual, drop_path_rates
 from .registry import register, register_preset
 
@@ -61,9 +66,10 @@ UnitFn = Callable[[float, Factory, Factory], nn.Module]
 
 def build_mlp(
     depth: int, width: int, num_classes: int, in_chans: int, image_size: int, activation: str, norm: str,
-    unit: UnitFn, drop_path_rate: float = 0.0, preact: bool = False,
+    unit: UnitFn, drop_path_rate: float = 0.0, preact: bool = False, init: str = "kaiming",
 ) -> MLP:
-    """``depth`` hidden layers: a plain first layer, then ``depth - 1`` units ``unit(drop_path, act, norm)``.
+    """``depth`` hidden layers: a plain first layer, then ``depth - 1`` units ``unit(drop_path, act, norm)``,
+    initialised by ``init``.
 
     Stochastic depth decays linearly over the units (Huang et al. 2016, "Deep Networks with Stochastic Depth").
     """
@@ -74,6 +80,7 @@ def build_mlp(
         raise ValueError(f"activation must be one of {tuple(ACTIVATIONS)}, got {activation!r}")
     if norm not in NORMS:
         raise ValueError(f"norm must be one of {tuple(NORMS)}, got {norm!r}")
+    check_init(init)
 
     def act() -> nn.Module:
         return ACTIVATIONS[activation]()
@@ -87,20 +94,20 @@ def build_mlp(
     head_pre = nn.Sequential(nrm(), act()) if preact else nn.Identity()
     rates = drop_path_rates(drop_path_rate, depth - 1) if depth > 1 else []
     units = [unit(rate, act, nrm) for rate in rates]
-    return MLP(stem, units, head_pre, width, num_classes)
+    return init_weights_(MLP(stem, units, head_pre, width, num_classes), init)
 
 
 @register("plain_mlp", family="mlp", paper=SRIVASTAVA, axes={"combinator": "none", "placement": "none", "body": "mlp"})
 def plain_mlp(
     depth: int = 10, width: int = 71, num_classes: int = 10, in_chans: int = 1, image_size: int = 28,
-    activation: str = "relu", norm: str = "none",
+    activation: str = "relu", norm: str = "none", init: str = "kaiming",
 ) -> nn.Module:
     """Plain layers ``y = act(norm(W·x + b))``."""
 
     def unit(drop_path: float, act: Factory, nrm: Factory) -> nn.Module:
         return Residual(nn.Sequential(linear(width, width, activation), nrm(), act()), NoShortcut(), "none")
 
-    return build_mlp(depth, width, num_classes, in_chans, image_size, activation, norm, unit)
+    return build_mlp(depth, width, num_classes, in_chans, image_size, activation, norm, unit, init=init)
 
 
 @register("highway_mlp", family="mlp", paper=SRIVASTAVA,
@@ -108,6 +115,7 @@ def plain_mlp(
 def highway_mlp(
     depth: int = 10, width: int = 50, num_classes: int = 10, in_chans: int = 1, image_size: int = 28,
     activation: str = "relu", norm: str = "none", gate_bias: float = -2.0, drop_path_rate: float = 0.0,
+    init: str = "kaiming",
 ) -> nn.Module:
     """Highway layers ``y = T·H(x) + (1-T)·x``, ``H = act(norm(W_H·x))``, ``T = sigmoid(W_T·x + b_T)``."""
     def unit(drop_path: float, act: Factory, nrm: Factory) -> nn.Module:
@@ -115,27 +123,31 @@ def highway_mlp(
         body = nn.Sequential(linear(width, width, activation), nrm(), act())
         return Residual(body, Gate(gate), "none", drop_path=drop_path)
 
-    return build_mlp(depth, width, num_classes, in_chans, image_size, activation, norm, unit, drop_path_rate)
+    return build_mlp(depth, width, num_classes, in_chans, image_size, activation, norm, unit, drop_path_rate,
+                     init=init)
 
 
 @register("residual_mlp", family="mlp", paper="He et al. 2015, Deep Residual Learning for Image Recognition, §3.2",
-          axes={"combinator": "add", "placement": "post", "body": "mlp"})
+          # The norm sits inside the branch and the activation after the join: He 2016's "post-activation"
+          # (the CNN resnet's label), not the "post" of variants.placements, norm(x + F(x)).
+          axes={"combinator": "add", "placement": "post-activation", "body": "mlp"})
 def residual_mlp(
     depth: int = 10, width: int = 71, num_classes: int = 10, in_chans: int = 1, image_size: int = 28,
-    activation: str = "relu", norm: str = "batch", drop_path_rate: float = 0.0,
+    activation: str = "relu", norm: str = "batch", drop_path_rate: float = 0.0, init: str = "kaiming",
 ) -> nn.Module:
     """Post-activation residual layers ``y = act(x + norm(W·x + b))``."""
     def unit(drop_path: float, act: Factory, nrm: Factory) -> nn.Module:
         return Unit(nn.Sequential(linear(width, width, activation), nrm()), Add(), post=act(), drop_path=drop_path)
 
-    return build_mlp(depth, width, num_classes, in_chans, image_size, activation, norm, unit, drop_path_rate)
+    return build_mlp(depth, width, num_classes, in_chans, image_size, activation, norm, unit, drop_path_rate,
+                     init=init)
 
 
 @register("preact_mlp", family="mlp", paper="He et al. 2016, Identity Mappings in Deep Residual Networks, §4.1",
           axes={"combinator": "add", "placement": "pre", "body": "mlp"})
 def preact_mlp(
     depth: int = 10, width: int = 71, num_classes: int = 10, in_chans: int = 1, image_size: int = 28,
-    activation: str = "relu", norm: str = "batch", drop_path_rate: float = 0.0,
+    activation: str = "relu", norm: str = "batch", drop_path_rate: float = 0.0, init: str = "kaiming",
 ) -> nn.Module:
     """Pre-activation residual layers ``y = x + W·act(norm(x)) + b``; the head applies the last norm-act."""
     def unit(drop_path: float, act: Factory, nrm: Factory) -> nn.Module:
@@ -143,7 +155,8 @@ def preact_mlp(
                         drop_path=drop_path)
 
     return build_mlp(
-        depth, width, num_classes, in_chans, image_size, activation, norm, unit, drop_path_rate, preact=True
+        depth, width, num_classes, in_chans, image_size, activation, norm, unit, drop_path_rate, preact=True,
+        init=init,
     )
 
 

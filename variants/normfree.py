@@ -16,6 +16,12 @@
 
 ReZero, SkipInit and Fixup units are the identity at initialisation (Fixup on its non-negative,
 post-ReLU inputs); their scalars are ``Scaled`` combinator parameters, so probes read them directly.
+
+Initialisation: these three papers *are* initialisations, so their ``init`` is pinned to the paper's
+scheme (``"rezero"``, ``"skipinit"``, ``"fixup"``; :func:`variants.describe` lists it under ``fixed``):
+ReZero and SkipInit draw the convs He-normal (fan-out) and start α at ``alpha_init`` = 0; Fixup as above.
+LayerScale is an architecture (a per-channel scale whose start ``init_scale`` is its own argument), so
+its convs take any scheme of ``variants.layers.INIT_SCHEMES`` (default ``kaiming``).
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ from .layers import (
     ScalarBias,
     Unit,
     build_cifar,
+    check_paper_init,
     conv3x3,
     conv_branch,
     make_shortcut,
@@ -51,9 +58,10 @@ def _norm_free_stem(in_chans: int, width: int) -> nn.Module:
 
 def _scalar_skip(
     depth: int, num_classes: int, in_chans: int, width: int, block: str, shortcut: str, alpha_init: float,
-    drop_path_rate: float, what: str, pre: tuple[str, ...], head_pre: type[nn.Module],
+    drop_path_rate: float, what: str, pre: tuple[str, ...], head_pre: type[nn.Module], init: str, scheme: str,
 ) -> nn.Module:
     """ReZero / SkipInit: ``shortcut(x) + α·F(x)``, biased convs, no norm; ``pre`` ops start the branch."""
+    check_paper_init(init, scheme, what)
     make_shortcut(shortcut, 1, 1, 1)
     rates = drop_path_rates(drop_path_rate, unit_count(depth, block, what))
 
@@ -67,32 +75,34 @@ def _scalar_skip(
                        lambda features: head_pre())
 
 
-@register("rezero", family="normfree", paper=BACHLECHNER, axes=AXES)
+# init=...: the paper is the initialisation, so the registration pins it (create(..., init=other) raises).
+@register("rezero", family="normfree", paper=BACHLECHNER, axes=AXES, init="rezero")
 def rezero(
     depth: int = 56, num_classes: int = 10, in_chans: int = 3, width: int = 16, block: str = "basic",
-    shortcut: str = "A", alpha_init: float = 0.0, drop_path_rate: float = 0.0,
+    shortcut: str = "A", alpha_init: float = 0.0, drop_path_rate: float = 0.0, init: str = "rezero",
 ) -> nn.Module:
     """ReZero CIFAR ResNet: ``y = x + α·conv(ReLU(conv(x)))``, α learnable from ``alpha_init`` = 0."""
     return _scalar_skip(depth, num_classes, in_chans, width, block, shortcut, alpha_init, drop_path_rate,
-                        "ReZero ResNet", (), nn.Identity)
+                        "ReZero ResNet", (), nn.Identity, init, "rezero")
 
 
-@register("skipinit", family="normfree", paper=DE_SMITH, axes=AXES)
+@register("skipinit", family="normfree", paper=DE_SMITH, axes=AXES, init="skipinit")
 def skipinit(
     depth: int = 56, num_classes: int = 10, in_chans: int = 3, width: int = 16, block: str = "basic",
-    shortcut: str = "A", alpha_init: float = 0.0, drop_path_rate: float = 0.0,
+    shortcut: str = "A", alpha_init: float = 0.0, drop_path_rate: float = 0.0, init: str = "skipinit",
 ) -> nn.Module:
     """SkipInit: pre-activation units without BN, ``y = x + α·conv(ReLU(conv(ReLU(x))))``, α from 0."""
     return _scalar_skip(depth, num_classes, in_chans, width, block, shortcut, alpha_init, drop_path_rate,
-                        "SkipInit ResNet", ("relu",), nn.ReLU)
+                        "SkipInit ResNet", ("relu",), nn.ReLU, init, "skipinit")
 
 
-@register("fixup", family="normfree", paper=ZHANG, axes=AXES)
+@register("fixup", family="normfree", paper=ZHANG, axes=AXES, init="fixup")
 def fixup(
     depth: int = 110, num_classes: int = 10, in_chans: int = 3, width: int = 16, block: str = "basic",
-    shortcut: str = "A", drop_path_rate: float = 0.0,
+    shortcut: str = "A", drop_path_rate: float = 0.0, init: str = "fixup",
 ) -> nn.Module:
     """Fixup CIFAR ResNet (post-activation units, ReLU after the join, as in the paper's CIFAR code)."""
+    check_paper_init(init, "fixup", "Fixup ResNet")
     make_shortcut(shortcut, 1, 1, 1)
     n_units = unit_count(depth, block, "Fixup ResNet")
     rates = drop_path_rates(drop_path_rate, n_units)
@@ -139,9 +149,11 @@ def cait_init(n_units: int) -> float:
           axes={"combinator": "scaled", "placement": "pre", "body": "conv"})
 def layerscale(
     depth: int = 56, num_classes: int = 10, in_chans: int = 3, width: int = 16, block: str = "basic",
-    shortcut: str = "A", init_scale: float | None = None, drop_path_rate: float = 0.0,
+    shortcut: str = "A", init_scale: float | None = None, drop_path_rate: float = 0.0, init: str = "kaiming",
 ) -> nn.Module:
-    """Full pre-activation units with per-channel ``β`` on the branch; ``init_scale`` None = CaiT's rule."""
+    """Full pre-activation units with per-channel ``β`` on the branch; ``init_scale`` None = CaiT's rule.
+
+    ``init`` draws the convs and the classifier (``variants.layers.INIT_SCHEMES``); β keeps ``init_scale``."""
     make_shortcut(shortcut, 1, 1, 1)
     n_units = unit_count(depth, block, "LayerScale ResNet")
     rates = drop_path_rates(drop_path_rate, n_units)
@@ -159,7 +171,7 @@ def layerscale(
     def head(features: int) -> nn.Module:
         return nn.Sequential(nn.BatchNorm2d(features), nn.ReLU())
 
-    return build_cifar(depth, block, width, num_classes, in_chans, unit, "LayerScale ResNet", stem, head)
+    return build_cifar(depth, block, width, num_classes, in_chans, unit, "LayerScale ResNet", stem, head, init)
 
 
 register_preset("rezero_resnet56", "rezero", depth=56, paper=f"{BACHLECHNER} (CIFAR-10 ResNet-56)")

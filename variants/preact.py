@@ -91,8 +91,12 @@ def preact(
     order: str = "full_preact",
     shortcut: str = "A",
     drop_path_rate: float = 0.0,
+    init: str = "kaiming",
 ) -> nn.Module:
-    """He 2016 CIFAR net; ``order`` is one of :data:`ORDERS` (``full_preact`` is the proposed unit)."""
+    """He 2016 CIFAR net; ``order`` is one of :data:`ORDERS` (``full_preact`` is the proposed unit).
+
+    ``init`` is one of ``variants.layers.INIT_SCHEMES``; ``kaiming`` (the default) is the He-normal fan-out
+    draw of the paper's released Torch code."""
     if order not in ORDERS:
         raise ValueError(f"order must be one of {tuple(ORDERS)} (He 2016 Fig. 4), got {order!r}")
     spec = ORDERS[order]
@@ -108,7 +112,7 @@ def preact(
     def head(features: int) -> nn.Module:
         return nn.Sequential(*ops(spec.head, features))
 
-    return build_cifar(depth, block, width, num_classes, in_chans, unit, "Pre-activation ResNet", stem, head)
+    return build_cifar(depth, block, width, num_classes, in_chans, unit, "Pre-activation ResNet", stem, head, init)
 
 
 register_preset("preact_resnet110", "preact", depth=110, paper=f"{HE2016}, Table 2 (ResNet-110, full pre-activation)")

@@ -30,6 +30,7 @@ class VariantSpec:
     paper: str
     axes: Mapping[str, str] = field(default_factory=dict)
     fixed: Mapping[str, Any] = field(default_factory=dict)
+    base: str | None = None  # the registration a preset extends (None: this is one)
 
     def defaults(self) -> dict[str, Any]:
         """Every keyword the builder takes, with the value this name uses unless overridden."""
@@ -59,7 +60,8 @@ def register_preset(name: str, base: str, *, paper: str | None = None, **fixed: 
     spec = _REGISTRY[base]
     _check_kwargs(spec, fixed, name)
     merged = {**spec.fixed, **fixed}
-    _add(VariantSpec(name, spec.family, spec.builder, paper or spec.paper, spec.axes, merged))
+    root = spec.base or base
+    _add(VariantSpec(name, spec.family, spec.builder, paper or spec.paper, spec.axes, merged, root))
 
 
 def _add(spec: VariantSpec) -> None:
@@ -105,22 +107,36 @@ def create(name: str, **overrides: Any) -> nn.Module:
     conflicts = {k: (spec.fixed[k], v) for k, v in overrides.items() if k in spec.fixed and spec.fixed[k] != v}
     if conflicts:
         detail = ", ".join(f"{k}={new!r} (preset fixes {k}={old!r})" for k, (old, new) in conflicts.items())
-        raise ValueError(f"conflicting argument(s) for preset {name!r}: {detail}; use the base variant instead")
+        root = _REGISTRY[spec.base] if spec.base else spec
+        if set(conflicts) & set(root.fixed):  # e.g. Fixup's init: the variant is defined by it
+            hint = f"variant {root.name!r} itself fixes {', '.join(sorted(set(conflicts) & set(root.fixed)))}"
+        else:
+            hint = f"use the base variant {root.name!r} instead"
+        raise ValueError(f"conflicting argument(s) for preset {name!r}: {detail}; {hint}")
     return spec.builder(**{**spec.fixed, **overrides})
 
 
 def describe(name: str) -> dict[str, Any]:
-    """Family, axes, paper and default keyword arguments of ``name``."""
+    """Family, axes, paper and default keyword arguments of ``name``.
+
+    ``init`` is the initialisation scheme ``name`` builds with unless overridden (None where the builder
+    takes no ``init``, e.g. timm models); ``init_pinned`` is True where the variant fixes it (a paper that
+    *is* an initialisation, such as Fixup or DeepNet), so ``create(name, init=other)`` raises.
+    """
     if name.startswith(TIMM_PREFIX):
-        return {"name": name, "family": "timm", "paper": "timm (PyTorch Image Models)", "axes": {}, "defaults": {}}
+        return {"name": name, "family": "timm", "paper": "timm (PyTorch Image Models)", "axes": {}, "defaults": {},
+                "fixed": {}, "init": None, "init_pinned": False}
     spec = _lookup(name)
+    defaults = spec.defaults()
     return {
         "name": spec.name,
         "family": spec.family,
         "paper": spec.paper,
         "axes": dict(spec.axes),
-        "defaults": spec.defaults(),
+        "defaults": defaults,
         "fixed": dict(spec.fixed),
+        "init": defaults.get("init"),
+        "init_pinned": "init" in spec.fixed,
     }
 
 

@@ -2,7 +2,12 @@
 
 Every variant is the same stack — token + learned position embeddings, ``depth`` layers of
 (causal self-attention sublayer, GELU feed-forward sublayer), an LM head tied to the token embedding —
-and differs only along the residual axes (norm placement, combinator) and in its paper's init:
+and differs only along the residual axes (norm placement, combinator). Initialisation is an axis of its
+own (``init``, see :data:`INITS`): every placement defaults to the same scheme, Xavier-uniform (Glorot &
+Bengio 2010, the init of Vaswani et al. 2017 and of Xiong et al. 2020's experiments), so ``postln`` vs
+``preln`` differs only in where LayerNorm sits. Variants whose paper *is* an init pin theirs: ``deepnorm``
+(DeepNet's β-scaled Xavier) and the ``gpt2_small`` preset (GPT-2's N(0, 0.02) with 1/√(2N) residual
+projections). ``--model-arg init=gpt2|normal|xavier|deepnorm`` picks another scheme for any other variant.
 
 - ``postln``: ``x ← LN(x + F(x))``, no final LN — Vaswani et al. 2017, "Attention Is All You Need".
 - ``preln``: ``x ← x + F(LN(x))``, final LN — Xiong et al. 2020, "On Layer Normalization in the
@@ -17,7 +22,7 @@ and differs only along the residual axes (norm placement, combinator) and in its
   all — Bachlechner et al. 2020, "ReZero is All You Need: Fast Convergence at Large Depth" (the name
   ``rezero`` is the CIFAR ResNet of ``variants.normfree``).
 - ``mixln``: Post-LN in the first ⌊N/4⌋ layers, Pre-LN after — Li et al. 2024, "Mix-LN: Unleashing the
-  Power of Deeper Layers by Combining Pre-LN and Post-LN".
+  Power of Deeper Layers by Combining Pre-LN and Post-LN" (trained there with ``init=normal``).
 
 Embeddings are initialised the GPT-2 way (token N(0, 0.02), position N(0, 0.01), no √d scaling) in
 every variant: with a tied head, larger embeddings make a freshly initialised model predict its own
@@ -46,6 +51,8 @@ LN_EPS = 1e-5  # GPT-2's LayerNorm epsilon
 class CausalSelfAttention(nn.Module):
     """Multi-head causal self-attention with a fused q|k|v projection (rows 0:d are q, d:2d k, 2d:3d v)."""
 
+    probe_kind = "attn"  # what bench.probes labels this sublayer
+
     def __init__(self, d_model: int, n_heads: int, dropout: float, bias: bool) -> None:
         super().__init__()
         self.n_heads = n_heads
@@ -64,6 +71,8 @@ class CausalSelfAttention(nn.Module):
 
 class FeedForward(nn.Module):
     """Position-wise ``fc2(GELU(fc1(x)))`` (GPT-2's tanh-approximate GELU) for every variant."""
+
+    probe_kind = "ffn"
 
     def __init__(self, d_model: int, d_ff: int, dropout: float, bias: bool) -> None:
         super().__init__()
@@ -143,16 +152,20 @@ INITS: dict[str, Callable[[TransformerLM], None]] = {
     "xavier": _init_xavier,
     "deepnorm": _init_deepnorm,
 }
+# One default for every placement (Xiong et al. 2020 ran Post-LN and Pre-LN under Xavier): a comparison of
+# placements must not also compare initialisations.
+DEFAULT_INIT = "xavier"
 
 
 @dataclass(frozen=True)
 class Recipe:
-    """A named variant: per-layer placements, a combinator factory (given depth) and an init scheme."""
+    """A named variant: per-layer placements and a combinator factory (given depth); ``init`` pins a scheme
+    only where the paper *is* an initialisation (DeepNet), else the family default :data:`DEFAULT_INIT` applies."""
 
     paper: str
     placements: Callable[[int], list[str]]
     combinator: Callable[[int], Combinator]
-    init: str
+    init: str | None = None
     axes: dict[str, str] = field(default_factory=dict)
     one_scale_per_layer: bool = False  # ReZero: both sublayers of a layer share one learnable α
 
@@ -167,33 +180,33 @@ def _add(depth: int) -> Combinator:
 
 RECIPES: dict[str, Recipe] = {
     "postln": Recipe(
-        "Vaswani et al. 2017, Attention Is All You Need", _same("post"), _add, "xavier",
-        {"combinator": "add", "placement": "post", "body": "attention+ffn"},
+        "Vaswani et al. 2017, Attention Is All You Need", _same("post"), _add,
+        axes={"combinator": "add", "placement": "post", "body": "attention+ffn"},
     ),
     "preln": Recipe(
         "Xiong et al. 2020, On Layer Normalization in the Transformer Architecture; Radford et al. 2019, GPT-2",
-        _same("pre"), _add, "gpt2", {"combinator": "add", "placement": "pre", "body": "attention+ffn"},
+        _same("pre"), _add, axes={"combinator": "add", "placement": "pre", "body": "attention+ffn"},
     ),
     "sandwich": Recipe(
         "Ding et al. 2021, CogView (Sandwich-LN); Kim et al. 2025, Peri-LN: Revisiting Layer Normalization "
-        "in the Transformer Architecture", _same("sandwich"), _add, "gpt2",
-        {"combinator": "add", "placement": "sandwich", "body": "attention+ffn"},
+        "in the Transformer Architecture", _same("sandwich"), _add,
+        axes={"combinator": "add", "placement": "sandwich", "body": "attention+ffn"},
     ),
     "deepnorm": Recipe(
         "Wang et al. 2022, DeepNet: Scaling Transformers to 1,000 Layers", _same("post"),
-        lambda depth: COMBINATORS["scaled"](alpha=deepnorm_alpha_beta(depth)[0]), "deepnorm",
-        {"combinator": "scaled (alpha=(2N)^1/4)", "placement": "post", "body": "attention+ffn"},
+        lambda depth: COMBINATORS["scaled"](alpha=deepnorm_alpha_beta(depth)[0]), init="deepnorm",
+        axes={"combinator": "scaled (alpha=(2N)^1/4)", "placement": "post", "body": "attention+ffn"},
     ),
     "rezero_lm": Recipe(
         "Bachlechner et al. 2020, ReZero is All You Need: Fast Convergence at Large Depth", _same("none"),
-        lambda depth: COMBINATORS["scaled"](alpha=1.0, beta=0.0, learnable_beta=True), "xavier",
-        {"combinator": "scaled (learnable beta=0)", "placement": "none", "body": "attention+ffn"},
+        lambda depth: COMBINATORS["scaled"](alpha=1.0, beta=0.0, learnable_beta=True),
+        axes={"combinator": "scaled (learnable beta=0)", "placement": "none", "body": "attention+ffn"},
         one_scale_per_layer=True,  # the paper's "single additional learned parameter per layer"
     ),
     "mixln": Recipe(
         "Li et al. 2024, Mix-LN: Unleashing the Power of Deeper Layers by Combining Pre-LN and Post-LN",
         lambda depth: ["post"] * mixln_post_layers(depth) + ["pre"] * (depth - mixln_post_layers(depth)),
-        _add, "normal", {"combinator": "add", "placement": "post (first floor(N/4) layers), then pre",
+        _add, axes={"combinator": "add", "placement": "post (first floor(N/4) layers), then pre",
                          "body": "attention+ffn"},
     ),
 }
@@ -204,11 +217,13 @@ class TransformerLM(nn.Module):
 
     def __init__(
         self, recipe: Recipe, *, depth: int, d_model: int, n_heads: int, d_ff: int, vocab_size: int,
-        max_len: int, dropout: float, bias: bool,
+        max_len: int, dropout: float, bias: bool, init: str = DEFAULT_INIT,
     ) -> None:
         super().__init__()
         _validate(depth=depth, d_model=d_model, n_heads=n_heads, d_ff=d_ff, vocab_size=vocab_size,
                   max_len=max_len, dropout=dropout)
+        if init not in INITS:
+            raise ValueError(f"unknown init {init!r}; choose one of: {', '.join(INITS)}")
         self.max_len = max_len
         self.tok_emb = nn.Embedding(vocab_size, d_model)
         self.pos_emb = nn.Embedding(max_len, d_model)
@@ -236,7 +251,7 @@ class TransformerLM(nn.Module):
                 nn.init.zeros_(module.bias)
         nn.init.normal_(self.tok_emb.weight, std=0.02)
         nn.init.normal_(self.pos_emb.weight, std=0.01)
-        INITS[recipe.init](self)
+        INITS[init](self)
 
     def bodies(self) -> list[tuple[CausalSelfAttention, FeedForward]]:
         """The (attention, feed-forward) branch modules of every layer, for the init schemes."""
@@ -285,19 +300,21 @@ def _builder(recipe: Recipe, depth: int = 6, d_model: int = 128, n_heads: int = 
 
     def build(depth: int = depth, d_model: int = d_model, n_heads: int = n_heads, d_ff: int = d_ff,
               vocab_size: int = vocab_size, max_len: int = max_len, dropout: float = 0.0,
-              bias: bool = True) -> TransformerLM:
+              bias: bool = True, init: str = recipe.init or DEFAULT_INIT) -> TransformerLM:
         return TransformerLM(recipe, depth=depth, d_model=d_model, n_heads=n_heads, d_ff=d_ff,
-                             vocab_size=vocab_size, max_len=max_len, dropout=dropout, bias=bias)
+                             vocab_size=vocab_size, max_len=max_len, dropout=dropout, bias=bias, init=init)
 
     return build
 
 
 for _name, _recipe in RECIPES.items():
-    register(_name, family="transformer", paper=_recipe.paper, axes=_recipe.axes)(_builder(_recipe))
+    _pinned = {"init": _recipe.init} if _recipe.init else {}  # the paper is the init: not overridable
+    register(_name, family="transformer", paper=_recipe.paper, axes=_recipe.axes, **_pinned)(_builder(_recipe))
 
-# GPT-2 small (124,439,808 parameters): the trunk is pinned; vocab_size/max_len default to GPT-2's 50257/1024
-# but stay overridable so the preset also runs on the byte-level tasks.
+# GPT-2 small (124,439,808 parameters): the trunk and GPT-2's init are pinned; vocab_size/max_len default to
+# GPT-2's 50257/1024 but stay overridable so the preset also runs on the byte-level tasks.
 register(
     "gpt2_small", family="transformer", paper="Radford et al. 2019, Language Models are Unsupervised Multitask "
     "Learners (GPT-2 small)", axes=RECIPES["preln"].axes, depth=12, d_model=768, n_heads=12, d_ff=3072, bias=True,
+    init="gpt2",
 )(_builder(RECIPES["preln"], depth=12, d_model=768, n_heads=12, d_ff=3072, vocab_size=50257, max_len=1024))

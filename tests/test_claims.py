@@ -1,0 +1,481 @@
+"""bench.claims: the claim vocabulary (every parse error), each verdict branch on hand-built runs, probe quantities."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from bench.claims import (
+    STUDIES_DIR,
+    describe,
+    evaluate_claims,
+    load_claims,
+    parse_claim,
+    parse_claims,
+    probe_quantity,
+    study_file,
+)
+from bench.config import RunConfig
+
+T975_2 = 4.302653  # Student t quantile, 0.975, 2 degrees of freedom (printed tables)
+
+
+def runs(variant: str, depth: int, values, statuses=None, metric: str = "final_train_loss", **config) -> list[dict]:
+    """Leaderboard rows of one configuration, one per value (seed 0, 1, ...); run ids and hashes as bench makes them."""
+    rows = []
+    for seed, value in enumerate(values):
+        cfg = RunConfig(variant=variant, depth=depth, seed=seed, **config)
+        status = statuses[seed] if statuses else "ok"
+        rows.append({"run_id": cfg.run_id, "config_hash": cfg.config_hash(), "variant": variant, "depth": depth,
+                     "task": cfg.task, "seed": seed, "status": status, "warmup_steps": cfg.warmup_steps,
+                     "lr": cfg.lr, metric: value if status == "ok" else None})  # fmt: skip
+    return rows
+
+
+def board(*groups: list[dict]) -> pd.DataFrame:
+    return pd.DataFrame([r for g in groups for r in g])
+
+
+BASE = {"id": "c", "paper": "P 2020, Fig. 1", "text": "words", "metric": "final_train_loss"}
+
+
+def claim(**kw):
+    return parse_claim(BASE | kw)
+
+
+def depth_claim(expect: str, **kw):
+    return claim(where={"variant": "plain"}, compare="depth", a=20, b=56, expect=expect, **kw)
+
+
+def one(claims, df, probes=None, run_jsons=None):
+    (result,) = evaluate_claims(claims if isinstance(claims, list) else [claims], df, probes, run_jsons)
+    return result
+
+
+# --- parsing --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("table", "message"),
+    [
+        (["not", "a", "table"], r"claim: a claim is a table"),
+        (BASE | {"kind": "trend"}, r"claim 'c': unknown kind 'trend'; kinds: compare, slope, value"),
+        (
+            BASE | {"compare": "depth", "a": 1, "b": 2, "expect": "greater", "colour": "red"},
+            r"claim 'c': unknown field\(s\) \['colour'\] for kind 'compare'",
+        ),
+        (
+            BASE | {"kind": "slope", "x": "depth", "expect_range": [0, 1], "a": 1},
+            r"unknown field\(s\) \['a'\] for kind 'slope'",
+        ),
+        (
+            BASE | {"kind": "value", "expect": "greater", "threshold": 1, "relative": True},
+            r"unknown field\(s\) \['relative'\] for kind 'value'",
+        ),
+        (
+            {k: v for k, v in BASE.items() if k != "metric"} | {"compare": "d", "a": 1, "b": 2, "expect": "less"},
+            r"claim 'c': missing field\(s\) \['metric'\]",
+        ),
+        ({"paper": "p", "text": "t", "metric": "final_train_loss"}, r"claim: missing field\(s\) \['id', 'compare'"),
+        (BASE | {"kind": "slope", "x": "depth"}, r"missing field\(s\) \['expect_range'\]"),
+        (BASE | {"kind": "value", "expect": "greater"}, r"missing field\(s\) \['threshold'\]"),
+        (BASE | {"text": " ", "compare": "d", "a": 1, "b": 2, "expect": "less"}, r"text must be a non-empty string"),
+        (
+            BASE | {"metric": "loss_at_end", "compare": "d", "a": 1, "b": 2, "expect": "less"},
+            r"unknown metric 'loss_at_end': not a leaderboard column, one of train_error, val_error",
+        ),
+        (
+            BASE | {"metric": "probe:grad_norm:ffn", "compare": "d", "a": 1, "b": 2, "expect": "less"},
+            r"probe metric 'probe:grad_norm:ffn' is not probe:<probe metric>:<unit kind>:<position>",
+        ),
+        (
+            BASE | {"metric": "probe:grad_norm:ffn:middle", "compare": "d", "a": 1, "b": 2, "expect": "less"},
+            r"unknown position 'middle'; positions: first, last, last_over_first",
+        ),
+        (BASE | {"step": 5, "compare": "d", "a": 1, "b": 2, "expect": "less"}, r"step is for probe metrics only"),
+        (
+            BASE | {"metric": "probe:g:ffn:last", "step": -1, "compare": "d", "a": 1, "b": 2, "expect": "less"},
+            r"step must be an integer >= 0, got -1",
+        ),
+        (BASE | {"where": "plain", "compare": "d", "a": 1, "b": 2, "expect": "less"}, r"where must be a table"),
+        (
+            BASE | {"where": {"variant": []}, "compare": "d", "a": 1, "b": 2, "expect": "less"},
+            r"where.variant must be a value or a non-empty list of values, got \[\]",
+        ),
+        (
+            BASE | {"where": {"variant": {"x": 1}}, "compare": "d", "a": 1, "b": 2, "expect": "less"},
+            r"where.variant must be a value",
+        ),
+        (
+            BASE | {"for_each": "depth", "compare": "depth", "a": 1, "b": 2, "expect": "less"},
+            r"for_each and compare name the same field 'depth'",
+        ),
+        (BASE | {"compare": "", "a": 1, "b": 2, "expect": "less"}, r"compare must be a field name"),
+        (
+            BASE | {"count_above": "half", "compare": "d", "a": 1, "b": 2, "expect": "less"},
+            r"count_above must be a number, got 'half'",
+        ),
+        (
+            BASE | {"compare": "d", "a": 1, "b": 2, "expect": "bigger"},
+            r"unknown expect 'bigger'; expect: greater, less, not_greater, not_less, similar",
+        ),
+        (
+            BASE | {"kind": "value", "expect": "similar", "threshold": 1},
+            r"unknown expect 'similar'; expect: greater, less, not_greater, not_less$",
+        ),
+        (
+            BASE | {"compare": "d", "a": 1, "b": 2, "expect": "less", "threshold": -0.1},
+            r"threshold is a margin and must be >= 0, got -0.1",
+        ),
+        (
+            BASE | {"compare": "d", "a": 1, "b": 2, "expect": "less", "threshold": "5%"},
+            r"threshold must be a number, got '5%'",
+        ),
+        (
+            BASE | {"compare": "d", "a": 1, "b": 2, "expect": "less", "relative": "yes"},
+            r"relative must be true or false, got 'yes'",
+        ),
+        (BASE | {"compare": "d", "a": [1, 2], "b": 3, "expect": "less"}, r"a must be a single value"),
+        (BASE | {"compare": "d", "a": "max", "b": "max", "expect": "less"}, r"a and b are the same value 'max'"),
+        (
+            BASE | {"kind": "slope", "x": "depth", "expect_range": [1, -1]},
+            r"expect_range must be \[low, high\] with low < high, got \[1, -1\]",
+        ),
+        (BASE | {"kind": "slope", "x": "depth", "expect_range": [0, 1, 2]}, r"expect_range must be \[low, high\]"),
+    ],
+)
+def test_parse_errors_name_the_claim_and_the_field(table, message):
+    with pytest.raises(ValueError, match=message):
+        parse_claim(table)
+
+
+def test_every_problem_of_a_claim_is_reported_at_once():
+    with pytest.raises(ValueError, match=r"claim 'c': text must be .*; step is for probe .*; unknown expect"):
+        parse_claim(BASE | {"text": "", "step": 1, "compare": "d", "a": 1, "b": 2, "expect": "up"})
+
+
+def test_parse_claims_checks_the_array_and_unique_ids(tmp_path: Path):
+    good = BASE | {"compare": "d", "a": 1, "b": 2, "expect": "less"}
+    with pytest.raises(ValueError, match=r"s.toml: claims must be an array of tables"):
+        parse_claims({"id": "x"}, "s.toml")
+    with pytest.raises(ValueError, match=r"s.toml: claim id\(s\) \['c'\] used more than once"):
+        parse_claims([good, good], "s.toml")
+    with pytest.raises(ValueError, match=r"s.toml: claim #2: missing field"):
+        parse_claims([good, {"paper": "p"}], "s.toml")
+    with pytest.raises(ValueError, match=r"s.toml: claim 'c': unknown expect"):
+        parse_claims([good | {"expect": "up"}], "s.toml")
+    inits = {"init": ["xavier", "normal"]}
+    c = parse_claims([good | {"threshold": 1, "relative": True, "where": inits}])[0]
+    assert (c.kind, c.threshold, c.relative, c.where, c.step) == ("compare", 1.0, True, inits, 0)
+
+
+def test_load_claims_and_study_file_lookup(tmp_path: Path):
+    with pytest.raises(ValueError, match="does not exist"):
+        load_claims(tmp_path / "none.toml")
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[[claims]\n")
+    with pytest.raises(ValueError, match="is not valid TOML"):
+        load_claims(bad)
+    (tmp_path / "none.toml").write_text('name = "none"\n')
+    assert load_claims(tmp_path / "none.toml") == []
+    assert study_file(tmp_path, "degradation") == STUDIES_DIR / "degradation.toml"
+    copy = tmp_path / "studies" / "degradation.toml"
+    copy.parent.mkdir()
+    copy.write_text('name = "degradation"\n')
+    assert study_file(tmp_path, "degradation") == copy  # the copy the sweep ran from wins
+    assert study_file(tmp_path, "unheard-of") is None
+
+
+@pytest.mark.parametrize("name", ["degradation", "warmup", "xiong"])
+def test_shipped_studies_declare_valid_claims(name):
+    claims = load_claims(STUDIES_DIR / f"{name}.toml")
+    assert claims and all(c.paper and c.text for c in claims)
+
+
+def test_xiong_claims_are_made_under_both_inits():
+    claims = load_claims(STUDIES_DIR / "xiong.toml")
+    by_init = {i: sorted(c.id.removesuffix(f"-{i}") for c in claims if c.where.get("init") == i)
+               for i in ("xavier", "normal")}  # fmt: skip
+    assert by_init["xavier"] == by_init["normal"] and len(by_init["xavier"]) == len(claims) / 2
+    slopes = {c.id: c.expect_range for c in claims if c.kind == "slope"}
+    assert slopes["preln-last-ffn-grad-falls-with-depth-xavier"] == (-0.75, -0.25)
+    assert slopes["postln-last-ffn-grad-flat-in-depth-xavier"] == (-0.15, 0.15)
+
+
+def test_describe_says_what_is_tested():
+    c = claim(where={"variant": "plain"}, compare="depth", a="min", b="max", expect="not_greater", threshold=0.01)
+    assert describe(c) == "final_train_loss where variant=plain: depth=max vs min: not greater by more than 0.01"
+    s = claim(kind="slope", metric="probe:weight_grad_norm:ffn:last", where={"depth": [6, 12]}, x="depth",
+              expect_range=[-0.75, -0.25])  # fmt: skip
+    assert describe(s) == ("log-log slope of probe:weight_grad_norm:ffn:last at step 0 vs depth where depth=6|12: "
+                           "in [-0.75, -0.25]")  # fmt: skip
+    v = claim(kind="value", for_each="depth", expect="greater", threshold=1.5)
+    assert describe(v) == "final_train_loss, for each depth: mean greater than 1.5"
+    r = claim(compare="warmup_steps", a="max", b=0, expect="similar", threshold=0.05, relative=True)
+    assert describe(r).endswith("warmup_steps=0 vs max: within ±0.05 x |mean(a)|")
+
+
+# --- compare verdicts --------------------------------------------------------------------------------------
+
+
+def test_greater_agrees_with_the_group_statistics_by_hand():
+    df = board(runs("plain", 20, [1.0, 1.1, 1.2]), runs("plain", 56, [2.0, 2.2, 2.4]))
+    r = one(depth_claim("greater", threshold=0.5), df)
+    ci_a, ci_b = T975_2 * 0.1 / math.sqrt(3), T975_2 * 0.2 / math.sqrt(3)
+    assert r.verdict == "agrees" and r.context == "" and r.note == ""
+    (a, b) = r.groups
+    assert (a.label, a.n_runs, a.n_failed, a.n, b.label) == ("depth=20", 3, 0, 3, "depth=56")
+    assert (a.mean, a.ci, b.mean, b.ci) == pytest.approx((1.1, ci_a, 2.2, ci_b))
+    assert (r.diff, r.threshold, r.spread) == pytest.approx((1.1, 0.5, ci_a + ci_b))
+
+
+@pytest.mark.parametrize(
+    ("deep", "expect", "threshold", "verdict"),
+    [
+        ([2.0, 2.2, 2.4], "greater", 0.5, "agrees"),
+        ([1.0, 1.1, 1.2], "greater", 0.01, "disagrees"),  # diff 0 <= margin: "no"
+        ([1.0, 2.0, 3.0], "greater", 0.01, "inconclusive"),  # diff 0.9 > margin, CI ~2.6: within the spread
+        ([2.0, 2.2, 2.4], "not_greater", 0.5, "disagrees"),
+        ([1.05, 1.15, 1.25], "not_greater", 0.1, "agrees"),
+        ([0.0, 0.1, 0.2], "less", 0.5, "agrees"),
+        ([2.0, 2.2, 2.4], "less", 0.0, "disagrees"),
+        ([0.0, 0.1, 0.2], "not_less", 0.5, "disagrees"),
+        ([2.0, 2.2, 2.4], "not_less", 0.0, "agrees"),
+        ([1.12, 1.22, 1.32], "similar", 0.2, "agrees"),
+        ([3.0, 3.1, 3.2], "similar", 0.2, "disagrees"),  # |diff| 2 > 0.2 + both CIs
+        ([1.0, 1.5, 2.0], "similar", 0.2, "inconclusive"),  # |diff| 0.4: above the margin, inside the spread
+    ],
+)
+def test_each_expectation_maps_the_ci_rule_to_a_verdict(deep, expect, threshold, verdict):
+    df = board(runs("plain", 20, [1.0, 1.1, 1.2]), runs("plain", 56, deep))
+    assert one(depth_claim(expect, threshold=threshold), df).verdict == verdict
+
+
+def test_a_group_with_one_counted_run_is_inconclusive_either_way():
+    df = board(runs("plain", 20, [1.0]), runs("plain", 56, [5.0]))
+    assert one(depth_claim("greater"), df).verdict == "inconclusive"
+    df = board(runs("plain", 20, [1.0, 1.1]), runs("plain", 56, [1.0]))
+    assert one(depth_claim("not_greater", threshold=0.5), df).verdict == "inconclusive"
+
+
+def test_relative_threshold_is_a_fraction_of_the_baseline_mean():
+    df = board(runs("plain", 20, [10.0, 10.0, 10.0]), runs("plain", 56, [10.4, 10.4, 10.4]))
+    r = one(depth_claim("greater", threshold=0.05, relative=True), df)  # margin 0.5 > rise 0.4: "no"
+    assert r.threshold == pytest.approx(0.5) and r.verdict == "disagrees"
+    r = one(depth_claim("greater", threshold=0.03, relative=True), df)  # margin 0.3; CIs 0: a clear rise
+    assert r.threshold == pytest.approx(0.3) and r.verdict == "agrees"
+
+
+def test_min_and_max_resolve_to_the_values_present():
+    df = board(runs("plain", 20, [1.0, 1.1]), runs("plain", 56, [1.5, 1.6]), runs("plain", 110, [3.0, 3.1]))
+    r = one(claim(where={"variant": "plain"}, compare="depth", a="min", b="max", expect="greater"), df)
+    assert [g.label for g in r.groups] == ["depth=20", "depth=110"] and r.verdict == "agrees"
+    lone = one(claim(compare="depth", a="min", b="max", expect="greater"), board(runs("plain", 20, [1.0, 1.1])))
+    assert lone.verdict == "inconclusive" and lone.note == "only depth=20 is present"
+    missing = one(depth_claim("greater"), board(runs("plain", 20, [1.0, 1.1])))
+    assert missing.verdict == "inconclusive" and missing.note == "no runs with depth=56"
+
+
+def test_a_group_whose_every_run_failed_counts_as_the_worse_one():
+    failed = runs("plain", 56, [None, None], statuses=["diverged", "oom"])
+    df = board(runs("plain", 20, [1.0, 1.1]), failed)
+    r = one(depth_claim("greater", threshold=0.5), df)  # a loss: lower is better, so the failed group is "greater"
+    assert r.verdict == "agrees" and "every run of one group failed" in r.note
+    assert (r.groups[1].n, r.groups[1].n_failed, r.groups[1].n_runs) == (0, 2, 2)
+    assert one(depth_claim("not_greater"), df).verdict == "disagrees"
+    assert one(depth_claim("similar"), df).verdict == "disagrees"
+    # The baseline failed instead: the deep group is the better one, so it is not greater.
+    df = board(runs("plain", 20, [None, None], statuses=["diverged", "diverged"]), runs("plain", 56, [9.0, 9.0]))
+    assert one(depth_claim("greater"), df).verdict == "disagrees"
+    assert one(depth_claim("less"), df).verdict == "agrees"
+
+
+def test_failures_on_an_accuracy_make_the_failed_group_lower():
+    ok = runs("plain", 20, [0.9, 0.91], metric="final_train_acc")
+    failed = runs("plain", 56, [None, None], statuses=["diverged", "diverged"], metric="final_train_acc")
+    acc = claim(metric="final_train_acc", where={"variant": "plain"}, compare="depth", a=20, b=56, expect="less")
+    assert one(acc, board(ok, failed)).verdict == "agrees"
+    err = parse_claim(BASE | {"metric": "train_error", "compare": "depth", "a": 20, "b": 56, "expect": "greater"})
+    r = one(err, board(ok, failed))  # train_error = 1 - acc: lower is better
+    assert r.verdict == "agrees" and r.groups[0].mean == pytest.approx(0.095)
+
+
+def test_failures_that_cannot_be_ranked_or_on_both_sides_are_inconclusive():
+    both = board(runs("plain", 20, [None], statuses=["oom"]), runs("plain", 56, [None], statuses=["error"]))
+    assert one(depth_claim("greater"), both).note == "no counted runs in a group"
+    mem = claim(metric="peak_mem_mb", compare="depth", a=20, b=56, expect="greater")
+    df = board(runs("plain", 20, [5.0, 6.0], metric="peak_mem_mb"),
+               runs("plain", 56, [None, None], statuses=["oom", "oom"], metric="peak_mem_mb"))  # fmt: skip
+    r = one(mem, df)
+    assert r.verdict == "inconclusive" and "peak_mem_mb cannot rank a failure" in r.note
+
+
+def test_more_failures_in_one_group_must_be_borne_out_by_the_values():
+    base = runs("plain", 20, [1.0, 1.0, 1.0, 1.0])
+    # Deep: one of four runs diverged, the others as good: "not greater" alone would agree.
+    deep = runs("plain", 56, [1.0, 1.0, 1.0, None], statuses=["ok", "ok", "ok", "diverged"])
+    r = one(depth_claim("not_greater", threshold=0.1), board(base, deep))
+    assert r.verdict == "inconclusive" and "more runs failed with depth=56" in r.note
+    assert one(depth_claim("similar", threshold=0.1), board(base, deep)).verdict == "inconclusive"
+    worse = runs("plain", 56, [2.0, 2.0, 2.0, None], statuses=["ok", "ok", "ok", "diverged"])
+    assert one(depth_claim("greater", threshold=0.1), board(base, worse)).verdict == "agrees"  # both say worse
+
+
+def test_fields_and_filters_that_select_nothing_are_inconclusive():
+    df = board(runs("plain", 20, [1.0, 1.1]), runs("plain", 56, [2.0, 2.1]))
+    r = one(claim(where={"init": "xavier"}, compare="depth", a=20, b=56, expect="greater"), df)
+    assert r.verdict == "inconclusive" and r.note == "field(s) ['init'] not recorded for these runs"
+    r = one(claim(where={"variant": "resnet"}, compare="depth", a=20, b=56, expect="greater"), df)
+    assert r.note == "no runs match its where"
+    r = one(claim(metric="final_val_acc", compare="depth", a=20, b=56, expect="greater"), df)
+    assert r.note == "final_val_acc not recorded for these runs"
+
+
+def test_for_each_gives_one_verdict_per_value():
+    df = board(runs("plain", 20, [1.0, 1.1]), runs("resnet", 20, [1.0, 1.1]),
+               runs("plain", 56, [3.0, 3.1]), runs("resnet", 56, [1.0, 1.1]))  # fmt: skip
+    c = claim(for_each="depth", compare="variant", a="plain", b="resnet", expect="less", threshold=0.1)
+    results = evaluate_claims([c], df)
+    assert [(r.context, r.verdict) for r in results] == [("depth=20", "disagrees"), ("depth=56", "agrees")]
+
+
+def test_seeds_pool_only_within_one_configuration():
+    # The deep plain group was run at two learning rates: each gets its own verdict, never one pooled mean.
+    df = board(runs("plain", 20, [1.0, 1.1], lr=0.1), runs("plain", 20, [1.0, 1.1], lr=0.01),
+               runs("plain", 56, [3.0, 3.1], lr=0.1), runs("plain", 56, [1.0, 1.1], lr=0.01))  # fmt: skip
+    results = evaluate_claims([depth_claim("greater", threshold=0.5)], df)
+    assert [(r.context, r.verdict, r.groups[1].n) for r in results] == [
+        ("lr=0.01", "disagrees", 2),
+        ("lr=0.1", "agrees", 2),
+    ]
+    # A difference recorded nowhere but in the config hash: no pooled mean, no guess which config to compare.
+    hidden = board(runs("plain", 20, [1.0, 1.1]), runs("plain", 20, [5.0, 5.1], eval_every=7),
+                   runs("plain", 56, [3.0, 3.1]))  # fmt: skip
+    r = one(depth_claim("greater", threshold=0.5), hidden)
+    assert r.verdict == "inconclusive" and r.groups == () and "spans several configurations (config_hash)" in r.note
+
+
+def test_a_field_that_differs_only_between_the_groups_is_reported_as_a_confound():
+    df = board(runs("postln", 6, [1.0, 1.0], warmup_steps=100), runs("postln", 6, [2.0, 2.0]))
+    df["init"] = ["xavier"] * 2 + ["gpt2"] * 2
+    c = claim(compare="warmup_steps", a="max", b=0, expect="greater", threshold=0.5)
+    r = one(c, df)
+    assert r.verdict == "agrees" and r.note == "the groups also differ in init"
+
+
+def test_where_reads_variant_axes_and_model_arguments_from_the_run_jsons():
+    rows = runs("postln", 6, [2.0, 2.0], model_args=(("init", "xavier"),), warmup_steps=0)
+    rows += runs("postln", 6, [1.0, 1.0], model_args=(("init", "xavier"),), warmup_steps=100)
+    rows += runs("preln", 6, [9.0, 9.0], model_args=(("init", "normal"),), warmup_steps=0)
+    rows += runs("preln", 6, [1.0, 1.0], model_args=(("init", "normal"),), warmup_steps=100)
+    configs = [{"run_id": r["run_id"], "config": RunConfig(variant=r["variant"], depth=6, seed=r["seed"],
+                warmup_steps=r["warmup_steps"], model_args=(("init", "xavier" if r["variant"] == "postln" else
+                "normal"),)).to_dict()} for r in rows]  # fmt: skip
+    df = board(rows)
+    c = claim(where={"placement": "post", "init": "xavier"}, compare="warmup_steps", a="max", b=0, expect="greater",
+              threshold=0.5)  # fmt: skip
+    r = one(c, df, run_jsons=configs)
+    assert r.verdict == "agrees" and r.groups[0].mean == pytest.approx(1.0)  # only postln: placement=post
+    assert one(c, df).note == "field(s) ['init'] not recorded for these runs"  # without the JSONs
+
+
+# --- value and slope ------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("values", "expect", "verdict"),
+    [
+        ([2.0, 2.1, 2.2], "greater", "agrees"),
+        ([1.0, 1.1, 1.2], "greater", "disagrees"),
+        ([1.0, 2.0, 3.0], "greater", "inconclusive"),  # mean 2 > 1.5, CI 2.5
+        ([1.0, 1.1, 1.2], "not_greater", "agrees"),
+        ([1.0, 1.1, 1.2], "less", "agrees"),
+        ([2.0], "greater", "inconclusive"),
+    ],
+)
+def test_value_claims(values, expect, verdict):
+    r = one(claim(kind="value", expect=expect, threshold=1.5), board(runs("postln", 6, values)))
+    assert r.verdict == verdict
+    assert r.diff == pytest.approx(np.mean(values) - 1.5)
+
+
+def slope_board(exponent: float, noise: tuple[float, ...] = (0.97, 1.0, 1.03), depths=(6, 12, 24, 48)) -> pd.DataFrame:
+    return board(*(runs("preln", d, [3.0 * d**exponent * k for k in noise]) for d in depths))
+
+
+@pytest.mark.parametrize(
+    ("exponent", "noise", "verdict"),
+    [
+        (-0.5, (0.97, 1.0, 1.03), "agrees"),
+        (0.0, (0.97, 1.0, 1.03), "disagrees"),
+        (-0.5, (0.3, 1.0, 3.0), "inconclusive"),  # seed spread this wide: the CI leaves the range
+    ],
+)
+def test_slope_ci_rule(exponent, noise, verdict):
+    c = claim(kind="slope", x="depth", expect_range=[-0.75, -0.25])
+    r = one(c, slope_board(exponent, noise))
+    assert r.verdict == verdict and r.diff == pytest.approx(exponent, abs=1e-9 if noise[0] > 0.9 else 0.5)
+    assert [g.label for g in r.groups] == ["depth=6", "depth=12", "depth=24", "depth=48"]
+
+
+def test_slope_matches_a_hand_least_squares_fit():
+    df = board(runs("preln", 6, [1.0, 2.0]), runs("preln", 12, [1.0]), runs("preln", 24, [0.5]))
+    x, y = np.log([6, 6, 12, 24]), np.log([1.0, 2.0, 1.0, 0.5])
+    slope = np.sum((x - x.mean()) * (y - y.mean())) / np.sum((x - x.mean()) ** 2)
+    resid = y - y.mean() - slope * (x - x.mean())
+    se = math.sqrt(np.sum(resid**2) / 2 / np.sum((x - x.mean()) ** 2))
+    r = one(claim(kind="slope", x="depth", expect_range=[-0.75, -0.25]), df)
+    assert r.diff == pytest.approx(slope) and r.spread == pytest.approx(T975_2 * se)
+
+
+def test_slope_needs_three_positive_runs_at_two_x_values():
+    c = claim(kind="slope", x="depth", expect_range=[-1, 1])
+    r = one(c, board(runs("preln", 6, [1.0, 2.0]), runs("preln", 12, [0.0, -1.0])))
+    assert r.verdict == "inconclusive"
+    assert r.note == "2 non-positive value(s) left out of the log; 2 run(s) at 1 depth value(s): too few for a slope"
+
+
+# --- probe quantities ---------------------------------------------------------------------------------------
+
+
+def probe_rows(run_id: str, values: dict[tuple[int, str], float], step: int = 0, metric: str = "weight_grad_norm"):
+    return [{"run_id": run_id, "step": step, "layer": layer, "block": f"blocks.{layer}", "kind": kind,
+             "metric": metric, "value": v} for (layer, kind), v in values.items()]  # fmt: skip
+
+
+def test_probe_quantity_first_last_and_ratio_of_one_kind():
+    rows = probe_rows("r1", {(0, "attn"): 100.0, (1, "ffn"): 2.0, (2, "attn"): 7.0, (3, "ffn"): 6.0})
+    rows += probe_rows("r1", {(1, "ffn"): 50.0, (3, "ffn"): 60.0}, step=10)  # a later step: not the default
+    rows += probe_rows("r1", {(3, "ffn"): 99.0}, metric="grad_norm")  # another metric
+    rows += probe_rows("r2", {(5, "ffn"): 4.0})  # one unit: no ratio
+    rows += probe_rows("r3", {(0, "ffn"): 0.0, (1, "ffn"): 1.0})  # a zero first unit: no ratio
+    probes = pd.DataFrame(rows)
+    assert probe_quantity(probes, "weight_grad_norm", "ffn", "first").to_dict() == {"r1": 2.0, "r2": 4.0, "r3": 0.0}
+    assert probe_quantity(probes, "weight_grad_norm", "ffn", "last").to_dict() == {"r1": 6.0, "r2": 4.0, "r3": 1.0}
+    ratio = probe_quantity(probes, "weight_grad_norm", "ffn", "last_over_first")
+    assert ratio["r1"] == 3.0 and math.isnan(ratio["r2"]) and math.isnan(ratio["r3"])
+    assert probe_quantity(probes, "weight_grad_norm", "*", "first")["r1"] == 100.0  # every unit
+    assert probe_quantity(probes, "weight_grad_norm", "ffn", "last_over_first", step=10)["r1"] == pytest.approx(1.2)
+    two_calls = pd.DataFrame(probe_rows("r", {(0, "ffn"): 1.0}) + probe_rows("r", {(0, "ffn"): 3.0}))
+    assert probe_quantity(two_calls, "weight_grad_norm", "ffn", "first")["r"] == 2.0  # mean per layer
+    assert probe_quantity(probes.drop(columns="kind"), "weight_grad_norm", "ffn", "last").empty  # no kinds recorded
+    assert probe_quantity(pd.DataFrame(), "weight_grad_norm", "*", "last").empty
+
+
+def test_probe_claims_use_one_value_per_run_and_count_runs_that_failed_later():
+    post = runs("postln", 12, [None, None], statuses=["diverged", "ok"], metric="x")
+    pre = runs("preln", 12, [None, None], metric="x")
+    probes = pd.DataFrame([row for i, r in enumerate(post + pre) for row in probe_rows(r["run_id"], {
+        (0, "ffn"): 1.0, (1, "ffn"): (4.0 + i / 10 if r["variant"] == "postln" else 1.0 + i / 10)})])  # fmt: skip
+    c = claim(metric="probe:weight_grad_norm:ffn:last", compare="placement", a="pre", b="post", expect="greater")
+    r = one(c, board(post, pre), probes)
+    assert r.verdict == "agrees"
+    assert (r.groups[1].n, r.groups[1].n_failed, r.groups[1].mean) == (2, 1, 4.05)  # the diverged run's probe counts
+    grows = claim(kind="value", metric="probe:weight_grad_norm:ffn:last_over_first", where={"placement": "post"},
+                  expect="greater", threshold=1.5)  # fmt: skip
+    assert one(grows, board(post, pre), probes).verdict == "agrees"
+    assert one(grows, board(post, pre)).note == "probe:weight_grad_norm:ffn:last_over_first not recorded for these runs"

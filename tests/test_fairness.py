@@ -1,0 +1,166 @@
+"""The confound guard: `bench diff` and the study check that a comparison varies one thing."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+
+from bench.cli import main
+from bench.config import RunConfig
+from bench.fairness import check_grid, diff_models, format_diff, model_facts, weight_profile
+from bench.sweep import load_study
+
+
+def _differing(rows: list) -> dict[str, tuple]:
+    return {r.key: (r.a, r.b) for r in rows if r.differs}
+
+
+def test_postln_vs_preln_differ_in_placement_only() -> None:
+    rows = diff_models("postln", "preln", depth=12)
+    assert {r.axis for r in rows if r.differs} == {"placement"}
+    diff = _differing(rows)
+    assert diff["axes.placement"] == ("post", "pre")
+    assert diff["norm blocks.*.ffn.norm_out"] == (12, "-")
+    assert diff["norm blocks.*.ffn.norm_in"] == ("-", 12)
+    assert diff["norm norm"] == ("-", 1)  # Pre-LN's final LayerNorm
+    stds = {r.key: (r.a, r.b) for r in rows if r.key.startswith("std ")}
+    # Same default init (Xavier), same seed: identical stds, q/k/v of the fused projection apart.
+    assert {"std blocks.*.attn.body.qkv[q]", "std blocks.*.attn.body.qkv[v]", "std blocks.*.ffn.body.fc2"} <= set(stds)
+    assert all(a == b for a, b in stds.values())
+    assert "postln and preln differ in: placement" in format_diff("postln", "preln", rows)
+
+
+def test_diff_names_init_and_combinator_of_deepnorm() -> None:
+    rows = diff_models("postln", "deepnorm", depth=4, model_args={"d_model": 32, "n_heads": 2, "d_ff": 64})
+    diff = _differing(rows)
+    assert diff["init"] == ("xavier", "deepnorm")
+    assert {r.axis for r in rows if r.differs} == {"init", "combinator"}
+    # DeepNet: q at Xavier-normal of a d x d matrix (std sqrt(1/d)); v scaled by beta = (8N)^-1/4 = 32^-1/4.
+    q, v = (float(diff[f"std blocks.*.attn.body.qkv[{p}]"][1].split()[0]) for p in "qv")
+    assert q == pytest.approx(32**-0.5, rel=0.05)
+    assert v == pytest.approx(32**-0.25 * 32**-0.5, rel=0.05)
+
+
+def test_weight_profile_pools_roles_and_counts_norms() -> None:
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(100, 100), nn.LayerNorm(100), nn.Linear(100, 100))
+    nn.init.normal_(model[0].weight, std=0.5)
+    nn.init.normal_(model[2].weight, std=0.5)
+    prof = weight_profile(model)
+    assert prof["norms"] == {"*": 1}
+    count, numel, std = prof["weights"]["*"]
+    assert (count, numel) == (2, 20_000)
+    assert std == pytest.approx(torch.cat([model[0].weight.flatten(), model[2].weight.flatten()]).std().item())
+
+
+def test_model_facts_on_meta_device() -> None:
+    facts = model_facts("resnet", 56)
+    assert facts.params == 853_018  # ResNet-56 (He 2015 Table 6: 0.85M)
+    assert facts.kwargs["depth"] == 56 and facts.kwargs["init"] == "kaiming"
+    assert facts.axes["combinator"] == "add"
+
+
+def _configs(variants: list[str], **kw: object) -> list[RunConfig]:
+    return [RunConfig(variant=v, seed=s, study="t", **kw) for v in variants for s in (0, 1)]  # type: ignore[arg-type]
+
+
+def test_guard_accepts_a_matched_placement_pair() -> None:
+    check_grid(_configs(["postln", "preln", "sandwich"], depth=6, task="text"), ["placement"], study="t")
+
+
+def test_guard_refuses_an_undeclared_init_difference() -> None:
+    with pytest.raises(ValueError, match=r"study 't' varies \['placement'\], but postln and deepnorm .* differ in "
+                                         r"'combinator'"):
+        check_grid(_configs(["postln", "deepnorm"], depth=6, task="text"), ["placement"], study="t")
+    with pytest.raises(ValueError, match=r"also differ in 'init': 'xavier' vs 'deepnorm'"):
+        check_grid(_configs(["postln", "deepnorm"], depth=6, task="text"), ["placement", "combinator"], study="t")
+
+
+def test_guard_refuses_a_width_difference() -> None:
+    with pytest.raises(ValueError, match=r"differ in 'd_ff': 512 vs 3072"):
+        check_grid(_configs(["preln", "gpt2_small"], task="text", model_args=(("vocab_size", 256),)),
+                   ["init"], study="t")
+
+
+def test_guard_parameter_tolerance() -> None:
+    configs = _configs(["resnet", "highway"], depth=20)
+    with pytest.raises(ValueError, match=r"'params': 269722 vs 286186 \(parameter counts differ by more than the "
+                                         r"tolerance: 0.01\)"):
+        check_grid(configs, ["combinator", "placement"], study="t")
+    check_grid(configs, ["combinator", "placement"], param_tolerance=0.1, study="t")
+    check_grid(configs, ["combinator", "placement", "params"], study="t")
+
+
+def test_guard_compares_only_within_a_grid_cell() -> None:
+    # Depth is a grid axis: resnet-20 vs resnet-56 is declared, never a confound.
+    configs = [RunConfig(variant="resnet", depth=d, study="t") for d in (20, 56)]
+    check_grid(configs, [], study="t")
+
+
+def test_guard_rejects_unknown_vary_names() -> None:
+    with pytest.raises(ValueError, match=r"`vary` names \['placment'\], which no model of the grid has"):
+        check_grid(_configs(["postln", "preln"], depth=2, task="text"), ["placment"], study="t")
+
+
+STUDY = """
+name = "mixed"
+vary = {vary}
+[base]
+task = "text"
+depth = 2
+steps = 1
+[grid]
+variant = ["postln", "deepnorm"]
+seed = [0]
+"""
+
+
+def test_sweep_refuses_a_confounded_study_before_running(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    study = tmp_path / "mixed.toml"
+    study.write_text(STUDY.format(vary='["placement"]'))
+    results = tmp_path / "results"
+    assert main(["sweep", str(study), "--results-dir", str(results)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: study 'mixed' varies ['placement'], but postln and deepnorm")
+    assert not results.exists()  # nothing written
+
+
+@pytest.mark.parametrize(("vary", "message"), [
+    ('"placement"', "`vary` must be a list of axis names"),
+    ('[1]', "`vary` must be a list of axis names"),
+])
+def test_study_file_vary_must_be_names(tmp_path: Path, vary: str, message: str) -> None:
+    study = tmp_path / "s.toml"
+    study.write_text(STUDY.format(vary=vary))
+    with pytest.raises(ValueError, match=message):
+        load_study(study)
+
+
+@pytest.mark.parametrize("tol", ["1.5", "-0.1", "true", '"a"'])
+def test_study_file_param_tolerance_is_a_fraction(tmp_path: Path, tol: str) -> None:
+    study = tmp_path / "s.toml"
+    study.write_text(f"param_tolerance = {tol}\n" + STUDY.format(vary='["combinator"]'))
+    with pytest.raises(ValueError, match="`param_tolerance` must be a fraction in"):
+        load_study(study)
+
+
+def test_shipped_studies_pass_their_own_guard() -> None:
+    from bench.sweep import STUDIES_DIR
+
+    for path in sorted(STUDIES_DIR.glob("*.toml")):
+        study = load_study(path)
+        assert study.vary, path.name  # every shipped study declares what it varies
+        for preset in [None, *study.presets]:
+            study.configs(preset)
+
+
+def test_cli_diff(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["diff", "postln", "preln", "--depth", "12"]) == 0
+    out = capsys.readouterr().out
+    assert out.splitlines()[0] == "postln vs preln, depth 12, seed 0 (built on the CPU):"
+    assert out.rstrip().endswith("postln and preln differ in: placement")
+    assert main(["diff", "postln", "nosuch"]) == 2
+    assert "unknown variant 'nosuch'" in capsys.readouterr().err
