@@ -55,7 +55,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-import sys
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -67,11 +66,6 @@ from scipy import stats as sps
 
 from bench.results import COLUMNS
 from bench.stats import CONFIG_KEY, config_table, t_ci, with_config_hash
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - Python 3.10
-    import tomli as tomllib
 
 STUDIES_DIR = Path(__file__).parent / "studies"
 KINDS = ("compare", "slope", "value")
@@ -234,14 +228,9 @@ def parse_claims(tables: Any, source: str = "study") -> list[Claim]:
 
 def load_claims(path: str | Path) -> list[Claim]:
     """The claims of a study file (none if it declares none)."""
-    path = Path(path)
-    if not path.is_file():
-        raise ValueError(f"study file {path} does not exist")
-    try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except tomllib.TOMLDecodeError as exc:
-        raise ValueError(f"study file {path} is not valid TOML: {exc}") from None
-    return parse_claims(data.get("claims", []), str(path))
+    from bench.sweep import read_study_file  # sweep imports the model registry: only when a file is read
+
+    return parse_claims(read_study_file(path).get("claims", []), str(path))
 
 
 def study_file(results_dir: str | Path, study: str) -> Path | None:
@@ -365,7 +354,7 @@ def _group(label: str, rows: pd.DataFrame, claim: Claim) -> Group:
     values = counted["_value"].to_numpy(dtype=float)
     s = t_ci(values)
     above = int((values[np.isfinite(values)] > claim.count_above).sum()) if claim.count_above is not None else None
-    return Group(label, len(rows), int((rows["status"] != "ok").sum()), s["n"], s["mean"], s["ci"], above)
+    return Group(label, len(rows), int((rows["status"] != "ok").sum()), int(s["n"]), s["mean"], s["ci"], above)
 
 
 def _test(diff: float, tol: float, spread: float, enough: bool) -> str:
@@ -387,7 +376,7 @@ def _compare(claim: Claim, context: str, part: pd.DataFrame) -> Result:
     ga, gb = (_group(f"{field_}={_fmt(v)}", part[_matches(part[field_], v)], claim) for v in (a, b))
     tol = claim.threshold * abs(ga.mean) if claim.relative else claim.threshold
     diff, spread = gb.mean - ga.mean, ga.ci + gb.ci
-    done = {"groups": (ga, gb), "diff": diff, "threshold": tol, "spread": spread}
+    done: dict[str, Any] = {"groups": (ga, gb), "diff": diff, "threshold": tol, "spread": spread}
     if _matches(pd.Series([a]), b).iloc[0]:
         return Result(claim, context, "inconclusive", note=f"only {field_}={_fmt(a)} is present", **done)
     empty = [g.label for g in (ga, gb) if g.n_runs == 0]

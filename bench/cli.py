@@ -1,8 +1,13 @@
 """The command line: ``python -m bench COMMAND`` (list, run, leaderboard, show, probe, diff, plot, report, sweep,
 reproduce, data, perf, recipes).
 
-Bad input (unknown variant, task or option, invalid depth, missing or corrupt dataset) prints one
-line starting with ``error:`` and exits with status 2, having written nothing.
+Bad input (unknown variant, task or option, invalid depth, missing or corrupt dataset, a plugin that
+fails to load or whose model fails a forward on the task) prints one line starting with ``error:`` and
+exits with status 2, having written nothing.
+
+Every command takes ``--plugin FILE.py|MODULE`` (repeatable) and also loads ``$RESBENCH_PLUGINS`` and the
+installed ``resbench.variants`` entry points (:mod:`bench.plugins`); what a command loaded is unloaded
+when it returns.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from . import plugins
 from .config import RECIPES, RunConfig
 
 DEFAULT_RESULTS = os.environ.get("RESBENCH_RESULTS", "results")
@@ -105,9 +111,12 @@ def cmd_list(ns: argparse.Namespace) -> int:
         raise UsageError(f"no variant matches {ns.pattern!r}; try `python -m bench list` for all")
     width = max(len(n) for n in names)
     for name in names:
-        with torch.device("meta"):  # count parameters without allocating them (gpt2_small, resnet1202)
+        # Count parameters on the meta device, without allocating them (gpt2_small, resnet1202).
+        with plugins.blame(name), torch.device("meta"):
             params = sum(p.numel() for p in variants.create(name).parameters())
-        print(f"{name:<{width}}  {variants.describe(name)['family']:<14} {params:>13,}")
+        owner = plugins.plugin_of(name)
+        where = f"  plugin {owner.spec}" if owner is not None else ""
+        print(f"{name:<{width}}  {variants.describe(name)['family']:<14} {params:>13,}{where}")
     return 0
 
 
@@ -201,7 +210,9 @@ def cmd_probe(ns: argparse.Namespace) -> int:
     from .train import setup
 
     cfg = config_from_args(ns)
-    s = setup(dataclasses.replace(cfg, steps=1, measure=()))
+    with plugins.blame(cfg.variant):
+        s = setup(dataclasses.replace(cfg, steps=1, measure=()))
+    plugins.check_forward(cfg.variant, s.model, s.task)
     x, y = next(iter(s.task.train_eval_batches(cfg.batch_size)))
     s.model.train()
     df = probe_table(probe(s.model, x, y, s.task.loss, 0))
@@ -217,7 +228,9 @@ def cmd_diff(ns: argparse.Namespace) -> int:
     from .fairness import diff_models, format_diff
 
     model_args = dict(ns.model_arg or [])
-    rows = diff_models(ns.a, ns.b, ns.depth, model_args, seed=ns.seed, param_tolerance=ns.param_tolerance)
+    with plugins.blame(ns.a, ns.b):
+        rows = diff_models(ns.a, ns.b, ns.depth, model_args, seed=ns.seed,
+                           param_tolerance=ns.param_tolerance)
     print(f"{ns.a} vs {ns.b}" + (f", depth {ns.depth}" if ns.depth is not None else "")
           + "".join(f", {k}={v!r}" for k, v in model_args.items()) + f", seed {ns.seed} (built on the CPU):")
     print(format_diff(ns.a, ns.b, rows, show_all=ns.all))
@@ -247,13 +260,14 @@ def _run_study(path: Path, ns: argparse.Namespace, verb: str) -> str:
     from .results import ResultsStore, atomic_write_text
     from .sweep import SequentialRunner, load_study
 
-    study = load_study(path)
-    configs = study.configs(ns.preset)  # validated and checked for confounds before anything runs
+    study = load_study(path).with_variants(ns.add_variant or [])
+    configs = study.configs(ns.preset)  # validated, checked for confounds, plugins run forward: before anything runs
     store = ResultsStore(ns.results_dir)
     store.preflight()
     # The study file travels with its results: `bench report` reads its claims from there.
     atomic_write_text(store.root / "studies" / f"{study.name}.toml", path.read_text(encoding="utf-8"))
-    print(f"{verb} {study.name!r} ({ns.preset or 'full'}): {len(configs)} runs -> {ns.results_dir}")
+    added = f" with {', '.join(study.added)} added" if study.added else ""
+    print(f"{verb} {study.name!r} ({ns.preset or 'full'}){added}: {len(configs)} runs -> {ns.results_dir}")
     SequentialRunner(progress=not ns.quiet).run(configs, ns.results_dir, resume=ns.resume)
     return study.name
 
@@ -284,7 +298,8 @@ def cmd_perf(ns: argparse.Namespace) -> int:
     from .perf import overhead
 
     cfg = config_from_args(ns)
-    res = overhead(cfg, steps=ns.perf_steps, repeats=ns.repeats)
+    with plugins.blame(cfg.variant):
+        res = overhead(cfg, steps=ns.perf_steps, repeats=ns.repeats)
     print(
         f"{cfg.variant} on {cfg.task}, batch {cfg.batch_size}, {res['device']}: "
         f"harness {res['harness_ms']:.2f} ms/step, "
@@ -370,6 +385,9 @@ def build_parser() -> argparse.ArgumentParser:
         q.add_argument("--preset", help="a preset of the study, e.g. quick (default: the full grid)")
         q.add_argument("--resume", action=argparse.BooleanOptionalAction, default=True,
                        help="skip runs whose run_id already has an ok row (default: on)")
+        q.add_argument("--add-variant", action="append", metavar="NAME",
+                       help="also run this registered variant (e.g. a plugin's), appended to the study's grid of "
+                            "variants; the study's confound guard applies to it (repeatable)")
         q.add_argument("--quiet", action="store_true", help="no progress bars")
         results(q)
         q.set_defaults(fn=fn)
@@ -394,17 +412,33 @@ def build_parser() -> argparse.ArgumentParser:
 
     q = sub.add_parser("recipes", help="list the named training recipes and their settings")
     q.set_defaults(fn=cmd_recipes)
+    for leaf in (*sub.choices.values(), *dsub.choices.values(), *psub.choices.values()):
+        if leaf.get_default("fn") is not None:  # `data` and `perf` only dispatch to their actions
+            add_plugin_option(leaf)
     return p
+
+
+def add_plugin_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--plugin", action="append", dest="plugins", metavar="FILE.py|MODULE",
+                   help="load your own variants from this Python file or importable module (repeatable; also "
+                        f"${plugins.ENV_VAR}, {os.pathsep}-separated, and installed '{plugins.ENTRY_POINT_GROUP}' "
+                        "entry points)")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     ns = parser.parse_args(argv)
+    before = plugins.loaded()
     try:
+        plugins.load_all(getattr(ns, "plugins", None) or [])
         return int(ns.fn(ns))
-    except ValueError as exc:  # UsageError, TaskError, variants' ValueErrors, RunConfig validation
+    except ValueError as exc:  # UsageError, TaskError, variants' ValueErrors, RunConfig validation, plugins
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
         print("interrupted: nothing half-written was left (writes are atomic)", file=sys.stderr)
         return 130
+    finally:  # what this command loaded goes with it (main called twice in one process starts afresh)
+        for plugin in plugins.loaded():
+            if plugin not in before:
+                plugins.unload(plugin)

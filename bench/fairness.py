@@ -213,22 +213,22 @@ def check_grid(configs: Iterable[RunConfig], vary: Sequence[str], param_toleranc
             group[cfg.variant] = model_facts(cfg.variant, cfg.depth, cfg.model_overrides())
     known = {"params"}
     for group in groups.values():
-        for facts in group.values():
-            known |= set(facts.axes) | set(facts.kwargs)
+        for f in group.values():
+            known |= set(f.axes) | set(f.kwargs)
     unknown = sorted(set(vary) - known)
     if unknown:
         raise ValueError(f"study {study!r}: `vary` names {unknown}, which no model of the grid has; "
                          f"choose from {sorted(known)}")
     for group in groups.values():
-        facts = list(group.values())
-        for other in facts[1:]:
-            for row in _fact_rows(facts[0], other, param_tolerance):
+        first, *others = group.values()
+        for other in others:
+            for row in _fact_rows(first, other, param_tolerance):
                 guarded = row.key.startswith("axes.") or row.axis in (*CONFOUNDS, "params")
                 if row.differs and guarded and row.axis not in vary:
                     what = "parameter counts differ by more than the tolerance" if row.axis == "params" else ""
                     raise ValueError(
-                        f"study {study!r} varies {list(vary) or 'nothing'}, but {facts[0].variant} and "
-                        f"{other.variant} (depth {facts[0].kwargs.get('depth')}) also differ in {row.axis!r}: "
+                        f"study {study!r} varies {list(vary) or 'nothing'}, but {first.variant} and "
+                        f"{other.variant} (depth {first.kwargs.get('depth')}) also differ in {row.axis!r}: "
                         f"{row.a!r} vs {row.b!r}{f' ({what}: {param_tolerance:g})' if what else ''}; "
                         f"declare it in the study's `vary` (or `param_tolerance`) or make the models match"
                     )

@@ -13,6 +13,7 @@ import torch
 
 import variants
 
+from . import plugins
 from .config import RunConfig
 from .env import environment
 from .results import ResultsStore
@@ -37,7 +38,9 @@ def execute(cfg: RunConfig, results_dir: str | Path, progress: bool = False) -> 
     """Set up (bad input raises ValueError, nothing written), measure, train, write one row; return the run JSON."""
     store = ResultsStore(results_dir)
     store.preflight()  # an unusable results dir or a damaged leaderboard is bad input too: refuse before training
-    s = setup(cfg)
+    with plugins.blame(cfg.variant):
+        s = setup(cfg)
+    plugins.check_forward(cfg.variant, s.model, s.task)  # a plugin's model that does not fit the task: bad input
     env = environment(s.device)
     rec = Record()
     started = time.perf_counter()
@@ -69,6 +72,8 @@ def execute(cfg: RunConfig, results_dir: str | Path, progress: bool = False) -> 
         "measurements": rec.measurements,
         "curves": {"train": rec.train_curve, "eval": rec.eval_curve},
         "probes": rec.probes,
+        # Which code outside resbench was loaded, and exactly which version of it (bench.plugins).
+        "plugins": [p.record() for p in plugins.loaded()],
     }
     store.append(row, _finite(run_json))
     return run_json

@@ -18,6 +18,8 @@ A study is data, not code::
 
 Before the first run every model of the grid is built on the meta device, and a grid whose
 variants differ in more than ``vary`` says is refused (:func:`bench.fairness.check_grid`).
+:meth:`Study.with_variants` (``--add-variant NAME``) appends the user's own variants to a study's grid;
+the same guard then applies to them.
 
 The runner is a separate, replaceable piece: :class:`SequentialRunner` runs the configs one
 after another in this process; an isolated/parallel/cluster runner only has to offer ``run``.
@@ -25,8 +27,10 @@ after another in this process; an isolated/parallel/cluster runner only has to o
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -53,6 +57,46 @@ class Study:
     vary: tuple[str, ...] = ()
     param_tolerance: float = DEFAULT_PARAM_TOLERANCE
     claims: list[dict[str, Any]] = field(default_factory=list)
+    added: tuple[str, ...] = ()  # variants appended to the grid by the user (--add-variant), not by the file
+
+    def with_variants(self, names: Sequence[str]) -> Study:
+        """This study with ``names`` appended to its grid's ``variant`` list (and to every preset's own list).
+
+        The study's ``vary`` and ``param_tolerance`` still apply to the grid it then makes (see :meth:`configs`).
+        """
+        import variants
+
+        if not names:
+            return self
+        for name in names:
+            try:
+                variants.describe(name)
+            except ValueError as exc:
+                raise ValueError(f"cannot add variant {name!r} to study {self.name!r}: {exc}; a variant of your "
+                                 "own is registered by its plugin: add --plugin FILE.py (or set RESBENCH_PLUGINS)"
+                                 ) from None
+        twice = sorted({n for n in names if list(names).count(n) > 1})
+        if twice:
+            raise ValueError(f"variant(s) {twice} added to study {self.name!r} more than once")
+
+        def extend(current: Any, where: str) -> list[Any]:
+            listed = list(current) if isinstance(current, list) else [current]
+            present = [n for n in names if n in listed]
+            if present:
+                raise ValueError(f"study {self.name!r} already runs variant(s) {present} ({where}); "
+                                 "add only variants it does not have")
+            return [*listed, *names]
+
+        base, grid = dict(self.base), dict(self.grid)
+        if "variant" in grid:
+            grid["variant"] = extend(grid["variant"], "in its grid")
+        elif "variant" in base:
+            grid["variant"] = extend(base.pop("variant"), "in its base")
+        else:
+            grid["variant"] = list(names)
+        presets = {p: {**o, "variant": extend(o["variant"], f"in preset {p!r}")} if "variant" in o else o
+                   for p, o in self.presets.items()}
+        return dataclasses.replace(self, base=base, grid=grid, presets=presets, added=(*self.added, *names))
 
     def configs(self, preset: str | None = None) -> list[RunConfig]:
         """Every run of the grid (under ``preset``), validated before any of them starts."""
@@ -87,7 +131,20 @@ class Study:
             except TypeError as exc:
                 raise ValueError(f"study {self.name!r}: {exc}") from None
         _check_variants(out)
-        check_grid(out, self.vary, self.param_tolerance, self.name)
+        try:
+            check_grid(out, self.vary, self.param_tolerance, self.name)
+        except ValueError as exc:
+            if not self.added:
+                raise
+            # Is the study fine without the user's variants? Then theirs is what differs in an undeclared way.
+            check_grid([c for c in out if c.variant not in self.added], self.vary, self.param_tolerance, self.name)
+            raise ValueError(
+                f"{exc}. The variant(s) you added ({', '.join(self.added)}) must differ from the study's own only "
+                f"in what it varies ({', '.join(self.vary) or 'nothing'}): declare the same axes and defaults in "
+                "variants.register(..., axes={...}) (`python -m bench diff A B --plugin FILE.py` shows every "
+                "difference), or compare along another axis in a copy of the study file with it added to `vary` "
+                "(`python -m bench sweep COPY.toml --add-variant ...`)"
+            ) from None
         return out
 
 
@@ -95,11 +152,14 @@ def _check_variants(configs: list[RunConfig]) -> None:
     """Unknown names, invalid depths and bad model arguments fail before the first run starts.
 
     Each distinct model is built on the meta device (no memory, no data): the builders check
-    depth rules and arguments there exactly as they will in the run.
+    depth rules and arguments there exactly as they will in the run. A variant a plugin registered
+    is also built on the CPU and run forward on a batch of its task (:func:`bench.plugins.check_forward`).
     """
     import torch
 
     import variants
+
+    from . import plugins
 
     seen: set[tuple[Any, ...]] = set()
     for cfg in configs:
@@ -108,18 +168,63 @@ def _check_variants(configs: list[RunConfig]) -> None:
             continue
         seen.add(key)
         kw = {**({"depth": cfg.depth} if cfg.depth is not None else {}), **cfg.model_overrides()}
-        with torch.device("meta"):
+        with plugins.blame(cfg.variant), torch.device("meta"):
             variants.create(cfg.variant, **kw)
+    _check_plugin_forwards([c for c in configs if plugins.plugin_of(c.variant) is not None])
 
 
-def load_study(path: str | Path) -> Study:
+def _check_plugin_forwards(configs: list[RunConfig]) -> None:
+    """One CPU forward per distinct (plugin variant, model arguments, task) on a real batch of the task.
+
+    A task that cannot be built here (a dataset not downloaded) is skipped: its runs are refused one by one
+    (with the same check in :func:`bench.run.execute`) while the sweep goes on.
+    """
+    import torch
+
+    import variants
+
+    from . import plugins
+    from .tasks import TaskError
+    from .tasks import get as get_task
+    from .train import model_kwargs, task_options
+
+    tasks: dict[tuple[Any, ...], Any] = {}
+    seen: set[tuple[Any, ...]] = set()
+    with torch.random.fork_rng(devices=[]):
+        for cfg in configs:
+            task_key = (cfg.task, task_options(cfg))
+            key = (cfg.variant, cfg.depth, cfg.model_args, task_key)
+            if key in seen:
+                continue
+            seen.add(key)
+            if task_key not in tasks:
+                try:
+                    tasks[task_key] = get_task(cfg.task, device="cpu", seed=cfg.seed, options=task_options(cfg))
+                except TaskError:
+                    tasks[task_key] = None
+            task = tasks[task_key]
+            if task is None:
+                continue
+            torch.manual_seed(cfg.seed)
+            with plugins.blame(cfg.variant):
+                model = variants.create(cfg.variant, **model_kwargs(cfg, task))
+            plugins.check_forward(cfg.variant, model, task)
+
+
+def read_study_file(path: str | Path) -> dict[str, Any]:
+    """A study file's TOML as a dict; a missing or malformed file is bad input (ValueError)."""
     path = Path(path)
     if not path.is_file():
         raise ValueError(f"study file {path} does not exist")
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
+        return tomllib.loads(path.read_text(encoding="utf-8"))
     except tomllib.TOMLDecodeError as exc:
         raise ValueError(f"study file {path} is not valid TOML: {exc}") from None
+
+
+def load_study(path: str | Path) -> Study:
+    path = Path(path)
+    data = read_study_file(path)
     unknown = set(data) - {"name", "description", "claim", "base", "grid", "presets", "vary", "param_tolerance",
                        "claims"}
     if unknown:

@@ -232,3 +232,25 @@ def test_batch_larger_than_the_training_split_is_bad_input(tmp_path: Path, capsy
                             "--results-dir", str(tmp_path)], capsys)
     assert code == 2 and "--batch-size 2000 exceeds the 1437 training samples" in err
     assert not (tmp_path / "leaderboard.csv").exists()
+
+
+@pytest.mark.parametrize(
+    "command",
+    [["list"], ["run", "--variant", "x"], ["leaderboard"], ["show", "x"], ["probe", "--variant", "x"],
+     ["diff", "a", "b"], ["plot"], ["report"], ["sweep", "s.toml"], ["reproduce", "degradation"],
+     ["data", "download", "cifar10"], ["perf", "overhead", "--variant", "x"], ["recipes"]],
+)
+def test_every_command_takes_plugins(command: list[str]) -> None:
+    from bench.cli import build_parser
+
+    ns = build_parser().parse_args([*command, "--plugin", "a.py", "--plugin", "my.module"])
+    assert ns.plugins == ["a.py", "my.module"]
+    assert build_parser().parse_args(command).plugins is None
+
+
+def test_sweep_and_reproduce_take_add_variant() -> None:
+    from bench.cli import build_parser
+
+    for command in (["sweep", "s.toml"], ["reproduce", "degradation"]):
+        ns = build_parser().parse_args([*command, "--add-variant", "a", "--add-variant", "b"])
+        assert ns.add_variant == ["a", "b"]

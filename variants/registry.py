@@ -64,13 +64,28 @@ def register_preset(name: str, base: str, *, paper: str | None = None, **fixed: 
     _add(VariantSpec(name, spec.family, spec.builder, paper or spec.paper, spec.axes, merged, root))
 
 
+class DuplicateVariantError(ValueError):
+    """A name registered twice; ``owner`` is the module whose builder holds the name already."""
+
+    def __init__(self, name: str, owner: str) -> None:
+        super().__init__(f"variant {name!r} is already registered (by module {owner})")
+        self.name, self.owner = name, owner
+
+
 def _add(spec: VariantSpec) -> None:
     if spec.name in _REGISTRY:
-        raise ValueError(f"variant {spec.name!r} is already registered")
+        raise DuplicateVariantError(spec.name, _REGISTRY[spec.name].builder.__module__)
     if spec.name.startswith(TIMM_PREFIX):
         raise ValueError(f"names starting with {TIMM_PREFIX!r} are reserved for timm models")
     _check_kwargs(spec, spec.fixed, spec.name)
     _REGISTRY[spec.name] = spec
+
+
+def unregister(name: str) -> None:
+    """Remove ``name`` (and every preset registered on it), e.g. to unload a plugin; unknown names raise."""
+    _lookup(name)
+    for other in [n for n, spec in _REGISTRY.items() if n == name or spec.base == name]:
+        del _REGISTRY[other]
 
 
 def _check_kwargs(spec: VariantSpec, kwargs: Mapping[str, Any], name: str) -> None:
@@ -121,11 +136,12 @@ def describe(name: str) -> dict[str, Any]:
 
     ``init`` is the initialisation scheme ``name`` builds with unless overridden (None where the builder
     takes no ``init``, e.g. timm models); ``init_pinned`` is True where the variant fixes it (a paper that
-    *is* an initialisation, such as Fixup or DeepNet), so ``create(name, init=other)`` raises.
+    *is* an initialisation, such as Fixup or DeepNet), so ``create(name, init=other)`` raises. ``module`` is
+    the module that defines the builder (a shipped family's, or a plugin's).
     """
     if name.startswith(TIMM_PREFIX):
         return {"name": name, "family": "timm", "paper": "timm (PyTorch Image Models)", "axes": {}, "defaults": {},
-                "fixed": {}, "init": None, "init_pinned": False}
+                "fixed": {}, "init": None, "init_pinned": False, "module": "timm"}
     spec = _lookup(name)
     defaults = spec.defaults()
     return {
@@ -137,6 +153,7 @@ def describe(name: str) -> dict[str, Any]:
         "fixed": dict(spec.fixed),
         "init": defaults.get("init"),
         "init_pinned": "init" in spec.fixed,
+        "module": spec.builder.__module__,
     }
 
 
