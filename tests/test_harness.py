@@ -306,3 +306,22 @@ def test_warmup_until_error_in_a_real_run(tmp_path: Path) -> None:
     capped = execute(dataclasses.replace(c, warmup_until_error=1e-9), tmp_path)  # never below it: the cap ends it
     assert capped["warmup_ended_at"] == 6
     assert [p["lr"] for p in capped["curves"]["train"]] == pytest.approx([0.01] * 6 + [0.1] * 2)
+
+
+@pytest.mark.parametrize(
+    ("chunk", "start", "step", "message"),
+    [
+        ([2.0, 2.5, 20.5], 10, 13, "loss 20.5 exceeded 10 x first-step loss 2 at step 13"),  # finite but exploding
+        ([2.0, float("nan"), 30.0], 0, 2, "loss became nan at step 2"),  # the first bad value wins
+        ([float("inf")], 4, 5, "loss became inf at step 5"),
+    ],
+)
+def test_divergence_rule_names_the_first_bad_step(chunk: list[float], start: int, step: int, message: str) -> None:
+    with pytest.raises(train_mod.Diverged, match=re.escape(message)) as exc:
+        train_mod._check_divergence(torch.tensor(chunk), start, 2.0, 10.0)
+    assert exc.value.step == step
+
+
+def test_divergence_rule_allows_loss_up_to_the_factor() -> None:
+    train_mod._check_divergence(torch.tensor([2.0, 19.99, 20.0]), 0, 2.0, 10.0)  # 10 x 2.0 is not above it
+    train_mod._check_divergence(torch.tensor([1e9]), 0, math.inf, 10.0)  # no finite first loss: no ratio rule
