@@ -47,7 +47,9 @@ Rules of the verdicts (``agrees`` / ``disagrees`` / ``inconclusive``):
 - **slope.** The slope's 95% CI (Student t, n - 2 dof) inside ``expect_range``: agrees; entirely outside:
   disagrees; else (or with fewer than three runs or two x values) inconclusive. Non-positive values cannot
   enter a log and are left out (and counted in the note).
-- **value.** ``mean - threshold`` tested as ``diff`` above with margin 0 and the group's CI half-width.
+- **value.** ``d = mean - threshold`` (sign flipped for ``less``/``not_less``): "is it above?" is *yes* when
+  ``d`` exceeds the group's CI half-width, *no* when ``d <= -half-width``, else *inconclusive* — a single
+  group has no margin of its own, so both answers must clear the seed spread.
 """
 
 from __future__ import annotations
@@ -419,8 +421,10 @@ def _value(claim: Claim, context: str, part: pd.DataFrame) -> Result:
     sign, want = _TESTS[str(claim.expect)]
     diff = g.mean - claim.threshold
     note = "" if g.n else "no counted runs"
-    return Result(claim, context, _answer(_test(sign * diff, 0.0, g.ci, g.n >= 2), want), (g,), diff,
-                  claim.threshold, g.ci, note)  # fmt: skip
+    d = sign * diff  # one group against a constant: decided only beyond its CI half-width, either way
+    test = ("inconclusive" if g.n < 2 or not math.isfinite(d) else "yes" if d > g.ci
+            else "no" if d <= -g.ci else "inconclusive")  # fmt: skip
+    return Result(claim, context, _answer(test, want), (g,), diff, claim.threshold, g.ci, note)
 
 
 def _slope(claim: Claim, context: str, part: pd.DataFrame) -> Result:

@@ -64,10 +64,11 @@ _RUN_ID_HASH = re.compile(r"-([0-9a-f]{8})-s\d+$")
 # RunConfig fields that RunConfig.config_hash leaves out: the seed, and measurement knobs that leave training alone.
 NOT_HASHED: tuple[str, ...] = ("seed", "measure", "timing_warmup", "timing_repeats", "timing_steps", "data_dir")
 # Leaderboard columns that record a run's configuration, in display order (``device`` there is the device the
-# run resolved to, not its configured ``auto``; ``init`` is the initialisation scheme's name).
+# run resolved to, not its configured ``auto``; ``init`` is the initialisation scheme's name). Not ``steps`` and
+# ``epochs``: there they are what a run *made* (fewer when it diverged); the configured ones are in its JSON.
 BOARD_CONFIG_COLUMNS: tuple[str, ...] = (
-    "variant", "depth", "task", "epochs", "steps", "batch_size", "optimizer", "lr", "schedule", "warmup_steps",
-    "precision", "init", "study",
+    "variant", "depth", "task", "batch_size", "optimizer", "lr", "schedule", "warmup_steps", "precision", "init",
+    "study",
 )  # fmt: skip
 
 

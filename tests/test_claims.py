@@ -395,6 +395,9 @@ def test_where_reads_variant_axes_and_model_arguments_from_the_run_jsons():
         ([1.0, 1.1, 1.2], "not_greater", "agrees"),
         ([1.0, 1.1, 1.2], "less", "agrees"),
         ([2.0], "greater", "inconclusive"),
+        ([1.0, 1.5, 1.6], "not_greater", "inconclusive"),  # mean 1.37 < 1.5 but within its CI (0.76): undecided
+        ([1.45, 1.5, 1.55], "greater", "inconclusive"),  # mean at the threshold, inside the spread
+        ([1.5, 1.5, 1.5], "greater", "disagrees"),  # at the threshold, no spread: not above it
     ],
 )
 def test_value_claims(values, expect, verdict):
@@ -479,3 +482,15 @@ def test_probe_claims_use_one_value_per_run_and_count_runs_that_failed_later():
                   expect="greater", threshold=1.5)  # fmt: skip
     assert one(grows, board(post, pre), probes).verdict == "agrees"
     assert one(grows, board(post, pre)).note == "probe:weight_grad_norm:ffn:last_over_first not recorded for these runs"
+
+
+def test_a_diverged_seed_stays_in_its_configuration():
+    """A diverged run made fewer steps than asked (leaderboard `steps`/`epochs` are outcomes); it is still a seed
+    of the same configuration: counted as failed there, never split into a configuration of its own."""
+    rows = runs("resnet", 110, [0.5, 0.2, None], statuses=["ok", "ok", "diverged"], steps=300)
+    rows[2] |= {"steps": 9, "epochs": 0.8}
+    for r in rows[:2]:
+        r |= {"steps": 300, "epochs": 26.7}
+    r = one(claim(kind="value", metric="final_train_loss", expect="less", threshold=0.01), board(rows))
+    (g,) = r.groups
+    assert (g.n_runs, g.n_failed, g.n) == (3, 1, 2)
