@@ -21,6 +21,7 @@ import pandas as pd
 from scipy import stats as sps
 
 from bench.results import ResultsStore
+from bench.stats import config_table, differing_fields
 
 _NOT_METRICS = ("step", "epoch", "wall_s", "train_time_s", "lr")  # curve columns that are axes, not metrics
 _META = ("run_id", "variant", "family", "depth", "task", "seed", "warmup_steps", "status", "study")
@@ -112,9 +113,13 @@ def is_ln_transformer(variant: str) -> str | None:
 
 
 def with_key(df: pd.DataFrame) -> pd.DataFrame:
-    """``df`` with a ``key`` column: the :func:`variant_key` of each row's variant (looked up once per name)."""
+    """``df`` with a ``key`` column: the :func:`variant_key` of each row's variant (looked up once per name),
+    followed by its ``config`` label (:func:`config_labels`) where it has one."""
     keys = {v: variant_key(str(v)) for v in df["variant"].unique()}
-    return df.assign(key=df["variant"].map(keys).astype(object))
+    key = df["variant"].map(keys).astype(object)
+    if "config" in df.columns:  # one series per configuration, never seeds of several pooled
+        key = key + df["config"].fillna("").map(lambda c: f" ({c})" if c else "")
+    return df.assign(key=key)
 
 
 @dataclass
@@ -177,7 +182,26 @@ def load_frames(results_dir: str | Path, study: str | None = None) -> Frames:
             )
         board = board[board["study"] == study].reset_index(drop=True)
         runs = [r for r in runs if r["run_id"] in set(board["run_id"])]
-    return Frames(board, curves_frame(runs), probes_frame(runs))
+    label = config_labels(board, runs)
+    frames = (board, curves_frame(runs), probes_frame(runs))
+    return Frames(*(f.assign(config=[label.get(r, "") for r in f["run_id"]]) for f in frames))
+
+
+# What every figure already tells apart (colour by variant, style by depth, one task per figure).
+_DRAWN = ("variant", "depth", "task", "study", "preset")
+
+
+def config_labels(board: pd.DataFrame, runs: Iterable[Mapping[str, Any]]) -> dict[str, str]:
+    """Run id -> the configuration fields that differ between the runs' configurations and no figure encodes
+    (``init=xavier, warmup_steps=50``), so series pool only the seeds of one configuration; empty when none
+    differ."""
+    runs = list(runs)
+    fields = [f for f in differing_fields(board, runs) if f not in _DRAWN]
+    if not fields or board.empty:
+        return {}
+    table = config_table(board, runs)
+    text = table[fields].apply(lambda r: ", ".join(f"{f}={v}" for f, v in r.items()), axis=1)
+    return dict(zip(board["run_id"], text, strict=True))
 
 
 def one_task(df: pd.DataFrame, task: str | None) -> tuple[pd.DataFrame, str]:

@@ -373,3 +373,21 @@ def test_load_frames_filters_a_study(tmp_path):
     assert set(frames.curves["variant"]) == {"resnet"} and set(frames.probes["variant"]) == {"resnet"}
     with pytest.raises(ValueError, match=r"no runs of study 'postln' .*studies: \['degradation'\]"):
         plots.load_frames(tmp_path, "postln")
+
+
+def test_series_never_pool_configurations(tmp_path) -> None:
+    """Runs of one variant and depth that differ in their init are two series, each over its own seeds."""
+    from bench.config import RunConfig
+    from bench.plotdata import load_frames, with_key
+    from bench.results import ResultsStore
+
+    store = ResultsStore(tmp_path)
+    for init, acc in (("xavier", 0.9), ("normal", 0.5)):
+        for seed in (0, 1):
+            cfg = RunConfig(variant="postln", depth=6, task="copy", seed=seed, model_args=(("init", init),))
+            row = {"run_id": cfg.run_id, "config_hash": cfg.config_hash(), "variant": "postln", "depth": 6,
+                   "task": "copy", "seed": seed, "status": "ok", "init": init, "final_train_acc": acc}
+            store.append(row, {"run_id": cfg.run_id, "row": row, "config": cfg.to_dict(), "curves": {}})
+    board = with_key(load_frames(tmp_path).leaderboard)
+    means = board.groupby("key")["final_train_acc"].mean().to_dict()
+    assert means == {"postln (init=normal)": 0.5, "postln (init=xavier)": 0.9}
