@@ -318,26 +318,22 @@ def test_markdown_table_escapes_pipes():
     assert markdown_table(["a", "b"], [["x|y", 1]]) == "| a | b |\n|---|---|\n| x\\|y | 1 |"
 
 
-def test_runs_of_different_recipes_are_never_pooled(tmp_path):
+@pytest.mark.parametrize(
+    ("variant", "depth", "task", "field", "a", "b"),
+    [
+        ("resnet", 20, "digits", "lr", 0.01, 0.1),  # two recipes
+        ("postln", 6, "copy", "warmup_steps", 0, 100),  # configs differing only in warm-up
+    ],
+)
+def test_configs_that_differ_in_one_field_are_never_pooled(tmp_path, variant, depth, task, field, a, b):
     store = ResultsStore(tmp_path)
     for seed in range(2):
-        add(store, "resnet", 20, seed, 0.9, lr=0.1)
-        add(store, "resnet", 20, seed + 10, 0.5, lr=0.01)
+        add(store, variant, depth, seed, 0.5, task=task, **{field: a})
+        add(store, variant, depth, seed + 10, 0.9, task=task, **{field: b})
     text = write_report(tmp_path).read_text()
-    assert table_row(text, "| variant |")[:5] == ["variant", "depth", "task", "lr", "ok/runs"]
-    assert table_row(text, "| resnet | 20 | digits | 0.01 |")[5] == "50.00 ± 0.00 (±0.00)"
-    assert table_row(text, "| resnet | 20 | digits | 0.1 |")[5] == "90.00 ± 0.00 (±0.00)"
-
-
-def test_configs_differing_only_in_warmup_are_rows_of_their_own(tmp_path):
-    store = ResultsStore(tmp_path)
-    for seed in range(2):
-        add(store, "postln", 6, seed, 0.9, task="copy", warmup_steps=100)
-        add(store, "postln", 6, seed, 0.5, task="copy")
-    text = write_report(tmp_path).read_text()
-    assert table_row(text, "| variant |")[:5] == ["variant", "depth", "task", "warmup_steps", "ok/runs"]
-    assert table_row(text, "| postln | 6 | copy | 0 |")[5] == "50.00 ± 0.00 (±0.00)"
-    assert table_row(text, "| postln | 6 | copy | 100 |")[5] == "90.00 ± 0.00 (±0.00)"
+    assert table_row(text, "| variant |")[:5] == ["variant", "depth", "task", field, "ok/runs"]
+    assert table_row(text, f"| {variant} | {depth} | {task} | {a} |")[5] == "50.00 ± 0.00 (±0.00)"
+    assert table_row(text, f"| {variant} | {depth} | {task} | {b} |")[5] == "90.00 ± 0.00 (±0.00)"
 
 
 def test_a_difference_recorded_only_in_the_config_hash_shows_the_hash(tmp_path):
