@@ -64,11 +64,18 @@ def resolved_kwargs(variant: str, overrides: Mapping[str, Any]) -> dict[str, Any
     return {**variants.describe(variant)["defaults"], **overrides}
 
 
-def model_facts(variant: str, depth: int | None = None, model_args: Mapping[str, Any] | None = None) -> Facts:
-    """Axes, resolved kwargs and parameter count of ``variant`` (built on the meta device: no memory, no data)."""
-    over = {**({"depth": depth} if depth is not None else {}), **dict(model_args or {})}
-    with torch.device("meta"):
-        model = variants.create(variant, **over)
+def _overrides(depth: int | None, model_args: Mapping[str, Any] | None) -> dict[str, Any]:
+    return {**({"depth": depth} if depth is not None else {}), **dict(model_args or {})}
+
+
+def model_facts(variant: str, depth: int | None = None, model_args: Mapping[str, Any] | None = None,
+                model: nn.Module | None = None) -> Facts:
+    """Axes, resolved kwargs and parameter count of ``variant``: of ``model`` when given (built with these
+    overrides), else of one built on the meta device (no memory, no data)."""
+    over = _overrides(depth, model_args)
+    if model is None:
+        with torch.device("meta"):
+            model = variants.create(variant, **over)
     desc = variants.describe(variant)
     return Facts(variant, desc["family"], dict(desc["axes"]), resolved_kwargs(variant, over),
                  sum(p.numel() for p in model.parameters()))
@@ -164,13 +171,14 @@ def _profile_rows(pa: Mapping[str, Any], pb: Mapping[str, Any]) -> list[DiffRow]
 def diff_models(a: str, b: str, depth: int | None = None, model_args: Mapping[str, Any] | None = None,
                 seed: int = 0, param_tolerance: float = DEFAULT_PARAM_TOLERANCE) -> list[DiffRow]:
     """Every compared quantity of variants ``a`` and ``b`` built with the same overrides and seed (on the CPU)."""
-    fa, fb = model_facts(a, depth, model_args), model_facts(b, depth, model_args)
+    facts: list[Facts] = []
     profiles = []
     for name in (a, b):
         torch.manual_seed(seed)
-        over = {**({"depth": depth} if depth is not None else {}), **dict(model_args or {})}
-        profiles.append(weight_profile(variants.create(name, **over)))
-    return _fact_rows(fa, fb, param_tolerance) + _profile_rows(*profiles)
+        model = variants.create(name, **_overrides(depth, model_args))
+        facts.append(model_facts(name, depth, model_args, model))
+        profiles.append(weight_profile(model))
+    return _fact_rows(facts[0], facts[1], param_tolerance) + _profile_rows(*profiles)
 
 
 def format_diff(a: str, b: str, rows: Sequence[DiffRow], show_all: bool = False) -> str:

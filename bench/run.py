@@ -16,6 +16,7 @@ import variants
 from . import plugins
 from .config import RunConfig
 from .env import environment
+from .fairness import resolved_kwargs
 from .results import ResultsStore
 from .train import Diverged, Record, measure_phases, setup, train
 
@@ -129,8 +130,7 @@ def init_scheme(cfg: RunConfig, s: Any) -> str:
     Read from the registry's defaults (a preset's pinned values included) under the run's own keywords,
     so no variant is special-cased; timm models and builders without an ``init`` keyword get "default".
     """
-    resolved = {**variants.describe(cfg.variant)["defaults"], **s.model_kwargs}
-    init = resolved.get("init")
+    init = resolved_kwargs(cfg.variant, s.model_kwargs).get("init")
     return "default" if init is None else str(init)
 
 
