@@ -160,7 +160,7 @@ def summary(result: dict[str, Any], results_dir: str) -> str:
 
 def cmd_leaderboard(ns: argparse.Namespace) -> int:
     from .results import ResultsStore
-    from .stats import aggregate, differing_fields, with_config_columns
+    from .stats import aggregate, by_configuration
 
     store = ResultsStore(ns.results_dir)
     df = store.load_leaderboard()
@@ -168,10 +168,8 @@ def cmd_leaderboard(ns: argparse.Namespace) -> int:
         print(f"no runs in {ns.results_dir}")
         return 0
     # Seeds pool only with seeds: one row per configuration, showing the fields in which configurations differ.
-    runs = store.load_runs()
-    fields = [f for f in differing_fields(df, runs) if f not in ("variant", "depth", "task")]
-    table = aggregate(with_config_columns(df, runs, fields), by=["variant", "depth", "task", *fields],
-                      metrics=LEADERBOARD_METRICS)
+    named, by = by_configuration(df, store.load_runs())
+    table = aggregate(named, by=by, metrics=LEADERBOARD_METRICS)
     keep = [c for c in table.columns if not c.endswith(("_ci_low", "_ci_high", "_median"))]
     table = table[keep]
     if ns.sort:

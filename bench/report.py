@@ -22,7 +22,7 @@ import pandas as pd
 from bench import plots
 from bench.claims import Group, Result, describe, evaluate_claims, load_claims, study_file
 from bench.results import ResultsStore, atomic_write_text
-from bench.stats import CONFIG_KEY, aggregate_long, differing_fields, group_keys, with_config_columns
+from bench.stats import CONFIG_KEY, aggregate_long, by_configuration, group_keys
 
 FIGURE_NOTE = (
     "Lines: mean over seeds. Bands and error bars: 95% Student-t CI of that mean, clipped to the metric's "
@@ -90,10 +90,9 @@ def leaderboard_table(board: pd.DataFrame, runs: Sequence[Mapping[str, Any]] | N
     (:func:`bench.stats.differing_fields`, from the leaderboard and the run JSONs ``runs``); if two rows
     would still look alike (a difference recorded nowhere but in the config hash), the hash is shown too.
     """
-    fields = differing_fields(board, runs, exclude=ROW_COLUMNS)
-    by = [*ROW_COLUMNS, *fields]
+    named, by = by_configuration(board, runs, ROW_COLUMNS)
     metrics = [m for m, *_ in TABLE_METRICS]
-    agg = aggregate_long(with_config_columns(board, runs, fields), by=by, metrics=[*metrics, "steps_to_target"])
+    agg = aggregate_long(named, by=by, metrics=[*metrics, "steps_to_target"])
     keys = group_keys(agg, by)
     configs = agg.drop_duplicates(keys)
     shown = [*by, CONFIG_KEY] if CONFIG_KEY in keys and configs[by].astype(str).duplicated().any() else by

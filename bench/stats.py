@@ -330,3 +330,12 @@ def with_config_columns(
     table = config_table(board, runs)
     missing = pd.Series(None, index=board.index, dtype=object)
     return board.assign(**{f: table.get(f, missing) for f in fields})
+
+
+def by_configuration(
+    board: pd.DataFrame, runs: Sequence[Mapping[str, Any]] | None, base: Sequence[str] = DEFAULT_BY
+) -> tuple[pd.DataFrame, list[str]]:
+    """``board`` with the configuration fields that differ between its configurations as columns, and the
+    columns to name its groups by: ``base`` and those fields (aggregation adds ``config_hash`` itself)."""
+    fields = differing_fields(board, runs, exclude=base)
+    return with_config_columns(board, runs, fields), [*base, *fields]
