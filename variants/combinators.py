@@ -21,7 +21,11 @@ from torch import nn
 
 
 class Combinator(nn.Module):
-    """Base class: ``forward(x, fx)`` joins shortcut ``x`` and branch output ``fx``."""
+    """Base class: ``forward(x, fx)`` joins shortcut ``x`` and branch output ``fx``.
+
+    ``axis`` (a class attribute) is the name the variant's ``combinator`` axis reports; a subclass without
+    one reports its class name.
+    """
 
     def forward(self, x: torch.Tensor, fx: torch.Tensor) -> torch.Tensor:  # pragma: no cover - abstract
         raise NotImplementedError
@@ -30,12 +34,16 @@ class Combinator(nn.Module):
 class NoShortcut(Combinator):
     """Plain network: the shortcut is dropped, ``y = F(x)``."""
 
+    axis = "none"
+
     def forward(self, x: torch.Tensor, fx: torch.Tensor) -> torch.Tensor:
         return fx
 
 
 class Add(Combinator):
     """Identity shortcut, ``y = x + F(x)``."""
+
+    axis = "add"
 
     def forward(self, x: torch.Tensor, fx: torch.Tensor) -> torch.Tensor:
         return x + fx
@@ -64,6 +72,8 @@ class TransformGate(nn.Module):
 class Gate(Combinator):
     """Highway combination ``T·F(x) + (1-T)·x`` (``mode="highway"``) or ``F(x) + (1-T)·x`` (``"shortcut_only"``)."""
 
+    axis = "gate"
+
     MODES = ("highway", "shortcut_only")
 
     def __init__(self, gate: TransformGate, mode: str = "highway") -> None:
@@ -82,6 +92,8 @@ class Gate(Combinator):
 class Concat(Combinator):
     """DenseNet: concatenate shortcut and branch along the channel dimension (dim 1)."""
 
+    axis = "concat"
+
     def forward(self, x: torch.Tensor, fx: torch.Tensor) -> torch.Tensor:
         return torch.cat([x, fx], dim=1)
 
@@ -94,6 +106,8 @@ class Scaled(Combinator):
     (ReZero/SkipInit: scalar 0; LayerScale: per channel, 1e-1 .. 1e-6). ``channel_dim`` says where
     the channels of a per-channel β sit (1 for NCHW images, -1 for token sequences).
     """
+
+    axis = "scaled"
 
     def __init__(
         self,

@@ -21,19 +21,25 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from .combinators import Concat
-from .layers import ConvNet, check_init, check_positive, conv1x1, conv3x3, init_weights_
-from .placements import drop_path_rates
+from .layers import ConvNet, check_init, check_positive, conv1x1, conv3x3, drop_path_rates, init_weights_
 from .registry import register, register_preset
 
 HUANG = "Huang et al. 2017, Densely Connected Convolutional Networks, Table 2"
 
 
 class DenseLayer(nn.Module):
-    """One dense layer; ``forward(stream, features)`` returns the new stream ``[stream, new]`` and ``new``.
+    """Huang et al. 2017, eq. 2: ``x_l = [x_0, ..., x_{l-1}, H_l([x_0, ..., x_{l-1}])]``, H = BN-ReLU-conv3×3
+    (BC: BN-ReLU-conv1×1 (4k)-BN-ReLU-conv3×3).
+
+    ``forward(stream, features)`` returns the new stream ``[stream, new]`` and ``new``. Not a
+    ``variants.blocks.ResidualUnit``: a dense layer also takes the list of earlier features (for the
+    memory-efficient path), but it joins through a Combinator (``Concat``) all the same, so probes see it.
 
     ``features`` lists the tensors the stream concatenates; the memory-efficient path reads them instead
     of the stream, so the stream only feeds the (save-nothing) concatenation of the combinator.
     """
+
+    placement = "pre"  # BN-ReLU before the convolution, nothing after the concatenation
 
     def __init__(
         self, cin: int, growth: int, bc: bool, drop_rate: float, drop_path: float, memory_efficient: bool
@@ -87,9 +93,11 @@ class DenseBlock(nn.Module):
         return x
 
 
-def transition(cin: int, cout: int, drop_rate: float) -> nn.Sequential:
-    """BN-ReLU-1×1 conv-(dropout)-2×2 average pool between dense blocks (Huang §3, "Pooling layers")."""
-    return nn.Sequential(nn.BatchNorm2d(cin), nn.ReLU(), conv1x1(cin, cout), nn.Dropout(drop_rate), nn.AvgPool2d(2))
+class Transition(nn.Sequential):
+    """Huang et al. 2017 §3 ("Pooling layers"), between dense blocks: BN-ReLU-conv1×1-(dropout)-avgpool 2×2."""
+
+    def __init__(self, cin: int, cout: int, drop_rate: float) -> None:
+        super().__init__(nn.BatchNorm2d(cin), nn.ReLU(), conv1x1(cin, cout), nn.Dropout(drop_rate), nn.AvgPool2d(2))
 
 
 def layers_per_block(depth: int, bc: bool) -> int:
@@ -100,9 +108,9 @@ def layers_per_block(depth: int, bc: bool) -> int:
     return (depth - 4) // step
 
 
-@register("densenet", family="densenet", paper=HUANG,
-          axes={"combinator": "concat", "placement": "pre", "body": "dense_layer"})
+@register("densenet", family="densenet", paper=HUANG)
 def densenet(
+    *,
     depth: int = 40,
     growth_rate: int = 12,
     bc: bool = False,
@@ -135,7 +143,7 @@ def densenet(
         stage: list[nn.Module] = [DenseBlock(layers)]
         if b < 2:
             out = channels // 2 if bc else channels  # compression θ = 0.5 for BC, else 1
-            stage.append(transition(channels, out, drop_rate))
+            stage.append(Transition(channels, out, drop_rate))
             channels = out
         stages.append(stage)
     head = nn.Sequential(nn.BatchNorm2d(channels), nn.ReLU())

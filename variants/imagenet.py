@@ -12,9 +12,8 @@ from __future__ import annotations
 
 from torch import nn
 
-from .combinators import Add
-from .layers import EXPANSION, ConvNet, Unit, check_init, check_positive, conv_branch, init_weights_, make_shortcut
-from .placements import drop_path_rates
+from .blocks import POSTACT
+from .layers import ConvNet, check_init, check_positive, drop_path_rates, init_weights_
 from .registry import register, register_preset
 
 HE2015 = "He et al. 2015, Deep Residual Learning for Image Recognition, Table 1"
@@ -35,10 +34,9 @@ def _stem(in_chans: int, width: int) -> nn.Sequential:
     return nn.Sequential(conv, nn.BatchNorm2d(width), nn.ReLU(), nn.MaxPool2d(3, stride=2, padding=1))
 
 
-@register("resnet_imagenet", family="resnet_imagenet", paper=HE2015,
-          # BN inside the branch, ReLU after the join: He 2016's "post-activation", not norm(x + F(x)).
-          axes={"combinator": "add", "placement": "post-activation", "body": "conv"})
+@register("resnet_imagenet", family="resnet_imagenet", paper=HE2015)
 def resnet_imagenet(
+    *,
     depth: int = 50,
     num_classes: int = 1000,
     in_chans: int = 3,
@@ -47,7 +45,8 @@ def resnet_imagenet(
     drop_path_rate: float = 0.0,
     init: str = "kaiming",
 ) -> nn.Module:
-    """He 2015 ImageNet ResNet of ``depth`` in {18, 34, 50, 101, 152}; ``width`` is the first stage's width.
+    """He 2015 ImageNet ResNet of ``depth`` in {18, 34, 50, 101, 152}: :class:`~variants.blocks.PostActBasic` or
+    ``PostActBottleneck`` units with projection shortcuts (option B); ``width`` is the first stage's width.
 
     ``init`` is one of ``variants.layers.INIT_SCHEMES``; ``kaiming`` (default) is torchvision's draw. The
     zero-initialised BNs of ``zero_init_residual`` stay zero under every scheme (schemes draw weights only)."""
@@ -57,21 +56,20 @@ def resnet_imagenet(
     check_init(init)
     block, counts = LAYOUTS[depth]
     rates = iter(drop_path_rates(drop_path_rate, sum(counts)))
+    unit = POSTACT[block]
     stages, cin = [], width
     for s, count in enumerate(counts):
         units = []
         for i in range(count):
             w, stride = width * 2**s, 2 if s > 0 and i == 0 else 1
-            cout = EXPANSION[block] * w
             # torchvision's layout: the stride sits on the first conv of a basic unit, on the 3×3 of a bottleneck.
-            body = conv_branch(block, cin, w, stride, stride_at=0 if block == "basic" else 1)
-            last_bn = body[-1]
-            assert isinstance(last_bn, nn.BatchNorm2d)
+            u = unit(cin, w, stride, shortcut="B", drop_path=next(rates), stride_at=0 if block == "basic" else 1)
             if zero_init_residual:
+                last_bn = list(u.body.children())[-1]
+                assert isinstance(last_bn, nn.BatchNorm2d)
                 nn.init.zeros_(last_bn.weight)
-            units.append(Unit(body, Add(), shortcut=make_shortcut("B", cin, cout, stride), post=nn.ReLU(),
-                              drop_path=next(rates)))
-            cin = cout
+            units.append(u)
+            cin = unit.expansion * w
         stages.append(units)
     return init_weights_(ConvNet(_stem(in_chans, width), stages, nn.Identity(), cin, num_classes), init)
 

@@ -6,6 +6,9 @@
 - Branches are built from a small op vocabulary (``"bn"``, ``"relu"``, Fixup's scalar ``"bias"``)
   placed before, between and after the convolutions, which is how He et al. 2016, "Identity Mappings
   in Deep Residual Networks", Fig. 4, describes its orderings.
+- :class:`CifarSpec` is what every net on He et al. 2015's CIFAR macro-architecture takes (depth, width,
+  classes, input channels, block, shortcut, stochastic depth, init), validated once; :func:`build_cifar`
+  builds the stem, three stages of units and the head around a unit factory.
 - Convolutions are initialised as He et al. 2015 ("Delving Deep into Rectifiers") in the fan-out form
   the original Torch ResNet code and torchvision use; :func:`init_weights_` re-draws a built net under
   another named scheme (the ``init`` axis).
@@ -14,18 +17,18 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import TypeVar
+from dataclasses import dataclass
+from typing import NamedTuple, TypeVar
 
 import torch
 import torch.nn.functional as F
-from timm.layers import DropPath
 from torch import nn
-
-from .combinators import Combinator
 
 
 def he_init_(conv: nn.Conv2d) -> nn.Conv2d:
-    """He-normal weights (fan-out, ReLU gain); zero bias."""
+    """He-normal weights (fan-out, ReLU gain); zero bias. (Nothing to draw on the meta device.)"""
+    if conv.weight.is_meta:
+        return conv
     nn.init.kaiming_normal_(conv.weight, mode="fan_out", nonlinearity="relu")
     if conv.bias is not None:
         nn.init.zeros_(conv.bias)
@@ -64,7 +67,7 @@ def init_weights_(model: ModuleT, init: str) -> ModuleT:
     """Re-draw every Conv2d/Linear weight of ``model`` under scheme ``init`` (see :data:`INIT_SCHEMES`)."""
     check_init(init)
     draw = INIT_SCHEMES[init]
-    if draw is not None:
+    if draw is not None and not any(p.is_meta for p in model.parameters()):
         with torch.no_grad():
             for m in model.modules():
                 if isinstance(m, (nn.Conv2d, nn.Linear)):
@@ -181,37 +184,6 @@ def conv_branch(
     return nn.Sequential(*layers)
 
 
-class Unit(nn.Module):
-    """One residual unit: ``post(combine(shortcut(s), drop_path(body(s))))`` with ``s = shared(x)``.
-
-    ``shared`` holds ops both paths see (He 2016's pre-activation of a unit whose shortcut projects,
-    Fixup's scalar bias before the first convolution); ``post`` the ops after the join (the ReLU after
-    addition of the original ResNet, BN-ReLU of He 2016's "BN after addition").
-    """
-
-    def __init__(
-        self,
-        body: nn.Module,
-        combine: Combinator,
-        shortcut: nn.Module | None = None,
-        shared: nn.Module | None = None,
-        post: nn.Module | None = None,
-        drop_path: float = 0.0,
-    ) -> None:
-        super().__init__()
-        # Registration order (shared, body, shortcut) matches torchvision's, so state dicts line up.
-        self.shared = shared or nn.Identity()
-        self.body = body
-        self.shortcut = shortcut or nn.Identity()
-        self.combine = combine
-        self.post = post or nn.Identity()
-        self.drop_path = DropPath(drop_path)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = self.shared(x)
-        return self.post(self.combine(self.shortcut(x), self.drop_path(self.body(x))))
-
-
 class ConvNet(nn.Module):
     """``stem -> stages -> head`` where head = ``head_pre``, global average pool, flatten, linear."""
 
@@ -266,7 +238,56 @@ def group_stages(units: Sequence[nn.Module], plan: Sequence[tuple[int, ...]]) ->
     return stages
 
 
-UnitFn = Callable[[int, int, int, int], nn.Module]
+def drop_path_rates(rate: float, n_blocks: int) -> list[float]:
+    """The linear decay rule of Huang 2016 §3: block ``l`` of ``L`` drops with ``p_l = l/L · rate``."""
+    if not 0.0 <= rate < 1.0:
+        raise ValueError(f"drop_path_rate must be in [0, 1), got {rate}")
+    return [rate * (i + 1) / n_blocks for i in range(n_blocks)]
+
+
+@dataclass(frozen=True, kw_only=True)
+class CifarSpec:
+    """What every net on He et al. 2015's CIFAR macro-architecture is built from, validated on construction.
+
+    A builder registered with ``spec=CifarSpec(...)`` (``variants.register``) receives one of these as its
+    only positional argument; its fields are the variant's keyword arguments (``--depth``, ``--model-arg
+    width=32`` ...), with the registered instance's values as defaults. ``depth`` is checked by the depth rule
+    of the unit the builder makes (6n+2 for basic units, 9n+2 for bottlenecks: :func:`cifar_depth`).
+    """
+
+    depth: int = 56
+    width: int = 16
+    num_classes: int = 10
+    in_chans: int = 3
+    block: str = "basic"
+    shortcut: str = "A"  # He 2015 §3.3: A zero-pads, B projects where the shape changes, C always projects
+    drop_path_rate: float = 0.0
+    init: str = "kaiming"  # a scheme of INIT_SCHEMES, or the paper's own where the variant pins it
+
+    def __post_init__(self) -> None:
+        check_positive(width=self.width, num_classes=self.num_classes, in_chans=self.in_chans)
+        if self.block not in BLOCKS:
+            raise ValueError(f"block must be one of {BLOCKS}, got {self.block!r}")
+        if self.shortcut not in SHORTCUTS:
+            raise ValueError(f"shortcut must be one of {SHORTCUTS} (He 2015 §3.3), got {self.shortcut!r}")
+        if not 0.0 <= self.drop_path_rate < 1.0:
+            raise ValueError(f"drop_path_rate must be in [0, 1), got {self.drop_path_rate}")
+        if not isinstance(self.init, str):
+            raise ValueError(f"init must be the name of a scheme, got {self.init!r}")
+
+    @property
+    def expansion(self) -> int:
+        return EXPANSION[self.block]
+
+
+class Slot(NamedTuple):
+    """Where a unit sits in the net: what a unit factory of :func:`build_cifar` is given."""
+
+    position: int  # 0 = the net's first unit
+    cin: int  # input channels
+    width: int  # the branch's width (output channels: width · expansion)
+    stride: int  # 2 where a stage starts (stages 2 and 3), else 1
+    drop_path: float  # this unit's stochastic-depth rate (linear decay, Huang et al. 2016)
 
 
 def post_act_stem(in_chans: int, width: int) -> nn.Module:
@@ -275,32 +296,31 @@ def post_act_stem(in_chans: int, width: int) -> nn.Module:
 
 
 def build_cifar(
-    depth: int,
-    block: str,
-    width: int,
-    num_classes: int,
-    in_chans: int,
-    unit: UnitFn,
-    what: str,
+    spec: CifarSpec,
+    unit: Callable[[Slot], nn.Module],
+    *,
+    what: str = "CIFAR ResNet",
     stem: Callable[[int, int], nn.Module] = post_act_stem,
     head_pre: Callable[[int], nn.Module] = lambda features: nn.Identity(),
-    init: str = "kaiming",
+    init: str | None = None,
     n: int | None = None,
 ) -> ConvNet:
-    """The He 2015 CIFAR macro-architecture around ``unit(index, cin, width, stride)``, initialised by ``init``.
+    """He 2015's CIFAR macro-architecture of ``spec`` around ``unit(slot)``, initialised by ``init`` (default
+    ``spec.init``; a variant that pins its paper's own scheme passes ``"kaiming"``, what its layers already drew).
 
-    ``stem(in_chans, width)`` and ``head_pre(features)`` build what surrounds the stages (a
-    pre-activation net, for instance, ends with BN-ReLU before pooling). ``n`` (units per stage) replaces
-    the 6n+2 / 9n+2 depth rule for units of another size (the caller validated it). Arguments are
-    validated first.
+    Three stages of ``n`` units at widths w, 2w, 4w (stride 2 into stages 2 and 3); ``n`` defaults to the
+    depth rule (6n+2 basic, 9n+2 bottleneck; errors name the net as ``what``). ``stem(in_chans, width)``
+    and ``head_pre(features)`` build what surrounds the stages (a pre-activation net ends with BN-ReLU).
     """
-    n = cifar_depth(depth, block, what) if n is None else n
-    check_positive(width=width, num_classes=num_classes, in_chans=in_chans)
+    n = cifar_depth(spec.depth, spec.block, what) if n is None else n
+    init = spec.init if init is None else init
     check_init(init)
-    plan = cifar_plan(n, width, block)
-    units = [unit(i, cin, w, stride) for i, (_, cin, w, stride) in enumerate(plan)]
-    features = EXPANSION[block] * 4 * width
-    net = ConvNet(stem(in_chans, width), group_stages(units, plan), head_pre(features), features, num_classes)
+    plan = cifar_plan(n, spec.width, spec.block)
+    rates = drop_path_rates(spec.drop_path_rate, len(plan))
+    units = [unit(Slot(i, cin, w, stride, rates[i])) for i, (_, cin, w, stride) in enumerate(plan)]
+    features = spec.expansion * 4 * spec.width
+    net = ConvNet(stem(spec.in_chans, spec.width), group_stages(units, plan), head_pre(features), features,
+                  spec.num_classes)
     return init_weights_(net, init)
 
 

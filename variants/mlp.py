@@ -18,14 +18,15 @@ fan-in draw with each layer's own activation gain (:func:`linear`).
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Literal, cast
 
 import torch
 from torch import nn
 
-from .combinators import Add, Gate, NoShortcut, TransformGate
-from .layers import Unit, check_init, check_positive, init_weights_
-from .placements import Residual, drop_path_rates
+from .blocks import HighwayUnit, PostActivation, PreNorm, ResidualUnit
+from .combinators import Add, NoShortcut
+from .layers import check_init, check_positive, drop_path_rates, init_weights_
 from .registry import register, register_preset
 
 SRIVASTAVA = "Srivastava et al. 2015, Training Very Deep Networks, §3.1 / Fig. 1"
@@ -47,6 +48,44 @@ def linear(cin: int, cout: int, activation: str) -> nn.Linear:
     return layer
 
 
+@dataclass(frozen=True, kw_only=True)
+class MlpSpec:
+    """What every fully-connected stack takes, validated on construction (see ``variants.layers.CifarSpec``)."""
+
+    depth: int = 10  # hidden layers: a plain first layer + depth - 1 units
+    width: int = 71
+    num_classes: int = 10
+    in_chans: int = 1
+    image_size: int = 28
+    activation: str = "relu"
+    norm: str = "none"
+    drop_path_rate: float = 0.0
+    init: str = "kaiming"
+
+    def __post_init__(self) -> None:
+        if isinstance(self.depth, bool) or not isinstance(self.depth, int) or self.depth < 1:
+            raise ValueError(
+                f"MLP depth must be an integer >= 1 (hidden layers: 1 plain + depth-1 units), got {self.depth!r}")
+        check_positive(width=self.width, num_classes=self.num_classes, in_chans=self.in_chans,
+                       image_size=self.image_size)
+        if self.activation not in ACTIVATIONS:
+            raise ValueError(f"activation must be one of {tuple(ACTIVATIONS)}, got {self.activation!r}")
+        if self.norm not in NORMS:
+            raise ValueError(f"norm must be one of {tuple(NORMS)}, got {self.norm!r}")
+        check_init(self.init)
+        drop_path_rates(self.drop_path_rate, 1)  # validates the rate
+
+    def act(self) -> nn.Module:
+        return ACTIVATIONS[self.activation]()
+
+    def nrm(self) -> nn.Module:
+        return NORMS[self.norm](self.width)
+
+    def hidden(self) -> nn.Linear:
+        """One width × width layer, initialised for the activation."""
+        return linear(self.width, self.width, self.activation)
+
+
 class MLP(nn.Module):
     """``flatten -> stem -> units -> head_pre -> linear`` classifier."""
 
@@ -60,104 +99,58 @@ class MLP(nn.Module):
         return self.head(self.blocks(self.stem(x)))
 
 
-Factory = Callable[[], nn.Module]
-UnitFn = Callable[[float, Factory, Factory], nn.Module]
-
-
-def build_mlp(
-    depth: int, width: int, num_classes: int, in_chans: int, image_size: int, activation: str, norm: str,
-    unit: UnitFn, drop_path_rate: float = 0.0, preact: bool = False, init: str = "kaiming",
-) -> MLP:
-    """``depth`` hidden layers: a plain first layer, then ``depth - 1`` units ``unit(drop_path, act, norm)``,
-    initialised by ``init``.
+def build_mlp(spec: MlpSpec, unit: Callable[[float], nn.Module], *, preact: bool = False) -> MLP:
+    """``spec.depth`` hidden layers: a plain first layer, then ``depth - 1`` units ``unit(drop_path)``,
+    initialised by ``spec.init``.
 
     Stochastic depth decays linearly over the units (Huang et al. 2016, "Deep Networks with Stochastic Depth").
     """
-    if isinstance(depth, bool) or not isinstance(depth, int) or depth < 1:
-        raise ValueError(f"MLP depth must be an integer >= 1 (hidden layers: 1 plain + depth-1 units), got {depth!r}")
-    check_positive(width=width, num_classes=num_classes, in_chans=in_chans, image_size=image_size)
-    if activation not in ACTIVATIONS:
-        raise ValueError(f"activation must be one of {tuple(ACTIVATIONS)}, got {activation!r}")
-    if norm not in NORMS:
-        raise ValueError(f"norm must be one of {tuple(NORMS)}, got {norm!r}")
-    check_init(init)
-
-    def act() -> nn.Module:
-        return ACTIVATIONS[activation]()
-
-    def nrm() -> nn.Module:
-        return NORMS[norm](width)
-
-    first = linear(in_chans * image_size**2, width, activation)
+    first = linear(spec.in_chans * spec.image_size**2, spec.width, spec.activation)
     # A pre-activation stack leaves the activation of each layer to the next unit and to the head.
-    stem = first if preact else nn.Sequential(first, nrm(), act())
-    head_pre = nn.Sequential(nrm(), act()) if preact else nn.Identity()
-    rates = drop_path_rates(drop_path_rate, depth - 1) if depth > 1 else []
-    units = [unit(rate, act, nrm) for rate in rates]
-    return init_weights_(MLP(stem, units, head_pre, width, num_classes), init)
+    stem = first if preact else nn.Sequential(first, spec.nrm(), spec.act())
+    head_pre = nn.Sequential(spec.nrm(), spec.act()) if preact else nn.Identity()
+    rates = drop_path_rates(spec.drop_path_rate, spec.depth - 1) if spec.depth > 1 else []
+    units = [unit(rate) for rate in rates]
+    return init_weights_(MLP(stem, units, head_pre, spec.width, spec.num_classes), spec.init)
 
 
-@register("plain_mlp", family="mlp", paper=SRIVASTAVA, axes={"combinator": "none", "placement": "none", "body": "mlp"})
-def plain_mlp(
-    depth: int = 10, width: int = 71, num_classes: int = 10, in_chans: int = 1, image_size: int = 28,
-    activation: str = "relu", norm: str = "none", init: str = "kaiming",
-) -> nn.Module:
-    """Plain layers ``y = act(norm(W·x + b))``."""
-
-    def unit(drop_path: float, act: Factory, nrm: Factory) -> nn.Module:
-        return Residual(nn.Sequential(linear(width, width, activation), nrm(), act()), NoShortcut(), "none")
-
-    return build_mlp(depth, width, num_classes, in_chans, image_size, activation, norm, unit, init=init)
+@register("plain_mlp", family="mlp", paper=SRIVASTAVA, spec=MlpSpec())
+def plain_mlp(spec: MlpSpec) -> nn.Module:
+    """Plain layers ``y = act(norm(W·x + b))`` (a unit whose join drops the shortcut)."""
+    if spec.drop_path_rate:
+        raise ValueError(f"a plain stack has no residual branch to drop: drop_path_rate must be 0, got "
+                         f"{spec.drop_path_rate}")
+    return build_mlp(spec, lambda rate: ResidualUnit(nn.Sequential(spec.hidden(), spec.nrm(), spec.act()),
+                                                     NoShortcut()))
 
 
-@register("highway_mlp", family="mlp", paper=SRIVASTAVA,
-          axes={"combinator": "gate", "placement": "none", "body": "mlp"})
-def highway_mlp(
-    depth: int = 10, width: int = 50, num_classes: int = 10, in_chans: int = 1, image_size: int = 28,
-    activation: str = "relu", norm: str = "none", gate_bias: float = -2.0, drop_path_rate: float = 0.0,
-    init: str = "kaiming",
-) -> nn.Module:
-    """Highway layers ``y = T·H(x) + (1-T)·x``, ``H = act(norm(W_H·x))``, ``T = sigmoid(W_T·x + b_T)``."""
-    def unit(drop_path: float, act: Factory, nrm: Factory) -> nn.Module:
-        gate = TransformGate(linear(width, width, "sigmoid"), gate_bias)
-        body = nn.Sequential(linear(width, width, activation), nrm(), act())
-        return Residual(body, Gate(gate), "none", drop_path=drop_path)
+@register("highway_mlp", family="mlp", paper=SRIVASTAVA, spec=MlpSpec(width=50))
+def highway_mlp(spec: MlpSpec, *, gate_bias: float = -2.0) -> nn.Module:
+    """:class:`~variants.blocks.HighwayUnit` layers ``y = T·H(x) + (1-T)·x``, ``H = act(norm(W_H·x))``,
+    ``T = sigmoid(W_T·x + b_T)``."""
 
-    return build_mlp(depth, width, num_classes, in_chans, image_size, activation, norm, unit, drop_path_rate,
-                     init=init)
+    def unit(rate: float) -> nn.Module:
+        gate = linear(spec.width, spec.width, "sigmoid")  # drawn before H, as it always has been
+        return HighwayUnit(nn.Sequential(spec.hidden(), spec.nrm(), spec.act()), gate, gate_bias, drop_path=rate)
+
+    return build_mlp(spec, unit)
 
 
 @register("residual_mlp", family="mlp", paper="He et al. 2015, Deep Residual Learning for Image Recognition, §3.2",
-          # The norm sits inside the branch and the activation after the join: He 2016's "post-activation"
-          # (the CNN resnet's label), not the "post" of variants.placements, norm(x + F(x)).
-          axes={"combinator": "add", "placement": "post-activation", "body": "mlp"})
-def residual_mlp(
-    depth: int = 10, width: int = 71, num_classes: int = 10, in_chans: int = 1, image_size: int = 28,
-    activation: str = "relu", norm: str = "batch", drop_path_rate: float = 0.0, init: str = "kaiming",
-) -> nn.Module:
-    """Post-activation residual layers ``y = act(x + norm(W·x + b))``."""
-    def unit(drop_path: float, act: Factory, nrm: Factory) -> nn.Module:
-        return Unit(nn.Sequential(linear(width, width, activation), nrm()), Add(), post=act(), drop_path=drop_path)
-
-    return build_mlp(depth, width, num_classes, in_chans, image_size, activation, norm, unit, drop_path_rate,
-                     init=init)
+          spec=MlpSpec(norm="batch"))
+def residual_mlp(spec: MlpSpec) -> nn.Module:
+    """:class:`~variants.blocks.PostActivation` layers ``y = act(x + norm(W·x + b))`` (the norm inside the branch,
+    the activation after the join: He 2016's "post-activation", not ``norm(x + F(x))``)."""
+    return build_mlp(spec, lambda rate: PostActivation(nn.Sequential(spec.hidden(), spec.nrm()), Add(), spec.act(),
+                                                       drop_path=rate))
 
 
 @register("preact_mlp", family="mlp", paper="He et al. 2016, Identity Mappings in Deep Residual Networks, §4.1",
-          axes={"combinator": "add", "placement": "pre", "body": "mlp"})
-def preact_mlp(
-    depth: int = 10, width: int = 71, num_classes: int = 10, in_chans: int = 1, image_size: int = 28,
-    activation: str = "relu", norm: str = "batch", drop_path_rate: float = 0.0, init: str = "kaiming",
-) -> nn.Module:
-    """Pre-activation residual layers ``y = x + W·act(norm(x)) + b``; the head applies the last norm-act."""
-    def unit(drop_path: float, act: Factory, nrm: Factory) -> nn.Module:
-        return Residual(nn.Sequential(act(), linear(width, width, activation)), Add(), "pre", norm=nrm,
-                        drop_path=drop_path)
-
-    return build_mlp(
-        depth, width, num_classes, in_chans, image_size, activation, norm, unit, drop_path_rate, preact=True,
-        init=init,
-    )
+          spec=MlpSpec(norm="batch"))
+def preact_mlp(spec: MlpSpec) -> nn.Module:
+    """:class:`~variants.blocks.PreNorm` layers ``y = x + W·act(norm(x)) + b``; the head applies the last norm-act."""
+    return build_mlp(spec, lambda rate: PreNorm(nn.Sequential(spec.act(), spec.hidden()), Add(), spec.nrm,
+                                                drop_path=rate), preact=True)
 
 
 for _d in (10, 20, 50, 100):

@@ -29,11 +29,12 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from .blocks import PREACT, PostActivation, ResidualUnit
 from .combinators import Scaled
 from .layers import (
-    EXPANSION,
+    CifarSpec,
     ScalarBias,
-    Unit,
+    Slot,
     build_cifar,
     check_paper_init,
     conv3x3,
@@ -41,98 +42,91 @@ from .layers import (
     make_shortcut,
     unit_count,
 )
-from .placements import drop_path_rates
-from .preact import ORDERS, preact_unit
 from .registry import register, register_preset
 
 BACHLECHNER = "Bachlechner et al. 2020, ReZero is All You Need: Fast Convergence at Large Depth"
 DE_SMITH = "De & Smith 2020, Batch Normalization Biases Residual Blocks Towards the Identity Function in Deep Networks"
 ZHANG = "Zhang, Dauphin & Ma 2019, Fixup Initialization: Residual Learning Without Normalization, §3"
 TOUVRON = "Touvron et al. 2021, Going deeper with Image Transformers (CaiT), §3"
-AXES = {"combinator": "scaled", "placement": "none", "body": "conv"}
 
 
 def _norm_free_stem(in_chans: int, width: int) -> nn.Module:
     return nn.Sequential(conv3x3(in_chans, width, bias=True), nn.ReLU())
 
 
-def _scalar_skip(
-    depth: int, num_classes: int, in_chans: int, width: int, block: str, shortcut: str, alpha_init: float,
-    drop_path_rate: float, what: str, pre: tuple[str, ...], head_pre: type[nn.Module], init: str, scheme: str,
-) -> nn.Module:
-    """ReZero / SkipInit: ``shortcut(x) + α·F(x)``, biased convs, no norm; ``pre`` ops start the branch."""
-    check_paper_init(init, scheme, what)
-    make_shortcut(shortcut, 1, 1, 1)
-    rates = drop_path_rates(drop_path_rate, unit_count(depth, block, what))
+def _scalar_skip(spec: CifarSpec, alpha_init: float, what: str, pre: tuple[str, ...], head_pre: type[nn.Module],
+                 scheme: str) -> nn.Module:
+    """ReZero / SkipInit units, ``y = shortcut(x) + α·F(x)`` (a :class:`~variants.blocks.ResidualUnit` joined by a
+    learnable ``Scaled`` β = α): biased convs, no norm; ``pre`` ops start the branch."""
+    check_paper_init(spec.init, scheme, what)
 
-    def unit(i: int, cin: int, w: int, stride: int) -> nn.Module:
-        cout = EXPANSION[block] * w
-        body = conv_branch(block, cin, w, stride, pre=pre, between=("relu",), last=(), bias=True)
-        return Unit(body, Scaled(alpha=1.0, beta=alpha_init, learnable_beta=True),
-                    shortcut=make_shortcut(shortcut, cin, cout, stride, norm=False), drop_path=rates[i])
+    def unit(s: Slot) -> nn.Module:
+        body = conv_branch(spec.block, s.cin, s.width, s.stride, pre=pre, between=("relu",), last=(), bias=True)
+        cout = spec.expansion * s.width
+        return ResidualUnit(body, Scaled(alpha=1.0, beta=alpha_init, learnable_beta=True),
+                            shortcut=make_shortcut(spec.shortcut, s.cin, cout, s.stride, norm=False),
+                            drop_path=s.drop_path)
 
-    return build_cifar(depth, block, width, num_classes, in_chans, unit, what, _norm_free_stem,
-                       lambda features: head_pre())
+    return build_cifar(spec, unit, what=what, stem=_norm_free_stem, head_pre=lambda features: head_pre(),
+                       init="kaiming")
 
 
 # init=...: the paper is the initialisation, so the registration pins it (create(..., init=other) raises).
-@register("rezero", family="normfree", paper=BACHLECHNER, axes=AXES, init="rezero")
-def rezero(
-    depth: int = 56, num_classes: int = 10, in_chans: int = 3, width: int = 16, block: str = "basic",
-    shortcut: str = "A", alpha_init: float = 0.0, drop_path_rate: float = 0.0, init: str = "rezero",
-) -> nn.Module:
+@register("rezero", family="normfree", paper=BACHLECHNER, spec=CifarSpec(depth=56, init="rezero"), init="rezero")
+def rezero(spec: CifarSpec, *, alpha_init: float = 0.0) -> nn.Module:
     """ReZero CIFAR ResNet: ``y = x + α·conv(ReLU(conv(x)))``, α learnable from ``alpha_init`` = 0."""
-    return _scalar_skip(depth, num_classes, in_chans, width, block, shortcut, alpha_init, drop_path_rate,
-                        "ReZero ResNet", (), nn.Identity, init, "rezero")
+    return _scalar_skip(spec, alpha_init, "ReZero ResNet", (), nn.Identity, "rezero")
 
 
-@register("skipinit", family="normfree", paper=DE_SMITH, axes=AXES, init="skipinit")
-def skipinit(
-    depth: int = 56, num_classes: int = 10, in_chans: int = 3, width: int = 16, block: str = "basic",
-    shortcut: str = "A", alpha_init: float = 0.0, drop_path_rate: float = 0.0, init: str = "skipinit",
-) -> nn.Module:
+@register("skipinit", family="normfree", paper=DE_SMITH, spec=CifarSpec(depth=56, init="skipinit"), init="skipinit")
+def skipinit(spec: CifarSpec, *, alpha_init: float = 0.0) -> nn.Module:
     """SkipInit: pre-activation units without BN, ``y = x + α·conv(ReLU(conv(ReLU(x))))``, α from 0."""
-    return _scalar_skip(depth, num_classes, in_chans, width, block, shortcut, alpha_init, drop_path_rate,
-                        "SkipInit ResNet", ("relu",), nn.ReLU, init, "skipinit")
+    return _scalar_skip(spec, alpha_init, "SkipInit ResNet", ("relu",), nn.ReLU, "skipinit")
 
 
-@register("fixup", family="normfree", paper=ZHANG, axes=AXES, init="fixup")
-def fixup(
-    depth: int = 110, num_classes: int = 10, in_chans: int = 3, width: int = 16, block: str = "basic",
-    shortcut: str = "A", drop_path_rate: float = 0.0, init: str = "fixup",
-) -> nn.Module:
-    """Fixup CIFAR ResNet (post-activation units, ReLU after the join, as in the paper's CIFAR code)."""
-    check_paper_init(init, "fixup", "Fixup ResNet")
-    make_shortcut(shortcut, 1, 1, 1)
-    n_units = unit_count(depth, block, "Fixup ResNet")
-    rates = drop_path_rates(drop_path_rate, n_units)
-    m = 2 if block == "basic" else 3
-    scale = n_units ** (-1.0 / (2 * m - 2))
+class FixupUnit(PostActivation):
+    """Zhang et al. 2019, Fixup: ``y = ReLU(shortcut(x) + m·(b₄ + W₂·(b₃ + ReLU(b₂ + W₁·(b₁ + x)))))``.
 
-    def unit(i: int, cin: int, w: int, stride: int) -> nn.Module:
-        cout = EXPANSION[block] * w
-        # Scalar biases before each conv and each activation. The first one also feeds the shortcut
-        # where that subsamples/projects, but never an identity shortcut: Zhang et al.'s code adds
-        # bias1a to x only on the branch and in `downsample(x + bias1a)`.
-        projects = stride != 1 or cin != cout or shortcut == "C"
-        pre = () if projects else ("bias",)
-        body = conv_branch(block, cin, w, stride, pre=pre, between=("bias", "relu", "bias"), last=("bias",))
+    The scalar biases b (init 0) sit before every convolution and activation, the multiplier m (init 1) is a
+    learnable ``Scaled`` β, no norm anywhere. Where the shortcut subsamples or projects it also reads
+    ``b₁ + x`` (``shared``), never an identity shortcut: the authors' code adds ``bias1a`` to x only on the
+    branch and in ``downsample(x + bias1a)``. (Fixup puts b₄ after m, we put it before: a reparametrisation
+    of the same function class, identical at init.)
+    """
+
+    def __init__(self, slot: Slot, block: str, shortcut: str, scale: float) -> None:
+        cout = (4 if block == "bottleneck" else 1) * slot.width
+        projects = slot.stride != 1 or slot.cin != cout or shortcut == "C"
+        body = conv_branch(block, slot.cin, slot.width, slot.stride, pre=() if projects else ("bias",),
+                           between=("bias", "relu", "bias"), last=("bias",))
         convs = [c for c in body if isinstance(c, nn.Conv2d)]
         with torch.no_grad():
             for conv in convs[:-1]:
-                conv.weight.mul_(scale)  # already He-initialised by conv_branch
+                conv.weight.mul_(scale)  # He-initialised by conv_branch, scaled by L^(-1/(2m-2))
             convs[-1].weight.zero_()
-        # The multiplier is a Scaled parameter (init 1); Fixup puts the last bias after it, we put it
-        # before, a reparametrisation of the same function class that is identical at init.
-        return Unit(body, Scaled(alpha=1.0, beta=1.0, learnable_beta=True),
-                    shared=ScalarBias() if projects else None,
-                    shortcut=make_shortcut(shortcut, cin, cout, stride, norm=False), post=nn.ReLU(),
-                    drop_path=rates[i])
+        super().__init__(body, Scaled(alpha=1.0, beta=1.0, learnable_beta=True), nn.ReLU(),
+                         shortcut=make_shortcut(shortcut, slot.cin, cout, slot.stride, norm=False),
+                         drop_path=slot.drop_path)
+        self.shared = ScalarBias() if projects else nn.Identity()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.shared(x)
+        return self.act(self.combine(self.shortcut(x), self.drop_path(self.body(x))))
+
+
+@register("fixup", family="normfree", paper=ZHANG, spec=CifarSpec(depth=110, init="fixup"), init="fixup")
+def fixup(spec: CifarSpec) -> nn.Module:
+    """Fixup CIFAR ResNet of :class:`FixupUnit` (post-activation units, ReLU after the join, as in the paper's
+    CIFAR code); the classifier starts at zero."""
+    check_paper_init(spec.init, "fixup", "Fixup ResNet")
+    n_units = unit_count(spec.depth, spec.block, "Fixup ResNet")
+    scale = n_units ** (-1.0 / (2 * (2 if spec.block == "basic" else 3) - 2))  # m convs per branch
 
     def stem(cin: int, w: int) -> nn.Module:
         return nn.Sequential(conv3x3(cin, w), ScalarBias(), nn.ReLU())
 
-    net = build_cifar(depth, block, width, num_classes, in_chans, unit, "Fixup ResNet", stem, lambda f: ScalarBias())
+    net = build_cifar(spec, lambda s: FixupUnit(s, spec.block, spec.shortcut, scale), what="Fixup ResNet",
+                      stem=stem, head_pre=lambda f: ScalarBias(), init="kaiming")
     classifier = net.head[-1]
     assert isinstance(classifier, nn.Linear)
     nn.init.zeros_(classifier.weight)
@@ -145,33 +139,27 @@ def cait_init(n_units: int) -> float:
     return 0.1 if n_units <= 18 else 1e-5 if n_units <= 24 else 1e-6
 
 
-@register("layerscale", family="normfree", paper=TOUVRON,
-          axes={"combinator": "scaled", "placement": "pre", "body": "conv"})
-def layerscale(
-    depth: int = 56, num_classes: int = 10, in_chans: int = 3, width: int = 16, block: str = "basic",
-    shortcut: str = "A", init_scale: float | None = None, drop_path_rate: float = 0.0, init: str = "kaiming",
-) -> nn.Module:
-    """Full pre-activation units with per-channel ``β`` on the branch; ``init_scale`` None = CaiT's rule.
+@register("layerscale", family="normfree", paper=TOUVRON, spec=CifarSpec(depth=56))
+def layerscale(spec: CifarSpec, *, init_scale: float | None = None) -> nn.Module:
+    """:class:`~variants.blocks.PreActBasic` units with a per-channel ``β`` on the branch,
+    ``y = shortcut(x) + diag(β)·F(x)``; ``init_scale`` None = CaiT's rule.
 
     ``init`` draws the convs and the classifier (``variants.layers.INIT_SCHEMES``); β keeps ``init_scale``."""
-    make_shortcut(shortcut, 1, 1, 1)
-    n_units = unit_count(depth, block, "LayerScale ResNet")
-    rates = drop_path_rates(drop_path_rate, n_units)
+    n_units = unit_count(spec.depth, spec.block, "LayerScale ResNet")
     eps = cait_init(n_units) if init_scale is None else float(init_scale)
-    order = ORDERS["full_preact"]
+    unit = PREACT[spec.block]
 
-    def unit(i: int, cin: int, w: int, stride: int) -> nn.Module:
-        cout = EXPANSION[block] * w
-        combine = Scaled(alpha=1.0, beta=eps, learnable_beta=True, beta_shape=(cout,), channel_dim=1)
-        return preact_unit(order, block, cin, w, stride, shortcut, first=i == 0, drop_path=rates[i], combine=combine)
-
-    def stem(cin: int, w: int) -> nn.Module:
-        return conv3x3(cin, w)
+    def scale(cout: int) -> Scaled:
+        return Scaled(alpha=1.0, beta=eps, learnable_beta=True, beta_shape=(cout,), channel_dim=1)
 
     def head(features: int) -> nn.Module:
         return nn.Sequential(nn.BatchNorm2d(features), nn.ReLU())
 
-    return build_cifar(depth, block, width, num_classes, in_chans, unit, "LayerScale ResNet", stem, head, init)
+    return build_cifar(
+        spec, lambda s: unit(s.cin, s.width, s.stride, shortcut=spec.shortcut, combine=scale, drop_path=s.drop_path,
+                             first=s.position == 0),
+        what="LayerScale ResNet", stem=conv3x3, head_pre=head,
+    )
 
 
 register_preset("rezero_resnet56", "rezero", depth=56, paper=f"{BACHLECHNER} (CIFAR-10 ResNet-56)")

@@ -2,10 +2,20 @@
 
 The harness (``bench``) only ever goes through :func:`create`, :func:`list_variants` and
 :func:`describe`; it never imports a family module.
+
+A builder either takes its keyword arguments directly (``def mlp(*, depth=10, width=71, ...)``) or, when
+registered with ``spec=SomeSpec(...)`` (a frozen dataclass such as :class:`variants.layers.CifarSpec`), takes
+one spec as its positional argument plus keyword arguments of its own: the spec's fields are then keyword
+arguments of the variant too, and the registered instance holds their defaults.
+
+A variant's ``axes`` (combinator, placement, body) are read from the model its defaults build (on the meta
+device, once): the ``placement`` of its residual units (``variants.blocks``), the ``axis`` of its
+combinators and what its branches compute. Nothing is typed by hand, so no label can disagree with the code.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import fnmatch
 import inspect
@@ -13,6 +23,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import torch
 from torch import nn
 
 Builder = Callable[..., nn.Module]
@@ -31,25 +42,48 @@ class VariantSpec:
     axes: Mapping[str, str] = field(default_factory=dict)
     fixed: Mapping[str, Any] = field(default_factory=dict)
     base: str | None = None  # the registration a preset extends (None: this is one)
+    spec: Any = None  # a dataclass instance: the builder's positional argument (its fields are keywords)
+
+    def parameters(self) -> dict[str, Any]:
+        """Every keyword argument of the variant -> its default (``inspect.Parameter.empty`` if none)."""
+        params = {k: p.default for k, p in inspect.signature(self.builder).parameters.items()}
+        if self.spec is None:
+            return params
+        del params[next(iter(params))]  # the spec itself
+        return {**{f.name: getattr(self.spec, f.name) for f in dataclasses.fields(self.spec)}, **params}
 
     def defaults(self) -> dict[str, Any]:
         """Every keyword the builder takes, with the value this name uses unless overridden."""
-        params = inspect.signature(self.builder).parameters
-        out = {k: p.default for k, p in params.items() if p.default is not inspect.Parameter.empty}
+        out = {k: v for k, v in self.parameters().items() if v is not inspect.Parameter.empty}
         out.update(self.fixed)
         return out
+
+    def build(self, kwargs: Mapping[str, Any]) -> nn.Module:
+        if self.spec is None:
+            return self.builder(**kwargs)
+        names = {f.name for f in dataclasses.fields(self.spec)}
+        spec = dataclasses.replace(self.spec, **{k: v for k, v in kwargs.items() if k in names})
+        return self.builder(spec, **{k: v for k, v in kwargs.items() if k not in names})
 
 
 _REGISTRY: dict[str, VariantSpec] = {}
 
 
 def register(
-    name: str, *, family: str, paper: str, axes: Mapping[str, str] | None = None, **fixed: Any
+    name: str, *, family: str, paper: str, axes: Mapping[str, str] | None = None, spec: Any = None, **fixed: Any
 ) -> Callable[[Builder], Builder]:
-    """Decorator: register ``builder`` under ``name``; ``fixed`` pins keyword arguments (a preset)."""
+    """Decorator: register ``builder`` under ``name``; ``fixed`` pins keyword arguments (a preset).
+
+    ``spec``: a dataclass instance (e.g. ``CifarSpec(depth=110)``) the builder takes as its positional
+    argument; its fields become keyword arguments of the variant, defaulting to this instance's values.
+    ``axes``: labels for what the derived axes cannot see (a unit class outside ``variants.blocks``); a
+    derived value always wins.
+    """
+    if spec is not None and not (dataclasses.is_dataclass(spec) and not isinstance(spec, type)):
+        raise TypeError(f"spec must be a dataclass instance (e.g. CifarSpec(depth=56)), got {spec!r}")
 
     def deco(builder: Builder) -> Builder:
-        _add(VariantSpec(name, family, builder, paper, dict(axes or {}), dict(fixed)))
+        _add(VariantSpec(name, family, builder, paper, dict(axes or {}), dict(fixed), spec=spec))
         return builder
 
     return deco
@@ -61,7 +95,7 @@ def register_preset(name: str, base: str, *, paper: str | None = None, **fixed: 
     _check_kwargs(spec, fixed, name)
     merged = {**spec.fixed, **fixed}
     root = spec.base or base
-    _add(VariantSpec(name, spec.family, spec.builder, paper or spec.paper, spec.axes, merged, root))
+    _add(VariantSpec(name, spec.family, spec.builder, paper or spec.paper, spec.axes, merged, root, spec.spec))
 
 
 class DuplicateVariantError(ValueError):
@@ -86,10 +120,11 @@ def unregister(name: str) -> None:
     _lookup(name)
     for other in [n for n, spec in _REGISTRY.items() if n == name or spec.base == name]:
         del _REGISTRY[other]
+        _AXES.pop(other, None)
 
 
 def _check_kwargs(spec: VariantSpec, kwargs: Mapping[str, Any], name: str) -> None:
-    params = inspect.signature(spec.builder).parameters
+    params = spec.parameters()
     unknown = sorted(set(kwargs) - set(params))
     if unknown:
         allowed = ", ".join(sorted(params))
@@ -128,7 +163,46 @@ def create(name: str, **overrides: Any) -> nn.Module:
         else:
             hint = f"use the base variant {root.name!r} instead"
         raise ValueError(f"conflicting argument(s) for preset {name!r}: {detail}; {hint}")
-    return spec.builder(**{**spec.fixed, **overrides})
+    return spec.build({**spec.fixed, **overrides})
+
+
+_AXES: dict[str, dict[str, str]] = {}
+
+
+def _join(values: list[str]) -> str:
+    """Distinct values in order of first appearance: ``"post, pre"`` for Mix-LN's layers."""
+    return ", ".join(dict.fromkeys(values))
+
+
+def derive_axes(model: nn.Module) -> dict[str, str]:
+    """The axes a built model has: its combinators' ``axis``, its residual units' ``placement`` (each in order of
+    appearance, joined by ", " where they differ) and what its branches compute (``conv``, ``mlp``,
+    ``attention+ffn``). Empty for a model without any :class:`~variants.combinators.Combinator`."""
+    from .combinators import Combinator  # the registry imports no family module at import time
+
+    combinators = [m for m in model.modules() if isinstance(m, Combinator)]
+    if not combinators:
+        return {}
+    placements = [p for m in model.modules() if isinstance(p := getattr(m, "placement", None), str)]
+    kinds = {type(m).__name__ for m in model.modules()}
+    if any("Attention" in k for k in kinds):
+        body = "attention+ffn"
+    elif any(isinstance(m, nn.modules.conv._ConvNd) for m in model.modules()):
+        body = "conv"
+    else:
+        body = "mlp"
+    axes = {"combinator": _join([getattr(c, "axis", type(c).__name__) for c in combinators]), "body": body}
+    if placements:
+        axes["placement"] = _join(placements)
+    return axes
+
+
+def _axes(spec: VariantSpec) -> dict[str, str]:
+    if spec.name not in _AXES:
+        with torch.device("meta"):
+            model = spec.build(dict(spec.fixed))
+        _AXES[spec.name] = {**spec.axes, **derive_axes(model)}
+    return _AXES[spec.name]
 
 
 def describe(name: str) -> dict[str, Any]:
@@ -148,7 +222,7 @@ def describe(name: str) -> dict[str, Any]:
         "name": spec.name,
         "family": spec.family,
         "paper": spec.paper,
-        "axes": dict(spec.axes),
+        "axes": dict(_axes(spec)),
         "defaults": defaults,
         "fixed": dict(spec.fixed),
         "init": defaults.get("init"),

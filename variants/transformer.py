@@ -33,16 +33,16 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import partial
-from typing import cast
+from typing import Any, cast
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .blocks import ResidualUnit, sublayer
 from .combinators import COMBINATORS, Combinator
-from .placements import Residual
 from .registry import register
 
 LN_EPS = 1e-5  # GPT-2's LayerNorm epsilon
@@ -86,9 +86,10 @@ class FeedForward(nn.Module):
 
 
 class Block(nn.Module):
-    """One Transformer layer: two :class:`Residual` sublayers, attention then feed-forward."""
+    """One Transformer layer: two residual sublayers (``variants.blocks.PostNorm``, ``PreNorm`` ...), attention
+    then feed-forward: ``x = ffn(attn(x))``."""
 
-    def __init__(self, attn: Residual, ffn: Residual) -> None:
+    def __init__(self, attn: ResidualUnit, ffn: ResidualUnit) -> None:
         super().__init__()
         self.attn = attn
         self.ffn = ffn
@@ -166,7 +167,6 @@ class Recipe:
     placements: Callable[[int], list[str]]
     combinator: Callable[[int], Combinator]
     init: str | None = None
-    axes: dict[str, str] = field(default_factory=dict)
     one_scale_per_layer: bool = False  # ReZero: both sublayers of a layer share one learnable α
 
 
@@ -181,33 +181,28 @@ def _add(depth: int) -> Combinator:
 RECIPES: dict[str, Recipe] = {
     "postln": Recipe(
         "Vaswani et al. 2017, Attention Is All You Need", _same("post"), _add,
-        axes={"combinator": "add", "placement": "post", "body": "attention+ffn"},
     ),
     "preln": Recipe(
         "Xiong et al. 2020, On Layer Normalization in the Transformer Architecture; Radford et al. 2019, GPT-2",
-        _same("pre"), _add, axes={"combinator": "add", "placement": "pre", "body": "attention+ffn"},
+        _same("pre"), _add,
     ),
     "sandwich": Recipe(
         "Ding et al. 2021, CogView (Sandwich-LN); Kim et al. 2025, Peri-LN: Revisiting Layer Normalization "
         "in the Transformer Architecture", _same("sandwich"), _add,
-        axes={"combinator": "add", "placement": "sandwich", "body": "attention+ffn"},
     ),
     "deepnorm": Recipe(
         "Wang et al. 2022, DeepNet: Scaling Transformers to 1,000 Layers", _same("post"),
         lambda depth: COMBINATORS["scaled"](alpha=deepnorm_alpha_beta(depth)[0]), init="deepnorm",
-        axes={"combinator": "scaled (alpha=(2N)^1/4)", "placement": "post", "body": "attention+ffn"},
     ),
     "rezero_lm": Recipe(
         "Bachlechner et al. 2020, ReZero is All You Need: Fast Convergence at Large Depth", _same("none"),
         lambda depth: COMBINATORS["scaled"](alpha=1.0, beta=0.0, learnable_beta=True),
-        axes={"combinator": "scaled (learnable beta=0)", "placement": "none", "body": "attention+ffn"},
         one_scale_per_layer=True,  # the paper's "single additional learned parameter per layer"
     ),
     "mixln": Recipe(
         "Li et al. 2024, Mix-LN: Unleashing the Power of Deeper Layers by Combining Pre-LN and Post-LN",
         lambda depth: ["post"] * mixln_post_layers(depth) + ["pre"] * (depth - mixln_post_layers(depth)),
-        _add, axes={"combinator": "add", "placement": "post (first floor(N/4) layers), then pre",
-                         "body": "attention+ffn"},
+        _add,
     ),
 }
 
@@ -231,12 +226,12 @@ class TransformerLM(nn.Module):
         norm = partial(nn.LayerNorm, d_model, eps=LN_EPS, bias=bias)
         placements = recipe.placements(depth)
 
-        def sublayer(body: nn.Module, placement: str) -> Residual:
-            return Residual(body, recipe.combinator(depth), placement, norm=norm)
+        def unit(body: nn.Module, placement: str) -> ResidualUnit:
+            return sublayer(placement, body, recipe.combinator(depth), norm=norm)
 
         self.blocks = nn.ModuleList(
-            Block(sublayer(CausalSelfAttention(d_model, n_heads, dropout, bias), p),
-                  sublayer(FeedForward(d_model, d_ff, dropout, bias), p))
+            Block(unit(CausalSelfAttention(d_model, n_heads, dropout, bias), p),
+                  unit(FeedForward(d_model, d_ff, dropout, bias), p))
             for p in placements
         )
         if recipe.one_scale_per_layer:
@@ -298,7 +293,7 @@ def _builder(recipe: Recipe, depth: int = 6, d_model: int = 128, n_heads: int = 
              vocab_size: int = 256, max_len: int = 256) -> Callable[..., TransformerLM]:
     """A constructor with explicit keyword defaults (the registry reads them from the signature)."""
 
-    def build(depth: int = depth, d_model: int = d_model, n_heads: int = n_heads, d_ff: int = d_ff,
+    def build(*, depth: int = depth, d_model: int = d_model, n_heads: int = n_heads, d_ff: int = d_ff,
               vocab_size: int = vocab_size, max_len: int = max_len, dropout: float = 0.0,
               bias: bool = True, init: str = recipe.init or DEFAULT_INIT) -> TransformerLM:
         return TransformerLM(recipe, depth=depth, d_model=d_model, n_heads=n_heads, d_ff=d_ff,
@@ -308,13 +303,13 @@ def _builder(recipe: Recipe, depth: int = 6, d_model: int = 128, n_heads: int = 
 
 
 for _name, _recipe in RECIPES.items():
-    _pinned = {"init": _recipe.init} if _recipe.init else {}  # the paper is the init: not overridable
-    register(_name, family="transformer", paper=_recipe.paper, axes=_recipe.axes, **_pinned)(_builder(_recipe))
+    _pinned: dict[str, Any] = {"init": _recipe.init} if _recipe.init else {}  # the paper is the init: not overridable
+    register(_name, family="transformer", paper=_recipe.paper, **_pinned)(_builder(_recipe))
 
 # GPT-2 small (124,439,808 parameters): the trunk and GPT-2's init are pinned; vocab_size/max_len default to
 # GPT-2's 50257/1024 but stay overridable so the preset also runs on the byte-level tasks.
 register(
     "gpt2_small", family="transformer", paper="Radford et al. 2019, Language Models are Unsupervised Multitask "
-    "Learners (GPT-2 small)", axes=RECIPES["preln"].axes, depth=12, d_model=768, n_heads=12, d_ff=3072, bias=True,
+    "Learners (GPT-2 small)", depth=12, d_model=768, n_heads=12, d_ff=3072, bias=True,
     init="gpt2",
 )(_builder(RECIPES["preln"], depth=12, d_model=768, n_heads=12, d_ff=3072, vocab_size=50257, max_len=1024))

@@ -1,0 +1,35 @@
+"""Helpers shared by the variant tests: one norm randomiser and one input per family."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+import variants
+
+
+def randomize_bn(model: nn.Module, seed: int = 0) -> nn.Module:
+    """Non-trivial running statistics and affine parameters for every BatchNorm (1d/2d), so a formula test
+    that misplaces a norm fails (a fresh BN in eval mode is the identity)."""
+    g = torch.Generator().manual_seed(seed)
+    for m in model.modules():
+        if isinstance(m, nn.modules.batchnorm._BatchNorm):
+            c = m.num_features
+            with torch.no_grad():
+                m.running_mean.copy_(torch.rand(c, generator=g) - 0.5)
+                m.running_var.copy_(torch.rand(c, generator=g) + 0.5)
+                m.weight.copy_(torch.rand(c, generator=g) + 0.5)
+                m.bias.copy_(torch.rand(c, generator=g) - 0.5)
+    return model
+
+
+def sample_input(name: str, batch: int = 2, **overrides: object) -> torch.Tensor:
+    """A batch the variant ``name`` (built with ``overrides``) accepts: token ids or small images."""
+    kw = {**variants.describe(name)["defaults"], **overrides}
+    family = variants.describe(name)["family"]
+    if family == "transformer":
+        return torch.randint(0, int(kw["vocab_size"]), (batch, 8))
+    if family == "mlp":
+        return torch.randn(batch, int(kw["in_chans"]), int(kw["image_size"]), int(kw["image_size"]))
+    size = 32 if family == "resnet_imagenet" else 8  # five stride-2 steps need more than 8 pixels
+    return torch.randn(batch, int(kw["in_chans"]), size, size)
