@@ -10,6 +10,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import variants
+from _nets import randomize_bn
 from variants.combinators import Concat
 from variants.densenet import DenseLayer
 
@@ -52,12 +53,7 @@ def test_concat_shapes_densenet_bc100() -> None:
 
 
 def _randomize(model: nn.Module) -> nn.Module:
-    g = torch.Generator().manual_seed(0)
-    for m in model.modules():
-        if isinstance(m, nn.BatchNorm2d):
-            m.running_mean.copy_(torch.rand(m.num_features, generator=g) - 0.5)
-            m.running_var.copy_(torch.rand(m.num_features, generator=g) + 0.5)
-    return model.double().eval()
+    return randomize_bn(model).double().eval()
 
 
 def test_dense_layer_formulas() -> None:

@@ -10,6 +10,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import variants
+from _nets import randomize_bn
 from variants.combinators import Add, Gate, NoShortcut
 
 NAMES = variants.list_variants(family="mlp")
@@ -51,15 +52,7 @@ def test_srivastava_defaults() -> None:
 
 
 def _eval64(model: nn.Module) -> nn.Module:
-    g = torch.Generator().manual_seed(0)
-    for m in model.modules():
-        if isinstance(m, nn.BatchNorm1d):
-            m.running_mean.copy_(torch.rand(m.num_features, generator=g) - 0.5)
-            m.running_var.copy_(torch.rand(m.num_features, generator=g) + 0.5)
-            with torch.no_grad():
-                m.weight.uniform_(0.5, 1.5, generator=g)
-                m.bias.uniform_(-0.5, 0.5, generator=g)
-    return model.double().eval()
+    return randomize_bn(model).double().eval()
 
 
 def test_unit_formulas() -> None:

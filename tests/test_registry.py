@@ -218,6 +218,29 @@ def test_spec_builders_take_the_spec_fields_as_keywords(fresh_registry: dict) ->
         registry.register("bad", family="toy", paper="none", spec=variants.CifarSpec)
 
 
+CIFAR_BUILDERS = [n for n in REGISTERED
+                  if isinstance(registry._REGISTRY[n].spec, variants.CifarSpec) and registry._REGISTRY[n].base is None]
+
+
+@pytest.mark.parametrize("name", CIFAR_BUILDERS)
+def test_every_cifar_builder_enforces_the_depth_rule_and_its_spec(name: str) -> None:
+    assert {"plain", "resnet", "highway", "preact", "rezero", "skipinit", "fixup", "layerscale"} <= set(CIFAR_BUILDERS)
+    with pytest.raises(ValueError, match=r"depth must be 6n\+2 \(basic\).*got 21"):
+        variants.create(name, depth=21)
+    with pytest.raises(ValueError, match=r"depth must be 9n\+2 \(bottleneck\).*got 30"):
+        variants.create(name, depth=30, block="bottleneck")
+    with pytest.raises(ValueError, match=r"6n\+2"):
+        variants.create(name, depth=2)
+    for kw, message in [({"shortcut": "Z"}, r"shortcut must be one of \('A', 'B', 'C'\)"),
+                        ({"block": "wide"}, r"block must be one of \('basic', 'bottleneck'\)"),
+                        ({"num_classes": 0}, "num_classes must be a positive integer"),
+                        ({"in_chans": -1}, "in_chans must be a positive integer"),
+                        ({"width": 0}, "width must be a positive integer"),
+                        ({"drop_path_rate": 1.0}, r"drop_path_rate must be in \[0, 1\)")]:
+        with pytest.raises(ValueError, match=message):
+            variants.create(name, depth=8, **kw)
+
+
 def test_cifar_spec_validates_every_field() -> None:
     for kw, message in [({"width": 0}, "width must be a positive integer"),
                         ({"num_classes": 1.5}, "num_classes must be a positive integer"),
