@@ -102,8 +102,6 @@ def config_from_args(ns: argparse.Namespace, study: str | None = None) -> RunCon
 
 
 def cmd_list(ns: argparse.Namespace) -> int:
-    import torch
-
     import variants
 
     names = variants.list_variants(ns.pattern)
@@ -111,12 +109,11 @@ def cmd_list(ns: argparse.Namespace) -> int:
         raise UsageError(f"no variant matches {ns.pattern!r}; try `python -m bench list` for all")
     width = max(len(n) for n in names)
     for name in names:
-        # Count parameters on the meta device, without allocating them (gpt2_small, resnet1202).
-        with plugins.blame(name), torch.device("meta"):
-            params = sum(p.numel() for p in variants.create(name).parameters())
+        with plugins.blame(name):  # counted on the meta device, without allocating (gpt2_small, resnet1202)
+            desc = variants.describe(name)
         owner = plugins.plugin_of(name)
         where = f"  plugin {owner.spec}" if owner is not None else ""
-        print(f"{name:<{width}}  {variants.describe(name)['family']:<14} {params:>13,}{where}")
+        print(f"{name:<{width}}  {desc['family']:<14} {desc['params']:>13,}{where}")
     return 0
 
 
@@ -254,20 +251,44 @@ def cmd_report(ns: argparse.Namespace) -> int:
 
 
 def _run_study(path: Path, ns: argparse.Namespace, verb: str) -> str:
-    """Run a study file's grid (under ``--preset``) with the sequential runner; returns the study's name."""
+    """Run a study file's grid (under ``--preset``) on the chosen executor; returns the study's name."""
+    from .executors import check_options, make_executor
     from .results import ResultsStore, atomic_write_text
-    from .sweep import SequentialRunner, load_study
+    from .sweep import load_study, run_sweep
 
+    check_options(ns.executor, ns.jobs, ns.gpus_per_run)
     study = load_study(path).with_variants(ns.add_variant or [])
     configs = study.configs(ns.preset)  # validated, checked for confounds, plugins run forward: before anything runs
+    executor = make_executor(ns.executor, configs, jobs=ns.jobs, gpus_per_run=ns.gpus_per_run)  # starts nothing
     store = ResultsStore(ns.results_dir)
     store.preflight()
     # The study file travels with its results: `bench report` reads its claims from there.
     atomic_write_text(store.root / "studies" / f"{study.name}.toml", path.read_text(encoding="utf-8"))
     added = f" with {', '.join(study.added)} added" if study.added else ""
-    print(f"{verb} {study.name!r} ({ns.preset or 'full'}){added}: {len(configs)} runs -> {ns.results_dir}")
-    SequentialRunner(progress=not ns.quiet).run(configs, ns.results_dir, resume=ns.resume)
+    slots = f", {executor.slots} at a time" if executor.slots > 1 else ""
+    print(f"{verb} {study.name!r} ({ns.preset or 'full'}){added}: {len(configs)} runs{slots} -> {ns.results_dir}")
+    run_sweep(configs, ns.results_dir, executor, resume=ns.resume, measure_every_run=ns.measure_every_run,
+              progress=not ns.quiet, command=_resume_command(ns))
     return study.name
+
+
+def _resume_command(ns: argparse.Namespace) -> str:
+    """The command line that resumes this sweep (and reruns its failed runs): this one, without --no-resume."""
+    import shlex
+
+    args = ["python", "-m", "bench", ns.command, ns.file if ns.command == "sweep" else ns.name]
+    args += ["--preset", ns.preset] if ns.preset else []
+    for name in ns.add_variant or []:
+        args += ["--add-variant", name]
+    for spec in ns.plugins or []:
+        args += ["--plugin", spec]
+    args += ["--results-dir", str(ns.results_dir)]
+    args += ["--executor", ns.executor] if ns.executor != "local" else []
+    args += ["--jobs", str(ns.jobs)] if ns.jobs != 1 else []
+    args += ["--gpus-per-run", str(ns.gpus_per_run)] if ns.gpus_per_run != 1 else []
+    args += ["--measure-every-run"] if ns.measure_every_run else []
+    args += ["--quiet"] if ns.quiet else []
+    return shlex.join(args)
 
 
 def cmd_sweep(ns: argparse.Namespace) -> int:
@@ -382,7 +403,20 @@ def build_parser() -> argparse.ArgumentParser:
         q.add_argument(target, help="study TOML file" if target == "file" else "shipped study name")
         q.add_argument("--preset", help="a preset of the study, e.g. quick (default: the full grid)")
         q.add_argument("--resume", action=argparse.BooleanOptionalAction, default=True,
-                       help="skip runs whose run_id already has an ok row (default: on)")
+                       help="skip runs whose run_id already has an ok row, so that rerunning an interrupted or "
+                            "killed sweep runs only the runs without one (default: on)")
+        q.add_argument("--executor", default="local", metavar="NAME",
+                       help="where the runs execute: local (this machine, each run in a process of its own) "
+                            "(default: local)")
+        q.add_argument("--jobs", type=int, default=1, metavar="N",
+                       help="local executor: runs at a time; the CPU cores are split between them, and on CUDA "
+                            "each gets its own GPU(s) (default: 1)")
+        q.add_argument("--gpus-per-run", type=int, default=1, metavar="G",
+                       help="local executor on CUDA: GPUs given to each run through CUDA_VISIBLE_DEVICES; 0 lets "
+                            "every run see every GPU (default: 1)")
+        q.add_argument("--measure-every-run", action="store_true",
+                       help="measure throughput, memory and FLOPs in every run, not once per model configuration "
+                            "(the first seed's figures reused in the other seeds' rows; column cost_source)")
         q.add_argument("--add-variant", action="append", metavar="NAME",
                        help="also run this registered variant (e.g. a plugin's), appended to the study's grid of "
                             "variants; the study's confound guard applies to it (repeatable)")

@@ -120,7 +120,7 @@ def unregister(name: str) -> None:
     _lookup(name)
     for other in [n for n, spec in _REGISTRY.items() if n == name or spec.base == name]:
         del _REGISTRY[other]
-        _AXES.pop(other, None)
+        _BUILT.pop(other, None)
 
 
 def _check_kwargs(spec: VariantSpec, kwargs: Mapping[str, Any], name: str) -> None:
@@ -166,7 +166,8 @@ def create(name: str, **overrides: Any) -> nn.Module:
     return spec.build({**spec.fixed, **overrides})
 
 
-_AXES: dict[str, dict[str, str]] = {}
+# name -> (axes, parameter count) of the model its defaults build, from one meta-device build per process.
+_BUILT: dict[str, tuple[dict[str, str], int]] = {}
 
 
 def _join(values: list[str]) -> str:
@@ -197,12 +198,12 @@ def derive_axes(model: nn.Module) -> dict[str, str]:
     return axes
 
 
-def _axes(spec: VariantSpec) -> dict[str, str]:
-    if spec.name not in _AXES:
-        with torch.device("meta"):
+def _built(spec: VariantSpec) -> tuple[dict[str, str], int]:
+    if spec.name not in _BUILT:
+        with torch.device("meta"):  # shapes only: no memory, no random draws
             model = spec.build(dict(spec.fixed))
-        _AXES[spec.name] = {**spec.axes, **derive_axes(model)}
-    return _AXES[spec.name]
+        _BUILT[spec.name] = ({**spec.axes, **derive_axes(model)}, sum(p.numel() for p in model.parameters()))
+    return _BUILT[spec.name]
 
 
 def describe(name: str) -> dict[str, Any]:
@@ -211,18 +212,22 @@ def describe(name: str) -> dict[str, Any]:
     ``init`` is the initialisation scheme ``name`` builds with unless overridden (None where the builder
     takes no ``init``, e.g. timm models); ``init_pinned`` is True where the variant fixes it (a paper that
     *is* an initialisation, such as Fixup or DeepNet), so ``create(name, init=other)`` raises. ``module`` is
-    the module that defines the builder (a shipped family's, or a plugin's).
+    the module that defines the builder (a shipped family's, or a plugin's). ``axes`` are derived from the
+    model the defaults build (:func:`derive_axes`), ``params`` is its parameter count; both come from one
+    build on the meta device per name and process.
     """
     if name.startswith(TIMM_PREFIX):
         return {"name": name, "family": "timm", "paper": "timm (PyTorch Image Models)", "axes": {}, "defaults": {},
-                "fixed": {}, "init": None, "init_pinned": False, "module": "timm"}
+                "fixed": {}, "init": None, "init_pinned": False, "module": "timm", "params": None}
     spec = _lookup(name)
     defaults = spec.defaults()
+    axes, params = _built(spec)
     return {
         "name": spec.name,
         "family": spec.family,
         "paper": spec.paper,
-        "axes": dict(_axes(spec)),
+        "axes": dict(axes),
+        "params": params,
         "defaults": defaults,
         "fixed": dict(spec.fixed),
         "init": defaults.get("init"),
