@@ -34,6 +34,14 @@ EXACT = {
     # Regression pin beside the 1.7M check below: He 2016's released ResNet-164 layout (projections
     # without BN or bias where the width changes, no conv biases) has exactly this many parameters.
     "preact_resnet164": 1_703_258,
+    # Zagoruyko & Komodakis 2016: 36.5M / 11.0M / 8.9M in Table 6; these are the authors' layout exactly
+    # (no conv biases, 1x1 projections without BN into stages 2-3 and into the widened stage 1).
+    "wrn28_10": 36_479_194,
+    "wrn16_8": 10_961_370,
+    "wrn40_4": 8_949_210,
+    # Xie et al. 2017 Table 7: 34.4M and 68.1M (the paper rounds 68.16M down); projections with BN.
+    "resnext29_8x64d": 34_426_698,
+    "resnext29_16x64d": 68_155_210,
 }
 
 
@@ -63,6 +71,11 @@ PUBLISHED = {
     "densenet_bc190_k40": (25.6, 0.01),
     "resnet101": (44.5, 0.01),  # torchvision / He 2015 Table 1
     "resnet152": (60.2, 0.01),
+    "wrn28_10": (36.5, 0.002),  # Zagoruyko & Komodakis 2016, Table 6
+    "wrn16_8": (11.0, 0.005),
+    "wrn40_4": (8.9, 0.006),
+    "resnext29_8x64d": (34.4, 0.002),  # Xie et al. 2017, Table 7
+    "resnext29_16x64d": (68.1, 0.002),
 }
 
 

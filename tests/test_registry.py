@@ -139,6 +139,7 @@ def test_every_registered_variant_is_described_and_covered() -> None:
         assert "num_classes" in d["defaults"] or "vocab_size" in d["defaults"], name
     covered = {"plain", "resnet", "highway", "preact"}  # test_cifar.py
     covered |= {"densenet", "resnet_imagenet", "mlp", "normfree", "transformer"}  # their own files
+    covered |= {"wrn", "resnext"}  # test_wide.py
     assert families == covered
 
 
@@ -223,14 +224,7 @@ CIFAR_BUILDERS = [n for n in REGISTERED
 
 
 @pytest.mark.parametrize("name", CIFAR_BUILDERS)
-def test_every_cifar_builder_enforces_the_depth_rule_and_its_spec(name: str) -> None:
-    assert {"plain", "resnet", "highway", "preact", "rezero", "skipinit", "fixup", "layerscale"} <= set(CIFAR_BUILDERS)
-    with pytest.raises(ValueError, match=r"depth must be 6n\+2 \(basic\).*got 21"):
-        variants.create(name, depth=21)
-    with pytest.raises(ValueError, match=r"depth must be 9n\+2 \(bottleneck\).*got 30"):
-        variants.create(name, depth=30, block="bottleneck")
-    with pytest.raises(ValueError, match=r"6n\+2"):
-        variants.create(name, depth=2)
+def test_every_cifar_builder_validates_its_spec_before_building(name: str) -> None:
     for kw, message in [({"shortcut": "Z"}, r"shortcut must be one of \('A', 'B', 'C'\)"),
                         ({"block": "wide"}, r"block must be one of \('basic', 'bottleneck'\)"),
                         ({"num_classes": 0}, "num_classes must be a positive integer"),
@@ -238,7 +232,21 @@ def test_every_cifar_builder_enforces_the_depth_rule_and_its_spec(name: str) -> 
                         ({"width": 0}, "width must be a positive integer"),
                         ({"drop_path_rate": 1.0}, r"drop_path_rate must be in \[0, 1\)")]:
         with pytest.raises(ValueError, match=message):
-            variants.create(name, depth=8, **kw)
+            variants.create(name, **kw)
+
+
+HE_DEPTH_RULE = ["plain", "resnet", "highway", "preact", "rezero", "skipinit", "fixup", "layerscale"]
+
+
+@pytest.mark.parametrize("name", HE_DEPTH_RULE)
+def test_he_cifar_builders_enforce_the_depth_rule(name: str) -> None:
+    """He 2015 §4.2: 6n+2 with basic units, 9n+2 with bottlenecks (wrn and resnext have their own rules)."""
+    with pytest.raises(ValueError, match=r"depth must be 6n\+2 \(basic\).*got 21"):
+        variants.create(name, depth=21)
+    with pytest.raises(ValueError, match=r"depth must be 9n\+2 \(bottleneck\).*got 30"):
+        variants.create(name, depth=30, block="bottleneck")
+    with pytest.raises(ValueError, match=r"6n\+2"):
+        variants.create(name, depth=2)
 
 
 def test_cifar_spec_validates_every_field() -> None:

@@ -1,7 +1,7 @@
 """resbench's model registry: residual designs as points in (combinator × norm placement × body).
 
-Importing this package registers every family (``cifar``, ``preact``, ``normfree``, ``densenet``,
-``imagenet``, ``mlp``, ``transformer``: one file per family). Every unit's formula is in ``blocks.py``
+Importing this package registers every family (``cifar``, ``preact``, ``normfree``, ``wrn``, ``resnext``,
+``densenet``, ``imagenet``, ``mlp``, ``transformer``: one file per family). Every unit's formula is in ``blocks.py``
 (or, for He 2016's ablation of orderings and the DenseNet layer, in the family's file).
 
 The public API — what a plugin (``python -m bench ... --plugin FILE.py``, see ``bench.plugins``) may use; it
@@ -24,7 +24,7 @@ stays stable across releases:
 A variant's axes are derived from the units and combinators it builds (see :func:`describe`).
 """
 
-from . import cifar, densenet, imagenet, mlp, normfree, preact, transformer  # noqa: F401  (registers families)
+from . import cifar, densenet, imagenet, mlp, normfree, preact, resnext, transformer, wrn  # noqa: F401  (families)
 from .blocks import (
     POSTACT,
     PREACT,

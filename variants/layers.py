@@ -219,9 +219,10 @@ def cifar_depth(depth: int, block: str, what: str = "CIFAR ResNet") -> int:
     return (depth - 2) // step
 
 
-def cifar_plan(n: int, width: int, block: str) -> list[tuple[int, int, int, int]]:
-    """``(stage, cin, width, stride)`` per unit: 3 stages of ``n`` units at widths w/2w/4w, stride 2 into stages 2-3."""
-    plan, cin = [], width
+def cifar_plan(n: int, width: int, block: str, stem_width: int | None = None) -> list[tuple[int, int, int, int]]:
+    """``(stage, cin, width, stride)`` per unit: 3 stages of ``n`` units at widths w/2w/4w, stride 2 into stages 2-3;
+    the first unit reads ``stem_width`` channels (default ``width``)."""
+    plan, cin = [], width if stem_width is None else stem_width
     for stage, w in enumerate((width, 2 * width, 4 * width)):
         for i in range(n):
             stride = 2 if stage > 0 and i == 0 else 1
@@ -304,6 +305,7 @@ def build_cifar(
     head_pre: Callable[[int], nn.Module] = lambda features: nn.Identity(),
     init: str | None = None,
     n: int | None = None,
+    stem_width: int | None = None,
 ) -> ConvNet:
     """He 2015's CIFAR macro-architecture of ``spec`` around ``unit(slot)``, initialised by ``init`` (default
     ``spec.init``; a variant that pins its paper's own scheme passes ``"kaiming"``, what its layers already drew).
@@ -311,15 +313,18 @@ def build_cifar(
     Three stages of ``n`` units at widths w, 2w, 4w (stride 2 into stages 2 and 3); ``n`` defaults to the
     depth rule (6n+2 basic, 9n+2 bottleneck; errors name the net as ``what``). ``stem(in_chans, width)``
     and ``head_pre(features)`` build what surrounds the stages (a pre-activation net ends with BN-ReLU).
+    ``stem_width`` is the stem's output width where it is not the first stage's (Wide ResNets: 16 vs 16k).
     """
     n = cifar_depth(spec.depth, spec.block, what) if n is None else n
     init = spec.init if init is None else init
     check_init(init)
-    plan = cifar_plan(n, spec.width, spec.block)
+    stem_width = spec.width if stem_width is None else stem_width
+    check_positive(stem_width=stem_width)
+    plan = cifar_plan(n, spec.width, spec.block, stem_width)
     rates = drop_path_rates(spec.drop_path_rate, len(plan))
     units = [unit(Slot(i, cin, w, stride, rates[i])) for i, (_, cin, w, stride) in enumerate(plan)]
     features = spec.expansion * 4 * spec.width
-    net = ConvNet(stem(spec.in_chans, spec.width), group_stages(units, plan), head_pre(features), features,
+    net = ConvNet(stem(spec.in_chans, stem_width), group_stages(units, plan), head_pre(features), features,
                   spec.num_classes)
     return init_weights_(net, init)
 
