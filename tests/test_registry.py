@@ -176,14 +176,19 @@ def test_every_variant_trains(name: str) -> None:
 
 def test_axes_are_derived_from_the_units_and_combinators() -> None:
     """No label typed by hand: each axis is what the built model holds."""
-    assert variants.describe("resnet")["axes"] == {"combinator": "add", "placement": "post-activation", "body": "conv"}
+    assert variants.describe("resnet")["axes"] == {"combinator": "add", "placement": "post-activation", "body": "conv",
+                                                   "norm": "batchnorm"}
     assert variants.describe("plain")["axes"]["combinator"] == "none"
     assert variants.describe("preact")["axes"]["placement"] == "pre"
-    assert variants.describe("highway")["axes"] == {"combinator": "gate", "placement": "none", "body": "conv"}
-    assert variants.describe("densenet")["axes"] == {"combinator": "concat", "placement": "pre", "body": "conv"}
+    assert variants.describe("highway")["axes"] == {"combinator": "gate", "placement": "none", "body": "conv",
+                                                    "norm": "batchnorm"}
+    assert variants.describe("densenet")["axes"] == {"combinator": "concat", "placement": "pre", "body": "conv",
+                                                     "norm": "batchnorm"}
+    assert variants.describe("fixup")["axes"]["norm"] == "none"  # no normalisation at all
     # The MLP that computes act(x + norm(Wx)) is post-activation (issue #9 found it hand-labelled "post").
     assert variants.describe("residual_mlp")["axes"]["placement"] == "post-activation"
-    assert variants.describe("postln")["axes"] == {"combinator": "add", "placement": "post", "body": "attention+ffn"}
+    assert variants.describe("postln")["axes"] == {"combinator": "add", "placement": "post", "body": "attention+ffn",
+                                                   "norm": "layernorm"}
     assert variants.describe("mixln")["axes"]["placement"] == "post, pre"  # Post-LN layers first, then Pre-LN
     assert variants.describe("deepnorm")["axes"]["combinator"] == "scaled"
 
@@ -198,7 +203,8 @@ def test_derive_axes_on_a_hand_made_model() -> None:
 
     model = nn.Sequential(variants.PreNorm(nn.Linear(2, 2), Mine(), lambda: nn.LayerNorm(2)),
                           variants.ResidualUnit(nn.Linear(2, 2), Labelled()))
-    assert registry.derive_axes(model) == {"combinator": "Mine, subtract", "placement": "pre, none", "body": "mlp"}
+    assert registry.derive_axes(model) == {"combinator": "Mine, subtract", "placement": "pre, none", "body": "mlp",
+                                           "norm": "layernorm"}
     assert registry.derive_axes(nn.Linear(2, 2)) == {}  # no residual join at all
 
 

@@ -17,9 +17,12 @@ from variants.combinators import Combinator, Scaled
 from variants.transformer import (
     CausalSelfAttention,
     FeedForward,
+    ScaleNorm,
+    SwiGLU,
     TransformerLM,
     deepnorm_alpha_beta,
     mixln_post_layers,
+    swiglu_hidden,
     transformer_flops_per_token,
 )
 
@@ -45,6 +48,8 @@ def randomized(model: nn.Module, seed: int = 0) -> nn.Module:
 
 
 def ln(norm: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    if isinstance(norm, nn.RMSNorm):  # Zhang & Sennrich 2019: no mean, no bias
+        return x / torch.sqrt(x.pow(2).mean(-1, keepdim=True) + norm.eps) * norm.weight
     assert isinstance(norm, nn.LayerNorm)
     mu = x.mean(-1, keepdim=True)
     var = x.var(-1, unbiased=False, keepdim=True)
@@ -52,7 +57,7 @@ def ln(norm: nn.Module, x: torch.Tensor) -> torch.Tensor:
 
 
 def test_family_is_registered_with_papers() -> None:
-    assert FAMILY == ["deepnorm", "gpt2_small", "mixln", "postln", "preln", "rezero_lm", "sandwich"]
+    assert FAMILY == ["deepnorm", "gpt2_small", "llama_like", "mixln", "postln", "preln", "rezero_lm", "sandwich"]
     for name in FAMILY:
         d = variants.describe(name)
         assert d["paper"] and "placement" in d["axes"] and d["defaults"]["vocab_size"] >= 1
@@ -103,8 +108,10 @@ RULES = {
     "deepnorm": ["deepnorm", "deepnorm"],
     "rezero_lm": ["rezero", "rezero"],
     "mixln": ["pre", "pre"],  # depth 2: floor(2/4) = 0 Post-LN layers; depth 8 below
+    "llama_like": ["pre", "pre"],  # with RMSNorm and a SwiGLU body
 }
-FINAL_NORM = {"postln": False, "preln": True, "sandwich": True, "deepnorm": False, "rezero_lm": False, "mixln": True}
+FINAL_NORM = {"postln": False, "preln": True, "sandwich": True, "deepnorm": False, "rezero_lm": False, "mixln": True,
+              "llama_like": True}
 
 
 @pytest.mark.parametrize("name", SMALL)
@@ -150,8 +157,9 @@ def test_layernorm_count(name: str) -> None:
         "deepnorm": 2 * n,
         "rezero_lm": 0,
         "mixln": 2 * n + 1,
+        "llama_like": 2 * n + 1,  # RMSNorms
     }[name]
-    assert sum(isinstance(m, nn.LayerNorm) for m in tiny(name).modules()) == expected
+    assert sum(isinstance(m, (nn.LayerNorm, nn.RMSNorm)) for m in tiny(name).modules()) == expected
 
 
 @pytest.mark.parametrize(
@@ -326,3 +334,58 @@ def test_forward_errors() -> None:
         model(torch.zeros(1, 9, dtype=torch.long))
     with pytest.raises(ValueError, match=r"shape \(batch, seq_len\)"):
         model(torch.zeros(8, dtype=torch.long))
+
+
+# -- norm type and feed-forward body (Zhang & Sennrich 2019; Nguyen & Salazar 2019; Shazeer 2020) ------------
+
+
+def test_swiglu_formula_and_width() -> None:
+    assert swiglu_hidden(24) == 16 and swiglu_hidden(512) == 341 and swiglu_hidden(1) == 1
+    ffn = SwiGLU(4, 6, dropout=0.0, bias=True).double()
+    x = torch.randn(3, 4, dtype=torch.float64)
+    w, v = ffn.fc1.weight[:4], ffn.fc1.weight[4:]  # hidden 4: rows 0:4 gate W, 4:8 value V
+    bw, bv = ffn.fc1.bias[:4], ffn.fc1.bias[4:]
+    gate = x @ w.T + bw
+    expected = (gate * torch.sigmoid(gate) * (x @ v.T + bv)) @ ffn.fc2.weight.T + ffn.fc2.bias
+    assert torch.allclose(ffn(x), expected)
+
+
+def test_scalenorm_formula() -> None:
+    norm = ScaleNorm(4).double()
+    assert norm.g.item() == pytest.approx(2.0)  # sqrt(d) at init
+    x = torch.tensor([[3.0, 0.0, 4.0, 0.0]], dtype=torch.float64)
+    assert torch.allclose(norm(x), 2.0 * x / 5.0)
+
+
+@pytest.mark.parametrize("norm", ["rmsnorm", "scalenorm"])
+@pytest.mark.parametrize("name", ["postln", "preln", "sandwich"])
+def test_norm_type_is_an_axis_of_every_placement(name: str, norm: str) -> None:
+    model = tiny(name, norm=norm)
+    kind = nn.RMSNorm if norm == "rmsnorm" else ScaleNorm
+    norms = [m for m in model.modules() if isinstance(m, (nn.LayerNorm, nn.RMSNorm, ScaleNorm))]
+    assert norms and all(isinstance(m, kind) for m in norms)
+    reference = tiny(name)  # the same positions as with LayerNorm
+    assert [n for n, m in model.named_modules() if isinstance(m, kind)] == [
+        n for n, m in reference.named_modules() if isinstance(m, nn.LayerNorm)]
+    x = torch.randint(0, TINY["vocab_size"], (2, 5))
+    assert torch.isfinite(model(x)).all()
+
+
+def test_llama_like_is_pre_rmsnorm_swiglu_without_biases() -> None:
+    d = variants.describe("llama_like")
+    assert d["axes"] == {"combinator": "add", "placement": "pre", "norm": "rmsnorm", "body": "attention+swiglu"}
+    model = tiny("llama_like")
+    assert all(m.bias is None for m in model.modules() if isinstance(m, nn.Linear))
+    assert all(isinstance(b.ffn.body, SwiGLU) and isinstance(b.ffn.norm_in, nn.RMSNorm) for b in model.blocks)
+    assert isinstance(model.norm, nn.RMSNorm)
+    # round(2/3 d_ff) keeps the feed-forward at the GELU one's size: within 1% of preln without biases overall
+    assert d["params"] == pytest.approx(variants.describe("preln")["params"], rel=0.01)
+    with pytest.raises(ValueError, match=r"preset fixes norm='rmsnorm'"):
+        variants.create("llama_like", norm="layernorm")
+
+
+def test_unknown_norm_or_ffn() -> None:
+    with pytest.raises(ValueError, match="unknown norm 'batchnorm'; choose one of: layernorm, rmsnorm, scalenorm"):
+        tiny("preln", norm="batchnorm")
+    with pytest.raises(ValueError, match="unknown ffn 'relu'; choose one of: gelu, swiglu"):
+        tiny("preln", ffn="relu")

@@ -23,7 +23,8 @@ def units(model: nn.Module) -> list[ResidualUnit]:
 def test_registered() -> None:
     assert {"wrn", "wrn28_10", "wrn16_8", "wrn40_4"} <= set(variants.list_variants(family="wrn"))
     assert {"resnext", "resnext29_8x64d", "resnext29_16x64d"} <= set(variants.list_variants(family="resnext"))
-    assert variants.describe("wrn")["axes"] == {"combinator": "add", "placement": "pre", "body": "conv"}
+    assert variants.describe("wrn")["axes"] == {"combinator": "add", "placement": "pre", "body": "conv",
+                                                "norm": "batchnorm"}
     assert variants.describe("resnext")["axes"]["placement"] == "post-activation"
 
 

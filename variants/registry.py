@@ -175,10 +175,24 @@ def _join(values: list[str]) -> str:
     return ", ".join(dict.fromkeys(values))
 
 
+_NORM_TYPES: tuple[tuple[type[nn.Module], str], ...] = (
+    (nn.LayerNorm, "layernorm"), (nn.RMSNorm, "rmsnorm"), (nn.modules.batchnorm._BatchNorm, "batchnorm"),
+    (nn.GroupNorm, "groupnorm"),
+)
+
+
+def _norm_type(module: nn.Module) -> str | None:
+    named = getattr(type(module), "norm_axis", None)  # a norm class of its own names itself (ScaleNorm)
+    if isinstance(named, str):
+        return named
+    return next((name for cls, name in _NORM_TYPES if isinstance(module, cls)), None)
+
+
 def derive_axes(model: nn.Module) -> dict[str, str]:
-    """The axes a built model has: its combinators' ``axis``, its residual units' ``placement`` (each in order of
-    appearance, joined by ", " where they differ) and what its branches compute (``conv``, ``mlp``,
-    ``attention+ffn``). Empty for a model without any :class:`~variants.combinators.Combinator`."""
+    """The axes a built model has: its combinators' ``axis``, its residual units' ``placement``, the type of its
+    norms (``layernorm``, ``rmsnorm``, ``batchnorm``...; ``none``), each in order of appearance and joined by
+    ", " where they differ, and what its branches compute (``conv``, ``mlp``, ``attention+ffn``,
+    ``attention+swiglu``). Empty for a model without any :class:`~variants.combinators.Combinator`."""
     from .combinators import Combinator  # the registry imports no family module at import time
 
     combinators = [m for m in model.modules() if isinstance(m, Combinator)]
@@ -187,12 +201,14 @@ def derive_axes(model: nn.Module) -> dict[str, str]:
     placements = [p for m in model.modules() if isinstance(p := getattr(m, "placement", None), str)]
     kinds = {type(m).__name__ for m in model.modules()}
     if any("Attention" in k for k in kinds):
-        body = "attention+ffn"
+        body = "attention+swiglu" if any("SwiGLU" in k for k in kinds) else "attention+ffn"
     elif any(isinstance(m, nn.modules.conv._ConvNd) for m in model.modules()):
         body = "conv"
     else:
         body = "mlp"
-    axes = {"combinator": _join([getattr(c, "axis", type(c).__name__) for c in combinators]), "body": body}
+    norms = [n for m in model.modules() if (n := _norm_type(m)) is not None]
+    axes = {"combinator": _join([getattr(c, "axis", type(c).__name__) for c in combinators]), "body": body,
+            "norm": _join(norms) or "none"}
     if placements:
         axes["placement"] = _join(placements)
     return axes

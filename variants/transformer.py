@@ -85,6 +85,55 @@ class FeedForward(nn.Module):
         return self.dropout(self.fc2(self.act(self.fc1(x))))
 
 
+class SwiGLU(nn.Module):
+    """Shazeer 2020, "GLU Variants Improve Transformer", eq. 6: ``fc2(SiLU(x·W) ⊙ (x·V))``, W and V fused in
+    ``fc1`` (output rows 0:h are W, h:2h are V). ``h`` = :func:`swiglu_hidden` of ``d_ff``."""
+
+    probe_kind = "ffn"
+
+    def __init__(self, d_model: int, d_ff: int, dropout: float, bias: bool) -> None:
+        super().__init__()
+        hidden = swiglu_hidden(d_ff)
+        self.fc1 = nn.Linear(d_model, 2 * hidden, bias=bias)
+        self.fc2 = nn.Linear(hidden, d_model, bias=bias)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        gate, up = self.fc1(x).chunk(2, dim=-1)
+        return self.dropout(self.fc2(F.silu(gate) * up))
+
+
+def swiglu_hidden(d_ff: int) -> int:
+    """SwiGLU's hidden width for a GELU width ``d_ff``: round(2/3 · d_ff), so that its three matrices hold the
+    parameters of the GELU FFN's two (Shazeer 2020 §2 reduces the width this way; so does LLaMA)."""
+    return max(1, round(2 * d_ff / 3))
+
+
+class ScaleNorm(nn.Module):
+    """Nguyen & Salazar 2019, "Transformers without Tears", §2.2: ``g · x / ‖x‖`` over the feature dimension,
+    one learned scalar ``g`` starting at √d."""
+
+    norm_axis = "scalenorm"  # the variant's norm axis (variants.registry.derive_axes)
+
+    def __init__(self, d_model: int, eps: float = LN_EPS) -> None:
+        super().__init__()
+        self.g = nn.Parameter(torch.tensor(math.sqrt(d_model)))
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.g * x / torch.linalg.vector_norm(x, dim=-1, keepdim=True).clamp_min(self.eps)
+
+
+# The norm-type axis: what every norm of the stack is (its placement is the recipe's).
+NORMS: dict[str, Callable[[int, bool], nn.Module]] = {
+    "layernorm": lambda d, bias: nn.LayerNorm(d, eps=LN_EPS, bias=bias),  # Ba et al. 2016
+    "rmsnorm": lambda d, bias: nn.RMSNorm(d, eps=LN_EPS),  # Zhang & Sennrich 2019: x / rms(x) · g, no mean, no bias
+    "scalenorm": lambda d, bias: ScaleNorm(d),  # Nguyen & Salazar 2019
+}
+# The feed-forward body: GPT-2's GELU MLP or Shazeer's SwiGLU.
+FFNS: dict[str, Callable[[int, int, float, bool], nn.Module]] = {"gelu": FeedForward, "swiglu": SwiGLU}
+
+
 class Block(nn.Module):
     """One Transformer layer: two residual sublayers (``variants.blocks.PostNorm``, ``PreNorm`` ...), attention
     then feed-forward: ``x = ffn(attn(x))``."""
@@ -212,26 +261,31 @@ class TransformerLM(nn.Module):
 
     def __init__(
         self, recipe: Recipe, *, depth: int, d_model: int, n_heads: int, d_ff: int, vocab_size: int,
-        max_len: int, dropout: float, bias: bool, init: str = DEFAULT_INIT,
+        max_len: int, dropout: float, bias: bool, init: str = DEFAULT_INIT, norm: str = "layernorm",
+        ffn: str = "gelu",
     ) -> None:
         super().__init__()
         _validate(depth=depth, d_model=d_model, n_heads=n_heads, d_ff=d_ff, vocab_size=vocab_size,
                   max_len=max_len, dropout=dropout)
         if init not in INITS:
             raise ValueError(f"unknown init {init!r}; choose one of: {', '.join(INITS)}")
+        if norm not in NORMS:
+            raise ValueError(f"unknown norm {norm!r}; choose one of: {', '.join(NORMS)}")
+        if ffn not in FFNS:
+            raise ValueError(f"unknown ffn {ffn!r}; choose one of: {', '.join(FFNS)}")
         self.max_len = max_len
         self.tok_emb = nn.Embedding(vocab_size, d_model)
         self.pos_emb = nn.Embedding(max_len, d_model)
         self.drop = nn.Dropout(dropout)
-        norm = partial(nn.LayerNorm, d_model, eps=LN_EPS, bias=bias)
+        make_norm = partial(NORMS[norm], d_model, bias)
         placements = recipe.placements(depth)
 
         def unit(body: nn.Module, placement: str) -> ResidualUnit:
-            return sublayer(placement, body, recipe.combinator(depth), norm=norm)
+            return sublayer(placement, body, recipe.combinator(depth), norm=make_norm)
 
         self.blocks = nn.ModuleList(
             Block(unit(CausalSelfAttention(d_model, n_heads, dropout, bias), p),
-                  unit(FeedForward(d_model, d_ff, dropout, bias), p))
+                  unit(FFNS[ffn](d_model, d_ff, dropout, bias), p))
             for p in placements
         )
         if recipe.one_scale_per_layer:
@@ -240,7 +294,7 @@ class TransformerLM(nn.Module):
                 blk.ffn.combine.beta = blk.attn.combine.beta
         # A final LN is needed exactly when the last layer leaves the stream un-normalised by a
         # residual add after a norm (pre/sandwich); post-LN ends normalised, ReZero has no LN by design.
-        self.norm = norm() if placements[-1] in ("pre", "sandwich") else nn.Identity()
+        self.norm = make_norm() if placements[-1] in ("pre", "sandwich") else nn.Identity()
         for module in self.modules():
             if isinstance(module, nn.Linear) and module.bias is not None:
                 nn.init.zeros_(module.bias)
@@ -295,9 +349,11 @@ def _builder(recipe: Recipe, depth: int = 6, d_model: int = 128, n_heads: int = 
 
     def build(*, depth: int = depth, d_model: int = d_model, n_heads: int = n_heads, d_ff: int = d_ff,
               vocab_size: int = vocab_size, max_len: int = max_len, dropout: float = 0.0,
-              bias: bool = True, init: str = recipe.init or DEFAULT_INIT) -> TransformerLM:
+              bias: bool = True, init: str = recipe.init or DEFAULT_INIT, norm: str = "layernorm",
+              ffn: str = "gelu") -> TransformerLM:
         return TransformerLM(recipe, depth=depth, d_model=d_model, n_heads=n_heads, d_ff=d_ff,
-                             vocab_size=vocab_size, max_len=max_len, dropout=dropout, bias=bias, init=init)
+                             vocab_size=vocab_size, max_len=max_len, dropout=dropout, bias=bias, init=init,
+                             norm=norm, ffn=ffn)
 
     return build
 
@@ -313,3 +369,12 @@ register(
     "Learners (GPT-2 small)", depth=12, d_model=768, n_heads=12, d_ff=3072, bias=True,
     init="gpt2",
 )(_builder(RECIPES["preln"], depth=12, d_model=768, n_heads=12, d_ff=3072, vocab_size=50257, max_len=1024))
+
+# The block of LLaMA (Touvron et al. 2023, §2.2): Pre-norm with RMSNorm, a SwiGLU feed-forward, no biases; its
+# rotary position encoding is not part of the residual design and is not reproduced (learned positions, as
+# every variant here). Any other placement takes norm=/ffn= too (``--model-arg norm=rmsnorm``).
+register(
+    "llama_like", family="transformer", paper="Touvron et al. 2023, LLaMA: Open and Efficient Foundation Language "
+    "Models, §2.2 (pre-normalisation with RMSNorm, Zhang & Sennrich 2019; SwiGLU, Shazeer 2020)",
+    norm="rmsnorm", ffn="swiglu", bias=False,
+)(_builder(RECIPES["preln"]))
