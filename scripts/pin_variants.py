@@ -82,7 +82,7 @@ def main() -> int:
         with open(args.check) as f:
             old = json.load(f)
         bad = 0
-        for n in sorted(set(old) | set(prints)):
+        for n in sorted(set(prints) if args.only else set(old) | set(prints)):
             if n not in prints or n not in old:
                 print(f"{n}: only in {'the old' if n in old else 'the new'} fingerprints")
                 bad += 1
