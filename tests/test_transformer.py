@@ -57,7 +57,8 @@ def ln(norm: nn.Module, x: torch.Tensor) -> torch.Tensor:
 
 
 def test_family_is_registered_with_papers() -> None:
-    assert FAMILY == ["deepnorm", "gpt2_small", "llama_like", "mixln", "postln", "preln", "rezero_lm", "sandwich"]
+    assert FAMILY == ["b2t", "deepnorm", "gpt2_small", "llama_like", "mixln", "postln", "preln", "rezero_lm",
+                      "sandwich"]
     for name in FAMILY:
         d = variants.describe(name)
         assert d["paper"] and "placement" in d["axes"] and d["defaults"]["vocab_size"] >= 1
@@ -109,9 +110,10 @@ RULES = {
     "rezero_lm": ["rezero", "rezero"],
     "mixln": ["pre", "pre"],  # depth 2: floor(2/4) = 0 Post-LN layers; depth 8 below
     "llama_like": ["pre", "pre"],  # with RMSNorm and a SwiGLU body
+    "b2t": ["post", "b2t"],  # the FFN's norm also takes the layer's input (test_b2t_formula)
 }
 FINAL_NORM = {"postln": False, "preln": True, "sandwich": True, "deepnorm": False, "rezero_lm": False, "mixln": True,
-              "llama_like": True}
+              "llama_like": True, "b2t": False}
 
 
 @pytest.mark.parametrize("name", SMALL)
@@ -119,10 +121,14 @@ def test_whole_model_equals_its_formula(name: str) -> None:
     model = randomized(tiny(name))
     idx = torch.tensor([[3, 1, 4, 1, 5, 9], [2, 6, 5, 3, 5, 8]])
     x = model.tok_emb.weight[idx] + model.pos_emb.weight[:6]
-    for block, rule in zip(model.blocks, RULES[name], strict=True):
-        for unit in (block.attn, block.ffn):
+    for block in model.blocks:
+        layer_input = x
+        for unit, rule in zip((block.attn, block.ffn), RULES[name], strict=True):
             assert isinstance(unit, ResidualUnit) and isinstance(unit.combine, Combinator)
-            x = _sublayer(unit, x, rule)
+            if rule == "b2t":  # Takase et al. 2023: y = LN(h + FFN(h) + x), x the layer's input
+                x = ln(unit.norm_out, x + unit.body(x) + layer_input)
+            else:
+                x = _sublayer(unit, x, rule)
     if FINAL_NORM[name]:
         x = ln(model.norm, x)
     else:
@@ -158,6 +164,7 @@ def test_layernorm_count(name: str) -> None:
         "rezero_lm": 0,
         "mixln": 2 * n + 1,
         "llama_like": 2 * n + 1,  # RMSNorms
+        "b2t": 2 * n,
     }[name]
     assert sum(isinstance(m, (nn.LayerNorm, nn.RMSNorm)) for m in tiny(name).modules()) == expected
 

@@ -21,6 +21,8 @@ projections). ``--model-arg init=gpt2|normal|xavier|deepnorm`` picks another sch
   attention and feed-forward sublayers, as in the authors' code), no LN at
   all — Bachlechner et al. 2020, "ReZero is All You Need: Fast Convergence at Large Depth" (the name
   ``rezero`` is the CIFAR ResNet of ``variants.normfree``).
+- ``b2t``: Post-LN with the bottom-to-top connection, ``h = LN(x + Attn(x))``, ``x ← LN(h + FFN(h) + x)`` —
+  Takase et al. 2023, "B2T Connection: Serving Stability and Performance in Deep Transformers".
 - ``mixln``: Post-LN in the first ⌊N/4⌋ layers, Pre-LN after — Li et al. 2024, "Mix-LN: Unleashing the
   Power of Deeper Layers by Combining Pre-LN and Post-LN" (trained there with ``init=normal``).
 
@@ -41,7 +43,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .blocks import ResidualUnit, sublayer
+from .blocks import PostNorm, ResidualUnit, sublayer
 from .combinators import COMBINATORS, Combinator
 from .registry import register
 
@@ -147,6 +149,20 @@ class Block(nn.Module):
         return self.ffn(self.attn(x))
 
 
+class B2TBlock(Block):
+    """Takase et al. 2023, "B2T Connection: Serving Stability and Performance in Deep Transformers", Fig. 1(c):
+    a Post-LN layer whose input also skips to the last norm, ``h = LN(x + Attn(x))``, ``y = LN(h + FFN(h) + x)``.
+
+    The feed-forward sublayer is a :class:`~variants.blocks.PostNorm`; the bottom-to-top term ``+ x`` enters
+    inside its norm, next to its own residual join (which probes see as usual)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.attn(x)
+        ffn = self.ffn
+        assert isinstance(ffn, PostNorm)
+        return ffn.norm_out(ffn.combine(h, ffn.drop_path(ffn.body(h))) + x)
+
+
 def deepnorm_alpha_beta(depth: int) -> tuple[float, float]:
     """DeepNet's decoder-only constants (Wang 2022, Fig. 2): α = (2N)^¼ on the shortcut, β = (8N)^-¼ on the init."""
     if depth < 1:
@@ -217,6 +233,7 @@ class Recipe:
     combinator: Callable[[int], Combinator]
     init: str | None = None
     one_scale_per_layer: bool = False  # ReZero: both sublayers of a layer share one learnable α
+    block: type[Block] = Block  # the layer around the two sublayers (B2T adds a connection across them)
 
 
 def _same(placement: str) -> Callable[[int], list[str]]:
@@ -247,6 +264,10 @@ RECIPES: dict[str, Recipe] = {
         "Bachlechner et al. 2020, ReZero is All You Need: Fast Convergence at Large Depth", _same("none"),
         lambda depth: COMBINATORS["scaled"](alpha=1.0, beta=0.0, learnable_beta=True),
         one_scale_per_layer=True,  # the paper's "single additional learned parameter per layer"
+    ),
+    "b2t": Recipe(
+        "Takase et al. 2023, B2T Connection: Serving Stability and Performance in Deep Transformers, Fig. 1(c)",
+        _same("post"), _add, block=B2TBlock,
     ),
     "mixln": Recipe(
         "Li et al. 2024, Mix-LN: Unleashing the Power of Deeper Layers by Combining Pre-LN and Post-LN",
@@ -284,7 +305,7 @@ class TransformerLM(nn.Module):
             return sublayer(placement, body, recipe.combinator(depth), norm=make_norm)
 
         self.blocks = nn.ModuleList(
-            Block(unit(CausalSelfAttention(d_model, n_heads, dropout, bias), p),
+            recipe.block(unit(CausalSelfAttention(d_model, n_heads, dropout, bias), p),
                   unit(FFNS[ffn](d_model, d_ff, dropout, bias), p))
             for p in placements
         )
