@@ -125,10 +125,8 @@ def test_whole_model_equals_its_formula(name: str) -> None:
         layer_input = x
         for unit, rule in zip((block.attn, block.ffn), RULES[name], strict=True):
             assert isinstance(unit, ResidualUnit) and isinstance(unit.combine, Combinator)
-            if rule == "b2t":  # Takase et al. 2023: y = LN(h + FFN(h) + x), x the layer's input
-                x = ln(unit.norm_out, x + unit.body(x) + layer_input)
-            else:
-                x = _sublayer(unit, x, rule)
+            # b2t (Takase et al. 2023): y = LN(h + FFN(h) + x), x the layer's input
+            x = ln(unit.norm_out, x + unit.body(x) + layer_input) if rule == "b2t" else _sublayer(unit, x, rule)
     if FINAL_NORM[name]:
         x = ln(model.norm, x)
     else:
