@@ -57,8 +57,8 @@ def ln(norm: nn.Module, x: torch.Tensor) -> torch.Tensor:
 
 
 def test_family_is_registered_with_papers() -> None:
-    assert FAMILY == ["b2t", "deepnorm", "gpt2_small", "llama_like", "mixln", "postln", "preln", "rezero_lm",
-                      "sandwich"]
+    assert FAMILY == ["b2t", "deepnorm", "denseformer", "gpt2_small", "llama_like", "mixln", "postln", "preln",
+                      "rezero_lm", "sandwich"]
     for name in FAMILY:
         d = variants.describe(name)
         assert d["paper"] and "placement" in d["axes"] and d["defaults"]["vocab_size"] >= 1
@@ -110,13 +110,13 @@ RULES = {
     "rezero_lm": ["rezero", "rezero"],
     "mixln": ["pre", "pre"],  # depth 2: floor(2/4) = 0 Post-LN layers; depth 8 below
     "llama_like": ["pre", "pre"],  # with RMSNorm and a SwiGLU body
-    "b2t": ["post", "b2t"],  # the FFN's norm also takes the layer's input (test_b2t_formula)
+    "b2t": ["post", "b2t"],  # the FFN's norm also takes the layer's input
 }
 FINAL_NORM = {"postln": False, "preln": True, "sandwich": True, "deepnorm": False, "rezero_lm": False, "mixln": True,
               "llama_like": True, "b2t": False}
 
 
-@pytest.mark.parametrize("name", SMALL)
+@pytest.mark.parametrize("name", [n for n in SMALL if n != "denseformer"])  # its own test below (the averages)
 def test_whole_model_equals_its_formula(name: str) -> None:
     model = randomized(tiny(name))
     idx = torch.tensor([[3, 1, 4, 1, 5, 9], [2, 6, 5, 3, 5, 8]])
@@ -163,6 +163,7 @@ def test_layernorm_count(name: str) -> None:
         "mixln": 2 * n + 1,
         "llama_like": 2 * n + 1,  # RMSNorms
         "b2t": 2 * n,
+        "denseformer": 2 * n + 1,
     }[name]
     assert sum(isinstance(m, (nn.LayerNorm, nn.RMSNorm)) for m in tiny(name).modules()) == expected
 
@@ -394,3 +395,23 @@ def test_unknown_norm_or_ffn() -> None:
         tiny("preln", norm="batchnorm")
     with pytest.raises(ValueError, match="unknown ffn 'relu'; choose one of: gelu, swiglu"):
         tiny("preln", ffn="relu")
+
+
+def test_denseformer_equals_preln_at_init_and_averages_all_earlier_outputs() -> None:
+    torch.manual_seed(0)
+    dense = tiny("denseformer", depth=3).double().eval()
+    pre = tiny("preln", depth=3).double().eval()
+    own = {k: v for k, v in dense.state_dict().items() if not k.startswith("dwa.")}
+    pre.load_state_dict(own)  # the same weights, the DWA aside
+    assert [list(a.alpha.detach()) for a in dense.dwa] == [[0, 1], [0, 0, 1], [0, 0, 0, 1]]
+    idx = torch.randint(0, TINY["vocab_size"], (2, 6))
+    torch.testing.assert_close(dense(idx), pre(idx))  # identity averages: exactly Pre-LN
+    with torch.no_grad():
+        for a in dense.dwa:
+            a.alpha.copy_(torch.randn(a.alpha.shape, dtype=torch.float64))
+    x = dense.tok_emb.weight[idx] + dense.pos_emb.weight[:6]
+    history = [x]
+    for block, dwa in zip(dense.blocks, dense.dwa, strict=True):
+        history.append(block(x))
+        x = sum(a * h for a, h in zip(dwa.alpha, history, strict=True))
+    torch.testing.assert_close(dense(idx), ln(dense.norm, x) @ dense.tok_emb.weight.T)

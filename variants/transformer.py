@@ -23,6 +23,8 @@ projections). ``--model-arg init=gpt2|normal|xavier|deepnorm`` picks another sch
   ``rezero`` is the CIFAR ResNet of ``variants.normfree``).
 - ``b2t``: Post-LN with the bottom-to-top connection, ``h = LN(x + Attn(x))``, ``x ← LN(h + FFN(h) + x)`` —
   Takase et al. 2023, "B2T Connection: Serving Stability and Performance in Deep Transformers".
+- ``denseformer``: Pre-LN blocks, each followed by a learned depth-weighted average of the embeddings and
+  all earlier block outputs, the identity at init — Pagliardini et al. 2024, "DenseFormer".
 - ``mixln``: Post-LN in the first ⌊N/4⌋ layers, Pre-LN after — Li et al. 2024, "Mix-LN: Unleashing the
   Power of Deeper Layers by Combining Pre-LN and Post-LN" (trained there with ``init=normal``).
 
@@ -163,6 +165,22 @@ class B2TBlock(Block):
         return ffn.norm_out(ffn.combine(h, ffn.drop_path(ffn.body(h))) + x)
 
 
+class DepthWeightedAverage(nn.Module):
+    """Pagliardini et al. 2024, "DenseFormer: Enhancing Information Flow in Transformers via Depth Weighted
+    Averaging", §3: after block i the next block reads ``Σ_j α_ij · X_j`` over the embeddings ``X_0`` and the
+    outputs ``X_1 .. X_i`` of blocks 1..i; α starts at the identity (1 on ``X_i``, 0 elsewhere), where the model
+    equals its Pre-LN base."""
+
+    def __init__(self, n_inputs: int) -> None:
+        super().__init__()
+        self.alpha = nn.Parameter(torch.zeros(n_inputs))
+        with torch.no_grad():
+            self.alpha[-1] = 1.0
+
+    def forward(self, history: list[torch.Tensor]) -> torch.Tensor:
+        return torch.einsum("k,k...->...", self.alpha, torch.stack(history))
+
+
 def deepnorm_alpha_beta(depth: int) -> tuple[float, float]:
     """DeepNet's decoder-only constants (Wang 2022, Fig. 2): α = (2N)^¼ on the shortcut, β = (8N)^-¼ on the init."""
     if depth < 1:
@@ -234,6 +252,7 @@ class Recipe:
     init: str | None = None
     one_scale_per_layer: bool = False  # ReZero: both sublayers of a layer share one learnable α
     block: type[Block] = Block  # the layer around the two sublayers (B2T adds a connection across them)
+    dense: bool = False  # DenseFormer: a depth-weighted average of all earlier outputs after every block
 
 
 def _same(placement: str) -> Callable[[int], list[str]]:
@@ -268,6 +287,10 @@ RECIPES: dict[str, Recipe] = {
     "b2t": Recipe(
         "Takase et al. 2023, B2T Connection: Serving Stability and Performance in Deep Transformers, Fig. 1(c)",
         _same("post"), _add, block=B2TBlock,
+    ),
+    "denseformer": Recipe(
+        "Pagliardini et al. 2024, DenseFormer: Enhancing Information Flow in Transformers via Depth Weighted "
+        "Averaging (DWA after every block, all earlier outputs)", _same("pre"), _add, dense=True,
     ),
     "mixln": Recipe(
         "Li et al. 2024, Mix-LN: Unleashing the Power of Deeper Layers by Combining Pre-LN and Post-LN",
@@ -309,6 +332,8 @@ class TransformerLM(nn.Module):
                   unit(FFNS[ffn](d_model, d_ff, dropout, bias), p))
             for p in placements
         )
+        # DenseFormer's averages: one after each block, over the embeddings and every block output so far.
+        self.dwa = nn.ModuleList(DepthWeightedAverage(i + 2) for i in range(depth)) if recipe.dense else None
         if recipe.one_scale_per_layer:
             for blk in self.blocks:  # two Scaled modules (probes see both joins), one parameter
                 assert isinstance(blk, Block)
@@ -336,8 +361,12 @@ class TransformerLM(nn.Module):
             raise ValueError(f"sequence length {t} exceeds max_len {self.max_len}; build the model with max_len >= {t}")
         pos = torch.arange(t, device=idx.device)
         x = self.drop(self.tok_emb(idx) + self.pos_emb(pos))
-        for block in self.blocks:
+        history = [x]  # DenseFormer's X_0, X_1, ...: the block outputs, before averaging
+        for i, block in enumerate(self.blocks):
             x = block(x)
+            if self.dwa is not None:
+                history.append(x)
+                x = self.dwa[i](history)
         return F.linear(self.norm(x), self.tok_emb.weight)
 
 
