@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import tarfile
@@ -134,6 +135,7 @@ def test_leaderboard_never_pools_configs_differing_in_warmup(
     assert sorted((r["warmup_steps"], r["n_runs"]) for r in rows) == [("0", "2"), ("1", "2")]
 
 
+@pytest.mark.slow
 def test_sweep_runs_a_study_file_and_resumes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     study = tmp_path / "tiny.toml"
     study.write_text(
@@ -147,6 +149,16 @@ def test_sweep_runs_a_study_file_and_resumes(tmp_path: Path, capsys: pytest.Capt
     assert sorted(df["variant"]) == ["plain", "resnet"] and set(df["study"]) == {"tiny"}
     assert main(["sweep", str(study), "--preset", "quick", "--quiet", "--results-dir", str(res)]) == 0
     assert capsys.readouterr().out.count("already recorded, skipped") == 2
+    # Only a row that says ok is done: a run recorded as diverged runs again, and its new row replaces the old.
+    store = ResultsStore(res)
+    failed = store.load_leaderboard().iloc[0].dropna().to_dict()
+    store.append(failed | {"status": "diverged"}, store.load_run(failed["run_id"]))
+    assert main(["sweep", str(study), "--preset", "quick", "--quiet", "--results-dir", str(res)]) == 0
+    out = capsys.readouterr().out
+    assert out.count("already recorded, skipped") == 1 and failed["run_id"] not in re.findall(r"(\S+): already", out)
+    assert store.load_leaderboard()["status"].tolist() == ["ok", "ok"]
+    assert main(["sweep", str(study), "--preset", "quick", "--no-resume", "--quiet", "--results-dir", str(res)]) == 0
+    assert "skipped" not in capsys.readouterr().out and len(store.load_leaderboard()) == 2  # every run again
     assert main(["sweep", str(study), "--quiet", "--results-dir", str(res)]) == 0  # the full grid: other runs
     assert "skipped" not in capsys.readouterr().out
     assert len(ResultsStore(res).load_leaderboard()) == 6
@@ -167,8 +179,6 @@ def test_bad_study_files(tmp_path: Path, content: str, message: str, capsys: pyt
     study.write_text(content)
     code, _, err = run_cli(["sweep", str(study), "--results-dir", str(tmp_path / "res")], capsys)
     assert code == 2
-    import re
-
     assert re.search(message, err)
     assert not (tmp_path / "res").exists()
 

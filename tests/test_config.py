@@ -126,6 +126,7 @@ def test_linear_warmup_then_cosine() -> None:
     assert lr_factor(10, 110, c) == 1.0
     assert lr_factor(60, 110, c) == pytest.approx(0.5)
     assert lr_factor(110, 110, c) == pytest.approx(0.0)
+    assert lr_factor(130, 110, c) == pytest.approx(0.0)  # past the end it stays at 0, never rises again
 
 
 def test_inv_sqrt() -> None:

@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import pytest
-import torch
 from torch import nn
 
+from bench import fairness
 from bench.cli import main
 from bench.config import RunConfig
-from bench.fairness import check_grid, diff_models, format_diff, model_facts, weight_profile
+from bench.fairness import Facts, check_grid, diff_models, format_diff, model_facts, weight_profile
 from bench.sweep import load_study
 
 
@@ -45,15 +46,15 @@ def test_diff_names_init_and_combinator_of_deepnorm() -> None:
 
 
 def test_weight_profile_pools_roles_and_counts_norms() -> None:
-    torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(100, 100), nn.LayerNorm(100), nn.Linear(100, 100))
-    nn.init.normal_(model[0].weight, std=0.5)
-    nn.init.normal_(model[2].weight, std=0.5)
+    nn.init.constant_(model[0].weight, 1.0)
+    nn.init.constant_(model[2].weight, -1.0)
     prof = weight_profile(model)
     assert prof["norms"] == {"*": 1}
     count, numel, std = prof["weights"]["*"]
     assert (count, numel) == (2, 20_000)
-    assert std == pytest.approx(torch.cat([model[0].weight.flatten(), model[2].weight.flatten()]).std().item())
+    # One std over the pooled entries (10,000 at +1, 10,000 at -1; ddof=1), not the mean of the tensors' stds (0).
+    assert std == pytest.approx(math.sqrt(20_000 / 19_999), rel=1e-6)
 
 
 def test_model_facts_on_meta_device() -> None:
@@ -165,3 +166,54 @@ def test_cli_diff(capsys: pytest.CaptureFixture[str]) -> None:
     assert out.rstrip().endswith("postln and preln differ in: placement")
     assert main(["diff", "postln", "nosuch"]) == 2
     assert "unknown variant 'nosuch'" in capsys.readouterr().err
+
+
+# -- check_grid's rules on made-up facts (no model built) -------------------------------------------------------
+
+
+def _fake_grid(monkeypatch: pytest.MonkeyPatch, facts: dict[str, Facts]) -> list[RunConfig]:
+    """Configs of the variants in ``facts`` (two seeds each); model_facts answers from ``facts``."""
+    monkeypatch.setattr(fairness, "model_facts", lambda variant, depth, overrides: facts[variant])
+    return _configs(list(facts))
+
+
+def _facts(name: str, params: int = 1000, axes: dict | None = None, **kwargs: object) -> Facts:
+    return Facts(name, "fam", {"combinator": "add", "placement": "post", **(axes or {})},
+                 {"depth": 20, "init": "kaiming", "width": 16, **kwargs}, params)
+
+
+@pytest.mark.parametrize(("field", "a", "b"), [("init", "kaiming", "xavier"), ("width", 16, 32),
+                                               ("d_model", 64, 128), ("dropout", 0.0, 0.1)])
+def test_guard_refuses_each_undeclared_confound_and_accepts_it_declared(monkeypatch: pytest.MonkeyPatch,
+                                                                      field: str, a: object, b: object) -> None:
+    configs = _fake_grid(monkeypatch, {"a": _facts("a", **{field: a}), "b": _facts("b", **{field: b})})
+    with pytest.raises(ValueError, match=rf"study 't' varies \['combinator'\], but a and b \(depth 20\) also differ "
+                                         rf"in '{field}': {a!r} vs {b!r}; declare it"):
+        check_grid(configs, ["combinator"], study="t")
+    check_grid(configs, ["combinator", field], study="t")
+
+
+def test_guard_refuses_an_undeclared_axis_and_ignores_other_builder_options(monkeypatch: pytest.MonkeyPatch) -> None:
+    configs = _fake_grid(monkeypatch, {"a": _facts("a", shortcut="A"), "b": _facts("b", axes={"placement": "pre"})})
+    with pytest.raises(ValueError, match=r"also differ in 'placement': 'post' vs 'pre'"):
+        check_grid(configs, ["combinator"], study="t")
+    check_grid(configs, ["placement"], study="t")  # shortcut is one builder's own option, not a confound
+
+
+@pytest.mark.parametrize(("params_b", "tolerance", "refused"), [
+    (990, 0.01, False),  # 10 / 1000 = 0.01: at the tolerance, accepted
+    (989, 0.01, True),  # 11 / 1000 > 0.01
+    (1010, 0.01, False),  # relative to the larger count: 10 / 1010
+    (900, 0.1, False),
+    (1000, 0.0, False),
+    (1001, 0.0, True),
+])
+def test_guard_parameter_tolerance_is_relative_to_the_larger_count(monkeypatch: pytest.MonkeyPatch, params_b: int,
+                                                                   tolerance: float, refused: bool) -> None:
+    configs = _fake_grid(monkeypatch, {"a": _facts("a", params=1000), "b": _facts("b", params=params_b)})
+    if refused:
+        with pytest.raises(ValueError, match=rf"'params': 1000 vs {params_b} \(parameter counts differ by more than "
+                                             rf"the tolerance: {tolerance:g}\)"):
+            check_grid(configs, [], tolerance, study="t")
+    else:
+        check_grid(configs, [], tolerance, study="t")

@@ -25,6 +25,7 @@ def cfg(**kw: object) -> RunConfig:
     return RunConfig(**{**base, **kw})  # type: ignore[arg-type]
 
 
+@pytest.mark.slow
 def test_run_writes_row_and_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code = main(["run", "--variant", "resnet20", "--steps", "4", "--batch-size", "32", "--eval-every", "2",
                  "--measure", "flops", "throughput", "--target", "0.05", "--results-dir", str(tmp_path),
@@ -89,6 +90,7 @@ def test_forward_flops_of_resnet50_match_the_published_figure() -> None:
     assert train / fwd == pytest.approx(3, rel=0.02)  # backward = 2x forward, less the stem's input gradient
 
 
+@pytest.mark.slow
 def test_memory_phase_measures_a_real_peak(tmp_path: Path) -> None:
     result = execute(cfg(measure=("memory",), steps=1), tmp_path)
     mem = result["measurements"]["memory"]
@@ -133,6 +135,7 @@ def test_failures_become_rows(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, e
     assert len(ResultsStore(tmp_path).load_leaderboard()) == 1
 
 
+@pytest.mark.slow
 def test_deterministic_runs_are_bit_identical(tmp_path: Path) -> None:
     c = cfg(deterministic=True, steps=6, measure=("flops", "throughput"), variant="preact", depth=8,
             model_args=(("drop_path_rate", 0.2),))
@@ -146,6 +149,7 @@ def test_deterministic_runs_are_bit_identical(tmp_path: Path) -> None:
     torch.use_deterministic_algorithms(False)
 
 
+@pytest.mark.slow
 def test_measuring_does_not_change_training(tmp_path: Path) -> None:
     with_measure = execute(cfg(steps=3, measure=("flops", "throughput")), tmp_path / "a")
     without = execute(cfg(steps=3, measure=()), tmp_path / "b")
@@ -312,7 +316,9 @@ def test_warmup_until_error_in_a_real_run(tmp_path: Path) -> None:
     ("chunk", "start", "step", "message"),
     [
         ([2.0, 2.5, 20.5], 10, 13, "loss 20.5 exceeded 10 x first-step loss 2 at step 13"),  # finite but exploding
+        ([2.0, 25.0, 30.0], 0, 2, "loss 25 exceeded 10 x first-step loss 2 at step 2"),  # the first of two above it
         ([2.0, float("nan"), 30.0], 0, 2, "loss became nan at step 2"),  # the first bad value wins
+        ([float("nan"), float("inf")], 0, 1, "loss became nan at step 1"),
         ([float("inf")], 4, 5, "loss became inf at step 5"),
     ],
 )
@@ -325,3 +331,57 @@ def test_divergence_rule_names_the_first_bad_step(chunk: list[float], start: int
 def test_divergence_rule_allows_loss_up_to_the_factor() -> None:
     train_mod._check_divergence(torch.tensor([2.0, 19.99, 20.0]), 0, 2.0, 10.0)  # 10 x 2.0 is not above it
     train_mod._check_divergence(torch.tensor([1e9]), 0, math.inf, 10.0)  # no finite first loss: no ratio rule
+
+
+# -- steps to target: the first evaluation at or above it, never a later one -----------------------------------------
+
+
+def _scripted_eval_point(monkeypatch: pytest.MonkeyPatch, val_accs: list[float],
+                         target: float | None) -> train_mod.Record:
+    """Evaluation points at steps 2, 4, 6 (train time 1, 2, 3 s) whose validation accuracies are ``val_accs``."""
+    from types import SimpleNamespace
+
+    accs = iter(val_accs)
+    monkeypatch.setattr(train_mod, "evaluate", lambda s, model, batches: (1.0, next(accs) if batches == "val" else 0.0))
+    task = SimpleNamespace(num_train=100, val_batches=lambda b: "val", train_eval_batches=lambda b: "train",
+                           extra_metrics=lambda loss: {})
+    s = SimpleNamespace(model=None, task=task, cfg=SimpleNamespace(batch_size=10, target=target))
+    rec = train_mod.Record()
+    for step in (2, 4, 6):
+        rec.train_time_s = step / 2
+        train_mod._eval_point(s, rec, step)  # type: ignore[arg-type]
+    assert [p["val_acc"] for p in rec.eval_curve] == val_accs
+    return rec
+
+
+def test_steps_to_target_is_the_first_evaluation_that_reaches_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    rec = _scripted_eval_point(monkeypatch, [0.4, 0.5, 0.7], target=0.5)  # exactly the target counts as reached
+    assert (rec.steps_to_target, rec.time_to_target_s) == (4, 2.0)  # not the later, higher evaluation
+    never = _scripted_eval_point(monkeypatch, [0.4, 0.45, 0.49], target=0.5)
+    assert (never.steps_to_target, never.time_to_target_s) == (None, None)  # not reached: no value, not the last step
+    untargeted = _scripted_eval_point(monkeypatch, [0.4, 0.5, 0.7], target=None)
+    assert untargeted.steps_to_target is None
+
+
+def test_warmup_goes_on_while_the_error_equals_the_threshold(monkeypatch: pytest.MonkeyPatch) -> None:
+    """"Below 80%": a batch at exactly 80% error (8 of 40 right) does not end the warm-up; 75% does."""
+    c = cfg(variant="resnet", depth=8, batch_size=40, lr=0.1, schedule="constant", warmup_kind="constant",
+            warmup_steps=50, warmup_factor=0.1, warmup_until_error=0.8)
+    s = train_mod.setup(c)
+    correct = iter([8, 10])
+    monkeypatch.setattr(s.task, "correct", lambda logits, y: torch.tensor(next(correct)))
+    runner = train_mod.StepRunner(c, s, s.model, s.task.train_batches(40, train_mod.batch_generator(s)),
+                                  watch_warmup_error=True)
+    runner()
+    assert runner.warmup_end == 50  # 1 - 8/40 = 0.8: not below 0.8
+    runner()
+    assert runner.warmup_end == 2
+
+
+@pytest.mark.parametrize(("warmup_steps", "ended_at"), [(3, 3), (4, None), (0, 0)])
+def test_warmup_ended_at_is_none_for_a_run_that_stopped_inside_its_warmup(tmp_path: Path, warmup_steps: int,
+                                                                       ended_at: int | None) -> None:
+    """A 3-step run: a 3-step warm-up was made (3); a 4-step one was not (None); no warm-up is 0 steps of it."""
+    c = cfg(variant="resnet", depth=8, steps=3, eval_every=3, warmup_steps=warmup_steps, measure=())
+    result = execute(c, tmp_path)
+    assert result["row"]["status"] == "ok" and result["warmup_ended_at"] == ended_at

@@ -254,3 +254,44 @@ def test_not_utf8_and_not_a_file(tmp_path: Path) -> None:
     (tmp_path / "leaderboard.csv").mkdir()
     with pytest.raises(ValueError, match=r"leaderboard\.csv is not a file"):
         ResultsStore(tmp_path).load_leaderboard()
+
+
+def test_the_leaderboard_is_rewritten_only_under_the_lock(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """While append replaces leaderboard.csv, another process's lock on it cannot be taken (deterministic check)."""
+    from filelock import FileLock, Timeout
+
+    real = results.atomic_write_text
+    held: list[bool] = []
+
+    def watched(path: Path, text: str) -> None:
+        if path.name == "leaderboard.csv":
+            other = FileLock(str(tmp_path / ".leaderboard.lock"), timeout=0, is_singleton=False, thread_local=False)
+            try:
+                with other:
+                    held.append(False)
+            except Timeout:
+                held.append(True)
+        real(path, text)
+
+    monkeypatch.setattr(results, "atomic_write_text", watched)
+    ResultsStore(tmp_path).append(row("a"), {})
+    ResultsStore(tmp_path).append(row("b"), {})
+    assert held == [True, True]
+
+
+def test_preflight_refuses_a_directory_it_may_not_write(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """As test_preflight_unwritable_dir, but also where the tests run as root (who may write anywhere)."""
+    monkeypatch.setattr(results.os, "access", lambda path, mode: not (mode & os.W_OK and Path(path) == tmp_path))
+    with pytest.raises(ValueError, match=re.escape(f"results directory {tmp_path} is not writable")):
+        ResultsStore(tmp_path / "new" / "dir").preflight()
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_blank_lines_hold_no_run(tmp_path: Path) -> None:
+    store = ResultsStore(tmp_path)
+    store.append(row("a"), {})
+    with (tmp_path / "leaderboard.csv").open("a") as f:
+        f.write("\n\n")
+    store.preflight()
+    store.append(row("b"), {})
+    assert store.load_leaderboard()["run_id"].tolist() == ["a", "b"]
