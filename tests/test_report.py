@@ -38,33 +38,33 @@ def write_study(root: Path, name: str, claims: str) -> None:
     path.write_text(f'name = "{name}"\n{claims}', encoding="utf-8")
 
 
-DEGRADATION_CLAIMS = """
-[[claims]]
-id = "plain-degrades"
-paper = "He et al. 2015, Fig. 1"
-text = "deeper plain nets have a higher training error"
-metric = "train_error"
-where = { variant = "plain" }
-compare = "depth"
-a = "min"
-b = "max"
-expect = "greater"
-threshold = 0.01
-count_above = 0.5
+def claim_toml(**fields: object) -> str:
+    """One ``[[claims]]`` table of a study file (strings quoted, dicts as inline tables, bools lower-case)."""
 
-[[claims]]
-id = "resnet-does-not-degrade"
-paper = "He et al. 2015, Fig. 6"
-text = "deeper ResNets do not have a higher training error"
-metric = "train_error"
-where = { variant = "resnet" }
-compare = "depth"
-a = "min"
-b = "max"
-expect = "not_greater"
-threshold = 0.01
-count_above = 0.5
-"""
+    def value(v: object) -> str:
+        if isinstance(v, bool):
+            return str(v).lower()
+        if isinstance(v, str):
+            return f'"{v}"'
+        if isinstance(v, dict):
+            return "{ " + ", ".join(f"{k} = {value(x)}" for k, x in v.items()) + " }"
+        return str(v)
+
+    return "\n[[claims]]\n" + "".join(f"{k} = {value(v)}\n" for k, v in fields.items())
+
+
+def depth_claim(claim_id: str, paper: str, text: str, variant: str, expect: str) -> str:
+    """A claim comparing the variant's training error at its smallest and largest depth (as degradation.toml)."""
+    return claim_toml(id=claim_id, paper=paper, text=text, metric="train_error", where={"variant": variant},
+                      compare="depth", a="min", b="max", expect=expect, threshold=0.01, count_above=0.5)
+
+
+DEGRADATION_CLAIMS = depth_claim(
+    "plain-degrades", "He et al. 2015, Fig. 1", "deeper plain nets have a higher training error", "plain", "greater"
+) + depth_claim(
+    "resnet-does-not-degrade", "He et al. 2015, Fig. 6", "deeper ResNets do not have a higher training error", "resnet",
+    "not_greater",
+)
 
 
 def grad_probes(depth: int, seed: int) -> list[dict]:
@@ -193,43 +193,17 @@ def test_one_seed_per_depth_is_inconclusive(tmp_path):
     assert line.endswith("**inconclusive**.")
 
 
-WARMUP_CLAIMS = """
-[[claims]]
-id = "postln-needs-warmup"
-paper = "Xiong et al. 2020, Fig. 2"
-text = "Post-LN without warm-up ends worse"
-metric = "final_train_loss"
-where = { placement = "post" }
-compare = "warmup_steps"
-a = "max"
-b = 0
-expect = "greater"
-threshold = 0.05
-relative = true
-
-[[claims]]
-id = "preln-trains-without-warmup"
-paper = "Xiong et al. 2020, Fig. 2"
-text = "Pre-LN does not need warm-up"
-metric = "final_train_loss"
-where = { placement = "pre" }
-compare = "warmup_steps"
-a = "max"
-b = 0
-expect = "not_greater"
-threshold = 0.05
-relative = true
-
-[[claims]]
-id = "postln-grad-grows"
-paper = "Xiong et al. 2020, Fig. 3"
-text = "Post-LN's gradient norm grows toward the output"
-kind = "value"
-metric = "probe:grad_norm:*:last_over_first"
-where = { placement = "post", warmup_steps = 100 }
-expect = "greater"
-threshold = 1.5
-"""
+WARMUP_CLAIMS = "".join(
+    claim_toml(id=cid, paper="Xiong et al. 2020, Fig. 2", text=text, metric="final_train_loss",
+               where={"placement": placement}, compare="warmup_steps", a="max", b=0, expect=expect, threshold=0.05,
+               relative=True)
+    for cid, text, placement, expect in [
+        ("postln-needs-warmup", "Post-LN without warm-up ends worse", "post", "greater"),
+        ("preln-trains-without-warmup", "Pre-LN does not need warm-up", "pre", "not_greater"),
+    ]
+) + claim_toml(id="postln-grad-grows", paper="Xiong et al. 2020, Fig. 3", text="Post-LN's gradient norm grows toward "
+               "the output", kind="value", metric="probe:grad_norm:*:last_over_first",
+               where={"placement": "post", "warmup_steps": 100}, expect="greater", threshold=1.5)
 
 
 def transformer_dir(root: Path, post_needs_warmup: bool) -> Path:
