@@ -16,15 +16,20 @@ from .measure import device_name
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
-def git_sha() -> str:
-    """The repository's HEAD commit, with ``-dirty`` when tracked files differ from it; ``unknown`` outside git."""
+def git_sha(root: Path = REPO_ROOT) -> str:
+    """The repository's HEAD commit, with ``-dirty`` when tracked files outside ``results/`` differ from it;
+    ``unknown`` outside git.
+
+    ``results/`` is left out because a sweep into the repository's own results directory changes its tracked
+    leaderboard with the first run: the code that produced the later runs is still the commit's.
+    """
     try:
         sha = subprocess.run(
-            ["git", "rev-parse", "HEAD"], cwd=REPO_ROOT, capture_output=True, text=True, timeout=10, check=True
+            ["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, timeout=10, check=True
         ).stdout.strip()
         dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO_ROOT, capture_output=True,
-            text=True, timeout=10, check=True,
+            ["git", "status", "--porcelain", "--untracked-files=no", "--", ".", ":(exclude)results"], cwd=root,
+            capture_output=True, text=True, timeout=10, check=True,
         ).stdout.strip()  # fmt: skip
     except (OSError, subprocess.SubprocessError):
         return "unknown"

@@ -385,3 +385,26 @@ def test_warmup_ended_at_is_none_for_a_run_that_stopped_inside_its_warmup(tmp_pa
     c = cfg(variant="resnet", depth=8, steps=3, eval_every=3, warmup_steps=warmup_steps, measure=())
     result = execute(c, tmp_path)
     assert result["row"]["status"] == "ok" and result["warmup_ended_at"] == ended_at
+
+
+def test_git_sha_is_dirty_for_code_changes_but_not_for_the_results_directory(tmp_path: Path) -> None:
+    import subprocess
+
+    from bench.env import git_sha
+
+    def git(*args: str) -> None:
+        subprocess.run(["git", *args], cwd=tmp_path, check=True, capture_output=True)
+
+    git("init", "-q")
+    (tmp_path / "results").mkdir()
+    (tmp_path / "results" / "leaderboard.csv").write_text("run_id\n")
+    (tmp_path / "code.py").write_text("x = 1\n")
+    git("add", ".")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "init")
+    sha = git_sha(tmp_path)
+    assert len(sha) == 40 and not sha.endswith("-dirty")
+    (tmp_path / "results" / "leaderboard.csv").write_text("run_id\nr1\n")  # a sweep appended a row
+    assert git_sha(tmp_path) == sha
+    (tmp_path / "code.py").write_text("x = 2\n")
+    assert git_sha(tmp_path) == f"{sha}-dirty"
+    assert git_sha(tmp_path / "results" / "nowhere") == "unknown"
