@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import math
-
 import pytest
 import torch
 import torch.nn.functional as F
@@ -14,7 +12,6 @@ import variants
 from variants.blocks import ResidualUnit
 from variants.combinators import Add, Combinator, Gate, NoShortcut, Scaled
 from variants.layers import PadShortcut
-from variants.preact import ORDERS
 
 FAMILIES = {"plain", "resnet", "highway", "preact"}
 NAMES = [n for n in variants.list_variants() if variants.describe(n)["family"] in FAMILIES]

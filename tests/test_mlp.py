@@ -7,10 +7,10 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
+from _nets import randomize_bn
 from torch import nn
 
 import variants
-from _nets import randomize_bn
 from variants.combinators import Add, Gate, NoShortcut
 
 NAMES = variants.list_variants(family="mlp")
