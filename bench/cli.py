@@ -252,11 +252,12 @@ def cmd_report(ns: argparse.Namespace) -> int:
 
 def _run_study(path: Path, ns: argparse.Namespace, verb: str) -> str:
     """Run a study file's grid (under ``--preset``) on the chosen executor; returns the study's name."""
-    from .executors import check_options, make_executor
+    from .executors import check_options, make_executor, prestart
     from .results import ResultsStore, atomic_write_text
     from .sweep import load_study, run_sweep
 
     check_options(ns.executor, ns.jobs, ns.gpus_per_run)
+    prestart(ns.executor)
     study = load_study(path).with_variants(ns.add_variant or [])
     configs = study.configs(ns.preset)  # validated, checked for confounds, plugins run forward: before anything runs
     executor = make_executor(ns.executor, configs, jobs=ns.jobs, gpus_per_run=ns.gpus_per_run)  # starts nothing

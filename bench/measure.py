@@ -3,11 +3,17 @@
 The harness runs each phase on the model before training with a fresh optimiser and restores
 the model's state afterwards (``bench.train.measure_phases``), so measuring never changes the run
 being trained, and probes/evaluation never run inside a timed region.
+
+What the phases measure depends on the model, the shapes of its data and how one step is computed,
+not on the seed or the learning-rate schedule: :func:`cost_key` names that configuration, and a sweep
+measures it once (the first run of each key) and reuses the figures in the other runs' rows.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import hashlib
 import json
 import os
 import platform
@@ -43,6 +49,35 @@ PEAK_FLOPS: tuple[tuple[str, dict[str, float]], ...] = (
 )
 
 StepFn = Callable[[], Any]
+
+# RunConfig fields that change what a run learns but not what one training step costs: the measurement phases
+# (FLOPs, throughput, memory) of two configs that differ only in these give the same figures, up to timing
+# noise. Every other field (and any field added later) counts, so a new field can cost an extra measurement,
+# never a wrong reuse. ``seed`` changes initial values and batch order, not shapes or kernels; ``betas`` and the
+# schedule fields only change host-side scalars; probes and evaluation never run inside a measured phase.
+COST_NEUTRAL_FIELDS: frozenset[str] = frozenset({
+    "seed", "lr", "betas", "schedule", "milestones", "gamma", "warmup_steps", "warmup_kind", "warmup_factor",
+    "warmup_until_error", "target", "eval_every", "probe_every", "diverge_factor", "epochs", "steps", "recipe",
+    "study", "preset", "data_dir",
+})  # fmt: skip
+
+
+def cost_key(config: Any) -> str:
+    """Hash of the fields of a RunConfig that decide what its measurement phases measure.
+
+    Variant, depth, model arguments, task and the shapes it gives (image size, classes, sequence length),
+    batch, precision, device, optimiser, compile / channels-last and the phases and timing knobs themselves
+    all count; the fields of :data:`COST_NEUTRAL_FIELDS` do not. Runs with one key share one measurement.
+    """
+    payload = {f.name: getattr(config, f.name) for f in dataclasses.fields(config) if f.name not in COST_NEUTRAL_FIELDS}
+    return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()[:12]
+
+
+def complete(measurements: dict[str, Any], phases: tuple[str, ...]) -> bool:
+    """Whether ``measurements`` hold a result (no error) for every phase in ``phases``: only then are they reused."""
+    if any(p not in measurements or "error" in measurements[p] for p in phases):
+        return False
+    return "throughput" not in phases or "peak_flops" in measurements
 
 
 def synchronize(device: torch.device) -> None:

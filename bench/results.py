@@ -30,9 +30,14 @@ COLUMNS: tuple[str, ...] = (
     "final_train_loss", "final_train_acc", "final_val_loss", "final_val_acc", "best_val_acc",
     "target_acc", "steps_to_target", "time_to_target_s",
     "train_samples_per_s", "train_tokens_per_s", "step_time_ms", "peak_mem_mb", "mem_method",
-    "fwd_flops_per_sample", "train_flops_per_sample", "achieved_tflops", "mfu", "wall_time_s",
+    "fwd_flops_per_sample", "train_flops_per_sample", "achieved_tflops", "mfu", "cost_source", "wall_time_s",
     "study", "torch_version", "git_sha", "created_at",
 )  # fmt: skip
+
+# The header before cost_source (the run whose measurement phases produced a row's throughput, memory and FLOPs)
+# was a column: every such row measured its own, or nothing when no phase ran; the column is left empty.
+COLUMNS_V2: tuple[str, ...] = tuple(c for c in COLUMNS if c != "cost_source")
+V2_MAPPING = "cost_source left empty"
 
 # The header before forward/train FLOPs, init and config_hash were columns. Such leaderboards still load:
 # each row is mapped onto COLUMNS on read, and the next append rewrites the file in the current schema.
@@ -59,13 +64,19 @@ def _from_v1(row: dict[str, str]) -> dict[str, str]:
     return new
 
 
+def _from_v2(row: dict[str, str]) -> dict[str, str]:
+    return {c: row.get(c, "") for c in COLUMNS}
+
+
 # Earlier headers that still load: header -> (what the mapping does, the row mapping).
 LEGACY_SCHEMAS: dict[tuple[str, ...], tuple[str, Callable[[dict[str, str]], dict[str, str]]]] = {
     COLUMNS_V1: (V1_MAPPING, _from_v1),
+    COLUMNS_V2: (V2_MAPPING, _from_v2),
 }
 _noticed: set[Path] = set()  # leaderboards whose migration this process has already reported
 
-STATUSES = ("ok", "diverged", "oom", "error")
+# "killed": the run's process was ended by a signal (a user's kill, a scheduler's) before it could return its row.
+STATUSES = ("ok", "diverged", "oom", "error", "killed")
 
 
 def atomic_write_text(path: Path, text: str) -> None:

@@ -1,10 +1,18 @@
-"""Run one config end to end and record it: the function behind `bench run` and every sweep."""
+"""Run one config end to end and record it: the function behind `bench run` and every sweep.
+
+:func:`run_config` does the work and writes nothing: it returns the run JSON (whose ``row`` is the leaderboard
+row), so a sweep's worker process can hand it to the driver, the one writer of the results directory
+(:func:`record`). :func:`execute` is both, for `bench run`. A run whose process dies before it can return gets
+its row from :func:`unfinished_run` instead, built from the last thing the run reported.
+"""
 
 from __future__ import annotations
 
+import copy
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -15,34 +23,72 @@ import variants
 
 from . import plugins
 from .config import RunConfig
-from .env import environment
+from .env import environment, git_sha
 from .fairness import resolved_kwargs
-from .results import ResultsStore
+from .results import COLUMNS, ResultsStore
 from .train import Diverged, Record, measure_phases, setup, train
 
 # CPU allocators report exhaustion as a plain RuntimeError; these phrases identify it.
 _CPU_OOM_PHRASES = ("can't allocate memory", "not enough memory", "out of memory")
+
+# What a run reports while it runs (``report(kind, data)``): "setup" once the task and model are built (data: the
+# row as it would read now), "measured" once the cost figures are known (data: measurements and row). A worker
+# passes them to the sweep's driver, which reuses the figures and builds the row of a run that dies later.
+Report = Callable[[str, dict[str, Any]], None]
+
+
+@dataclass(frozen=True)
+class Reuse:
+    """Cost figures another run of the same model configuration measured (:func:`bench.measure.cost_key`)."""
+
+    source: str  # the run_id whose measurement phases produced them
+    measurements: dict[str, Any]  # its run JSON's "measurements"
 
 
 def classify_failure(exc: BaseException) -> str:
     """The row status of an exception raised during measuring or training."""
     if isinstance(exc, Diverged):
         return "diverged"
-    if isinstance(exc, torch.cuda.OutOfMemoryError):
+    if isinstance(exc, (torch.cuda.OutOfMemoryError, MemoryError)):
         return "oom"
     if isinstance(exc, RuntimeError) and any(p in str(exc).lower() for p in _CPU_OOM_PHRASES):
         return "oom"
     return "error"
 
 
+def one_line(text: str, limit: int = 500) -> str:
+    """``text`` as one CSV-friendly line of at most ``limit`` characters."""
+    return " ".join(text.split())[:limit]
+
+
 def execute(cfg: RunConfig, results_dir: str | Path, progress: bool = False) -> dict[str, Any]:
     """Set up (bad input raises ValueError, nothing written), measure, train, write one row; return the run JSON."""
     store = ResultsStore(results_dir)
     store.preflight()  # an unusable results dir or a damaged leaderboard is bad input too: refuse before training
+    run_json = run_config(cfg, progress=progress)
+    record(store, run_json)
+    return run_json
+
+
+def record(store: ResultsStore, run_json: Mapping[str, Any]) -> None:
+    """Write ``run_json`` and its leaderboard row (non-finite floats stored as null)."""
+    store.append(run_json["row"], _finite(run_json))
+
+
+def run_config(cfg: RunConfig, progress: bool = False, reuse: Reuse | None = None, report: Report | None = None,
+               placement: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """Set up, measure (or take ``reuse``'s figures), train; return the run JSON. Writes nothing.
+
+    Bad input (unknown variant, missing dataset, a plugin's model that does not fit the task) raises ValueError
+    before anything runs; every failure after setup is in the returned row's ``status`` and ``error``.
+    ``placement`` is where an executor put the run (threads, GPUs): stored in the run JSON, and its GPUs name
+    the row's ``device``.
+    """
     with plugins.blame(cfg.variant):
         s = setup(cfg)
     plugins.check_forward(cfg.variant, s.model, s.task)  # a plugin's model that does not fit the task: bad input
     env = environment(s.device)
+    device = _placed_device(s.device, placement)
     rec = Record()
     started = time.perf_counter()
     probe_fn: Callable[..., list[dict[str, Any]]] | None = None
@@ -50,18 +96,27 @@ def execute(cfg: RunConfig, results_dir: str | Path, progress: bool = False) -> 
         from .probes import probe
 
         probe_fn = probe
+    cost_source = ""
+    if report is not None:
+        report("setup", {"row": build_row(cfg, s, rec, env, 0.0, device=device)})
     try:
-        measure_phases(s, rec)
+        if reuse is None:
+            measure_phases(s, rec)
+            cost_source = cfg.run_id if cfg.measure else ""
+        else:  # the figures of the first run of this model configuration (the training below is unaffected)
+            rec.measurements, cost_source = copy.deepcopy(reuse.measurements), reuse.source
+        if report is not None:
+            row = build_row(cfg, s, rec, env, time.perf_counter() - started, cost_source, device)
+            report("measured", {"measurements": rec.measurements, "row": row})
         train(s, rec, progress, probe_fn)
     except KeyboardInterrupt:
         raise
     except Exception as exc:  # every failure becomes a recorded row
         rec.status = classify_failure(exc)
-        rec.error = str(exc) if rec.status == "diverged" else f"{type(exc).__name__}: {exc}"
-        rec.error = " ".join(rec.error.split())[:500]  # one line in the CSV
+        rec.error = one_line(str(exc) if rec.status == "diverged" else f"{type(exc).__name__}: {exc}")
     wall = time.perf_counter() - started
-    row = build_row(cfg, s, rec, env, wall)
-    run_json = {
+    row = build_row(cfg, s, rec, env, wall, cost_source, device)
+    return {
         "run_id": cfg.run_id,
         "row": row,
         "config": cfg.to_dict(),
@@ -71,16 +126,62 @@ def execute(cfg: RunConfig, results_dir: str | Path, progress: bool = False) -> 
         "env": env,
         "task": s.task.info,
         "measurements": rec.measurements,
+        "cost_source": cost_source,  # the run that measured them: this one, or the first of its configuration
+        "placement": dict(placement or {}),
         "curves": {"train": rec.train_curve, "eval": rec.eval_curve},
         "probes": rec.probes,
         # Which code outside resbench was loaded, and exactly which version of it (bench.plugins).
         "plugins": [p.record() for p in plugins.loaded()],
     }
-    store.append(row, _finite(run_json))
-    return run_json
 
 
-def build_row(cfg: RunConfig, s: Any, rec: Record, env: dict[str, Any], wall_s: float) -> dict[str, Any]:
+def unfinished_run(cfg: RunConfig, status: str, error: str, wall_s: float, last: Mapping[str, Any] | None = None,
+                   placement: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The run JSON of a run whose process ended without returning one (killed, out of memory, crashed).
+
+    ``last`` is what the run reported last (:data:`Report`): its row (and measurements) fill what is known,
+    so a run killed while training still has its parameters, device and cost figures; without it the row
+    holds what the config says.
+    """
+    last = last or {}
+    row = {**(dict(last["row"]) if "row" in last else _bare_row(cfg)), "status": status, "error": one_line(error),
+           "wall_time_s": wall_s, "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+    return {
+        "run_id": cfg.run_id, "row": row, "config": cfg.to_dict(), "init": row.get("init"),
+        "measurements": dict(last.get("measurements") or {}), "cost_source": row.get("cost_source") or "",
+        "placement": dict(placement or {}), "curves": {"train": [], "eval": []}, "probes": [],
+        "plugins": [p.record() for p in plugins.loaded()],
+    }  # fmt: skip
+
+
+def _bare_row(cfg: RunConfig) -> dict[str, Any]:
+    """A row from the config alone, for a run that died before it had built its model."""
+    try:
+        desc = variants.describe(cfg.variant)
+        family, depth = desc["family"], cfg.depth if cfg.depth is not None else desc["defaults"].get("depth")
+        init = resolved_kwargs(cfg.variant, cfg.model_overrides()).get("init")
+    except ValueError:  # not describable here (a timm model, say): what the config says is all there is
+        family, depth, init = None, cfg.depth, None
+    return {
+        **{c: None for c in COLUMNS}, "run_id": cfg.run_id, "config_hash": cfg.config_hash(), "variant": cfg.variant,
+        "family": family, "depth": depth, "init": "default" if init is None else str(init), "task": cfg.task,
+        "seed": cfg.seed, "batch_size": cfg.batch_size, "optimizer": cfg.optimizer, "lr": cfg.lr,
+        "schedule": cfg.schedule, "warmup_steps": cfg.warmup_steps, "device": cfg.device, "precision": cfg.precision,
+        "target_acc": cfg.target, "study": cfg.study, "torch_version": torch.__version__, "git_sha": git_sha(),
+    }  # fmt: skip
+
+
+def _placed_device(device: torch.device, placement: Mapping[str, Any] | None) -> str:
+    """The row's ``device``: ``cuda:<ids>`` naming the physical GPUs an executor gave the run, else torch's name."""
+    gpus = (placement or {}).get("gpus")
+    if device.type == "cuda" and gpus:
+        return f"cuda:{','.join(map(str, gpus))}"
+    return str(device)
+
+
+def build_row(cfg: RunConfig, s: Any, rec: Record, env: dict[str, Any], wall_s: float, cost_source: str = "",
+              device: str | None = None) -> dict[str, Any]:
+    """The leaderboard row of a run as recorded in ``rec``; ``cost_source`` names the run that measured its costs."""
     m = rec.measurements
     # A phase that failed holds only {"error": ...}: treat it as not measured.
     thr, mem, flops = (m.get(k, {}) if "error" not in m.get(k, {}) else {} for k in ("throughput", "memory", "flops"))
@@ -107,7 +208,7 @@ def build_row(cfg: RunConfig, s: Any, rec: Record, env: dict[str, Any], wall_s: 
         "task": cfg.task, "seed": cfg.seed,
         "epochs": rec.steps_done * cfg.batch_size / s.task.num_train if s.task.num_train else None,
         "steps": rec.steps_done, "batch_size": cfg.batch_size, "optimizer": cfg.optimizer, "lr": cfg.lr,
-        "schedule": cfg.schedule, "warmup_steps": cfg.warmup_steps, "device": str(s.device),
+        "schedule": cfg.schedule, "warmup_steps": cfg.warmup_steps, "device": device or str(s.device),
         "device_name": env["device_name"], "precision": cfg.precision, "status": rec.status, "error": rec.error,
         "final_train_loss": last.get("train_loss"), "final_train_acc": last.get("train_acc"),
         "final_val_loss": last.get("val_loss"), "final_val_acc": last.get("val_acc"),
@@ -118,7 +219,7 @@ def build_row(cfg: RunConfig, s: Any, rec: Record, env: dict[str, Any], wall_s: 
         if samples_per_s and s.task.unit == "tokens" else None,
         "step_time_ms": step_ms, "peak_mem_mb": mem.get("peak_mb"), "mem_method": mem.get("method"),
         "fwd_flops_per_sample": flops.get("fwd_per_sample"), "train_flops_per_sample": flops.get("train_per_sample"),
-        "achieved_tflops": achieved, "mfu": mfu,
+        "achieved_tflops": achieved, "mfu": mfu, "cost_source": cost_source,
         "wall_time_s": wall_s, "study": cfg.study, "torch_version": env["torch"], "git_sha": env["git_sha"],
         "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
     }  # fmt: skip

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# The GPU check of issue #3, for a machine with CUDA (run from the repository root):
+# The GPU check of issues #3 and #10, for a machine with CUDA (run from the repository root):
 #   the gpu-marked tests, then short resnet56 runs on synthetic 32x32 in fp32 and in bf16 + channels-last,
-#   their rows written to results/gpu/, then a 24-layer Pre-LN probe table on CUDA and a model diff. Prints everything; about 3-5 minutes on one modern GPU.
+#   their rows written to results/gpu/, then a 24-layer Pre-LN probe table on CUDA and a model diff, then a sweep
+#   on the local executor with one run per GPU. Prints everything; about 3-5 minutes on one modern GPU.
 set -euo pipefail
 OUT=${1:-results/gpu}
 PY=${PYTHON:-python}
@@ -17,3 +18,34 @@ done
 "$PY" -m bench probe --variant preln --depth 24 --task text --seq-len 64 --batch-size 16 --device cuda \
   --csv "$OUT/probe-preln-d24.csv"
 "$PY" -m bench diff postln preln --depth 12
+# Local executor, one run per GPU (issue #10): a sweep of 2 runs per visible GPU with --jobs = the GPU count;
+# each run is pinned to its own GPU through CUDA_VISIBLE_DEVICES, and its row's device names it (cuda:<id>).
+NGPU=$("$PY" -c "from bench.executors import visible_gpus; print(len(visible_gpus()))")
+cat > "$OUT/gpu-sweep.toml" <<STUDY
+name = "gpu_sweep"
+[base]
+task = "synthetic"
+image_size = 32
+train_size = 4096
+steps = 100
+batch_size = 128
+device = "cuda"
+[grid]
+variant = ["resnet"]
+depth = [20]
+seed = [$(seq -s, 0 $((2 * NGPU - 1)))]
+STUDY
+"$PY" -m bench sweep "$OUT/gpu-sweep.toml" --jobs "$NGPU" --gpus-per-run 1 --results-dir "$OUT/sweep"
+"$PY" - "$OUT/sweep" <<'CHECK'
+import sys
+
+from bench.executors import visible_gpus
+from bench.results import ResultsStore
+
+df = ResultsStore(sys.argv[1]).load_leaderboard()
+print(df[["run_id", "status", "device", "device_name", "cost_source", "train_samples_per_s"]].to_string(index=False))
+assert (df["status"] == "ok").all(), "a run of the GPU sweep failed"
+want = {f"cuda:{g}" for g in visible_gpus()}
+assert set(df["device"]) == want, f"expected the runs spread one per GPU over {sorted(want)}, got {sorted(set(df['device']))}"
+print(f"local executor: {len(df)} runs over {len(want)} GPU(s), one run per GPU at a time")
+CHECK

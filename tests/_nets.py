@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import textwrap
+from pathlib import Path
+
 import torch
 from torch import nn
 
@@ -21,6 +24,13 @@ def randomize_bn(model: nn.Module, seed: int = 0) -> nn.Module:
                 m.weight.copy_(torch.rand(c, generator=g) + 0.5)
                 m.bias.copy_(torch.rand(c, generator=g) - 0.5)
     return model
+
+
+def write(path: Path, text: str) -> Path:
+    """``text`` (dedented) into ``path``, creating its folders: a plugin or a study file of a test."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(textwrap.dedent(text))
+    return path
 
 
 def sample_input(name: str, batch: int = 2, **overrides: object) -> torch.Tensor:

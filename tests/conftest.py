@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 
 import pytest
 import torch
@@ -13,6 +14,20 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
     # Each xdist worker gets one core: torch's default of one thread per core in every worker
     # oversubscribes the machine and slows small convs by orders of magnitude.
     torch.set_num_threads(1)
+
+@pytest.fixture
+def clean_plugins() -> Iterator[None]:
+    """No plugin, and no variant it registered, outlives a test; torch on one thread (the machine is shared)."""
+    import variants
+    from bench import plugins
+
+    names, threads = variants.list_variants(), torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+    plugins.unload_all()
+    assert variants.list_variants() == names
+
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     if torch.cuda.is_available():

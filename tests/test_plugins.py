@@ -16,11 +16,11 @@ import shlex
 import subprocess
 import sys
 import textwrap
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import torch
+from _nets import write
 
 import variants
 from bench import plugins
@@ -59,21 +59,7 @@ def toy(name: str = "toy_half", init: str = "kaiming") -> str:
     return TOY.format(name=name, init=init)
 
 
-@pytest.fixture(autouse=True)
-def clean_registry() -> Iterator[None]:
-    """No plugin, and no variant it registered, outlives a test; torch on one thread (the machine is shared)."""
-    names, threads = variants.list_variants(), torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-    plugins.unload_all()
-    assert variants.list_variants() == names
-
-
-def write(path: Path, text: str) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(textwrap.dedent(text))
-    return path
+pytestmark = pytest.mark.usefixtures("clean_plugins")  # tests/conftest.py
 
 
 def cli(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
