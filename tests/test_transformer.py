@@ -23,6 +23,7 @@ from variants.transformer import (
     deepnorm_alpha_beta,
     mixln_post_layers,
     swiglu_hidden,
+    t_fixup_scale,
     transformer_flops_per_token,
 )
 
@@ -57,8 +58,8 @@ def ln(norm: nn.Module, x: torch.Tensor) -> torch.Tensor:
 
 
 def test_family_is_registered_with_papers() -> None:
-    assert FAMILY == ["b2t", "deepnorm", "denseformer", "gpt2_small", "llama_like", "mixln", "postln", "preln",
-                      "rezero_lm", "sandwich"]
+    assert FAMILY == ["b2t", "deepnorm", "denseformer", "gpt2_small", "hybridnorm", "llama_like", "mixln", "postln",
+                      "preln", "resi_dual", "rezero_lm", "sandwich", "t_fixup", "value_residual"]
     for name in FAMILY:
         d = variants.describe(name)
         assert d["paper"] and "placement" in d["axes"] and d["defaults"]["vocab_size"] >= 1
@@ -97,6 +98,8 @@ def _sublayer(unit: ResidualUnit, x: torch.Tensor, rule: str) -> torch.Tensor:
         return x + ln(unit.norm_branch, f(ln(unit.norm_in, x)))
     if rule == "deepnorm":
         return ln(unit.norm_out, deepnorm_alpha_beta(TINY["depth"])[0] * x + f(x))
+    if rule == "none":
+        return x + f(x)
     assert rule == "rezero"
     assert isinstance(unit.combine, Scaled)
     return x + unit.combine.beta * f(x)
@@ -111,12 +114,23 @@ RULES = {
     "mixln": ["pre", "pre"],  # depth 2: floor(2/4) = 0 Post-LN layers; depth 8 below
     "llama_like": ["pre", "pre"],  # with RMSNorm and a SwiGLU body
     "b2t": ["post", "b2t"],  # the FFN's norm also takes the layer's input
+    # HybridNorm regrouped: N(x + Attn_QKVNorm(x)), then a + FFN(a) (the QKV norms are in the body: own test below)
+    "hybridnorm": ["post", "none"],
+    "value_residual": ["pre", "pre"],  # layer 1's body reads layer 0's values (own test below)
+    "t_fixup": ["none", "none"],
 }
 FINAL_NORM = {"postln": False, "preln": True, "sandwich": True, "deepnorm": False, "rezero_lm": False, "mixln": True,
-              "llama_like": True, "b2t": False}
+              "llama_like": True, "b2t": False, "hybridnorm": True, "value_residual": True, "t_fixup": False}
+# Variants whose whole-model formula is tested on its own (more than one stream, or an average across layers).
+OWN_FORMULA_TEST = {"denseformer", "resi_dual"}
 
 
-@pytest.mark.parametrize("name", [n for n in SMALL if n != "denseformer"])  # its own test below (the averages)
+def test_every_variant_has_a_formula_test() -> None:
+    lm = [n for n in SMALL if isinstance(variants.create(n, **TINY), TransformerLM)]
+    assert sorted(lm) == sorted([*RULES, *OWN_FORMULA_TEST])
+
+
+@pytest.mark.parametrize("name", list(RULES))
 def test_whole_model_equals_its_formula(name: str) -> None:
     model = randomized(tiny(name))
     idx = torch.tensor([[3, 1, 4, 1, 5, 9], [2, 6, 5, 3, 5, 8]])
@@ -151,7 +165,7 @@ def test_mixln_rounds_down(depth: int, post: int) -> None:
     assert mixln_post_layers(depth) == post
 
 
-@pytest.mark.parametrize("name", SMALL)
+@pytest.mark.parametrize("name", [*RULES, *OWN_FORMULA_TEST])
 def test_layernorm_count(name: str) -> None:
     n = TINY["depth"]
     expected = {
@@ -164,6 +178,10 @@ def test_layernorm_count(name: str) -> None:
         "llama_like": 2 * n + 1,  # RMSNorms
         "b2t": 2 * n,
         "denseformer": 2 * n + 1,
+        "resi_dual": 2 * n + 1,  # the Post-LN norms and the dual stream's
+        "hybridnorm": n + 3 * n + 1,  # one per attention join, q/k/v per layer, final
+        "value_residual": 2 * n + 1,
+        "t_fixup": 0,
     }[name]
     assert sum(isinstance(m, (nn.LayerNorm, nn.RMSNorm)) for m in tiny(name).modules()) == expected
 
@@ -281,7 +299,7 @@ def test_gpt2_small_parameter_count() -> None:
 
 @pytest.mark.parametrize("name", SMALL)
 def test_causal(name: str) -> None:
-    model = randomized(tiny(name), seed=1)
+    model = randomized(variants.create(name, **TINY), seed=1)  # every LM of the family, TransformerLM or not
     idx = torch.tensor([[1, 7, 3, 0, 5, 2, 9, 4]])
     base = model(idx)
     for t in (2, 5, 7):
@@ -415,3 +433,98 @@ def test_denseformer_equals_preln_at_init_and_averages_all_earlier_outputs() -> 
         history.append(block(x))
         x = sum(a * h for a, h in zip(dwa.alpha, history, strict=True))
     torch.testing.assert_close(dense(idx), ln(dense.norm, x) @ dense.tok_emb.weight.T)
+
+
+def test_qkv_norm_attention_by_hand() -> None:
+    """HybridNorm's attention: q, k and v each normalised per head (width d_head) before softmax(qkᵀ/√d_h)·v."""
+    model = randomized(tiny("hybridnorm"))
+    attn = model.blocks[0].attn.body
+    x = torch.randn(2, 5, 16, dtype=torch.float64)
+    q, k, v = attn.qkv(x).split(16, dim=-1)
+    mask = torch.triu(torch.ones(5, 5, dtype=torch.bool), diagonal=1)
+    out = []
+    for h in (slice(0, 8), slice(8, 16)):
+        qh, kh, vh = ln(attn.q_norm, q[..., h]), ln(attn.k_norm, k[..., h]), ln(attn.v_norm, v[..., h])
+        scores = qh @ kh.transpose(1, 2) / math.sqrt(8)
+        out.append(torch.softmax(scores.masked_fill(mask, -math.inf), dim=-1) @ vh)
+    torch.testing.assert_close(attn(x), attn.proj(torch.cat(out, dim=-1)))
+
+
+def test_value_residual_mixes_the_first_layers_values() -> None:
+    """ResFormer (Zhou et al. 2024, eq. 6, λ = ½): layer n ≥ 2 attends over ½(V_n + V_1), V_1 from the same pass."""
+    model = randomized(tiny("value_residual", depth=3))
+    idx = torch.tensor([[3, 1, 4, 1, 5, 9], [2, 6, 5, 3, 5, 8]])
+    x = model.tok_emb.weight[idx] + model.pos_emb.weight[:6]
+    mask = torch.triu(torch.ones(6, 6, dtype=torch.bool), diagonal=1)
+
+    def attention(body: nn.Module, h: torch.Tensor, v1: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+        q, k, v = body.qkv(h).split(16, dim=-1)
+        mixed = v if v1 is None else 0.5 * (v + v1)
+        out = []
+        for s in (slice(0, 8), slice(8, 16)):
+            scores = q[..., s] @ k[..., s].transpose(1, 2) / math.sqrt(8)
+            out.append(torch.softmax(scores.masked_fill(mask, -math.inf), dim=-1) @ mixed[..., s])
+        return body.proj(torch.cat(out, dim=-1)), v
+
+    v1 = None
+    for block in model.blocks:
+        y, v = attention(block.attn.body, ln(block.attn.norm_in, x), v1)
+        v1 = v if v1 is None else v1
+        x = x + y
+        x = x + block.ffn.body(ln(block.ffn.norm_in, x))
+    torch.testing.assert_close(model(idx), ln(model.norm, x) @ model.tok_emb.weight.T)
+    assert model.blocks[0].attn.body.values is None  # dropped once the last layer has read it: no graph kept
+
+
+def test_value_residual_at_depth_1_is_preln() -> None:
+    torch.manual_seed(0)
+    vr, pre = tiny("value_residual", depth=1).double(), tiny("preln", depth=1).double()
+    pre.load_state_dict(vr.state_dict())
+    idx = torch.randint(0, TINY["vocab_size"], (2, 6))
+    torch.testing.assert_close(vr(idx), pre(idx))
+
+
+def test_resi_dual_two_streams_by_hand() -> None:
+    """ResiDual (Xie et al. 2023, §3.2): x_a ← LN(x_a + F(x_a)), x_d ← x_d + F(x_a), both from the embeddings;
+    output x_a + LN(x_d)."""
+    model = randomized(tiny("resi_dual", depth=3))
+    idx = torch.tensor([[3, 1, 4, 1, 5, 9], [2, 6, 5, 3, 5, 8]])
+    x_a = x_d = model.tok_emb.weight[idx] + model.pos_emb.weight[:6]
+    for block in model.blocks:
+        for unit in (block.attn, block.ffn):
+            f = unit.body(x_a)
+            x_a, x_d = ln(unit.norm_out, x_a + f), x_d + f
+    assert isinstance(model.norm, nn.Identity)
+    out = x_a + ln(model.stream.norm_dual, x_d)
+    torch.testing.assert_close(model(idx), out @ model.tok_emb.weight.T)
+
+
+@pytest.mark.parametrize("depth", [1, 6, 24])
+def test_t_fixup_init(depth: int) -> None:
+    """T-Fixup (Huang et al. 2020, Algorithm 1, decoder): Xavier, embeddings N(0, d^-½); v, out, FFN and the
+    embeddings scaled by (9N)^-¼; q and k unscaled; no LayerNorm anywhere."""
+    torch.manual_seed(0)
+    d, d_ff = 128, 512
+    model = variants.create("t_fixup", depth=depth)
+    scale = (9 * depth) ** -0.25
+    assert variants.describe("t_fixup")["fixed"]["init"] == "t_fixup"
+
+    def std(w: torch.Tensor) -> float:
+        return float(w.detach().std())
+
+    xavier = math.sqrt(2 / (d + d))  # uniform(±√(6/(fan_in + fan_out))) has std √(2/(fan_in + fan_out))
+    xavier_qkv = math.sqrt(2 / (d + 3 * d))  # the fused q|k|v is one (3d × d) matrix, as nn.MultiheadAttention's
+    assert std(model.tok_emb.weight) == pytest.approx(d ** -0.5 * scale, rel=0.03)
+    for attn, ffn in model.bodies():
+        assert std(attn.qkv.weight[: 2 * d]) == pytest.approx(xavier_qkv, rel=0.05)
+        assert std(attn.qkv.weight[2 * d:]) == pytest.approx(xavier_qkv * scale, rel=0.05)
+        assert std(attn.proj.weight) == pytest.approx(xavier * scale, rel=0.05)
+        assert std(ffn.fc1.weight) == pytest.approx(math.sqrt(2 / (d + d_ff)) * scale, rel=0.05)
+        assert std(ffn.fc2.weight) == pytest.approx(math.sqrt(2 / (d + d_ff)) * scale, rel=0.05)
+    assert not [m for m in model.modules() if isinstance(m, (nn.LayerNorm, nn.RMSNorm))]
+
+
+def test_t_fixup_scale_rejects_bad_depth() -> None:
+    assert t_fixup_scale(4) == pytest.approx(36 ** -0.25)
+    with pytest.raises(ValueError, match="depth must be >= 1"):
+        t_fixup_scale(0)

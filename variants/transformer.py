@@ -36,8 +36,8 @@ input token (loss far above ln V), an artifact that would confound the placement
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, cast
 
@@ -45,7 +45,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .blocks import PostNorm, ResidualUnit, sublayer
+from .blocks import NormFactory, PostNorm, ResidualUnit, sublayer
 from .combinators import COMBINATORS, Combinator
 from .registry import register
 
@@ -65,12 +65,83 @@ class CausalSelfAttention(nn.Module):
         self.attn_dropout = dropout
         self.resid_dropout = nn.Dropout(dropout)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    @classmethod
+    def make(cls, d_model: int, n_heads: int, dropout: float, bias: bool, *, head_norm: Callable[[int], nn.Module],
+             first: CausalSelfAttention | None) -> CausalSelfAttention:
+        """The attention of one layer; ``head_norm(d)`` makes a norm of width d, ``first`` is layer 0's attention
+        (None in layer 0). Subclasses that need either override this."""
+        return cls(d_model, n_heads, dropout, bias)
+
+    def heads(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """q, k, v of shape (batch, heads, seq, d_head): what a variant that touches attention overrides."""
         b, t, c = x.shape
         q, k, v = self.qkv(x).view(b, t, 3, self.n_heads, c // self.n_heads).permute(2, 0, 3, 1, 4)
+        return q, k, v
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, t, c = x.shape
+        q, k, v = self.heads(x)
         p = self.attn_dropout if self.training else 0.0
         y = F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=True)
         return self.resid_dropout(self.proj(y.transpose(1, 2).reshape(b, t, c)))
+
+
+class QKVNormAttention(CausalSelfAttention):
+    """Zhuo et al. 2025, "HybridNorm", §3.1 (QKV-Norm): ``softmax(N(Q)N(K)ᵀ/√d_h)·N(V)``, each of q, k and v
+    normalised per head (width d_head, the family's norm type) before attention, as the authors' code does."""
+
+    def __init__(self, d_model: int, n_heads: int, dropout: float, bias: bool,
+                 head_norm: Callable[[int], nn.Module]) -> None:
+        super().__init__(d_model, n_heads, dropout, bias)
+        d_head = d_model // n_heads
+        self.q_norm, self.k_norm, self.v_norm = head_norm(d_head), head_norm(d_head), head_norm(d_head)
+
+    @classmethod
+    def make(cls, d_model: int, n_heads: int, dropout: float, bias: bool, *, head_norm: Callable[[int], nn.Module],
+             first: CausalSelfAttention | None) -> CausalSelfAttention:
+        return cls(d_model, n_heads, dropout, bias, head_norm)
+
+    def heads(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        q, k, v = super().heads(x)
+        return self.q_norm(q), self.k_norm(k), self.v_norm(v)
+
+
+class ValueResidualAttention(CausalSelfAttention):
+    """Zhou et al. 2024, "Value Residual Learning" (ResFormer), eq. 6 with λ₁ = λ₂ = ½: every layer after the first
+    attends over ``½·(V_n + V_1)``, V_1 the first layer's values of the same forward pass (layer 0 keeps its own).
+
+    The first layer's values are held on that layer's module from its forward until the last later layer has
+    read them, then dropped (no graph outlives the forward); later layers hold a reference to it, not a
+    submodule, so its parameters stay registered once."""
+
+    def __init__(self, d_model: int, n_heads: int, dropout: float, bias: bool,
+                 first: ValueResidualAttention | None) -> None:
+        super().__init__(d_model, n_heads, dropout, bias)
+        self._first = (first,) if first is not None else ()  # a tuple: nn.Module does not register it
+        self.values: torch.Tensor | None = None
+        self._readers = self._reads = 0
+        if first is not None:
+            first._readers += 1
+
+    @classmethod
+    def make(cls, d_model: int, n_heads: int, dropout: float, bias: bool, *, head_norm: Callable[[int], nn.Module],
+             first: CausalSelfAttention | None) -> CausalSelfAttention:
+        if first is not None and not isinstance(first, ValueResidualAttention):
+            raise TypeError("a value-residual layer needs a value-residual first layer")
+        return cls(d_model, n_heads, dropout, bias, first)
+
+    def heads(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        q, k, v = super().heads(x)
+        if not self._first:
+            self.values = v if self._readers else None
+            return q, k, v
+        first = self._first[0]
+        v1 = first.values
+        assert v1 is not None, "layer 0 runs first"
+        first._reads += 1
+        if first._reads == first._readers:  # the last reader of this forward
+            first.values, first._reads = None, 0
+        return q, k, 0.5 * (v + v1)
 
 
 class FeedForward(nn.Module):
@@ -181,6 +252,47 @@ class DepthWeightedAverage(nn.Module):
         return torch.einsum("k,k...->...", self.alpha, torch.stack(history))
 
 
+class Stream(nn.Module):
+    """What the blocks hand each other. This base class is the one residual stream; a design that keeps several
+    (ResiDual's two) widens the embeddings into its state in :meth:`begin` and folds the state back to one
+    d_model vector per token in :meth:`end`, before the final norm and the head."""
+
+    def begin(self, x: torch.Tensor) -> Any:
+        return x
+
+    def end(self, state: Any) -> torch.Tensor:
+        return cast(torch.Tensor, state)
+
+
+class DualStream(Stream):
+    """Xie et al. 2023, "ResiDual: Transformer with Dual Residual Connections", §3.2: the Post-LN stream x_a and
+    the dual stream x_d (Pre-LN's un-normalised sum of every sublayer's output) both start at the embeddings;
+    the model's output is ``x_a + LN(x_d)`` (the authors' code, with its default scales 1)."""
+
+    def __init__(self, norm: NormFactory) -> None:
+        super().__init__()
+        self.norm_dual = norm()
+
+    def begin(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return x, x
+
+    def end(self, state: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+        x_a, x_d = state
+        return x_a + self.norm_dual(x_d)
+
+
+class DualPostNorm(PostNorm):
+    """ResiDual's sublayer (Xie 2023, eq. 4–5): ``x_a ← LN(x_a + F(x_a))``, ``x_d ← x_d + F(x_a)``; the Post-LN
+    join is the probed one."""
+
+    placement = "dual"  # the paper's Pre-Post-LN (PPLN)
+
+    def forward(self, state: tuple[torch.Tensor, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:  # type: ignore[override]
+        x_a, x_d = state
+        fx = self.drop_path(self.body(x_a))
+        return self.norm_out(self.combine(x_a, fx)), x_d + fx
+
+
 def deepnorm_alpha_beta(depth: int) -> tuple[float, float]:
     """DeepNet's decoder-only constants (Wang 2022, Fig. 2): α = (2N)^¼ on the shortcut, β = (8N)^-¼ on the init."""
     if depth < 1:
@@ -230,29 +342,65 @@ def _init_deepnorm(model: TransformerLM) -> None:
             nn.init.xavier_normal_(lin.weight, gain=beta)
 
 
+def t_fixup_scale(depth: int) -> float:
+    """T-Fixup's decoder factor (Huang et al. 2020, Algorithm 1 step 2): (9N)^-¼ for N decoder layers."""
+    if depth < 1:
+        raise ValueError(f"depth must be >= 1 (number of Transformer layers), got {depth}")
+    return (9 * depth) ** -0.25
+
+
+def _init_t_fixup(model: TransformerLM) -> None:
+    """Huang et al. 2020, "Improving Transformer Optimization Through Better Initialization", Algorithm 1 (decoder):
+    Xavier-uniform everywhere; token embeddings N(0, d^-½); then v, the attention output projection, both feed-
+    forward matrices and the token embeddings scaled by (9N)^-¼ (q and k keep Xavier). The learned position
+    table keeps the family's N(0, 0.01): the paper's positions are fixed sinusoids, outside Algorithm 1."""
+    _init_xavier(model)
+    scale = t_fixup_scale(len(model.blocks))
+    d = model.tok_emb.weight.shape[1]
+    with torch.no_grad():
+        nn.init.normal_(model.tok_emb.weight, std=d ** -0.5)
+        model.tok_emb.weight.mul_(scale)
+        for attn, ffn in model.bodies():
+            attn.qkv.weight[2 * d:].mul_(scale)  # v (rows 2d:3d of the fused q|k|v)
+            for lin in (attn.proj, ffn.fc1, ffn.fc2):
+                lin.weight.mul_(scale)
+
+
 INITS: dict[str, Callable[[TransformerLM], None]] = {
     "gpt2": _init_gpt2,
     "normal": _init_normal,
     "xavier": _init_xavier,
     "deepnorm": _init_deepnorm,
+    "t_fixup": _init_t_fixup,
 }
 # One default for every placement (Xiong et al. 2020 ran Post-LN and Pre-LN under Xavier): a comparison of
 # placements must not also compare initialisations.
 DEFAULT_INIT = "xavier"
 
 
+# A sublayer's unit from (index over all sublayers, placement, body, combinator, norm factory); the default is
+# variants.blocks.sublayer (index 2i is layer i's attention, 2i + 1 its feed-forward).
+UnitFactory = Callable[[int, str, nn.Module, Combinator, NormFactory], ResidualUnit]
+
+
 @dataclass(frozen=True)
 class Recipe:
-    """A named variant: per-layer placements and a combinator factory (given depth); ``init`` pins a scheme
-    only where the paper *is* an initialisation (DeepNet), else the family default :data:`DEFAULT_INIT` applies."""
+    """A named variant: per-layer placements (one for both sublayers, or an (attention, feed-forward) pair) and a
+    combinator factory (given depth); ``init`` pins a scheme only where the paper *is* an initialisation
+    (DeepNet, T-Fixup), else the family default :data:`DEFAULT_INIT` applies."""
 
     paper: str
-    placements: Callable[[int], list[str]]
+    placements: Callable[[int], Sequence[str | tuple[str, str]]]
     combinator: Callable[[int], Combinator]
     init: str | None = None
     one_scale_per_layer: bool = False  # ReZero: both sublayers of a layer share one learnable α
     block: type[Block] = Block  # the layer around the two sublayers (B2T adds a connection across them)
     dense: bool = False  # DenseFormer: a depth-weighted average of all earlier outputs after every block
+    attention: type[CausalSelfAttention] = CausalSelfAttention  # HybridNorm's QKV-Norm, ResFormer's values
+    unit: UnitFactory = field(default=lambda index, placement, body, combine, norm: sublayer(
+        placement, body, combine, norm))
+    stream: Callable[[NormFactory], Stream] = field(default=lambda norm: Stream())  # ResiDual: two streams
+    final_norm: bool | None = None  # None: when the last sublayer leaves the stream un-normalised (pre/sandwich)
 
 
 def _same(placement: str) -> Callable[[int], list[str]]:
@@ -292,6 +440,26 @@ RECIPES: dict[str, Recipe] = {
         "Pagliardini et al. 2024, DenseFormer: Enhancing Information Flow in Transformers via Depth Weighted "
         "Averaging (DWA after every block, all earlier outputs)", _same("pre"), _add, dense=True,
     ),
+    "resi_dual": Recipe(
+        "Xie et al. 2023, ResiDual: Transformer with Dual Residual Connections (Pre-Post-LN, §3.2)", _same("post"),
+        _add, unit=lambda index, placement, body, combine, norm: DualPostNorm(body, combine, norm),
+        stream=DualStream,
+    ),
+    # HybridNorm's layer, x' = x + Attn_QKVNorm(x), y = N(x') + FFN(N(x')), regrouped around the same two joins:
+    # a Post-Norm attention sublayer N(x + Attn(x)) and an un-normalised FFN sublayer a + FFN(a); a final norm.
+    "hybridnorm": Recipe(
+        "Zhuo et al. 2025, HybridNorm: Towards Stable and Efficient Transformer Training via Hybrid Normalization "
+        "(QKV-Norm in attention, Post-Norm in the FFN; §3.1)", lambda depth: [("post", "none")] * depth, _add,
+        attention=QKVNormAttention, final_norm=True,
+    ),
+    "value_residual": Recipe(
+        "Zhou et al. 2024, Value Residual Learning (ResFormer, eq. 6, λ1 = λ2 = 0.5; Pre-LN base)", _same("pre"),
+        _add, attention=ValueResidualAttention,
+    ),
+    "t_fixup": Recipe(
+        "Huang et al. 2020, Improving Transformer Optimization Through Better Initialization (T-Fixup, "
+        "Algorithm 1, decoder): no LayerNorm", _same("none"), _add, init="t_fixup",
+    ),
     "mixln": Recipe(
         "Li et al. 2024, Mix-LN: Unleashing the Power of Deeper Layers by Combining Pre-LN and Post-LN",
         lambda depth: ["post"] * mixln_post_layers(depth) + ["pre"] * (depth - mixln_post_layers(depth)),
@@ -322,16 +490,20 @@ class TransformerLM(nn.Module):
         self.pos_emb = nn.Embedding(max_len, d_model)
         self.drop = nn.Dropout(dropout)
         make_norm = partial(NORMS[norm], d_model, bias)
-        placements = recipe.placements(depth)
-
-        def unit(body: nn.Module, placement: str) -> ResidualUnit:
-            return sublayer(placement, body, recipe.combinator(depth), norm=make_norm)
-
-        self.blocks = nn.ModuleList(
-            recipe.block(unit(CausalSelfAttention(d_model, n_heads, dropout, bias), p),
-                  unit(FFNS[ffn](d_model, d_ff, dropout, bias), p))
-            for p in placements
-        )
+        placements = [(p, p) if isinstance(p, str) else p for p in recipe.placements(depth)]
+        layers: list[Block] = []
+        first: CausalSelfAttention | None = None
+        for i, (p_attn, p_ffn) in enumerate(placements):
+            attn = recipe.attention.make(d_model, n_heads, dropout, bias, first=first,
+                                         head_norm=lambda d: NORMS[norm](d, bias))
+            first = attn if first is None else first
+            layers.append(recipe.block(
+                recipe.unit(2 * i, p_attn, attn, recipe.combinator(depth), make_norm),
+                recipe.unit(2 * i + 1, p_ffn, FFNS[ffn](d_model, d_ff, dropout, bias), recipe.combinator(depth),
+                            make_norm),
+            ))
+        self.blocks = nn.ModuleList(layers)
+        self.stream = recipe.stream(make_norm)
         # DenseFormer's averages: one after each block, over the embeddings and every block output so far.
         self.dwa = nn.ModuleList(DepthWeightedAverage(i + 2) for i in range(depth)) if recipe.dense else None
         if recipe.one_scale_per_layer:
@@ -340,7 +512,8 @@ class TransformerLM(nn.Module):
                 blk.ffn.combine.beta = blk.attn.combine.beta
         # A final LN is needed exactly when the last layer leaves the stream un-normalised by a
         # residual add after a norm (pre/sandwich); post-LN ends normalised, ReZero has no LN by design.
-        self.norm = make_norm() if placements[-1] in ("pre", "sandwich") else nn.Identity()
+        final = recipe.final_norm if recipe.final_norm is not None else placements[-1][1] in ("pre", "sandwich")
+        self.norm = make_norm() if final else nn.Identity()
         for module in self.modules():
             if isinstance(module, nn.Linear) and module.bias is not None:
                 nn.init.zeros_(module.bias)
@@ -361,13 +534,14 @@ class TransformerLM(nn.Module):
             raise ValueError(f"sequence length {t} exceeds max_len {self.max_len}; build the model with max_len >= {t}")
         pos = torch.arange(t, device=idx.device)
         x = self.drop(self.tok_emb(idx) + self.pos_emb(pos))
+        state = self.stream.begin(x)
         history = [x]  # DenseFormer's X_0, X_1, ...: the block outputs, before averaging
         for i, block in enumerate(self.blocks):
-            x = block(x)
+            state = block(state)
             if self.dwa is not None:
-                history.append(x)
-                x = self.dwa[i](history)
-        return F.linear(self.norm(x), self.tok_emb.weight)
+                history.append(state)
+                state = self.dwa[i](history)
+        return F.linear(self.norm(self.stream.end(state)), self.tok_emb.weight)
 
 
 def _validate(**kw: float) -> None:
