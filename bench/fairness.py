@@ -102,7 +102,9 @@ def weight_profile(model: nn.Module) -> dict[str, Any]:
             else:
                 pooled[role].append(w)
         if isinstance(module, Scaled):
-            scalars[f"{role} alpha"].append(float(module.alpha))
+            alpha = module.alpha
+            scalars[f"{role} alpha"].append(alpha.detach().float().mean().item() if isinstance(alpha, torch.Tensor)
+                                            else float(alpha))
             scalars[f"{role} beta"].append(module.beta.detach().float().mean().item())
         elif isinstance(module, Gate):
             bias = getattr(module.gate.proj, "bias", None)

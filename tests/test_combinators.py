@@ -17,7 +17,16 @@ FX = torch.tensor([[0.5, 4.0, -1.0, 2.0]])
 
 
 def test_lookup_table_names() -> None:
-    assert set(COMBINATORS) == {"none", "add", "gate", "concat", "scaled"}
+    assert set(COMBINATORS) == {"none", "add", "gate", "concat", "scaled", "laurel"}
+
+
+def test_scaled_with_a_learnable_alpha_per_channel() -> None:
+    """Admin's ω (Liu et al. 2020): ``y = ω ⊙ x + F(x)``, ω a learnable vector on the channel dimension."""
+    c = Scaled(alpha=2.0, alpha_shape=(4,), channel_dim=-1)
+    assert isinstance(c.alpha, torch.nn.Parameter) and c.alpha.tolist() == [2.0] * 4
+    with torch.no_grad():
+        c.alpha.copy_(torch.tensor([1.0, 0.0, -1.0, 2.0]))
+    torch.testing.assert_close(c(X, FX), torch.tensor([[1.0, 0.0, -3.0, 1.0]]) + FX)
 
 
 def test_none_add_concat() -> None:

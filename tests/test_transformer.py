@@ -20,6 +20,7 @@ from variants.transformer import (
     ScaleNorm,
     SwiGLU,
     TransformerLM,
+    admin_profile,
     deepnorm_alpha_beta,
     mixln_post_layers,
     swiglu_hidden,
@@ -58,8 +59,8 @@ def ln(norm: nn.Module, x: torch.Tensor) -> torch.Tensor:
 
 
 def test_family_is_registered_with_papers() -> None:
-    assert FAMILY == ["b2t", "deepnorm", "denseformer", "gpt2_small", "hybridnorm", "llama_like", "mixln", "postln",
-                      "preln", "resi_dual", "rezero_lm", "sandwich", "t_fixup", "value_residual"]
+    assert FAMILY == ["admin", "b2t", "deepnorm", "denseformer", "gpt2_small", "hybridnorm", "laurel", "llama_like", "mixln",
+                      "postln", "preln", "resi_dual", "rezero_lm", "sandwich", "t_fixup", "value_residual"]
     for name in FAMILY:
         d = variants.describe(name)
         assert d["paper"] and "placement" in d["axes"] and d["defaults"]["vocab_size"] >= 1
@@ -100,6 +101,12 @@ def _sublayer(unit: ResidualUnit, x: torch.Tensor, rule: str) -> torch.Tensor:
         return ln(unit.norm_out, deepnorm_alpha_beta(TINY["depth"])[0] * x + f(x))
     if rule == "none":
         return x + f(x)
+    if rule == "laurel":  # Menghani et al. 2025, eq. 5: α·F(LN(x)) + β·(x + B·A·x), α = 2σ(a), β = 2σ(b)
+        c = unit.combine
+        alpha, beta = 2 * torch.sigmoid(c.weights)
+        return alpha * f(ln(unit.norm_in, x)) + beta * (x + x @ c.down.weight.T @ c.up.weight.T)
+    if rule == "admin":  # Liu et al. 2020: LN(ω ⊙ x + F(x)), ω per dimension
+        return ln(unit.norm_out, unit.combine.alpha * x + f(x))
     assert rule == "rezero"
     assert isinstance(unit.combine, Scaled)
     return x + unit.combine.beta * f(x)
@@ -118,9 +125,12 @@ RULES = {
     "hybridnorm": ["post", "none"],
     "value_residual": ["pre", "pre"],  # layer 1's body reads layer 0's values (own test below)
     "t_fixup": ["none", "none"],
+    "laurel": ["laurel", "laurel"],
+    "admin": ["admin", "admin"],
 }
 FINAL_NORM = {"postln": False, "preln": True, "sandwich": True, "deepnorm": False, "rezero_lm": False, "mixln": True,
-              "llama_like": True, "b2t": False, "hybridnorm": True, "value_residual": True, "t_fixup": False}
+              "llama_like": True, "b2t": False, "hybridnorm": True, "value_residual": True, "t_fixup": False,
+              "laurel": True, "admin": False}
 # Variants whose whole-model formula is tested on its own (more than one stream, or an average across layers).
 OWN_FORMULA_TEST = {"denseformer", "resi_dual"}
 
@@ -182,6 +192,8 @@ def test_layernorm_count(name: str) -> None:
         "hybridnorm": n + 3 * n + 1,  # one per attention join, q/k/v per layer, final
         "value_residual": 2 * n + 1,
         "t_fixup": 0,
+        "laurel": 2 * n + 1,
+        "admin": 2 * n,
     }[name]
     assert sum(isinstance(m, (nn.LayerNorm, nn.RMSNorm)) for m in tiny(name).modules()) == expected
 
@@ -528,3 +540,50 @@ def test_t_fixup_scale_rejects_bad_depth() -> None:
     assert t_fixup_scale(4) == pytest.approx(36 ** -0.25)
     with pytest.raises(ValueError, match="depth must be >= 1"):
         t_fixup_scale(0)
+
+
+@pytest.mark.parametrize("form", ["rw", "lr", "rw+lr"])
+def test_laurel_is_preln_at_init(form: str) -> None:
+    """α = β = 2σ(0) = 1 and B = 0: every LAuReL join starts as the plain residual, so the model is Pre-LN."""
+    torch.manual_seed(0)
+    lau = tiny("laurel", form=form, rank=3).double()
+    pre = tiny("preln").double()
+    pre.load_state_dict({k: v for k, v in lau.state_dict().items() if ".combine." not in k})
+    idx = torch.randint(0, TINY["vocab_size"], (2, 6))
+    torch.testing.assert_close(lau(idx), pre(idx))
+    c = lau.blocks[0].attn.combine
+    assert (c.weights is None) == (form == "lr") and (c.down is None) == (form == "rw")
+    if c.down is not None:  # §3.3 footnote: A[i, j] = 1/√(r·d) where i mod r = j (A: d -> r), B = 0
+        expected = torch.zeros(3, 16, dtype=torch.float64)
+        expected[torch.arange(16) % 3, torch.arange(16)] = (3 * 16) ** -0.5
+        torch.testing.assert_close(c.down.weight, expected)
+        assert not c.up.weight.any()
+
+
+def test_laurel_errors() -> None:
+    with pytest.raises(ValueError, match=r"LAuReL form must be one of \('rw', 'lr', 'rw\+lr'\), got 'pa'"):
+        tiny("laurel", form="pa")
+    with pytest.raises(ValueError, match="LAuReL rank must be a positive integer, got 0"):
+        tiny("laurel", rank=0)
+
+
+def test_admin_profile_by_hand() -> None:
+    """Admin's ω (Liu et al. 2020, authors' profiling recurrence): ω_1 = 1, ω_{i+1} = √(Var[ω_i·x] + Var[F_i(x)])
+    over the profiling batch, sublayer by sublayer; every ω a constant vector at init."""
+    torch.manual_seed(0)
+    model = tiny("admin", depth=3).double()
+    idx = torch.randint(0, TINY["vocab_size"], (4, 8))
+    admin_profile(model, idx)
+    x = model.tok_emb.weight[idx] + model.pos_emb.weight[:8]
+    running = 1.0
+    with torch.no_grad():
+        for block in model.blocks:
+            for unit in (block.attn, block.ffn):
+                omega = unit.combine.alpha
+                torch.testing.assert_close(omega, torch.full_like(omega, running))
+                fx = unit.body(x)
+                running = math.sqrt(float((running * x).var()) + float(fx.var()))
+                x = ln(unit.norm_out, omega * x + fx)
+    assert variants.describe("admin")["fixed"] == {"init": "admin"}
+    assert isinstance(model.blocks[0].attn.combine.alpha, nn.Parameter)  # learnable, per dimension
+    assert model.blocks[0].attn.combine.alpha.shape == (16,)

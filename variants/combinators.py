@@ -101,10 +101,11 @@ class Concat(Combinator):
 class Scaled(Combinator):
     """``y = α·x + β·F(x)``.
 
-    ``alpha`` is a fixed float (DeepNorm's α = (2N)^¼, He 2016's 0.5). ``beta`` is either a fixed
-    float or, with ``learnable_beta``, a parameter of shape ``beta_shape`` initialised to ``beta``
-    (ReZero/SkipInit: scalar 0; LayerScale: per channel, 1e-1 .. 1e-6). ``channel_dim`` says where
-    the channels of a per-channel β sit (1 for NCHW images, -1 for token sequences).
+    ``alpha`` is a fixed float (DeepNorm's α = (2N)^¼, He 2016's 0.5) or, with ``alpha_shape``, a learnable
+    parameter of that shape initialised to ``alpha`` (Admin's per-dimension ω, Liu et al. 2020). ``beta`` is
+    either a fixed float or, with ``learnable_beta``, a parameter of shape ``beta_shape`` initialised to
+    ``beta`` (ReZero/SkipInit: scalar 0; LayerScale: per channel, 1e-1 .. 1e-6). ``channel_dim`` says where
+    the channels of a per-channel α or β sit (1 for NCHW images, -1 for token sequences).
     """
 
     axis = "scaled"
@@ -116,24 +117,70 @@ class Scaled(Combinator):
         learnable_beta: bool = False,
         beta_shape: tuple[int, ...] = (),
         channel_dim: int = 1,
+        alpha_shape: tuple[int, ...] | None = None,
     ) -> None:
         super().__init__()
-        self.alpha = float(alpha)
+        self.alpha: float | torch.Tensor = float(alpha)
+        if alpha_shape is not None:
+            self.alpha = nn.Parameter(torch.full(alpha_shape, float(alpha)))
         self.channel_dim = channel_dim
         if learnable_beta:
             self.beta = nn.Parameter(torch.full(beta_shape, float(beta)))
         else:
             self.register_buffer("beta", torch.tensor(float(beta)), persistent=False)
 
-    def _shaped_beta(self, fx: torch.Tensor) -> torch.Tensor:
-        if self.beta.dim() == 0:
-            return self.beta
-        shape = [1] * fx.dim()
+    def _shaped(self, scale: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+        if scale.dim() == 0:
+            return scale
+        shape = [1] * like.dim()
         shape[self.channel_dim] = -1
-        return self.beta.view(shape)
+        return scale.view(shape)
 
     def forward(self, x: torch.Tensor, fx: torch.Tensor) -> torch.Tensor:
-        return self.alpha * x + self._shaped_beta(fx) * fx
+        alpha = self._shaped(self.alpha, x) if isinstance(self.alpha, torch.Tensor) else self.alpha
+        return alpha * x + self._shaped(self.beta, fx) * fx
+
+
+class Laurel(Combinator):
+    """Menghani et al. 2025, "LAuReL: Learned Augmented Residual Layer" (ICML), eq. 5 (RW+LR):
+    ``y = α·F(x) + β·(x + B·A·x)`` on the last (feature) dimension.
+
+    - ``"rw"`` (§2.1) keeps the learned weights ``α``, ``β`` only; the paper bounds them with "softmax or
+      sigmoid" and gives no init: here ``α = 2σ(a)``, ``β = 2σ(b)`` with ``a = b = 0``, so the join starts as
+      the plain residual ``x + F(x)`` and each weight stays in (0, 2).
+    - ``"lr"`` (§2.2, eq. 3) keeps the low-rank term only, ``y = F(x) + x + B·A·x``: ``A`` (d → r) starts
+      "column orthogonal" (§3.3 footnote: 1/√(r·d) where i mod r = j), ``B`` (r → d) at 0, so again the plain
+      residual at init.
+    - ``"rw+lr"``: both (the form of the paper's LLM runs, r = 4 in LLM-1B, §3.2.1).
+    """
+
+    axis = "laurel"
+    FORMS = ("rw", "lr", "rw+lr")
+
+    def __init__(self, d_model: int, form: str = "rw+lr", rank: int = 4) -> None:
+        super().__init__()
+        if form not in self.FORMS:
+            raise ValueError(f"LAuReL form must be one of {self.FORMS}, got {form!r}")
+        if int(rank) != rank or rank < 1:
+            raise ValueError(f"LAuReL rank must be a positive integer, got {rank!r}")
+        self.form = form
+        self.weights = nn.Parameter(torch.zeros(2)) if "rw" in form else None  # (a, b): α = 2σ(a), β = 2σ(b)
+        self.down = self.up = None
+        if "lr" in form:
+            self.down = nn.Linear(d_model, rank, bias=False)  # A
+            self.up = nn.Linear(rank, d_model, bias=False)  # B
+            with torch.no_grad():
+                cols = torch.arange(d_model) % rank
+                self.down.weight.zero_()
+                self.down.weight[cols, torch.arange(d_model)] = (rank * d_model) ** -0.5
+                self.up.weight.zero_()
+
+    def forward(self, x: torch.Tensor, fx: torch.Tensor) -> torch.Tensor:
+        carry = x if self.down is None or self.up is None else x + self.up(self.down(x))
+        if self.weights is None:
+            return fx + carry
+        alpha, beta = 2 * torch.sigmoid(self.weights)
+        return alpha * fx + beta * carry
 
 
 COMBINATORS: dict[str, type[Combinator]] = {
@@ -142,4 +189,5 @@ COMBINATORS: dict[str, type[Combinator]] = {
     "gate": Gate,
     "concat": Concat,
     "scaled": Scaled,
+    "laurel": Laurel,
 }

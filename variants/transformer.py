@@ -46,7 +46,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .blocks import NormFactory, PostNorm, ResidualUnit, sublayer
-from .combinators import COMBINATORS, Combinator
+from .combinators import COMBINATORS, Combinator, Laurel, Scaled
 from .registry import register
 
 LN_EPS = 1e-5  # GPT-2's LayerNorm epsilon
@@ -366,12 +366,51 @@ def _init_t_fixup(model: TransformerLM) -> None:
                 lin.weight.mul_(scale)
 
 
+def _init_admin(model: TransformerLM) -> None:
+    """Liu et al. 2020, "Understanding the Difficulty of Training Transformers" (Admin, §4.3): Post-LN with
+    ``x_i = LN(ω_i ⊙ x_{i-1} + f_i(x_{i-1}))``, ω_i a learnable vector set by one profiling forward pass.
+
+    Xavier weights first (the family default); then the recurrence of the authors' code (Transformer-Clinic,
+    ``adaptive-profiling``), sublayer by sublayer in forward order: ``ω_1 = 1``,
+    ``ω_{i+1} = √(Var[ω_i·x_{i-1}] + Var[f_i(x_{i-1})])`` (variances over the whole batch), i.e. the paper's
+    ``ω_i² = Σ_{j<i} Var[f_j]`` plus the embeddings' variance. The authors profile on the first training
+    batch; the registry builds a model before it sees data, so the profile here runs on 4 sequences of
+    uniformly random tokens drawn from torch's generator (reproducible under the run's seed)."""
+    _init_xavier(model)
+    if model.tok_emb.weight.is_meta:  # a meta-device build (describe, the confound guard): shapes only
+        return
+    vocab, device = model.tok_emb.num_embeddings, model.tok_emb.weight.device
+    admin_profile(model, torch.randint(0, vocab, (4, min(model.max_len, 64)), device=device))
+
+
+def admin_profile(model: TransformerLM, idx: torch.Tensor) -> None:
+    """Set every learnable shortcut weight ω (Admin's) by the profiling recurrence of :func:`_init_admin` on the
+    token batch ``idx``, in one forward pass without gradients."""
+    joins = [m for m in model.modules() if isinstance(m, Scaled) and isinstance(m.alpha, nn.Parameter)]
+    running = [1.0]
+
+    def profile(module: nn.Module, args: tuple[torch.Tensor, torch.Tensor]) -> None:
+        x, fx = args
+        alpha = cast(nn.Parameter, cast(Scaled, module).alpha)
+        alpha.data.fill_(running[0])
+        running[0] = math.sqrt(float((alpha * x).var()) + float(fx.var()))
+
+    hooks = [j.register_forward_pre_hook(profile) for j in joins]
+    try:
+        with torch.no_grad():
+            model(idx)
+    finally:
+        for h in hooks:
+            h.remove()
+
+
 INITS: dict[str, Callable[[TransformerLM], None]] = {
     "gpt2": _init_gpt2,
     "normal": _init_normal,
     "xavier": _init_xavier,
     "deepnorm": _init_deepnorm,
     "t_fixup": _init_t_fixup,
+    "admin": _init_admin,
 }
 # One default for every placement (Xiong et al. 2020 ran Post-LN and Pre-LN under Xavier): a comparison of
 # placements must not also compare initialisations.
@@ -391,7 +430,7 @@ class Recipe:
 
     paper: str
     placements: Callable[[int], Sequence[str | tuple[str, str]]]
-    combinator: Callable[[int], Combinator]
+    combinator: Callable[[int, int], Combinator]  # (depth, d_model) -> the join of every sublayer
     init: str | None = None
     one_scale_per_layer: bool = False  # ReZero: both sublayers of a layer share one learnable α
     block: type[Block] = Block  # the layer around the two sublayers (B2T adds a connection across them)
@@ -407,7 +446,7 @@ def _same(placement: str) -> Callable[[int], list[str]]:
     return lambda depth: [placement] * depth
 
 
-def _add(depth: int) -> Combinator:
+def _add(depth: int, d_model: int) -> Combinator:
     return COMBINATORS["add"]()
 
 
@@ -425,11 +464,11 @@ RECIPES: dict[str, Recipe] = {
     ),
     "deepnorm": Recipe(
         "Wang et al. 2022, DeepNet: Scaling Transformers to 1,000 Layers", _same("post"),
-        lambda depth: COMBINATORS["scaled"](alpha=deepnorm_alpha_beta(depth)[0]), init="deepnorm",
+        lambda depth, d: COMBINATORS["scaled"](alpha=deepnorm_alpha_beta(depth)[0]), init="deepnorm",
     ),
     "rezero_lm": Recipe(
         "Bachlechner et al. 2020, ReZero is All You Need: Fast Convergence at Large Depth", _same("none"),
-        lambda depth: COMBINATORS["scaled"](alpha=1.0, beta=0.0, learnable_beta=True),
+        lambda depth, d: COMBINATORS["scaled"](alpha=1.0, beta=0.0, learnable_beta=True),
         one_scale_per_layer=True,  # the paper's "single additional learned parameter per layer"
     ),
     "b2t": Recipe(
@@ -439,6 +478,11 @@ RECIPES: dict[str, Recipe] = {
     "denseformer": Recipe(
         "Pagliardini et al. 2024, DenseFormer: Enhancing Information Flow in Transformers via Depth Weighted "
         "Averaging (DWA after every block, all earlier outputs)", _same("pre"), _add, dense=True,
+    ),
+    "admin": Recipe(
+        "Liu et al. 2020, Understanding the Difficulty of Training Transformers (Admin, §4.3): Post-LN, "
+        "x_i = LN(ω_i ⊙ x_{i-1} + f_i(x_{i-1})), ω_i from a profiling pass at init", _same("post"),
+        lambda depth, d: Scaled(alpha=1.0, alpha_shape=(d,), channel_dim=-1), init="admin",
     ),
     "resi_dual": Recipe(
         "Xie et al. 2023, ResiDual: Transformer with Dual Residual Connections (Pre-Post-LN, §3.2)", _same("post"),
@@ -498,9 +542,9 @@ class TransformerLM(nn.Module):
                                          head_norm=lambda d: NORMS[norm](d, bias))
             first = attn if first is None else first
             layers.append(recipe.block(
-                recipe.unit(2 * i, p_attn, attn, recipe.combinator(depth), make_norm),
-                recipe.unit(2 * i + 1, p_ffn, FFNS[ffn](d_model, d_ff, dropout, bias), recipe.combinator(depth),
-                            make_norm),
+                recipe.unit(2 * i, p_attn, attn, recipe.combinator(depth, d_model), make_norm),
+                recipe.unit(2 * i + 1, p_ffn, FFNS[ffn](d_model, d_ff, dropout, bias),
+                            recipe.combinator(depth, d_model), make_norm),
             ))
         self.blocks = nn.ModuleList(layers)
         self.stream = recipe.stream(make_norm)
@@ -602,3 +646,18 @@ register(
     "Models, §2.2 (pre-normalisation with RMSNorm, Zhang & Sennrich 2019; SwiGLU, Shazeer 2020)",
     norm="rmsnorm", ffn="swiglu", bias=False,
 )(_builder(RECIPES["preln"]))
+
+LAUREL_PAPER = ("Menghani et al. 2025, LAuReL: Learned Augmented Residual Layer (ICML), eq. 5 (RW+LR, r = 4 as its "
+                "LLM-1B); one LAuReL join per residual sublayer of a Pre-LN stack")
+
+
+@register("laurel", family="transformer", paper=LAUREL_PAPER)
+def laurel(*, form: str = "rw+lr", rank: int = 4, depth: int = 6, d_model: int = 128, n_heads: int = 4,
+           d_ff: int = 512, vocab_size: int = 256, max_len: int = 256, dropout: float = 0.0, bias: bool = True,
+           init: str = DEFAULT_INIT, norm: str = "layernorm", ffn: str = "gelu") -> TransformerLM:
+    """Pre-LN with every residual join a :class:`~variants.combinators.Laurel` of ``form`` (rw, lr, rw+lr) and
+    ``rank``. The paper counts one LAuReL per layer (2N(4D+1) extra weights in LLM-1B) without saying which
+    residual it wraps; here each of the 2N joins gets its own (4·D·r + 2 weights each, still < 1% of the model)."""
+    recipe = Recipe(LAUREL_PAPER, _same("pre"), lambda depth, d: Laurel(d, form=form, rank=rank))
+    return TransformerLM(recipe, depth=depth, d_model=d_model, n_heads=n_heads, d_ff=d_ff, vocab_size=vocab_size,
+                         max_len=max_len, dropout=dropout, bias=bias, init=init, norm=norm, ffn=ffn)
