@@ -59,8 +59,8 @@ def ln(norm: nn.Module, x: torch.Tensor) -> torch.Tensor:
 
 
 def test_family_is_registered_with_papers() -> None:
-    assert FAMILY == ["admin", "b2t", "deepnorm", "denseformer", "gpt2_small", "hybridnorm", "laurel", "llama_like", "mixln",
-                      "postln", "preln", "resi_dual", "rezero_lm", "sandwich", "t_fixup", "value_residual"]
+    assert FAMILY == ["admin", "b2t", "deepnorm", "denseformer", "gpt2_small", "hybridnorm", "laurel", "llama_like",
+                      "mixln", "postln", "preln", "resi_dual", "rezero_lm", "sandwich", "t_fixup", "value_residual"]
     for name in FAMILY:
         d = variants.describe(name)
         assert d["paper"] and "placement" in d["axes"] and d["defaults"]["vocab_size"] >= 1
