@@ -158,6 +158,13 @@ def autocast(cfg: RunConfig, device: torch.device) -> contextlib.AbstractContext
     return torch.autocast(device_type=device.type, dtype=dtype)
 
 
+def after_step_hook(model: torch.nn.Module) -> Callable[[], Any] | None:
+    """The model's ``after_optimizer_step`` (see ``variants``' public API), or None: part of every training step,
+    e.g. nGPT's renormalisation of its matrices (Loshchilov et al. 2024, §2.6)."""
+    hook = getattr(model, "after_optimizer_step", None)
+    return hook if callable(hook) else None
+
+
 class StepRunner:
     """The training step, shared by the timing phase, the memory probe and the training loop.
 
@@ -180,6 +187,7 @@ class StepRunner:
         self.scaler = torch.amp.GradScaler(s.device.type, enabled=cfg.precision == "fp16")
         self.batches = batches
         self.channels_last = cfg.channels_last
+        self.after_step = after_step_hook(model)
 
     def __call__(self) -> torch.Tensor:
         x, y = next(self.batches)
@@ -198,6 +206,9 @@ class StepRunner:
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.grad_clip)
         self.scaler.step(self.opt)
         self.scaler.update()
+        if self.after_step is not None:
+            with torch.no_grad():
+                self.after_step()
         if correct is not None:
             self._end_warmup_below_error(correct, y)
         self.steps_done += 1

@@ -59,8 +59,9 @@ def ln(norm: nn.Module, x: torch.Tensor) -> torch.Tensor:
 
 
 def test_family_is_registered_with_papers() -> None:
-    assert FAMILY == ["admin", "b2t", "deepnorm", "denseformer", "gpt2_small", "hybridnorm", "laurel", "llama_like",
-                      "mixln", "postln", "preln", "resi_dual", "rezero_lm", "sandwich", "t_fixup", "value_residual"]
+    assert FAMILY == ["admin", "b2t", "deepnorm", "denseformer", "gpt2_small", "hybridnorm", "hyper_connections",
+                      "laurel", "llama_like", "mhc", "mixln", "ngpt", "postln", "preln", "resi_dual", "rezero_lm",
+                      "sandwich", "t_fixup", "value_residual"]
     for name in FAMILY:
         d = variants.describe(name)
         assert d["paper"] and "placement" in d["axes"] and d["defaults"]["vocab_size"] >= 1
@@ -132,7 +133,7 @@ FINAL_NORM = {"postln": False, "preln": True, "sandwich": True, "deepnorm": Fals
               "llama_like": True, "b2t": False, "hybridnorm": True, "value_residual": True, "t_fixup": False,
               "laurel": True, "admin": False}
 # Variants whose whole-model formula is tested on its own (more than one stream, or an average across layers).
-OWN_FORMULA_TEST = {"denseformer", "resi_dual"}
+OWN_FORMULA_TEST = {"denseformer", "resi_dual", "hyper_connections", "mhc"}  # the last two: tests/test_hyper.py
 
 
 def test_every_variant_has_a_formula_test() -> None:
@@ -194,6 +195,8 @@ def test_layernorm_count(name: str) -> None:
         "t_fixup": 0,
         "laurel": 2 * n + 1,
         "admin": 2 * n,
+        "hyper_connections": 2 * n + 1 + 2 * n,  # Pre-LN's, and the dynamic form's norm(H) per sublayer (eq. 10)
+        "mhc": 2 * n + 1,  # its RMSNorm of the flattened stream has no weight: a function, not a module
     }[name]
     assert sum(isinstance(m, (nn.LayerNorm, nn.RMSNorm)) for m in tiny(name).modules()) == expected
 

@@ -1,8 +1,9 @@
 """resbench's model registry: residual designs as points in (combinator × norm placement × body).
 
 Importing this package registers every family (``cifar``, ``preact``, ``normfree``, ``wrn``, ``resnext``,
-``densenet``, ``imagenet``, ``mlp``, ``transformer``: one file per family). Every unit's formula is in ``blocks.py``
-(or, for He 2016's ablation of orderings and the DenseNet layer, in the family's file).
+``densenet``, ``imagenet``, ``mlp``, ``transformer``: one file per family; ``ngpt``, a Transformer too, has a file
+of its own). Every unit's formula is in ``blocks.py`` (or, for He 2016's ablation of orderings and the DenseNet
+layer, in the family's file).
 
 The public API — what a plugin (``python -m bench ... --plugin FILE.py``, see ``bench.plugins``) may use; it
 stays stable across releases:
@@ -19,12 +20,14 @@ stays stable across releases:
   :class:`SandwichNorm`;
 - nets: :class:`CifarSpec` (depth, width, classes, input channels, block, shortcut, stochastic depth,
   init; validated) and :func:`build_cifar` (He 2015's CIFAR stem, three stages, head around a unit factory
-  given a :class:`Slot`), :func:`make_shortcut` (He 2015's options A/B/C), :func:`conv_branch`.
+  given a :class:`Slot`), :func:`make_shortcut` (He 2015's options A/B/C), :func:`conv_branch`;
+- the training hook: a model may define ``after_optimizer_step()``; the harness calls it under ``torch.no_grad()``
+  after every optimiser step (nGPT puts its matrices back on the unit sphere there).
 
 A variant's axes are derived from the units and combinators it builds (see :func:`describe`).
 """
 
-from . import cifar, densenet, imagenet, mlp, normfree, preact, resnext, transformer, wrn  # noqa: F401  (families)
+from . import cifar, densenet, hyper, imagenet, mlp, ngpt, normfree, preact, resnext, transformer, wrn  # noqa: F401  (families)
 from .blocks import (
     POSTACT,
     PREACT,

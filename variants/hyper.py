@@ -1,0 +1,248 @@
+"""Multi-stream residuals for the Transformer LM: the stream widened to n copies, mixed by learned matrices.
+
+- ``hyper_connections``: Zhu et al. 2025, "Hyper-Connections" (ICLR 2025, arXiv 2409.19606). The residual stream
+  becomes a hidden matrix H ∈ R^{n×d} (n copies of the embeddings, §2.1); every sublayer T (attention and
+  feed-forward each have their own connection) reads ``h_0 = A_mᵀ H`` (width connection, Eq. 3) and writes
+  ``Ĥ = Bᵀ T(h_0) + A_rᵀ H`` (depth connection and stream mixing, Eqs. 4–5; HC matrix [[0, B], [A_m, A_r]],
+  Eq. 1); the model's output is the row sum of the last H, then the final norm (Algorithm 1). ``dynamic=True``
+  (DHC, the paper's default) adds input-dependent terms from ``H̄ = norm(H)`` (Eqs. 10–13):
+  ``B(H) = s_β·tanh(H̄ W_β)ᵀ + B``, ``A_m(H) = s_α·tanh(H̄ W_m) + A_m``, ``A_r(H) = s_α·tanh(H̄ W_r) + A_r``;
+  ``dynamic=False`` is SHC. Init (§2.3, Eq. 14): W = 0, s_α = s_β = 0.01 (Algorithm 2), B = 1, A_r = I and
+  A_m = e_{k mod n}, k the sublayer's index — the paper's "layer" T is one attention or one FFN (Fig. 7
+  numbers them one by one). All n streams then stay equal, each ``h + T(h)``, and the model *is* its Pre-LN
+  base: each sublayer's body is ``F(LN(h_0))`` (§G.1, ``T := T ∘ Norm``), and the final norm of the sum
+  ``n·h`` equals ``LN(h)`` but for the norm's ε (``LN_ε(n·h) = LN_{ε/n²}(h)``).
+- ``mhc``: Xie et al. 2025, "mHC: Manifold-Constrained Hyper-Connections" (DeepSeek-AI, arXiv 2512.24880).
+  The same stream and sublayer, ``x_{l+1} = H_res x_l + H_postᵀ F(H_pre x_l)`` (Eq. 3), with the mappings
+  projected onto manifolds (§4.1–4.2): from ``x' = RMSNorm(vec(x_l))`` (all n·d entries of a token at
+  once; the norm's weight absorbed in φ, §4.3.1) the raw mappings are ``α·(x' φ) + b`` (Eq. 7), then
+  ``H_pre = σ(·)``, ``H_post = 2σ(·)``, ``H_res = Sinkhorn-Knopp(·)`` (Eq. 8): exp, then t_max = 20
+  alternating column/row normalisations (Eq. 9), a doubly stochastic matrix up to the iteration's error.
+
+Where mHC differs from Hyper-Connections: one projection reads the whole flattened token (HC reads each
+stream's own d-vector, so its coefficients are per stream); no tanh; three gates α (HC shares s_α between
+A_m and A_r); H_pre, H_post non-negative and bounded; H_res doubly stochastic (rows sum to 1 exactly here,
+columns to the Sinkhorn tolerance) where HC's A_r is free; H_res multiplies x_l where HC applies A_rᵀ. The
+mHC paper gives only α = 0.01 and t_max = 20 (App. A.1); φ = 0 follows HC, and the biases are ours:
+``b_post = 0`` (H_post = 1, HC's B exactly), ``b_pre = ±g`` (+g on stream k mod n, a sigmoid's stand-in
+for HC's one-hot) and ``b_res = g·I`` (diagonally dominant: HC's identity would need infinite logits), with
+g = ``MHC_INIT_GAP``; asymmetric, or the n streams could never become different. What mHC equals at init:
+H_pre sums to c = σ(g) + (n-1)σ(-g) instead of 1, so each sublayer's norm sees c·h, and the final norm n·h;
+otherwise the streams stay equal (H_res's rows sum to 1) and it computes Pre-LN exactly — i.e. it is
+Pre-LN with the sublayers' norms' ε divided by c² and the final norm's by n².
+
+Deviations: the stream is summed before the final norm in both (HC's Algorithm 1; the mHC paper does not
+say); mHC's RMSNorm takes the family's ε (1e-5, every norm's here) for the paper's 1e-20; HC's √n rescale
+of the output projections' init (§4 "Implementation") is not applied, because initialisation is an axis of
+its own here (``init=``) held equal across placements; dropping weight decay on the static parts is the
+optimiser's business, not the model's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, cast
+
+import torch
+from torch import nn
+
+from .blocks import NormFactory, ResidualUnit
+from .combinators import Add, Combinator
+from .registry import register
+from .transformer import DEFAULT_INIT, LN_EPS, Recipe, Stream, TransformerLM
+
+GATE_INIT = 0.01  # s_α, s_β (HC Algorithm 2) and α^pre, α^post, α^res (mHC App. A.1)
+SINKHORN_ITERS = 20  # mHC's t_max (§4.2, App. A.1)
+MHC_INIT_GAP = 3.0  # our bias scale for mHC's H_pre and H_res: σ(3) = 0.95; H_res's diagonal 0.87 at n = 4
+
+Weights = tuple[torch.Tensor, torch.Tensor, torch.Tensor]  # (read-in, stream mixing, write-out) of one sublayer
+
+
+class HyperStream(Stream):
+    """HC §2.1: the embeddings copied into n streams, ``H⁰ = (h⁰ … h⁰)ᵀ`` of shape (..., n, d); at the end the
+    rows are summed (Algorithm 1) before the final norm and the head."""
+
+    def __init__(self, n: int) -> None:
+        super().__init__()
+        self.n = n
+
+    def begin(self, x: torch.Tensor) -> torch.Tensor:
+        return x.unsqueeze(-2).expand(*x.shape[:-1], self.n, x.shape[-1])
+
+    def end(self, state: torch.Tensor) -> torch.Tensor:
+        return state.sum(-2)
+
+
+class HyperJoin(Combinator):
+    """A multi-stream join: ``forward(h, fx)`` writes the branch output fx (..., d) into the streams h (..., n, d);
+    :meth:`read` is the other half, the branch's input. Both take the sublayer's :meth:`weights` of h (computed
+    once by :class:`HyperUnit`; from h again when not given)."""
+
+    def weights(self, h: torch.Tensor) -> Weights:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def read(self, h: torch.Tensor, w: Weights | None = None) -> torch.Tensor:
+        pre = (w if w is not None else self.weights(h))[0]
+        return torch.einsum("...i,...id->...d", pre, h)  # HC Eq. 3, h_0ᵀ = A_mᵀH; mHC's H_pre x_l
+
+
+class HyperConnection(HyperJoin):
+    """Zhu et al. 2025, Hyper-Connections, of the k-th sublayer (``index``): static parameters B, A_m, A_r
+    (Eq. 1) initialised by Eq. 14; with ``norm`` (DHC) the dynamic terms of Eqs. 10–13 from ``H̄ = norm(H)``."""
+
+    axis = "hyper"
+
+    def __init__(self, n: int, d_model: int, index: int, norm: NormFactory | None = None) -> None:
+        super().__init__()
+        self.b = nn.Parameter(torch.ones(n))  # B, 1×n: weights of the layer output (depth connection)
+        a_m = torch.zeros(n)
+        a_m[index % n] = 1.0
+        self.a_m = nn.Parameter(a_m)  # A_m, n×1: weights of the layer input (width connection)
+        self.a_r = nn.Parameter(torch.eye(n))  # A_r, n×n: stream to stream
+        self.norm: nn.Module | None = None
+        if norm is not None:  # DHC: W = 0, so the dynamic terms start at 0 (§2.3)
+            self.norm = norm()
+            self.w_beta = nn.Parameter(torch.zeros(d_model))
+            self.w_m = nn.Parameter(torch.zeros(d_model))
+            self.w_r = nn.Parameter(torch.zeros(d_model, n))
+            self.s_alpha = nn.Parameter(torch.tensor(GATE_INIT))
+            self.s_beta = nn.Parameter(torch.tensor(GATE_INIT))
+
+    def weights(self, h: torch.Tensor) -> Weights:
+        """(A_m, A_r, B): the parameters (SHC), or per token (DHC, Eqs. 10–13: row i from stream i)."""
+        if self.norm is None:
+            return self.a_m, self.a_r, self.b
+        h_bar = self.norm(h)  # Eq. 10
+        a_m = self.s_alpha * torch.tanh(h_bar @ self.w_m) + self.a_m  # Eq. 12, (..., n)
+        a_r = self.s_alpha * torch.tanh(h_bar @ self.w_r) + self.a_r  # Eq. 13, (..., n, n)
+        b = self.s_beta * torch.tanh(h_bar @ self.w_beta) + self.b  # Eq. 11, (..., n)
+        return a_m, a_r, b
+
+    def forward(self, h: torch.Tensor, fx: torch.Tensor, w: Weights | None = None) -> torch.Tensor:
+        _, a_r, b = w if w is not None else self.weights(h)
+        # Eq. 5: Ĥ = Bᵀ T(h_0)ᵀ + H', H' = A_rᵀ H (Eq. 4)
+        return b.unsqueeze(-1) * fx.unsqueeze(-2) + torch.einsum("...ij,...id->...jd", a_r, h)
+
+
+def sinkhorn_knopp(logits: torch.Tensor, iters: int = SINKHORN_ITERS) -> torch.Tensor:
+    """mHC Eq. 9 over the last two dimensions: ``M⁽⁰⁾ = exp(logits)``, ``M⁽ᵗ⁾ = T_r(T_c(M⁽ᵗ⁻¹⁾))`` for t ≤ iters.
+
+    Computed on log M (the same iterates, without exp overflowing): rows end summing to 1 to rounding, columns
+    to within Sinkhorn's linear convergence after ``iters`` steps; every entry positive."""
+    log_m = logits
+    for _ in range(iters):
+        log_m = log_m - torch.logsumexp(log_m, dim=-2, keepdim=True)  # T_c: each column sums to 1
+        log_m = log_m - torch.logsumexp(log_m, dim=-1, keepdim=True)  # T_r: each row sums to 1
+    return log_m.exp()
+
+
+class ManifoldHyperConnection(HyperJoin):
+    """Xie et al. 2025, mHC, of the k-th sublayer (``index``): ``φ`` (n·d × n, n, n²) and the gates ``α`` project
+    the RMS-normalised flattened token (Eq. 7); sigmoid, 2·sigmoid and Sinkhorn-Knopp place H_pre, H_post and
+    H_res on their manifolds (Eq. 8). Init: φ = 0, α = 0.01, biases as in the module docstring."""
+
+    axis = "mhc"
+
+    def __init__(self, n: int, d_model: int, index: int, sinkhorn_iters: int = SINKHORN_ITERS) -> None:
+        super().__init__()
+        self.n, self.sinkhorn_iters = n, sinkhorn_iters
+        self.phi_pre = nn.Parameter(torch.zeros(n * d_model, n))
+        self.phi_post = nn.Parameter(torch.zeros(n * d_model, n))
+        self.phi_res = nn.Parameter(torch.zeros(n * d_model, n * n))
+        self.alpha_pre = nn.Parameter(torch.tensor(GATE_INIT))
+        self.alpha_post = nn.Parameter(torch.tensor(GATE_INIT))
+        self.alpha_res = nn.Parameter(torch.tensor(GATE_INIT))
+        b_pre = torch.full((n,), -MHC_INIT_GAP)
+        b_pre[index % n] = MHC_INIT_GAP
+        self.b_pre = nn.Parameter(b_pre)
+        self.b_post = nn.Parameter(torch.zeros(n))  # 2σ(0) = 1: HC's B
+        self.b_res = nn.Parameter(MHC_INIT_GAP * torch.eye(n))
+
+    def weights(self, h: torch.Tensor) -> Weights:
+        """(H_pre, H_res, H_post) per token, Eqs. 7–9."""
+        x = h.flatten(-2)  # vec(x_l), (..., n·d)
+        x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + LN_EPS)  # RMSNorm, its weight absorbed in φ
+        pre = torch.sigmoid(self.alpha_pre * (x @ self.phi_pre) + self.b_pre)
+        post = 2 * torch.sigmoid(self.alpha_post * (x @ self.phi_post) + self.b_post)
+        res = self.alpha_res * (x @ self.phi_res).unflatten(-1, (self.n, self.n)) + self.b_res  # mat(·), row-major
+        return pre, sinkhorn_knopp(res, self.sinkhorn_iters), post
+
+    def forward(self, h: torch.Tensor, fx: torch.Tensor, w: Weights | None = None) -> torch.Tensor:
+        _, res, post = w if w is not None else self.weights(h)
+        return res @ h + post.unsqueeze(-1) * fx.unsqueeze(-2)  # Eq. 3: H_res x_l + H_postᵀ F(H_pre x_l)
+
+
+class HyperUnit(ResidualUnit):
+    """A Pre-LN sublayer on n streams: ``H ← join(H, F(LN(read(H))))`` — HC Algorithm 3 (the width connection,
+    then the block's own norm), mHC's order too (its Table 3 keeps H_pre x_l, then RMSNorm(H_pre x_l)).
+    ``body`` is F; the join holds every connection weight, so probes count F's weights as the branch's."""
+
+    placement = "pre"
+
+    def __init__(self, body: nn.Module, combine: HyperJoin, norm: NormFactory, *, drop_path: float = 0.0) -> None:
+        super().__init__(body, combine, drop_path=drop_path)
+        self.norm_in = norm()  # the name PreNorm uses: a Pre-LN state dict loads into the trunk as it is
+
+    @property
+    def join(self) -> HyperJoin:
+        return cast(HyperJoin, self.combine)
+
+    def forward(self, h: torch.Tensor) -> torch.Tensor:
+        w = self.join.weights(h)
+        return self.combine(h, self.drop_path(self.body(self.norm_in(self.join.read(h, w)))), w)
+
+
+def _positive_int(name: str, value: object, what: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name} ({what}) must be a positive integer, got {value!r}")
+    return value
+
+
+def _unused_add(*_: int) -> Combinator:
+    return Add()  # the recipe's per-sublayer join, unused: a HyperUnit builds its own (it needs the sublayer index)
+
+
+def _lm(paper: str, n: int, join: Callable[[int, NormFactory], HyperJoin], trunk: dict[str, Any]) -> TransformerLM:
+    """The family's LM (its defaults and validation) around n streams and Pre-LN sublayers joined by ``join(index,
+    norm)`` — index 2i is layer i's attention, 2i + 1 its feed-forward."""
+    recipe = Recipe(
+        paper, lambda depth: ["pre"] * depth, _unused_add,
+        unit=lambda index, placement, body, combine, norm: HyperUnit(body, join(index, norm), norm),
+        stream=lambda norm: HyperStream(n),
+    )
+    return TransformerLM(recipe, **trunk)
+
+
+HC_PAPER = ("Zhu et al. 2025, Hyper-Connections (ICLR 2025, arXiv 2409.19606): n streams, static/dynamic HC "
+            "(§2.1-2.3, Eqs. 1-14), Pre-LN base")
+MHC_PAPER = ("Xie et al. 2025, mHC: Manifold-Constrained Hyper-Connections (DeepSeek-AI, arXiv 2512.24880): H_res "
+             "doubly stochastic by Sinkhorn-Knopp (§4.1-4.2, Eqs. 3, 7-9), Pre-LN base")
+
+
+@register("hyper_connections", family="transformer", paper=HC_PAPER)
+def hyper_connections(
+    *, depth: int = 6, d_model: int = 128, n_heads: int = 4, d_ff: int = 512, vocab_size: int = 256,
+    max_len: int = 256, dropout: float = 0.0, bias: bool = True, init: str = DEFAULT_INIT, norm: str = "layernorm",
+    ffn: str = "gelu", n: int = 4, dynamic: bool = True,
+) -> TransformerLM:
+    """Hyper-Connections with expansion rate ``n`` (the paper's default 4); ``dynamic``: DHC (True) or SHC."""
+    _positive_int("n", n, "the expansion rate, the number of residual streams")
+    if not isinstance(dynamic, bool):
+        raise ValueError(f"dynamic must be True (dynamic hyper-connections) or False (static), got {dynamic!r}")
+    return _lm(HC_PAPER, n, lambda index, make_norm: HyperConnection(n, d_model, index, make_norm if dynamic else None),
+               dict(depth=depth, d_model=d_model, n_heads=n_heads, d_ff=d_ff, vocab_size=vocab_size, max_len=max_len,
+                    dropout=dropout, bias=bias, init=init, norm=norm, ffn=ffn))
+
+
+@register("mhc", family="transformer", paper=MHC_PAPER)
+def mhc(
+    *, depth: int = 6, d_model: int = 128, n_heads: int = 4, d_ff: int = 512, vocab_size: int = 256,
+    max_len: int = 256, dropout: float = 0.0, bias: bool = True, init: str = DEFAULT_INIT, norm: str = "layernorm",
+    ffn: str = "gelu", n: int = 4, sinkhorn_iters: int = SINKHORN_ITERS,
+) -> TransformerLM:
+    """mHC with expansion rate ``n`` (the paper's 4) and ``sinkhorn_iters`` Sinkhorn-Knopp steps (its t_max, 20)."""
+    _positive_int("n", n, "the expansion rate, the number of residual streams")
+    _positive_int("sinkhorn_iters", sinkhorn_iters, "Sinkhorn-Knopp iterations, the paper's t_max")
+    return _lm(MHC_PAPER, n, lambda index, make_norm: ManifoldHyperConnection(n, d_model, index, sinkhorn_iters),
+               dict(depth=depth, d_model=d_model, n_heads=n_heads, d_ff=d_ff, vocab_size=vocab_size, max_len=max_len,
+                    dropout=dropout, bias=bias, init=init, norm=norm, ffn=ffn))
