@@ -1,5 +1,5 @@
-"""The command line: ``python -m bench COMMAND`` (list, run, leaderboard, show, probe, diff, plot, report, sweep,
-reproduce, data, perf, recipes).
+"""The command line: ``python -m bench COMMAND`` (list, run, leaderboard, compare, show, probe, diff, plot, report,
+sweep, reproduce, data, perf, recipes).
 
 Bad input (unknown variant, task or option, invalid depth, missing or corrupt dataset, a plugin that
 fails to load or whose model fails a forward on the task) prints one line starting with ``error:`` and
@@ -155,28 +155,82 @@ def summary(result: dict[str, Any], results_dir: str) -> str:
     return " ".join(lines)
 
 
-def cmd_leaderboard(ns: argparse.Namespace) -> int:
+def _board(ns: argparse.Namespace) -> tuple[Any, list[Any]]:
+    """The leaderboard (only ``--study``'s runs when given) and the run JSONs."""
     from .results import ResultsStore
-    from .stats import aggregate, by_configuration
 
     store = ResultsStore(ns.results_dir)
-    df = store.load_leaderboard()
+    board = store.load_leaderboard()
+    if getattr(ns, "study", None) and not board.empty:
+        if ns.study not in set(board["study"].dropna()):
+            studies = ", ".join(sorted(map(str, board["study"].dropna().unique()))) or "none"
+            raise UsageError(f"no runs of study {ns.study!r} in {ns.results_dir}; studies there: {studies}")
+        board = board[board["study"] == ns.study].reset_index(drop=True)
+    return board, store.load_runs()
+
+
+def _cell(mean: float, ci: float, n: float) -> str:
+    """``mean ± CI (n)``: the 95% t half-width over the counted runs; one run has no CI."""
+    import math
+
+    if not n:
+        return "—"
+    if n == 1 or not math.isfinite(ci):
+        return f"{mean:.4g} ({int(n)})"
+    return f"{mean:.4g} ± {ci:.2g} ({int(n)})"
+
+
+def cmd_leaderboard(ns: argparse.Namespace) -> int:
+    from .stats import aggregate, by_configuration
+
+    df, runs = _board(ns)
     if df.empty:
         print(f"no runs in {ns.results_dir}")
         return 0
+    metrics = list(ns.metrics or LEADERBOARD_METRICS)
+    unknown = [m for m in metrics if m not in df.columns]
+    if unknown:
+        raise UsageError(f"unknown metric(s) {unknown}; leaderboard columns: {', '.join(df.columns)}")
     # Seeds pool only with seeds: one row per configuration, showing the fields in which configurations differ.
-    named, by = by_configuration(df, store.load_runs())
-    table = aggregate(named, by=by, metrics=LEADERBOARD_METRICS)
-    keep = [c for c in table.columns if not c.endswith(("_ci_low", "_ci_high", "_median"))]
-    table = table[keep]
+    named, by = by_configuration(df, runs)
+    full = aggregate(named, by=by, metrics=metrics)
     if ns.sort:
-        if ns.sort not in table.columns:
-            raise UsageError(f"cannot sort by {ns.sort!r}; columns: {', '.join(map(str, table.columns))}")
-        table = table.sort_values(ns.sort, ascending=ns.ascending)
+        key = ns.sort if ns.sort in full.columns else f"{ns.sort}_mean"
+        if key not in full.columns:
+            raise UsageError(f"cannot sort by {ns.sort!r}; choose a metric ({', '.join(metrics)}) or one of: "
+                             f"{', '.join(map(str, full.columns))}")
+        full = full.sort_values(key, ascending=ns.ascending, kind="stable")
+    for path, write in ((ns.csv, lambda p: full.to_csv(p, index=False)),
+                        (ns.json, lambda p: full.to_json(p, orient="records", indent=1))):
+        if path:
+            write(path)
+            print(f"full table ({len(full.columns)} columns) written to {path}")
+    compact = full[[*by, "n_runs", "n_failed"]].copy()
+    for m in metrics:
+        compact[m] = [_cell(*v) for v in zip(full[f"{m}_mean"], full[f"{m}_ci"], full[f"{m}_n"], strict=True)]
     import pandas as pd
 
-    with pd.option_context("display.max_rows", None, "display.max_columns", None, "display.width", 200):
-        print(table.to_string(index=False))
+    with pd.option_context("display.max_rows", None, "display.max_columns", None, "display.width", 250):
+        print(compact.to_string(index=False))
+    return 0
+
+
+def cmd_compare(ns: argparse.Namespace) -> int:
+    from .compare import compare_table, render
+
+    df, runs = _board(ns)
+    for cond in ns.where or []:
+        key, sep, value = cond.partition("=")
+        if not sep or key not in df.columns:
+            raise UsageError(f"--where wants COLUMN=VALUE with a leaderboard column, got {cond!r}")
+        df = df[df[key].astype(str) == value].reset_index(drop=True)
+    if df.empty:
+        raise UsageError(f"no runs to compare in {ns.results_dir}{' after --where' if ns.where else ''}")
+    try:
+        table = compare_table(df, runs, ns.baseline, ns.metric or ["final_val_loss"])
+    except ValueError as e:
+        raise UsageError(str(e)) from e
+    print(render(table, ns.format), end="" if ns.format == "csv" else "\n")
     return 0
 
 
@@ -357,11 +411,25 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("--quiet", action="store_true", help="no progress bar and no summary")
     q.set_defaults(fn=cmd_run)
 
-    q = sub.add_parser("leaderboard", help="the leaderboard aggregated over seeds (mean, std, 95%% CI, n)")
+    q = sub.add_parser("leaderboard", help="the leaderboard over seeds: one 'mean ± 95%% CI (n)' cell per metric")
     results(q)
-    q.add_argument("--sort", help="column to sort by, e.g. final_val_acc_mean")
+    q.add_argument("--metrics", nargs="+", metavar="COL",
+                   help=f"leaderboard columns to show (default: {' '.join(LEADERBOARD_METRICS)})")
+    q.add_argument("--study", help="only the runs of this study")
+    q.add_argument("--sort", help="a metric (its mean) or a column of the full table to sort by")
     q.add_argument("--ascending", action="store_true", help="sort ascending (default: descending)")
+    q.add_argument("--csv", metavar="FILE", help="also write the full table (mean, std, n, CI, median) as CSV")
+    q.add_argument("--json", metavar="FILE", help="also write the full table as JSON records")
     q.set_defaults(fn=cmd_leaderboard)
+
+    q = sub.add_parser("compare", help="metrics per configuration against a baseline variant: Welch tests, Holm")
+    results(q)
+    q.add_argument("--baseline", required=True, help="the variant every other row is compared with, e.g. preln")
+    q.add_argument("--metric", nargs="+", metavar="COL", help="leaderboard columns (default: final_val_loss)")
+    q.add_argument("--study", help="only the runs of this study")
+    q.add_argument("--where", action="append", metavar="COL=VALUE", help="only runs with this value (repeatable)")
+    q.add_argument("--format", choices=("markdown", "csv", "latex"), default="markdown", help="(default: markdown)")
+    q.set_defaults(fn=cmd_compare)
 
     q = sub.add_parser("show", help="one run: its row and evaluation curve")
     q.add_argument("run_id", help="run id, or a unique prefix of one")

@@ -1,0 +1,139 @@
+"""`bench compare` (Welch tests against a baseline, Holm's correction) and the compact `bench leaderboard`."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from scipy import stats as sps
+
+from bench.cli import main
+from bench.compare import compare_table, holm, render
+from bench.results import COLUMNS, ResultsStore
+
+# Final validation losses per (variant, depth): three seeds each; "pinned" brings its own init (a field only it
+# has a value of its own in), "broken" has one diverged seed that must not count.
+LOSSES = {
+    ("base", 6): [2.0, 2.1, 2.2],
+    ("base", 24): [1.8, 1.9, 1.7],
+    ("good", 6): [1.5, 1.6, 1.55],
+    ("good", 24): [1.81, 1.85, 1.79],
+    ("pinned", 6): [2.5, 2.4, 2.6],
+    ("broken", 6): [1.0, 1.1, float("nan")],
+}
+INIT = {"base": "xavier", "good": "xavier", "pinned": "t_fixup", "broken": "xavier"}
+
+
+def board() -> pd.DataFrame:
+    rows = []
+    for (variant, depth), losses in LOSSES.items():
+        for seed, loss in enumerate(losses):
+            config = f"{list(LOSSES).index((variant, depth)):08x}"
+            row = dict.fromkeys(COLUMNS, None) | {
+                "run_id": f"{variant}-d{depth}-tinytext-{config}-s{seed}", "config_hash": config, "variant": variant,
+                "depth": depth, "task": "tinytext", "seed": seed, "init": INIT[variant], "lr": 1e-3,
+                "status": "ok" if loss == loss else "diverged", "final_val_loss": loss,
+                "peak_mem_mb": 100.0 + depth, "study": "s",
+            }
+            rows.append(row)
+    return pd.DataFrame(rows, columns=list(COLUMNS))
+
+
+def test_holm_by_hand() -> None:
+    # m = 4: sorted 0.01, 0.02, 0.03, 0.5 -> 0.04, max(0.04, 0.06), max(0.06, 0.06), max(0.06, 0.5)
+    np.testing.assert_allclose(holm([0.03, 0.5, 0.01, 0.02]), [0.06, 0.5, 0.04, 0.06])
+    out = holm([0.2, float("nan"), 0.9])  # NaN is not a test: m = 2
+    np.testing.assert_allclose(out[[0, 2]], [0.4, 0.9])
+    assert np.isnan(out[1])
+    assert holm([0.6, 0.7]).tolist() == [1.0, 1.0]  # capped at 1
+
+
+def test_each_row_against_the_baseline_at_its_depth() -> None:
+    t = compare_table(board(), None, "base", ["final_val_loss"])
+    by_key = {(r.variant, r.depth): r for r in t.itertuples()}
+    good6, good24 = by_key[("good", 6)], by_key[("good", 24)]
+    assert good6.diff == pytest.approx(np.mean(LOSSES[("good", 6)]) - np.mean(LOSSES[("base", 6)]))
+    welch = sps.ttest_ind(LOSSES[("good", 24)], LOSSES[("base", 24)], equal_var=False)
+    assert good24.p == pytest.approx(welch.pvalue)
+    assert by_key[("broken", 6)].n == 2  # the diverged seed is not averaged in
+    # the pinned init comes with the variant: compared at its depth all the same
+    assert np.isfinite(by_key[("pinned", 6)].p) and by_key[("pinned", 6)].diff == pytest.approx(0.4)
+    assert np.isnan(by_key[("base", 6)].p) and np.isnan(by_key[("base", 6)].diff)
+    ps = t["p"].to_numpy()
+    np.testing.assert_allclose(t["p_holm"], holm(ps), equal_nan=True)
+    assert (t["p_holm"].dropna() >= t["p"].dropna()).all()
+
+
+def test_a_field_that_varies_within_a_variant_must_match() -> None:
+    b = board()
+    b.loc[(b["variant"] == "good") & (b["depth"] == 6), ["lr", "config_hash"]] = [3e-3, "ffffffff"]
+    t = compare_table(b, None, "base", ["final_val_loss"])
+    assert "lr" in t.columns
+    row = t[(t["variant"] == "good") & (t["depth"] == 6)].iloc[0]
+    assert np.isnan(row["p"])  # no baseline at lr 3e-3: left uncompared, never matched to another lr
+
+
+def test_errors_name_the_fix() -> None:
+    with pytest.raises(ValueError, match=r"baseline 'nope' has no runs here; variants present: base, broken"):
+        compare_table(board(), None, "nope", ["final_val_loss"])
+    with pytest.raises(ValueError, match=r"unknown metric\(s\) \['loss'\]"):
+        compare_table(board(), None, "base", ["loss"])
+    with pytest.raises(ValueError, match="format must be one of"):
+        render(compare_table(board(), None, "base", ["final_val_loss"]), "html")
+
+
+def test_formats() -> None:
+    t = compare_table(board(), None, "base", ["final_val_loss", "peak_mem_mb"])
+    md = render(t, "markdown").splitlines()
+    assert md[0] == "| variant | depth | task | init | metric | mean ± CI (n) | diff | p (Welch) | p (Holm) |"
+    assert len(md) == 2 + len(t)
+    back = pd.read_csv(io.StringIO(render(t, "csv")))
+    np.testing.assert_allclose(back["p_holm"], t["p_holm"], equal_nan=True)
+    assert "\\begin{tabular}" in render(t, "latex")
+
+
+def write(tmp_path: Path) -> Path:
+    b = board()
+    b.to_csv(tmp_path / "leaderboard.csv", index=False)
+    return tmp_path
+
+
+def test_compare_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    d = str(write(tmp_path))
+    assert main(["compare", "--results-dir", d, "--baseline", "base", "--where", "depth=24", "--format", "csv"]) == 0
+    out = pd.read_csv(io.StringIO(capsys.readouterr().out))
+    assert sorted(out["variant"]) == ["base", "good"] and set(out["depth"]) == {24}
+    assert main(["compare", "--results-dir", d, "--baseline", "nope"]) == 2
+    assert "error: baseline 'nope' has no runs here" in capsys.readouterr().err
+    assert main(["compare", "--results-dir", d, "--baseline", "base", "--where", "depth"]) == 2
+    assert "--where wants COLUMN=VALUE" in capsys.readouterr().err
+    assert main(["compare", "--results-dir", d, "--baseline", "base", "--study", "t"]) == 2
+    assert "no runs of study 't'" in capsys.readouterr().err
+
+
+def test_compact_leaderboard(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    d = write(tmp_path)
+    full_csv, full_json = tmp_path / "full.csv", tmp_path / "full.json"
+    args = ["leaderboard", "--results-dir", str(d), "--metrics", "final_val_loss", "--sort", "final_val_loss",
+            "--ascending", "--csv", str(full_csv), "--json", str(full_json)]
+    assert main(args) == 0
+    lines = capsys.readouterr().out.splitlines()
+    table = [line for line in lines if not line.startswith("full table")]
+    assert table[0].split() == ["variant", "depth", "task", "init", "n_runs", "n_failed", "final_val_loss"]
+    first = table[1].split()  # sorted ascending by the mean: the diverged seed's config first (mean 1.05, n 2)
+    assert first[:2] == ["broken", "6"] and " ".join(first[-4:]) == "1.05 ± 0.64 (2)"
+    full = pd.read_csv(full_csv)
+    assert {"final_val_loss_mean", "final_val_loss_ci", "final_val_loss_median"} <= set(full.columns)
+    assert len(json.loads(full_json.read_text())) == len(full) == len(LOSSES)
+    assert main(["leaderboard", "--results-dir", str(d), "--metrics", "loss"]) == 2
+    assert "unknown metric(s) ['loss']" in capsys.readouterr().err
+    assert main(["leaderboard", "--results-dir", str(d), "--sort", "nope"]) == 2
+    assert "cannot sort by 'nope'" in capsys.readouterr().err
+
+
+def test_store_reads_the_written_board(tmp_path: Path) -> None:
+    assert len(ResultsStore(write(tmp_path)).load_leaderboard()) == sum(map(len, LOSSES.values()))
