@@ -590,3 +590,18 @@ def test_admin_profile_by_hand() -> None:
     assert variants.describe("admin")["fixed"] == {"init": "admin"}
     assert isinstance(model.blocks[0].attn.combine.alpha, nn.Parameter)  # learnable, per dimension
     assert model.blocks[0].attn.combine.alpha.shape == (16,)
+
+
+@pytest.mark.parametrize("depth", [2, 6, 24])
+@pytest.mark.parametrize("name", SMALL)
+def test_every_variant_builds_and_trains_a_step_at_depth(name: str, depth: int) -> None:
+    """Issue 11's floor: every Transformer of the registry builds at depths 2, 6 and 24 and passes a forward and a
+    backward with finite values and a gradient on every parameter."""
+    torch.manual_seed(0)
+    model = variants.create(name, **{**TINY, "depth": depth})
+    idx = torch.randint(0, TINY["vocab_size"], (2, TINY["max_len"]))
+    logits = model(idx)
+    assert logits.shape == (2, TINY["max_len"], TINY["vocab_size"]) and torch.isfinite(logits).all()
+    F.cross_entropy(logits.flatten(0, 1), idx.flatten()).backward()
+    missing = [n for n, p in model.named_parameters() if p.grad is None or not torch.isfinite(p.grad).all()]
+    assert not missing
