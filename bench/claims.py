@@ -230,7 +230,7 @@ def parse_claims(tables: Any, source: str = "study") -> list[Claim]:
 
 def load_claims(path: str | Path) -> list[Claim]:
     """The claims of a study file (none if it declares none)."""
-    from bench.sweep import read_study_file  # sweep imports the model registry: only when a file is read
+    from bench.study import read_study_file  # sweep imports the model registry: only when a file is read
 
     return parse_claims(read_study_file(path).get("claims", []), str(path))
 

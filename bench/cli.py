@@ -118,13 +118,13 @@ def cmd_list(ns: argparse.Namespace) -> int:
 
 
 def cmd_run(ns: argparse.Namespace) -> int:
-    from .run import execute
+    from . import api
 
     cfg = config_from_args(ns)
     progress = not ns.quiet and sys.stderr.isatty()
-    result = execute(cfg, ns.results_dir, progress=progress)
+    result = api.run(cfg=cfg, results_dir=ns.results_dir, progress=progress)
     if not ns.quiet:
-        print(summary(result, ns.results_dir))
+        print(summary(dict(result.record), ns.results_dir))
     return 0
 
 
@@ -304,27 +304,14 @@ def cmd_report(ns: argparse.Namespace) -> int:
     return 0
 
 
-def _run_study(path: Path, ns: argparse.Namespace, verb: str) -> str:
-    """Run a study file's grid (under ``--preset``) on the chosen executor; returns the study's name."""
-    from .executors import check_options, make_executor, prestart
-    from .results import ResultsStore, atomic_write_text
-    from .sweep import load_study, run_sweep
+def _run_study(path: Path, ns: argparse.Namespace, verb: str, report: bool = False) -> None:
+    """Run a study file's grid (under ``--preset``) on the chosen executor: :func:`bench.api.sweep`."""
+    from . import api
 
-    check_options(ns.executor, ns.jobs, ns.gpus_per_run)
-    prestart(ns.executor)
-    study = load_study(path).with_variants(ns.add_variant or [])
-    configs = study.configs(ns.preset)  # validated, checked for confounds, plugins run forward: before anything runs
-    executor = make_executor(ns.executor, configs, jobs=ns.jobs, gpus_per_run=ns.gpus_per_run)  # starts nothing
-    store = ResultsStore(ns.results_dir)
-    store.preflight()
-    # The study file travels with its results: `bench report` reads its claims from there.
-    atomic_write_text(store.root / "studies" / f"{study.name}.toml", path.read_text(encoding="utf-8"))
-    added = f" with {', '.join(study.added)} added" if study.added else ""
-    slots = f", {executor.slots} at a time" if executor.slots > 1 else ""
-    print(f"{verb} {study.name!r} ({ns.preset or 'full'}){added}: {len(configs)} runs{slots} -> {ns.results_dir}")
-    run_sweep(configs, ns.results_dir, executor, resume=ns.resume, measure_every_run=ns.measure_every_run,
-              progress=not ns.quiet, command=_resume_command(ns))
-    return study.name
+    api.sweep(path, preset=ns.preset, executor=ns.executor, jobs=ns.jobs, gpus_per_run=ns.gpus_per_run,
+              results_dir=ns.results_dir, resume=ns.resume, measure_every_run=ns.measure_every_run,
+              add_variants=ns.add_variant or [], progress=not ns.quiet, report=report,
+              command=_resume_command(ns), verb=verb)
 
 
 def _resume_command(ns: argparse.Namespace) -> str:
@@ -352,11 +339,9 @@ def cmd_sweep(ns: argparse.Namespace) -> int:
 
 
 def cmd_reproduce(ns: argparse.Namespace) -> int:
-    from .report import write_report
-    from .sweep import study_path
+    from .study import study_path
 
-    name = _run_study(study_path(ns.name), ns, "reproducing")
-    print(write_report(ns.results_dir, name))  # draws the figures too
+    _run_study(study_path(ns.name), ns, "reproducing", report=True)  # the figures and REPORT.md too
     return 0
 
 

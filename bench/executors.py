@@ -1,4 +1,4 @@
-"""Executors: where the runs of a sweep execute. The sweep's driver (:mod:`bench.sweep`) hands them jobs and
+"""Executors: where the runs of a sweep execute. The sweep's driver (:mod:`bench.study`) hands them jobs and
 reads back events; it alone writes the results directory.
 
 One interface, :class:`Executor`: ``submit`` a :class:`Job` (one RunConfig, and the cost figures it may reuse),
@@ -39,12 +39,12 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from .config import RunConfig
-from .run import Reuse
+from .runner import Reuse
 
 EXECUTORS = ("local",)  # the names --executor takes; each is one class offering the Executor protocol
 STOP_GRACE_S = 5.0  # after SIGTERM, how long a stopped job may take to exit before it is killed
 # Imported once by the server that forks the local executor's processes, so each run starts without importing.
-_PRELOAD = ["torch", "variants", "bench.run", "bench.probes", "bench.tasks", "sklearn.datasets",
+_PRELOAD = ["torch", "variants", "bench.runner", "bench.probes", "bench.tasks", "sklearn.datasets",
             "sklearn.model_selection", "bench.executors"]  # fmt: skip
 
 
@@ -379,7 +379,7 @@ def _work(job: Job, placement: Placement, environ: dict[str, str], results: Any,
     import torch
 
     from . import plugins
-    from .run import classify_failure, one_line, run_config
+    from .runner import classify_failure, one_line, run_config
 
     torch.set_num_threads(placement.threads)
 

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.config import config_from_dict
-from bench.run import execute
+from bench.runner import execute
 
 TIMES = {"train_time_s", "wall_s"}
 

@@ -192,7 +192,7 @@ def test_sweep_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Non
 
 
 def test_shipped_study_expands_to_its_grid() -> None:
-    from bench.sweep import load_study, study_path
+    from bench.study import load_study, study_path
 
     configs = load_study(study_path("degradation")).configs("quick")
     assert len(configs) == 36

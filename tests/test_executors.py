@@ -1,4 +1,4 @@
-"""Executors and the sweep driver (bench.executors, bench.sweep.run_sweep): isolated, parallel, resumable sweeps.
+"""Executors and the sweep driver (bench.executors, bench.study.run_sweep): isolated, parallel, resumable sweeps.
 
 Real processes throughout: a run that kills itself with SIGKILL (a plugin variant whose forward does it on one
 seed), a driver stopped with SIGINT and another killed with SIGKILL from outside, then resumed. Also: cost
@@ -28,7 +28,7 @@ from bench.config import RunConfig
 from bench.executors import Placement, plan_placements, visible_gpus
 from bench.measure import cost_key
 from bench.results import COLUMNS, ResultsStore
-from bench.sweep import load_study
+from bench.study import load_study
 
 REPO = Path(__file__).resolve().parents[1]
 

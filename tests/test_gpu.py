@@ -12,7 +12,7 @@ import torch
 
 from bench.config import RunConfig
 from bench.measure import PEAK_FLOPS, peak_flops
-from bench.run import execute
+from bench.runner import execute
 
 pytestmark = pytest.mark.gpu
 

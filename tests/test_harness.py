@@ -16,7 +16,7 @@ from bench import train as train_mod
 from bench.cli import main
 from bench.config import RunConfig
 from bench.results import COLUMNS, ResultsStore
-from bench.run import execute
+from bench.runner import execute
 
 
 def cfg(**kw: object) -> RunConfig:

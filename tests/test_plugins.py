@@ -26,7 +26,7 @@ import variants
 from bench import plugins
 from bench.cli import main
 from bench.results import ResultsStore
-from bench.sweep import Study, load_study, study_path
+from bench.study import Study, load_study, study_path
 
 REPO = Path(__file__).resolve().parents[1]
 FAST = ["--steps", "2", "--batch-size", "16", "--eval-every", "2", "--measure", "--quiet"]
@@ -343,7 +343,7 @@ def test_readme_plugin_and_command(tmp_path: Path, monkeypatch: pytest.MonkeyPat
                                    capsys: pytest.CaptureFixture[str]) -> None:
     """The command runs as printed, from a directory holding the plugin; only the study's run length is cut:
     its shipped file (grid, `vary`, tolerance, claims) with the quick preset at 2 steps, depth 8, one seed."""
-    import bench.sweep
+    import bench.study
 
     code, argv = readme_section()
     assert argv[:3] == ["python", "-m", "bench"] and argv[3:6] == ["reproduce", "degradation", "--preset"]
@@ -356,7 +356,7 @@ def test_readme_plugin_and_command(tmp_path: Path, monkeypatch: pytest.MonkeyPat
                   "batch_size = 32\nmeasure = []\ndepth = [8]\nseed = [0]\n\n", shipped, count=1)
     assert tiny != shipped
     write(tmp_path / "studies" / "degradation.toml", tiny)
-    monkeypatch.setattr(bench.sweep, "STUDIES_DIR", tmp_path / "studies")
+    monkeypatch.setattr(bench.study, "STUDIES_DIR", tmp_path / "studies")
     monkeypatch.chdir(tmp_path)
 
     assert main(argv[3:]) == 0, capsys.readouterr().err

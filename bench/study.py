@@ -56,7 +56,7 @@ from .fairness import DEFAULT_PARAM_TOLERANCE, check_grid
 if TYPE_CHECKING:
     from .executors import Event, Executor, Job
     from .results import ResultsStore
-    from .run import Reuse
+    from .runner import Reuse
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -198,7 +198,7 @@ def _check_plugin_forwards(configs: list[RunConfig]) -> None:
     """One CPU forward per distinct (plugin variant, model arguments, task) on a real batch of the task.
 
     A task that cannot be built here (a dataset not downloaded) is skipped: its runs are refused one by one
-    (with the same check in :func:`bench.run.execute`) while the sweep goes on.
+    (with the same check in :func:`bench.runner.execute`) while the sweep goes on.
     """
     import torch
 
@@ -354,7 +354,7 @@ class _Driver:
     def _reuse_recorded(self, cfg: RunConfig) -> None:
         """Take a recorded run's cost figures for its configuration, if it measured (or reused) them all."""
         from .measure import complete, cost_key
-        from .run import Reuse
+        from .runner import Reuse
 
         key = cost_key(cfg)
         if self.measure_every_run or not cfg.measure or key in self.sources:
@@ -431,7 +431,7 @@ class _Driver:
 
     def _on(self, event: Event) -> None:
         from .measure import complete, cost_key
-        from .run import Reuse, record, unfinished_run
+        from .runner import Reuse, record, unfinished_run
 
         job, cfg = event.job, event.job.config
         key = cost_key(cfg)

@@ -1,0 +1,74 @@
+"""The Python API (bench.run / sweep / load / compare): the CLI's results, through the same code."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+import bench
+from bench.cli import main
+from bench.results import ResultsStore
+
+FAST = {"steps": 2, "batch_size": 64, "eval_every": 2, "measure": []}
+
+
+def test_public_names() -> None:
+    assert bench.__all__ == ["Results", "Run", "compare", "config", "load", "run", "sweep"]
+
+
+def test_run_records_what_the_cli_records(tmp_path: Path) -> None:
+    run = bench.run("resnet", depth=8, model_args={"init": "xavier"}, results_dir=tmp_path, **FAST)
+    assert run.row["status"] == "ok" and run.row["init"] == "xavier" and run.path.is_file()
+    on_disk = json.loads(run.path.read_text())
+    assert on_disk["run_id"] == run.run_id and on_disk["config"]["model_args"] == [["init", "xavier"]]
+    board = ResultsStore(tmp_path).load_leaderboard()
+    assert board["run_id"].tolist() == [run.run_id]
+    assert board["final_val_acc"][0] == pytest.approx(run.row["final_val_acc"])
+    evals = run.curves[run.curves["split"] == "eval"]
+    assert set(evals["step"]) == {2} and "val_acc" in set(evals["metric"])
+    # The CLI with the same configuration lands on the same run id (same config hash), replacing the row.
+    cli = ["run", "--variant", "resnet", "--depth", "8", "--model-arg", "init=xavier", "--steps", "2",
+           "--batch-size", "64", "--eval-every", "2", "--measure", "--quiet", "--results-dir", str(tmp_path)]
+    assert main(cli) == 0
+    assert ResultsStore(tmp_path).load_leaderboard()["run_id"].tolist() == [run.run_id]
+
+
+def test_bad_input_raises_and_writes_nothing(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="unknown variant 'resnett'"):
+        bench.run("resnett", results_dir=tmp_path, **FAST)
+    with pytest.raises(ValueError, match="--steps must be >= 1, got 0"):
+        bench.run("resnet", results_dir=tmp_path, **{**FAST, "steps": 0})
+    assert not any(tmp_path.iterdir())
+
+
+def test_load_and_compare(tmp_path: Path) -> None:
+    for variant in ("plain", "resnet"):
+        for seed in (0, 1):
+            bench.run(variant, depth=8, seed=seed, results_dir=tmp_path, **FAST)
+    res = bench.load(tmp_path)
+    assert len(res.runs) == 4 and len(res.records) == 4 and res.study is None
+    assert {"split", "step", "metric", "value", "run_id"} <= set(res.curves.columns)
+    board = res.leaderboard(["final_val_acc"])
+    assert sorted(board["variant"]) == ["plain", "resnet"] and set(board["final_val_acc_n"]) == {2}
+    table = bench.compare(res, baseline="plain", metrics=["final_val_acc"])
+    resnet = table[table["variant"] == "resnet"].iloc[0]
+    plain = table[table["variant"] == "plain"].iloc[0]
+    assert resnet["diff"] == pytest.approx(resnet["mean"] - plain["mean"]) and pd.isna(plain["diff"])
+    with pytest.raises(ValueError, match="no runs of study 'nope'"):
+        bench.load(tmp_path, study="nope")
+
+
+def test_sweep_runs_a_study_file(tmp_path: Path) -> None:
+    study = tmp_path / "tiny.toml"
+    study.write_text('name = "tiny"\nvary = ["combinator"]\n[base]\ndepth = 8\nsteps = 2\nbatch_size = 64\n'
+                     'eval_every = 2\nmeasure = []\n[grid]\nvariant = ["plain", "resnet"]\nseed = [0]\n')
+    res = bench.sweep(study, results_dir=tmp_path / "r", progress=False)
+    assert res.study == "tiny" and sorted(res.runs["variant"]) == ["plain", "resnet"]
+    assert set(res.runs["status"]) == {"ok"} and (tmp_path / "r" / "studies" / "tiny.toml").is_file()
+    with pytest.raises(ValueError, match="study file .*missing.toml does not exist"):
+        bench.sweep(tmp_path / "missing.toml", results_dir=tmp_path / "r")
+    with pytest.raises(ValueError, match="no shipped study 'nope'; shipped studies: degradation, frontier"):
+        bench.sweep("nope", results_dir=tmp_path / "r")
