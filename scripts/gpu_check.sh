@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The GPU check of issues #3 and #10, for a machine with CUDA (run from the repository root):
 #   the gpu-marked tests, then short resnet56 runs on synthetic 32x32 in fp32 and in bf16 + channels-last,
-#   their rows written to results/gpu/, then a 24-layer Pre-LN probe table on CUDA and a model diff, then a sweep
-#   on the local executor with one run per GPU. Prints everything; about 3-5 minutes on one modern GPU.
+#   their rows written to results/gpu/, then a 24-layer Pre-LN probe table on CUDA and a model diff, every
+#   Transformer variant's forward/backward in bf16, then a sweep on the local executor with one run per GPU. Prints everything; about 3-5 minutes on one modern GPU.
 set -euo pipefail
 OUT=${1:-results/gpu}
 PY=${PYTHON:-python}
@@ -18,6 +18,30 @@ done
 "$PY" -m bench probe --variant preln --depth 24 --task text --seq-len 64 --batch-size 16 --device cuda \
   --csv "$OUT/probe-preln-d24.csv"
 "$PY" -m bench diff postln preln --depth 12
+# The Transformer family on CUDA in bf16 (issue #11): a forward and backward of every variant at depth 6, and
+# nGPT's renormalisation after the step; mHC's Sinkhorn iterations and the hyper-connection streams included.
+"$PY" - <<'FRONTIER'
+import torch
+import torch.nn.functional as F
+
+import variants
+
+for name in variants.list_variants(family="transformer"):
+    if name == "gpt2_small":
+        continue
+    model = variants.create(name, depth=6).cuda()
+    x = torch.randint(0, 256, (4, 64), device="cuda")
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        loss = F.cross_entropy(model(x).flatten(0, 1).float(), x.flatten())
+    loss.backward()
+    after = getattr(model, "after_optimizer_step", None)
+    if after is not None:
+        with torch.no_grad():
+            after()
+    grads = [p.grad for p in model.parameters() if p.grad is not None]
+    assert torch.isfinite(loss) and all(torch.isfinite(g).all() for g in grads), name
+    print(f"{name}: loss {loss.item():.3f} (cuda, bf16 autocast), {len(grads)} parameter gradients finite")
+FRONTIER
 # Local executor, one run per GPU (issue #10): a sweep of 2 runs per visible GPU with --jobs = the GPU count;
 # each run is pinned to its own GPU through CUDA_VISIBLE_DEVICES, and its row's device names it (cuda:<id>).
 NGPU=$("$PY" -c "from bench.executors import visible_gpus; print(len(visible_gpus()))")
