@@ -1,6 +1,10 @@
 """resbench harness: `python -m bench`, and from Python the functions of :mod:`bench.api` (``bench.run``,
-``bench.sweep``, ``bench.load``, ``bench.compare``; documented there and in the README)."""
+``bench.sweep``, ``bench.load``, ``bench.compare``; documented there and in the README).
 
-from .api import Results, Run, compare, config, load, run, sweep
+No submodule is named like one of them (``bench.runner``, ``bench.study``, ``bench.comparison``): importing a
+submodule sets the package attribute of its name, which would shadow the function.
+"""
 
-__all__ = ["Results", "Run", "compare", "config", "load", "run", "sweep"]
+from .api import Results, Run, compare, load, run, sweep
+
+__all__ = ["Results", "Run", "compare", "load", "run", "sweep"]

@@ -173,7 +173,7 @@ def load(results_dir: str | Path = DEFAULT_RESULTS, study: str | None = None) ->
 def compare(results: Results, baseline: str, metrics: Sequence[str] = ("final_val_loss",)) -> pd.DataFrame:
     """Every configuration of ``results`` against the matching configuration of ``baseline`` — ``bench compare``:
     mean, CI and n per metric, the difference, Welch's p and Holm's correction over the table."""
-    from .compare import compare_table
+    from .comparison import compare_table
 
     board = results.runs.drop(columns=["config"], errors="ignore")
     return compare_table(board, results.records, baseline, list(metrics))

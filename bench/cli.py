@@ -216,7 +216,7 @@ def cmd_leaderboard(ns: argparse.Namespace) -> int:
 
 
 def cmd_compare(ns: argparse.Namespace) -> int:
-    from .compare import compare_table, render
+    from .comparison import compare_table, render
 
     df, runs = _board(ns)
     for cond in ns.where or []:

@@ -140,7 +140,8 @@ def _finite_or_nan(v: Any) -> float:
 
 
 def curves_frame(runs: Iterable[Mapping[str, Any]]) -> pd.DataFrame:
-    """Tidy curves of run JSONs: one row per run, split, step and *recorded* metric.
+    """Tidy curves of run JSONs: one row per run, split, step and *recorded* metric; ``train_time_s`` is the
+    training time (timed steps only, no evaluation) up to an evaluation, NaN on training-step rows.
 
     A metric recorded as null or non-finite (a diverged step) stays as a NaN row, so the line shows a
     gap there instead of joining its neighbours; a metric a point does not record gives no row at all
@@ -151,12 +152,13 @@ def curves_frame(runs: Iterable[Mapping[str, Any]]) -> pd.DataFrame:
         meta = {k: run.get("row", {}).get(k) for k in _META} | {"run_id": run["run_id"]}
         for split in ("train", "eval"):
             for point in run.get("curves", {}).get(split, []):
+                at = {"split": split, "step": point["step"], "train_time_s": _finite_or_nan(point.get("train_time_s"))}
                 rows += [
-                    meta | {"split": split, "step": point["step"], "metric": k, "value": _finite_or_nan(v)}
+                    meta | at | {"metric": k, "value": _finite_or_nan(v)}
                     for k, v in point.items()
                     if k not in _NOT_METRICS
                 ]
-    return pd.DataFrame(rows, columns=[*_META, "split", "step", "metric", "value"])
+    return pd.DataFrame(rows, columns=[*_META, "split", "step", "train_time_s", "metric", "value"])
 
 
 def probes_frame(runs: Iterable[Mapping[str, Any]]) -> pd.DataFrame:

@@ -50,7 +50,7 @@ from bench.plotdata import (
 __all__ = [
     "Frames", "curves_frame", "grad_norm_init_data", "is_ln_transformer", "load_frames", "make_all", "palette",
     "pareto_front",
-    "plot_cost", "plot_degradation", "plot_grad_norm_init", "plot_learning_curves", "plot_pareto",
+    "plot_cost", "plot_degradation", "plot_grad_norm_init", "plot_learning_curves", "plot_loss_vs_time", "plot_pareto",
     "plot_warmup", "probes_frame", "variant_colour", "variant_key",
 ]  # fmt: skip
 
@@ -181,6 +181,26 @@ def plot_learning_curves(curves: pd.DataFrame, task: str | None = None, val_metr
         _limit(ax, metric, log=metric in _LOG_METRICS)
     _legend(fig, df["key"], styles)
     fig.suptitle(f"Learning curves on {task}: mean over seeds, band = {CLIP_NOTE}; gaps = non-finite loss")
+    return fig
+
+
+def plot_loss_vs_time(curves: pd.DataFrame, task: str | None = None, metric: str = "val_loss") -> Figure:
+    """Validation loss (log y) against training time: one point per evaluation, at the mean over seeds of the
+    time trained up to it (x) and the mean loss (y, clipped 95% t-CI band). What a design buys per second of
+    this machine, where a step that costs more counts against it."""
+    df, task = one_task(curves, task)
+    part = with_key(df[(df["split"] == "eval") & (df["metric"] == metric)])
+    styles = depth_styles(part["depth"].dropna())
+    stats = mean_ci(part, ["key", "depth"], "step", "value", metric)
+    when = part.groupby(["key", "depth", "step"])["train_time_s"].mean().rename("time_s").reset_index()
+    stats = stats.merge(when, on=["key", "depth", "step"]).sort_values(["key", "depth", "time_s"])
+    fig, (ax,) = _figure()
+    _series(ax, stats, "time_s", styles, True)
+    ylabel = _METRIC_LABELS.get(("eval", metric), f"eval {metric}")
+    ax.set(xlabel="training time (s, timed steps only; mean over seeds)", ylabel=ylabel,
+           title=f"{ylabel.split(' (')[0]} vs wall-clock — {task}\nmean over seeds, band = {CLIP_NOTE}")
+    _limit(ax, metric, log=metric in _LOG_METRICS)
+    _legend(fig, part["key"], styles)
     return fig
 
 
@@ -322,6 +342,9 @@ def make_all(results_dir: str | Path, study: str | None = None) -> list[Path]:
         t_ok, t_curves = ok[ok["task"] == task], curves[curves["task"] == task]
         if len(t_curves):
             jobs.append((f"curves_{task}", lambda t=task: plot_learning_curves(curves, t)))
+        timed = t_curves[(t_curves["metric"] == "val_loss") & t_curves["train_time_s"].notna()]
+        if len(timed):
+            jobs.append((f"loss_vs_time_{task}", lambda t=task: plot_loss_vs_time(curves, t)))
         with_acc = with_key(t_ok[t_ok["final_train_acc"].notna()])
         if len(with_acc) and (with_acc.groupby("key")["depth"].nunique() > 1).any():
             jobs.append((f"degradation_{task}", lambda t=task: plot_degradation(board, t)))

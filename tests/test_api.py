@@ -15,8 +15,16 @@ from bench.results import ResultsStore
 FAST = {"steps": 2, "batch_size": 64, "eval_every": 2, "measure": []}
 
 
-def test_public_names() -> None:
-    assert bench.__all__ == ["Results", "Run", "compare", "config", "load", "run", "sweep"]
+def test_public_names_are_the_functions_even_after_every_submodule_is_imported() -> None:
+    import importlib
+    import pkgutil
+
+    for mod in pkgutil.iter_modules(bench.__path__):
+        if not mod.name.startswith("_"):  # __main__ would run the CLI
+            importlib.import_module(f"bench.{mod.name}")
+    assert bench.__all__ == ["Results", "Run", "compare", "load", "run", "sweep"]
+    for name in ("compare", "load", "run", "sweep"):
+        assert callable(getattr(bench, name)), name
 
 
 def test_run_records_what_the_cli_records(tmp_path: Path) -> None:
@@ -68,7 +76,7 @@ def test_sweep_runs_a_study_file(tmp_path: Path) -> None:
     res = bench.sweep(study, results_dir=tmp_path / "r", progress=False)
     assert res.study == "tiny" and sorted(res.runs["variant"]) == ["plain", "resnet"]
     assert set(res.runs["status"]) == {"ok"} and (tmp_path / "r" / "studies" / "tiny.toml").is_file()
-    with pytest.raises(ValueError, match="study file .*missing.toml does not exist"):
+    with pytest.raises(ValueError, match=r"study file .*missing\.toml does not exist"):
         bench.sweep(tmp_path / "missing.toml", results_dir=tmp_path / "r")
     with pytest.raises(ValueError, match="no shipped study 'nope'; shipped studies: degradation, frontier"):
         bench.sweep("nope", results_dir=tmp_path / "r")

@@ -12,7 +12,7 @@ import pytest
 from scipy import stats as sps
 
 from bench.cli import main
-from bench.compare import compare_table, holm, render
+from bench.comparison import compare_table, holm, render
 from bench.results import COLUMNS, ResultsStore
 
 # Final validation losses per (variant, depth): three seeds each; "pinned" brings its own init (a field only it

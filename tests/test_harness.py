@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from bench import run as run_mod
+from bench import runner as run_mod
 from bench import train as train_mod
 from bench.cli import main
 from bench.config import RunConfig

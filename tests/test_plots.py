@@ -391,3 +391,32 @@ def test_series_never_pool_configurations(tmp_path) -> None:
     board = with_key(load_frames(tmp_path).leaderboard)
     means = board.groupby("key")["final_train_acc"].mean().to_dict()
     assert means == {"postln (init=normal)": 0.5, "postln (init=xavier)": 0.9}
+
+
+def test_loss_vs_time_plots_mean_loss_at_mean_training_time(tmp_path):
+    """Each point: an evaluation step, x = the seeds' mean training time to it, y = their mean validation loss."""
+    store = ResultsStore(tmp_path)
+    times = {("slow", 0): (2.0, 4.0), ("slow", 1): (4.0, 6.0), ("fast", 0): (1.0, 2.0), ("fast", 1): (1.0, 3.0)}
+    losses = {("slow", 0): (3.0, 2.0), ("slow", 1): (3.2, 2.2), ("fast", 0): (3.1, 2.5), ("fast", 1): (2.9, 2.7)}
+    for (variant, seed), (t1, t2) in times.items():
+        l1, l2 = losses[(variant, seed)]
+        run_id = f"{variant}-d6-tinytext-0000000{int(variant == 'fast')}-s{seed}"
+        row = {"run_id": run_id, "variant": variant, "depth": 6, "task": "tinytext", "seed": seed, "status": "ok"}
+        evals = [{"step": 10, "train_time_s": t1, "val_loss": l1}, {"step": 20, "train_time_s": t2, "val_loss": l2}]
+        curves = {"train": [{"step": 1, "loss": 3.0}], "eval": evals}
+        store.append(row, {"run_id": run_id, "row": row, "curves": curves, "probes": []})
+    frames = plots.load_frames(tmp_path)
+    evals = frames.curves[frames.curves["split"] == "eval"]
+    assert sorted(evals["train_time_s"].unique().tolist()) == [1.0, 2.0, 3.0, 4.0, 6.0]
+    assert frames.curves[frames.curves["split"] == "train"]["train_time_s"].isna().all()
+    fig = plots.plot_loss_vs_time(frames.curves, "tinytext")
+    ax = fig.axes[0]
+    slow = line(ax, "slow (depth 6)")
+    np.testing.assert_allclose(slow.get_xdata(), [3.0, 5.0])
+    np.testing.assert_allclose(slow.get_ydata(), [3.1, 2.1])
+    fast = line(ax, "fast (depth 6)")
+    np.testing.assert_allclose(fast.get_xdata(), [1.0, 2.5])
+    np.testing.assert_allclose(fast.get_ydata(), [3.0, 2.6])
+    assert "training time" in ax.get_xlabel() and ax.get_yscale() == "log"
+    names = [p.stem for p in plots.make_all(tmp_path)]
+    assert "loss_vs_time_tinytext" in names
