@@ -4,11 +4,11 @@ Sinkhorn-Knopp, causality, depth, errors, probes, and parity with the ``hyper-co
 from __future__ import annotations
 
 import math
-from typing import TypeVar
 
 import pytest
 import torch
 import torch.nn.functional as F
+from _nets import randomized
 from torch import nn
 
 import variants
@@ -36,17 +36,8 @@ def tiny(name: str, **kw: object) -> TransformerLM:
     return model
 
 
-M = TypeVar("M", bound=nn.Module)
 
 
-def randomized(model: M, seed: int = 0) -> M:
-    """Every parameter (HC's W, s_α, s_β, B, A_m, A_r; mHC's φ, α, b) random and nonzero, in float64."""
-    g = torch.Generator().manual_seed(seed)
-    model = model.double().eval()
-    with torch.no_grad():
-        for p in model.parameters():
-            p.copy_(torch.randn(p.shape, generator=g, dtype=p.dtype) * 0.5)
-    return model
 
 
 def ln(norm: nn.Module, x: torch.Tensor) -> torch.Tensor:

@@ -7,6 +7,7 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
+from _nets import randomized
 from torch import nn
 
 import variants
@@ -26,14 +27,6 @@ def tiny(**kw: object) -> NGPT:
     return model
 
 
-def randomized(model: NGPT, seed: int = 0) -> NGPT:
-    """Every parameter (matrices, α, s_qk, s_u, s_ν, s_z) random and off the sphere, in float64."""
-    g = torch.Generator().manual_seed(seed)
-    model = model.double().eval()
-    with torch.no_grad():
-        for p in model.parameters():
-            p.copy_(torch.randn(p.shape, generator=g, dtype=p.dtype) * 0.5)
-    return model
 
 
 def norm(x: torch.Tensor) -> torch.Tensor:

@@ -7,6 +7,7 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
+from _nets import randomized
 from torch import nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
@@ -39,14 +40,6 @@ def tiny(name: str, **kw: object) -> TransformerLM:
     return model
 
 
-def randomized(model: nn.Module, seed: int = 0) -> nn.Module:
-    """Every parameter (LN gains, ReZero α included) random and nonzero, in float64: formulas then bite."""
-    g = torch.Generator().manual_seed(seed)
-    model = model.double().eval()
-    with torch.no_grad():
-        for p in model.parameters():
-            p.copy_(torch.randn(p.shape, generator=g, dtype=p.dtype) * 0.5)
-    return model
 
 
 def ln(norm: nn.Module, x: torch.Tensor) -> torch.Tensor:

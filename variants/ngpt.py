@@ -44,7 +44,7 @@ from torch import nn
 from .blocks import ResidualUnit
 from .combinators import Combinator
 from .registry import register
-from .transformer import swiglu_hidden
+from .transformer import swiglu_hidden, validate_sizes
 
 ALPHA_INIT = 0.05  # §2.6 item 3: α_A,init = α_M,init = 0.05
 ROPE_BASE = 10000.0  # RoFormer §3.2.2: θ_i = 10000^(-2(i-1)/d)
@@ -226,17 +226,12 @@ class NGPT(nn.Module):
 
 
 def _validate(**kw: float) -> None:
-    """The family's argument checks and messages (``variants.transformer``), plus rotary's even head width."""
-    for key in ("depth", "d_model", "n_heads", "d_ff", "vocab_size", "max_len"):
-        if int(kw[key]) != kw[key] or kw[key] < 1:
-            raise ValueError(f"{key} must be a positive integer, got {kw[key]!r}")
-    if kw["d_model"] % kw["n_heads"]:
-        raise ValueError(f"d_model ({kw['d_model']}) must be divisible by n_heads ({kw['n_heads']})")
+    """The family's argument checks and messages (:func:`variants.transformer.validate_sizes`), plus rotary's even
+    head width."""
+    validate_sizes(**kw)
     if (kw["d_model"] // kw["n_heads"]) % 2:
         raise ValueError(f"the head width d_model / n_heads ({kw['d_model'] // kw['n_heads']}) must be even: the "
                          "rotary position encoding turns pairs of dimensions")
-    if not 0.0 <= kw["dropout"] < 1.0:
-        raise ValueError(f"dropout must be in [0, 1), got {kw['dropout']}")
 
 
 PAPER = ("Loshchilov et al. 2024, nGPT: Normalized Transformer with Representation Learning on the Hypersphere "

@@ -521,7 +521,7 @@ class TransformerLM(nn.Module):
         ffn: str = "gelu",
     ) -> None:
         super().__init__()
-        _validate(depth=depth, d_model=d_model, n_heads=n_heads, d_ff=d_ff, vocab_size=vocab_size,
+        validate_sizes(depth=depth, d_model=d_model, n_heads=n_heads, d_ff=d_ff, vocab_size=vocab_size,
                   max_len=max_len, dropout=dropout)
         if init not in INITS:
             raise ValueError(f"unknown init {init!r}; choose one of: {', '.join(INITS)}")
@@ -588,7 +588,8 @@ class TransformerLM(nn.Module):
         return F.linear(self.norm(self.stream.end(state)), self.tok_emb.weight)
 
 
-def _validate(**kw: float) -> None:
+def validate_sizes(**kw: float) -> None:
+    """The family's checks of a builder's sizes and dropout (ValueError naming the argument)."""
     for key in ("depth", "d_model", "n_heads", "d_ff", "vocab_size", "max_len"):
         if int(kw[key]) != kw[key] or kw[key] < 1:
             raise ValueError(f"{key} must be a positive integer, got {kw[key]!r}")
