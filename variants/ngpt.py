@@ -44,7 +44,7 @@ from torch import nn
 from .blocks import ResidualUnit
 from .combinators import Combinator
 from .registry import register
-from .transformer import swiglu_hidden, validate_sizes
+from .transformer import check_token_ids, swiglu_hidden, validate_sizes
 
 ALPHA_INIT = 0.05  # §2.6 item 3: α_A,init = α_M,init = 0.05
 ROPE_BASE = 10000.0  # RoFormer §3.2.2: θ_i = 10000^(-2(i-1)/d)
@@ -214,11 +214,7 @@ class NGPT(nn.Module):
             weight.copy_(unit(weight, dim))
 
     def forward(self, idx: torch.Tensor) -> torch.Tensor:
-        if idx.dim() != 2:
-            raise ValueError(f"expected token ids of shape (batch, seq_len), got shape {tuple(idx.shape)}")
-        t = idx.shape[1]
-        if t > self.max_len:
-            raise ValueError(f"sequence length {t} exceeds max_len {self.max_len}; build the model with max_len >= {t}")
+        check_token_ids(idx, self.max_len)
         h = self.tok_emb(idx)  # on the sphere: E_input's rows are unit vectors
         for layer in self.blocks:
             h = layer(h)

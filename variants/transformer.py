@@ -571,11 +571,7 @@ class TransformerLM(nn.Module):
         return [cast(tuple[CausalSelfAttention, FeedForward], (b.attn.body, b.ffn.body)) for b in blocks]
 
     def forward(self, idx: torch.Tensor) -> torch.Tensor:
-        if idx.dim() != 2:
-            raise ValueError(f"expected token ids of shape (batch, seq_len), got shape {tuple(idx.shape)}")
-        t = idx.shape[1]
-        if t > self.max_len:
-            raise ValueError(f"sequence length {t} exceeds max_len {self.max_len}; build the model with max_len >= {t}")
+        t = check_token_ids(idx, self.max_len)
         pos = torch.arange(t, device=idx.device)
         x = self.drop(self.tok_emb(idx) + self.pos_emb(pos))
         state = self.stream.begin(x)
@@ -586,6 +582,16 @@ class TransformerLM(nn.Module):
                 history.append(state)
                 state = self.dwa[i](history)
         return F.linear(self.norm(self.stream.end(state)), self.tok_emb.weight)
+
+
+def check_token_ids(idx: torch.Tensor, max_len: int) -> int:
+    """The family's input check: ``(batch, seq_len)`` token ids with ``seq_len <= max_len``; returns seq_len."""
+    if idx.dim() != 2:
+        raise ValueError(f"expected token ids of shape (batch, seq_len), got shape {tuple(idx.shape)}")
+    t = idx.shape[1]
+    if t > max_len:
+        raise ValueError(f"sequence length {t} exceeds max_len {max_len}; build the model with max_len >= {t}")
+    return int(t)
 
 
 def validate_sizes(**kw: float) -> None:
