@@ -108,14 +108,18 @@ def config(variant: str | None = None, **fields: Any) -> RunConfig:
 
 
 def run(variant: str | None = None, *, results_dir: str | Path = DEFAULT_RESULTS, progress: bool = False,
-        cfg: RunConfig | None = None, **fields: Any) -> Run:
+        tracker: str | Sequence[str] = (), tracker_uri: str | Sequence[str] = (), cfg: RunConfig | None = None,
+        **fields: Any) -> Run:
     """Train ``variant`` once with ``fields`` (RunConfig's; or a ready ``cfg``), record its row and JSON in
     ``results_dir``, return the :class:`Run` — ``python -m bench run``. A failed run (diverged, OOM, error) is
-    recorded and returned with its ``status``; bad input raises ValueError before anything is written."""
+    recorded and returned with its ``status``; bad input raises ValueError before anything is written.
+    ``tracker`` ("tensorboard", "mlflow" or both) also logs the run there (:mod:`bench.trackers`)."""
     from .runner import execute
+    from .trackers import make_trackers
 
     cfg = cfg if cfg is not None else config(variant, **fields)
-    return Run(execute(cfg, results_dir, progress=progress), Path(results_dir))
+    trackers = make_trackers(tracker, tracker_uri, results_dir)
+    return Run(execute(cfg, results_dir, progress=progress, trackers=trackers), Path(results_dir))
 
 
 def study_file(study: str | Path) -> Path:
@@ -129,13 +133,16 @@ def study_file(study: str | Path) -> Path:
 def sweep(study: str | Path, *, preset: str | None = None, executor: str = "local", jobs: int = 1,
           gpus_per_run: int = 1, results_dir: str | Path = DEFAULT_RESULTS, resume: bool = True,
           measure_every_run: bool = False, add_variants: Iterable[str] = (), progress: bool = True,
-          report: bool = False, command: str | None = None, verb: str = "study") -> Results:
+          report: bool = False, tracker: str | Sequence[str] = (), tracker_uri: str | Sequence[str] = (),
+          command: str | None = None, verb: str = "study") -> Results:
     """Run a study's grid (``preset`` applied) — ``python -m bench sweep``, or ``reproduce`` with ``report=True``
     (the figures and ``REPORT.md`` too) — and return its :class:`Results`. The grid is validated and checked for
-    confounds before the first run (ValueError); each run executes in a process of its own, ``jobs`` at a time."""
+    confounds before the first run (ValueError); each run executes in a process of its own, ``jobs`` at a time,
+    and is logged to each ``tracker`` as it is recorded."""
     from .executors import check_options, make_executor, prestart
     from .results import ResultsStore, atomic_write_text
     from .study import load_study, run_sweep
+    from .trackers import make_trackers
 
     path = study_file(study)
     check_options(executor, jobs, gpus_per_run)
@@ -145,13 +152,14 @@ def sweep(study: str | Path, *, preset: str | None = None, executor: str = "loca
     runner = make_executor(executor, configs, jobs=jobs, gpus_per_run=gpus_per_run)  # starts nothing
     store = ResultsStore(results_dir)
     store.preflight()
+    trackers = make_trackers(tracker, tracker_uri, results_dir)
     # The study file travels with its results: `bench report` reads its claims from there.
     atomic_write_text(store.root / "studies" / f"{spec.name}.toml", path.read_text(encoding="utf-8"))
     added = f" with {', '.join(spec.added)} added" if spec.added else ""
     slots = f", {runner.slots} at a time" if runner.slots > 1 else ""
     print(f"{verb} {spec.name!r} ({preset or 'full'}){added}: {len(configs)} runs{slots} -> {results_dir}")
     run_sweep(configs, results_dir, runner, resume=resume, measure_every_run=measure_every_run, progress=progress,
-              command=command or f"python -m bench sweep {path} --results-dir {results_dir}")
+              command=command or f"python -m bench sweep {path} --results-dir {results_dir}", trackers=trackers)
     if report:
         from .report import write_report
 
@@ -168,6 +176,35 @@ def load(results_dir: str | Path = DEFAULT_RESULTS, study: str | None = None) ->
     ids = set(frames.leaderboard["run_id"])
     records = [r for r in ResultsStore(results_dir).load_runs() if r.get("run_id") in ids]
     return Results(Path(results_dir), study, frames.leaderboard, frames.curves, frames.probes, records)
+
+
+def track(results_dir: str | Path = DEFAULT_RESULTS, *, tracker: str | Sequence[str],
+          tracker_uri: str | Sequence[str] = (), study: str | None = None, progress: bool = False) -> tuple[int, int]:
+    """Log the runs already recorded in ``results_dir`` (only ``study``'s with it) to each ``tracker`` —
+    ``python -m bench track``; returns (runs logged, tracker failures). A run logged before is replaced
+    (TensorBoard) or skipped (MLflow), so tracking twice duplicates nothing."""
+    from .results import ResultsStore
+    from .trackers import log_all, make_trackers
+
+    trackers = make_trackers(tracker, tracker_uri, results_dir)
+    if not trackers:
+        raise ValueError("name a tracker: tensorboard or mlflow")
+    runs = ResultsStore(results_dir).load_runs()
+    if study is not None:
+        studies = sorted({str(r.get("row", {}).get("study")) for r in runs if r.get("row", {}).get("study")})
+        runs = [r for r in runs if r.get("row", {}).get("study") == study]
+        if not runs:
+            raise ValueError(f"no runs of study {study!r} in {results_dir}; studies: {studies}")
+    failed = 0
+    for run in _progress(runs, progress, "tracking"):
+        failed += log_all(trackers, run, retry=f"python -m bench track --results-dir {results_dir}")
+    return len(runs), failed
+
+
+def _progress(items: Sequence[Any], on: bool, what: str) -> Iterable[Any]:
+    from tqdm.auto import tqdm
+
+    return tqdm(items, desc=what, unit="run", disable=not on)
 
 
 def compare(results: Results, baseline: str, metrics: Sequence[str] = ("final_val_loss",)) -> pd.DataFrame:

@@ -122,7 +122,8 @@ def cmd_run(ns: argparse.Namespace) -> int:
 
     cfg = config_from_args(ns)
     progress = not ns.quiet and sys.stderr.isatty()
-    result = api.run(cfg=cfg, results_dir=ns.results_dir, progress=progress)
+    result = api.run(cfg=cfg, results_dir=ns.results_dir, progress=progress, tracker=ns.tracker or [],
+                     tracker_uri=ns.tracker_uri or [])
     if not ns.quiet:
         print(summary(dict(result.record), ns.results_dir))
     return 0
@@ -311,7 +312,7 @@ def _run_study(path: Path, ns: argparse.Namespace, verb: str, report: bool = Fal
     api.sweep(path, preset=ns.preset, executor=ns.executor, jobs=ns.jobs, gpus_per_run=ns.gpus_per_run,
               results_dir=ns.results_dir, resume=ns.resume, measure_every_run=ns.measure_every_run,
               add_variants=ns.add_variant or [], progress=not ns.quiet, report=report,
-              command=_resume_command(ns), verb=verb)
+              tracker=ns.tracker or [], tracker_uri=ns.tracker_uri or [], command=_resume_command(ns), verb=verb)
 
 
 def _resume_command(ns: argparse.Namespace) -> str:
@@ -329,6 +330,10 @@ def _resume_command(ns: argparse.Namespace) -> str:
     args += ["--jobs", str(ns.jobs)] if ns.jobs != 1 else []
     args += ["--gpus-per-run", str(ns.gpus_per_run)] if ns.gpus_per_run != 1 else []
     args += ["--measure-every-run"] if ns.measure_every_run else []
+    for name in ns.tracker or []:
+        args += ["--tracker", name]
+    for uri in ns.tracker_uri or []:
+        args += ["--tracker-uri", uri]
     args += ["--quiet"] if ns.quiet else []
     return shlex.join(args)
 
@@ -369,6 +374,17 @@ def cmd_perf(ns: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_track(ns: argparse.Namespace) -> int:
+    from . import api
+
+    logged, failed = api.track(ns.results_dir, tracker=ns.tracker or [], tracker_uri=ns.tracker_uri or [],
+                               study=ns.study, progress=not ns.quiet and sys.stderr.isatty())
+    where = ", ".join(ns.tracker or [])
+    print(f"{logged} runs of {ns.results_dir} logged to {where}" + (f"; {failed} failed (warnings above)"
+                                                                     if failed else ""))
+    return 1 if failed else 0
+
+
 def cmd_recipes(ns: argparse.Namespace) -> int:
     for name, values in sorted(RECIPES.items()):
         print(f"{name}: " + ", ".join(f"{k}={v}" for k, v in values.items()))
@@ -394,6 +410,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_config_arguments(q)
     results(q)
     q.add_argument("--quiet", action="store_true", help="no progress bar and no summary")
+    add_tracker_options(q)
     q.set_defaults(fn=cmd_run)
 
     q = sub.add_parser("leaderboard", help="the leaderboard over seeds: one 'mean ± 95%% CI (n)' cell per metric")
@@ -475,8 +492,16 @@ def build_parser() -> argparse.ArgumentParser:
                        help="also run this registered variant (e.g. a plugin's), appended to the study's grid of "
                             "variants; the study's confound guard applies to it (repeatable)")
         q.add_argument("--quiet", action="store_true", help="no progress bars")
+        add_tracker_options(q)
         results(q)
         q.set_defaults(fn=fn)
+
+    q = sub.add_parser("track", help="log the runs of a results directory to TensorBoard and/or MLflow")
+    results(q)
+    q.add_argument("--study", help="only the runs of this study")
+    q.add_argument("--quiet", action="store_true", help="no progress bar")
+    add_tracker_options(q, required=True)
+    q.set_defaults(fn=cmd_track)
 
     q = sub.add_parser("data", help="dataset utilities")
     dsub = q.add_subparsers(dest="data_command", required=True, metavar="ACTION")
@@ -502,6 +527,17 @@ def build_parser() -> argparse.ArgumentParser:
         if leaf.get_default("fn") is not None:  # `data` and `perf` only dispatch to their actions
             add_plugin_option(leaf)
     return p
+
+
+def add_tracker_options(p: argparse.ArgumentParser, required: bool = False) -> None:
+    p.add_argument("--tracker", action="append", choices=("tensorboard", "mlflow"), required=required,
+                   help="also log each recorded run there: config as parameters, per-step loss and lr, every "
+                        "evaluation, the final metrics, run JSON and curve figure (repeatable; needs the extra: "
+                        "pip install 'resbench[tensorboard]' / 'resbench[mlflow]')")
+    p.add_argument("--tracker-uri", action="append", metavar="URI|NAME=URI",
+                   help="the TensorBoard log directory (default: RESULTS/tensorboard) or the MLflow tracking URI "
+                        "(default: $MLFLOW_TRACKING_URI, else sqlite:///RESULTS/mlflow.db); NAME=URI when two "
+                        "trackers are named")
 
 
 def add_plugin_option(p: argparse.ArgumentParser) -> None:

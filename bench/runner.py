@@ -11,7 +11,7 @@ from __future__ import annotations
 import copy
 import math
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -26,6 +26,7 @@ from .config import RunConfig
 from .env import environment, git_sha
 from .fairness import resolved_kwargs
 from .results import COLUMNS, ResultsStore
+from .trackers import Tracker, log_all
 from .train import Diverged, Record, measure_phases, setup, train
 
 # CPU allocators report exhaustion as a plain RuntimeError; these phrases identify it.
@@ -61,18 +62,24 @@ def one_line(text: str, limit: int = 500) -> str:
     return " ".join(text.split())[:limit]
 
 
-def execute(cfg: RunConfig, results_dir: str | Path, progress: bool = False) -> dict[str, Any]:
-    """Set up (bad input raises ValueError, nothing written), measure, train, write one row; return the run JSON."""
+def execute(cfg: RunConfig, results_dir: str | Path, progress: bool = False,
+            trackers: Sequence[Tracker] = ()) -> dict[str, Any]:
+    """Set up (bad input raises ValueError, nothing written), measure, train, write one row (then log it to
+    ``trackers``); return the run JSON."""
     store = ResultsStore(results_dir)
     store.preflight()  # an unusable results dir or a damaged leaderboard is bad input too: refuse before training
     run_json = run_config(cfg, progress=progress)
-    record(store, run_json)
+    record(store, run_json, trackers)
     return run_json
 
 
-def record(store: ResultsStore, run_json: Mapping[str, Any]) -> None:
-    """Write ``run_json`` and its leaderboard row (non-finite floats stored as null)."""
-    store.append(run_json["row"], _finite(run_json))
+def record(store: ResultsStore, run_json: Mapping[str, Any], trackers: Sequence[Tracker] = ()) -> None:
+    """Write ``run_json`` and its leaderboard row (non-finite floats stored as null), then log it to
+    ``trackers`` (a tracker's failure is a warning: the run is on disk)."""
+    stored = _finite(run_json)
+    store.append(run_json["row"], stored)
+    if trackers:
+        log_all(trackers, stored, retry=f"python -m bench track --results-dir {store.root}")
 
 
 def run_config(cfg: RunConfig, progress: bool = False, reuse: Reuse | None = None, report: Report | None = None,

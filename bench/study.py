@@ -57,6 +57,7 @@ if TYPE_CHECKING:
     from .executors import Event, Executor, Job
     from .results import ResultsStore
     from .runner import Reuse
+    from .trackers import Tracker
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -278,19 +279,21 @@ def study_path(name: str) -> Path:
 
 
 def run_sweep(configs: Sequence[RunConfig], results_dir: str | Path, executor: Executor, *, resume: bool = True,
-              measure_every_run: bool = False, progress: bool = True, command: str | None = None) -> list[str]:
+              measure_every_run: bool = False, progress: bool = True, command: str | None = None,
+              trackers: Sequence[Tracker] = ()) -> list[str]:
     """Run ``configs`` on ``executor``, writing one row per run as it ends; returns the run ids written.
 
     With ``resume`` the runs whose row says ``ok`` are skipped (and their figures reused); a run that failed,
     was killed or never ran runs again. A run refused as bad input (a dataset not on this machine) gets no row,
     the sweep goes on, and a ValueError at the end names them. ``command`` is the command line that resumes
-    this sweep, printed after an interruption and under the summary of failed runs.
+    this sweep, printed after an interruption and under the summary of failed runs. Each written run is also
+    logged to ``trackers`` (:mod:`bench.trackers`).
     """
     from .results import ResultsStore
 
     store = ResultsStore(results_dir)
     store.preflight()  # a broken results directory is bad input: refused before the first run
-    driver = _Driver(list(configs), store, executor, measure_every_run, progress, command)
+    driver = _Driver(list(configs), store, executor, measure_every_run, progress, command, trackers)
     driver.skip_recorded(resume)
     with _sigterm_as_interrupt():
         driver.run()
@@ -318,10 +321,11 @@ class _Driver:
     """The state of one sweep: what is pending, in flight and done, and whose cost figures to reuse."""
 
     def __init__(self, configs: list[RunConfig], store: ResultsStore, executor: Executor, measure_every_run: bool,
-                 progress: bool, command: str | None) -> None:
+                 progress: bool, command: str | None, trackers: Sequence[Tracker] = ()) -> None:
         from . import plugins
 
         self.configs, self.store, self.executor, self.command = configs, store, executor, command
+        self.trackers = trackers
         self.measure_every_run = measure_every_run
         self.bars = progress and executor.slots == 1 and sys.stderr.isatty()
         self.plugin_specs = tuple(p.reload for p in plugins.loaded())
@@ -455,7 +459,7 @@ class _Driver:
         else:
             run_json = unfinished_run(cfg, event.data["status"], event.data["error"], wall, last,
                                       event.data.get("placement"))
-        record(self.store, run_json)
+        record(self.store, run_json, self.trackers)
         self.written.append(cfg.run_id)
         row = run_json["row"]
         if row["status"] == "ok":
