@@ -183,6 +183,7 @@ def track(results_dir: str | Path = DEFAULT_RESULTS, *, tracker: str | Sequence[
     """Log the runs already recorded in ``results_dir`` (only ``study``'s with it) to each ``tracker`` —
     ``python -m bench track``; returns (runs logged, tracker failures). A run logged before is replaced
     (TensorBoard) or skipped (MLflow), so tracking twice duplicates nothing."""
+    from .progress import Progress
     from .results import ResultsStore
     from .trackers import log_all, make_trackers
 
@@ -196,15 +197,11 @@ def track(results_dir: str | Path = DEFAULT_RESULTS, *, tracker: str | Sequence[
         if not runs:
             raise ValueError(f"no runs of study {study!r} in {results_dir}; studies: {studies}")
     failed = 0
-    for run in _progress(runs, progress, "tracking"):
-        failed += log_all(trackers, run, retry=f"python -m bench track --results-dir {results_dir}")
+    with Progress(len(runs), "tracking", enabled=progress, unit="runs") as bar:
+        for i, run in enumerate(runs):
+            failed += log_all(trackers, run, retry=f"python -m bench track --results-dir {results_dir}")
+            bar.update(i + 1)
     return len(runs), failed
-
-
-def _progress(items: Sequence[Any], on: bool, what: str) -> Iterable[Any]:
-    from tqdm.auto import tqdm
-
-    return tqdm(items, desc=what, unit="run", disable=not on)
 
 
 def compare(results: Results, baseline: str, metrics: Sequence[str] = ("final_val_loss",)) -> pd.DataFrame:

@@ -121,8 +121,7 @@ def cmd_run(ns: argparse.Namespace) -> int:
     from . import api
 
     cfg = config_from_args(ns)
-    progress = not ns.quiet and sys.stderr.isatty()
-    result = api.run(cfg=cfg, results_dir=ns.results_dir, progress=progress, tracker=ns.tracker or [],
+    result = api.run(cfg=cfg, results_dir=ns.results_dir, progress=not ns.quiet, tracker=ns.tracker or [],
                      tracker_uri=ns.tracker_uri or [])
     if not ns.quiet:
         print(summary(dict(result.record), ns.results_dir))
@@ -378,7 +377,7 @@ def cmd_track(ns: argparse.Namespace) -> int:
     from . import api
 
     logged, failed = api.track(ns.results_dir, tracker=ns.tracker or [], tracker_uri=ns.tracker_uri or [],
-                               study=ns.study, progress=not ns.quiet and sys.stderr.isatty())
+                               study=ns.study, progress=not ns.quiet)
     where = ", ".join(ns.tracker or [])
     print(f"{logged} runs of {ns.results_dir} logged to {where}" + (f"; {failed} failed (warnings above)"
                                                                      if failed else ""))
@@ -409,7 +408,8 @@ def build_parser() -> argparse.ArgumentParser:
     q = sub.add_parser("run", help="train one variant on one task and record one leaderboard row")
     add_config_arguments(q)
     results(q)
-    q.add_argument("--quiet", action="store_true", help="no progress bar and no summary")
+    q.add_argument("--quiet", action="store_true",
+                   help="no progress (a bar on a terminal, else a line every 30 s) and no summary")
     add_tracker_options(q)
     q.set_defaults(fn=cmd_run)
 
@@ -491,7 +491,8 @@ def build_parser() -> argparse.ArgumentParser:
         q.add_argument("--add-variant", action="append", metavar="NAME",
                        help="also run this registered variant (e.g. a plugin's), appended to the study's grid of "
                             "variants; the study's confound guard applies to it (repeatable)")
-        q.add_argument("--quiet", action="store_true", help="no progress bars")
+        q.add_argument("--quiet", action="store_true",
+                       help="no progress: no bars, no line per run (the summary and failed runs are printed)")
         add_tracker_options(q)
         results(q)
         q.set_defaults(fn=fn)

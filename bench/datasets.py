@@ -24,8 +24,8 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 import numpy as np
-from tqdm import tqdm
 
+from bench.progress import Progress
 from bench.tasks.base import TaskError
 
 ENV_VAR = "RESBENCH_DATA"
@@ -216,11 +216,11 @@ def _fetch(url: str, out: BinaryIO, label: str, progress: bool) -> str:
     try:
         with urllib.request.urlopen(url, timeout=60) as response:
             total = int(response.headers.get("Content-Length") or 0) or None
-            with tqdm(total=total, unit="B", unit_scale=True, desc=label, disable=not progress) as bar:
+            with Progress(total, label, enabled=progress, unit="B", scale_bytes=True) as bar:
                 for block in iter(lambda: response.read(CHUNK), b""):
                     out.write(block)
                     digest.update(block)
-                    bar.update(len(block))
+                    bar.update(bar.n + len(block))
     except urllib.error.HTTPError as err:
         raise TaskError(f"download of {url} failed: HTTP {err.code} {err.reason}; check --url") from err
     except (urllib.error.URLError, http.client.HTTPException, OSError, ValueError) as err:

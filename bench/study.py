@@ -327,6 +327,7 @@ class _Driver:
         self.configs, self.store, self.executor, self.command = configs, store, executor, command
         self.trackers = trackers
         self.measure_every_run = measure_every_run
+        self.quiet = not progress  # the summary, refused and failed runs are printed all the same
         self.bars = progress and executor.slots == 1 and sys.stderr.isatty()
         self.plugin_specs = tuple(p.reload for p in plugins.loaded())
         self.n = len(configs)
@@ -348,7 +349,8 @@ class _Driver:
         done = set(board.loc[board["status"] == "ok", "run_id"]) if resume and not board.empty else set()
         for i, cfg in enumerate(self.configs, 1):
             if cfg.run_id in done:
-                print(f"[{i}/{self.n}] {cfg.run_id}: already recorded, skipped", flush=True)
+                if not self.quiet:
+                    print(f"[{i}/{self.n}] {cfg.run_id}: already recorded, skipped", flush=True)
                 self.ok += 1
                 self._reuse_recorded(cfg)
             else:
@@ -452,7 +454,7 @@ class _Driver:
         last = self.last.pop(job.index, None)
         if event.kind == "refused":
             self.refused.append((job.index, cfg.run_id))
-            self._line(job.index, cfg.run_id, f"not run: {event.data['error']}")
+            self._line(job.index, cfg.run_id, f"not run: {event.data['error']}", always=True)
             return
         if event.kind == "finished":
             run_json = event.data["run_json"]
@@ -472,7 +474,9 @@ class _Driver:
                    + f", {row['wall_time_s']:.1f} s")
 
     # -- what a person watches -------------------------------------------------------------------------------
-    def _line(self, index: int, run_id: str, text: str) -> None:
+    def _line(self, index: int, run_id: str, text: str, always: bool = False) -> None:
+        if self.quiet and not always:
+            return
         print(f"[{index}/{self.n}] {run_id}: {text} | {self._counts()}", flush=True)
 
     def _counts(self) -> str:

@@ -17,12 +17,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-from tqdm import tqdm
 
 import variants
 
 from . import measure
 from .config import RunConfig, lr_factor
+from .progress import Progress
 from .tasks import Task, TaskError, TaskOptions
 from .tasks import get as get_task
 
@@ -331,7 +331,7 @@ def train(s: Setup, rec: Record, progress: bool, probe: Callable[..., list[dict[
     first_loss: float | None = None
     checked = 0  # losses[:checked] were already checked for divergence
     check_every = max(1, min(s.eval_every, 25))
-    bar = tqdm(total=s.total_steps, desc=cfg.run_id, disable=not progress, leave=False, unit="step")
+    bar = Progress(s.total_steps, cfg.run_id, enabled=progress)  # a bar on a terminal, else a line every 30 s
     try:
         for step in range(s.total_steps):
             if probe and step % cfg.probe_every == 0:  # type: ignore[operator]
@@ -357,8 +357,7 @@ def train(s: Setup, rec: Record, progress: bool, probe: Callable[..., list[dict[
                     rec.steps_done = exc.step  # the row and the curve end at the first bad step
                     raise
                 checked = done
-                bar.update(done - bar.n)
-                bar.set_postfix(loss=f"{float(chunk[-1]):.3f}")
+                bar.update(done, loss=f"{float(chunk[-1]):.3f}")
             else:
                 rec.train_time_s += time.perf_counter() - t0
             if done % s.eval_every == 0 or done == s.total_steps:

@@ -147,19 +147,19 @@ def test_sweep_runs_a_study_file_and_resumes(tmp_path: Path, capsys: pytest.Capt
     assert main(["sweep", str(study), "--preset", "quick", "--quiet", "--results-dir", str(res)]) == 0
     df = ResultsStore(res).load_leaderboard()
     assert sorted(df["variant"]) == ["plain", "resnet"] and set(df["study"]) == {"tiny"}
-    assert main(["sweep", str(study), "--preset", "quick", "--quiet", "--results-dir", str(res)]) == 0
+    assert main(["sweep", str(study), "--preset", "quick", "--results-dir", str(res)]) == 0
     assert capsys.readouterr().out.count("already recorded, skipped") == 2
     # Only a row that says ok is done: a run recorded as diverged runs again, and its new row replaces the old.
     store = ResultsStore(res)
     failed = store.load_leaderboard().iloc[0].dropna().to_dict()
     store.append(failed | {"status": "diverged"}, store.load_run(failed["run_id"]))
-    assert main(["sweep", str(study), "--preset", "quick", "--quiet", "--results-dir", str(res)]) == 0
+    assert main(["sweep", str(study), "--preset", "quick", "--results-dir", str(res)]) == 0
     out = capsys.readouterr().out
     assert out.count("already recorded, skipped") == 1 and failed["run_id"] not in re.findall(r"(\S+): already", out)
     assert store.load_leaderboard()["status"].tolist() == ["ok", "ok"]
-    assert main(["sweep", str(study), "--preset", "quick", "--no-resume", "--quiet", "--results-dir", str(res)]) == 0
+    assert main(["sweep", str(study), "--preset", "quick", "--no-resume", "--results-dir", str(res)]) == 0
     assert "skipped" not in capsys.readouterr().out and len(store.load_leaderboard()) == 2  # every run again
-    assert main(["sweep", str(study), "--quiet", "--results-dir", str(res)]) == 0  # the full grid: other runs
+    assert main(["sweep", str(study), "--results-dir", str(res)]) == 0  # the full grid: other runs
     assert "skipped" not in capsys.readouterr().out
     assert len(ResultsStore(res).load_leaderboard()) == 6
 
