@@ -2,10 +2,10 @@
 
     import bench
 
-    run = bench.run("preln", task="tinytext", depth=6, steps=200, optimizer="adamw", lr=1e-3,
-                    model_args={"d_model": 64}, results_dir="results")
+    run = bench.run("preln", task="tinytext", depth=6, steps=200, batch_size=16, seq_len=32, optimizer="adamw",
+                    lr=1e-3, model_args={"d_model": 64}, results_dir="results")
     run.row["final_val_loss"], run.curves.head()            # the leaderboard row, tidy curves
-    res = bench.sweep("frontier", preset="quick", jobs=2)   # a shipped study or a study file
+    res = bench.sweep("frontier", preset="smoke", jobs=2)   # a shipped study or a study file (4 tiny runs)
     res = bench.load("results", study="frontier")           # .runs, .curves, .probes: tidy pandas frames
     bench.compare(res, baseline="preln", metrics=["final_val_loss"])  # Welch tests against it, Holm-corrected
 

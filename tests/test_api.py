@@ -80,3 +80,21 @@ def test_sweep_runs_a_study_file(tmp_path: Path) -> None:
         bench.sweep(tmp_path / "missing.toml", results_dir=tmp_path / "r")
     with pytest.raises(ValueError, match="no shipped study 'nope'; shipped studies: degradation, frontier"):
         bench.sweep("nope", results_dir=tmp_path / "r")
+
+
+def test_the_readme_notebook_example_runs_as_written(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import re
+
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
+    section = readme.split("## From Python (a notebook)", 1)[1].split("\n## ", 1)[0]
+    blocks = re.findall(r"```python\n(.*?)```", section, re.S)
+    assert len(blocks) == 1, "the section has one python example"
+    monkeypatch.chdir(tmp_path)  # it writes to ./results
+    namespace: dict[str, object] = {}
+    exec(compile(blocks[0], "README.md", "exec"), namespace)
+    res = namespace["res"]
+    assert isinstance(res, bench.Results) and res.study == "frontier"
+    assert sorted(res.runs["variant"]) == ["postln", "postln", "preln", "preln"]
+    assert set(res.runs["status"]) == {"ok"} and {r["config"]["preset"] for r in res.records} == {"smoke"}
+    run = namespace["run"]
+    assert isinstance(run, bench.Run) and run.path.is_file() and run.row["variant"] == "preln"
