@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 from _nets import write
 
-from bench import results
+from bench import plugins, results
 from bench.cli import main
 from bench.config import RunConfig
 from bench.executors import Placement, plan_placements, visible_gpus
@@ -61,6 +61,26 @@ def build(spec: variants.CifarSpec) -> nn.Module:
             os.kill(os.getpid(), signal.SIGKILL)
 
     model.register_forward_pre_hook(hook)
+    return model
+'''
+
+# ResNet-8 whose training steps sleep: a run lasts seconds however fast the machine, without using a core, so a
+# signal sent after the first run ends still finds the sweep running (on a loaded machine too).
+SLOW = '''
+import time
+
+from torch import nn
+
+import variants
+
+
+@variants.register("slow", family="toy", paper="a test", spec=variants.CifarSpec(depth=8))
+def build(spec: variants.CifarSpec) -> nn.Module:
+    def unit(s: variants.Slot) -> nn.Module:
+        return variants.PostActBasic(s.cin, s.width, s.stride)
+
+    model = variants.build_cifar(spec, unit, what="slow net")
+    model.register_forward_pre_hook(lambda module, args: time.sleep({pause}) if module.training else None)
     return model
 '''
 
@@ -204,17 +224,19 @@ def gone(pid: int, timeout: float = 20) -> bool:
 def test_driver_interrupted_then_killed_mid_sweep_resumes_with_one_row_per_config(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     res = tmp_path / "res"
-    path = study(tmp_path, seeds=6, steps=20)
-    args = ["sweep", str(path), "--jobs", "2", "--results-dir", str(res)]
+    path = study(tmp_path, "slow", seeds=6, steps=20)
+    plugin = write(tmp_path / "slow.py", SLOW.format(pause=0.25))  # 20 steps: 5 s of sleep per run
+    args = ["sweep", str(path), "--plugin", str(plugin), "--jobs", "2", "--results-dir", str(res)]
+    plugins.load_all([str(plugin)])  # to list the study's run ids here (the fixture unloads it)
     ids = {c.run_id for c in load_study(path).configs()}
 
     first = Driver(args)
     first.wait_for(r": ok, val acc")
     code, out = first.end(signal.SIGINT)  # Ctrl-C: workers stopped, how to resume said
     assert code == 130, out
-    assert re.search(r"interrupted: (stopped [12] running run\(s\) \(resnet-d8-[^)]+\), nothing of them written|"
+    assert re.search(r"interrupted: (stopped [12] running run\(s\) \(slow-d8-[^)]+\), nothing of them written|"
                      r"no run was in flight); [1-5] of 6 runs have an ok row", out), out
-    assert f"resume with: python -m bench sweep {path} --results-dir {res} --jobs 2" in out
+    assert f"resume with: python -m bench sweep {path} --plugin {plugin} --results-dir {res} --jobs 2" in out
     assert all(gone(pid, timeout=10) for pid in first.pids()), out
     recorded = len(board(res))
     assert 1 <= recorded < 6
