@@ -175,8 +175,11 @@ class Driver:
 
     def __init__(self, args: list[str]) -> None:
         env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
+        # SIGINT back to its default in the child: a shell's background job (`cmd &`, as CI may be started)
+        # ignores it, Python then installs no KeyboardInterrupt handler, and a Ctrl-C would never arrive.
         self.proc = subprocess.Popen([sys.executable, "-m", "bench", *args], stdout=subprocess.PIPE,
-                                     stderr=subprocess.STDOUT, text=True, env=env, start_new_session=True)
+                                     stderr=subprocess.STDOUT, text=True, env=env, start_new_session=True,
+                                     preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
         self.lines: list[str] = []
         self.reader = threading.Thread(target=self._read, daemon=True)
         self.reader.start()
@@ -225,7 +228,7 @@ def test_driver_interrupted_then_killed_mid_sweep_resumes_with_one_row_per_confi
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     res = tmp_path / "res"
     path = study(tmp_path, "slow", seeds=6, steps=20)
-    plugin = write(tmp_path / "slow.py", SLOW.format(pause=0.25))  # 20 steps: 5 s of sleep per run
+    plugin = write(tmp_path / "slow.py", SLOW.format(pause=0.1))  # 20 steps: 2 s of sleep per run
     args = ["sweep", str(path), "--plugin", str(plugin), "--jobs", "2", "--results-dir", str(res)]
     plugins.load_all([str(plugin)])  # to list the study's run ids here (the fixture unloads it)
     ids = {c.run_id for c in load_study(path).configs()}
