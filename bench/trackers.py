@@ -50,7 +50,8 @@ class Tracker:
     def __init__(self, uri: str) -> None:
         self.uri = uri
 
-    def log(self, run_json: Mapping[str, Any]) -> None:
+    def log(self, run_json: Mapping[str, Any], figure: Any = None) -> None:
+        """Log one recorded run; ``figure`` is its learning-curve figure (None: none could be drawn)."""
         raise NotImplementedError
 
 
@@ -85,15 +86,20 @@ def params(run_json: Mapping[str, Any]) -> dict[str, str]:
 
 
 def curve_figure(run_json: Mapping[str, Any]) -> Any:
-    """The run's learning curves (training loss, validation accuracy or loss) as a matplotlib figure."""
+    """The run's learning curves (training loss, validation accuracy or loss) as a matplotlib figure; None when
+    there is nothing to draw (no curve, or a run that diverged at its first step: no finite loss)."""
     from .plotdata import curves_frame
     from .plots import plot_learning_curves
 
     curves = curves_frame([run_json])
-    if curves.empty:
+    loss = curves.loc[(curves["split"] == "train") & (curves["metric"] == "loss"), "value"]
+    if not (loss > 0).any():  # the loss axis is logarithmic
         return None
-    evals = set(curves.loc[curves["split"] == "eval", "metric"])
-    return plot_learning_curves(curves, val_metric="val_acc" if "val_acc" in evals else "val_loss")
+    evals = curves[curves["split"] == "eval"].dropna(subset=["value"])
+    metric = "val_acc" if "val_acc" in set(evals["metric"]) else "val_loss"
+    if metric == "val_loss" and not (evals.loc[evals["metric"] == metric, "value"] > 0).any():
+        return None
+    return plot_learning_curves(curves, val_metric=metric)
 
 
 def _group(run_json: Mapping[str, Any]) -> str:
@@ -115,7 +121,7 @@ class TensorBoardTracker(Tracker):
     def run_dir(self, run_json: Mapping[str, Any]) -> Path:
         return Path(self.uri) / _group(run_json) / str(run_json["run_id"])
 
-    def log(self, run_json: Mapping[str, Any]) -> None:
+    def log(self, run_json: Mapping[str, Any], figure: Any = None) -> None:
         from torch.utils.tensorboard import SummaryWriter
 
         row = run_json.get("row", {})
@@ -133,9 +139,8 @@ class TensorBoardTracker(Tracker):
                     w.add_scalar(f"eval/{k}", v, point["step"])
             w.add_text("config", _markdown(params(run_json)), last)
             w.add_text("summary", _markdown({k: row.get(k) for k in TAGS}), last)
-            fig = curve_figure(run_json)
-            if fig is not None:
-                w.add_figure("curves", fig, last)  # closes the figure
+            if figure is not None:
+                w.add_figure("curves", figure, last, close=False)  # the next tracker logs it too
             hparams = {k: v for k, v in run_json.get("config", {}).items() if isinstance(v, (int, float, str))}
             hparams |= {k: row[k] for k in ("family", "params", "init", "status") if row.get(k) is not None}
             finals = {f"row/{k}": v for k, v in _numbers(row).items() if k in FINAL_METRICS}
@@ -184,7 +189,7 @@ class MLflowTracker(Tracker):
                 f"'{row.get('created_at', '')}'"
         return bool(self.client.search_runs([experiment_id], filter_string=query, max_results=1))
 
-    def log(self, run_json: Mapping[str, Any]) -> None:
+    def log(self, run_json: Mapping[str, Any], figure: Any = None) -> None:
         import tempfile
 
         from mlflow.entities import Metric, Param
@@ -212,12 +217,8 @@ class MLflowTracker(Tracker):
             path = Path(tmp) / "run.json"
             path.write_text(json.dumps(run_json, indent=1, default=str), encoding="utf-8")
             self.client.log_artifact(rid, str(path))
-        fig = curve_figure(run_json)
-        if fig is not None:
-            import matplotlib.pyplot as plt
-
-            self.client.log_figure(rid, fig, "curves.png")
-            plt.close(fig)
+        if figure is not None:
+            self.client.log_figure(rid, figure, "curves.png")
         self.client.set_terminated(rid, "FINISHED" if row.get("status") == "ok" else "FAILED")
 
 
@@ -273,13 +274,24 @@ def make_trackers(names: Sequence[str] | str | None, uris: Sequence[str] | str |
 
 def log_all(trackers: Sequence[Tracker], run_json: Mapping[str, Any], retry: str = "") -> int:
     """Log one recorded run to every tracker; a failure is a warning (the run is on disk). Returns failures."""
+    if not trackers:
+        return 0
+    import matplotlib.pyplot as plt
+
+    try:
+        figure = curve_figure(run_json)  # drawn once for every tracker
+    except Exception as e:  # a figure that cannot be drawn must not cost the run its logging (nor stop a sweep)
+        figure = None
+        print(f"warning: no curve figure for {run_json.get('run_id')}: {type(e).__name__}: {e}", file=sys.stderr)
     failed = 0
     for t in trackers:
         try:
-            t.log(run_json)
+            t.log(run_json, figure)
         except Exception as e:  # a tracker's own failure must not stop a sweep whose row is already written
             failed += 1
             hint = f"; retry with: {retry} --tracker {t.name}" if retry else ""
             print(f"warning: the {t.name} tracker could not log {run_json.get('run_id')}: "
                   f"{type(e).__name__}: {e}{hint}", file=sys.stderr)
+    if figure is not None:
+        plt.close(figure)
     return failed

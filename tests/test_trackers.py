@@ -12,7 +12,7 @@ import pytest
 import bench
 from bench.cli import main
 from bench.results import ResultsStore
-from bench.trackers import TensorBoardTracker, default_uri, make_trackers
+from bench.trackers import TensorBoardTracker, curve_figure, default_uri, log_all, make_trackers
 
 FAST = {"steps": 3, "batch_size": 64, "eval_every": 1, "measure": []}
 
@@ -102,10 +102,13 @@ def test_tracking_again_duplicates_nothing_and_a_failed_run_is_failed(tracked: t
     assert len(list(tb_dir.glob("events.out.tfevents.*"))) == 2  # the scalars' file and the HParams file, once
     failed = json.loads(run.path.read_text())
     failed["row"] |= {"status": "diverged", "created_at": "2026-01-01T00:00:00+00:00"}
+    failed["curves"]["train"] = [p | {"loss": None} for p in failed["curves"]["train"]]  # diverged at once
+    assert curve_figure(failed) is None  # nothing to draw on a log axis: logged without the figure
     (mlflow_tracker,) = make_trackers("mlflow", None, root)
-    mlflow_tracker.log(failed)
-    statuses = sorted(r.info.status for r in client.search_runs([exp]))
-    assert statuses == ["FAILED", "FINISHED"]  # another attempt of the run id is another MLflow run
+    assert log_all([mlflow_tracker], failed) == 0
+    logged = {r.info.status: r for r in client.search_runs([exp])}
+    assert sorted(logged) == ["FAILED", "FINISHED"]  # another attempt of the run id is another MLflow run
+    assert [a.path for a in client.list_artifacts(logged["FAILED"].info.run_id)] == ["run.json"]
 
 
 def test_a_study_groups_its_runs_and_the_sweep_logs_each(tmp_path: Path) -> None:
@@ -126,7 +129,7 @@ def test_a_tracker_failure_is_a_warning_and_the_row_stays(tmp_path: Path, monkey
                                                           capsys: pytest.CaptureFixture[str]) -> None:
     pytest.importorskip("tensorboard")
 
-    def broken(self: TensorBoardTracker, run_json: Any) -> None:
+    def broken(self: TensorBoardTracker, run_json: Any, figure: Any = None) -> None:
         raise OSError("disk full")
 
     monkeypatch.setattr(TensorBoardTracker, "log", broken)
@@ -183,3 +186,19 @@ def test_track_refuses_an_unknown_study(tracked: tuple[Path, bench.Run], capsys:
     root, _ = tracked
     assert main(["track", "--results-dir", str(root), "--study", "nope", "--tracker", "tensorboard"]) == 2
     assert "error: no runs of study 'nope'" in capsys.readouterr().err
+
+
+def test_a_figure_that_cannot_be_drawn_is_a_warning(tracked: tuple[Path, bench.Run], monkeypatch: pytest.MonkeyPatch,
+                                                     capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    import bench.trackers
+
+    _, run = tracked
+
+    def cannot(run_json: Any) -> None:
+        raise RuntimeError("no display")
+
+    monkeypatch.setattr(bench.trackers, "curve_figure", cannot)
+    tb = TensorBoardTracker(str(tmp_path / "tb"))
+    assert log_all([tb], run.record) == 0
+    assert "warning: no curve figure for resnet-d8-" in capsys.readouterr().err
+    assert "curves" not in _events(tb.run_dir(run.record)).Tags()["images"]
