@@ -79,6 +79,9 @@ class Results:
     curves: pd.DataFrame
     probes: pd.DataFrame
     records: Sequence[Mapping[str, Any]] = field(repr=False)
+    # The tables of the study's analysis (lesion, gradcorr, landscape; bench.analysis) by file stem, e.g.
+    # ``analysis["lesion-summary"]``; empty without one.
+    analysis: Mapping[str, pd.DataFrame] = field(default_factory=dict, repr=False)
 
     def leaderboard(self, metrics: Sequence[str] | None = None) -> pd.DataFrame:
         """One row per configuration (seeds pooled, nothing else): ``<metric>_{mean,std,n,ci,ci_low,ci_high,median}``
@@ -158,8 +161,18 @@ def sweep(study: str | Path, *, preset: str | None = None, executor: str = "loca
     added = f" with {', '.join(spec.added)} added" if spec.added else ""
     slots = f", {runner.slots} at a time" if runner.slots > 1 else ""
     print(f"{verb} {spec.name!r} ({preset or 'full'}){added}: {len(configs)} runs{slots} -> {results_dir}")
-    run_sweep(configs, results_dir, runner, resume=resume, measure_every_run=measure_every_run, progress=progress,
-              command=command or f"python -m bench sweep {path} --results-dir {results_dir}", trackers=trackers)
+    if configs:
+        run_sweep(configs, results_dir, runner, resume=resume, measure_every_run=measure_every_run,
+                  progress=progress, command=command or f"python -m bench sweep {path} --results-dir {results_dir}",
+                  trackers=trackers)
+    if spec.analysis:  # what the study measures on its trained runs (or, with no grid, on models at init)
+        from .analysis import for_study
+
+        kind = spec.analysis["kind"]
+        print(f"{kind} analysis of study {spec.name!r}:", flush=True)
+        for written in for_study(spec.name, spec.analysis_options(preset), results_dir,
+                                 [c.run_id for c in configs], preset):
+            print(f"  {written}")
     if report:
         from .report import write_report
 
@@ -169,13 +182,23 @@ def sweep(study: str | Path, *, preset: str | None = None, executor: str = "loca
 
 def load(results_dir: str | Path = DEFAULT_RESULTS, study: str | None = None) -> Results:
     """The :class:`Results` of ``results_dir`` (only ``study``'s runs with it: ValueError if it has none)."""
+    import pandas as pd
+
     from .plotdata import load_frames
     from .results import ResultsStore
 
-    frames = load_frames(results_dir, study)
+    root = Path(results_dir)
+    tables = {p.stem: pd.read_csv(p) for p in sorted((root / "analysis" / study).glob("*.csv"))} if study else {}
+    try:
+        frames = load_frames(results_dir, study)
+    except ValueError:
+        if not tables:
+            raise
+        empty = pd.DataFrame()  # a study of models at initialisation: its analysis and no runs
+        return Results(root, study, empty, empty, empty, [], tables)
     ids = set(frames.leaderboard["run_id"])
     records = [r for r in ResultsStore(results_dir).load_runs() if r.get("run_id") in ids]
-    return Results(Path(results_dir), study, frames.leaderboard, frames.curves, frames.probes, records)
+    return Results(root, study, frames.leaderboard, frames.curves, frames.probes, records, tables)
 
 
 def track(results_dir: str | Path = DEFAULT_RESULTS, *, tracker: str | Sequence[str],

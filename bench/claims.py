@@ -5,6 +5,9 @@ checks each one against that study's runs. No claim lives in Python and no varia
 groups compared are filters on recorded fields. Fields of a claim:
 
 - ``id`` (unique in the study), ``paper`` (source with figure/table), ``text`` (the claim in words).
+- ``table``: what the claim is about: ``leaderboard`` (default, the runs' rows), or the summary table of the
+  analysis the study runs (:data:`TABLES`: ``lesion``, ``gradcorr``, ``landscape``; see :mod:`bench.analysis`),
+  whose rows are models (or a model and a number of deleted units) and whose columns are its ``metric``.
 - ``kind``: ``compare`` (default), ``slope`` or ``value``.
 - ``metric``: a leaderboard column (``final_train_loss``); ``train_error`` / ``val_error`` (1 - the final
   accuracy); or a probe quantity ``probe:<probe metric>:<unit kind>:<position>``, e.g.
@@ -75,7 +78,14 @@ EXPECTS = ("greater", "less", "not_greater", "not_less", "similar")
 POSITIONS = ("first", "last", "last_over_first")
 DERIVED = {"train_error": "final_train_acc", "val_error": "final_val_acc"}  # 1 - that accuracy
 AXES = ("family", "combinator", "placement", "body")
-_COMMON = ("id", "paper", "text", "kind", "metric", "step", "where", "for_each", "count_above")
+_COMMON = ("id", "paper", "text", "kind", "metric", "step", "where", "for_each", "count_above", "table")
+# What a claim may be about besides the leaderboard: the summary tables of the analyses a study runs after (or
+# instead of) its training runs (bench.analysis), and the columns each has.
+TABLES: dict[str, tuple[str, ...]] = {
+    "lesion": ("error", "loss", "error_increase"),
+    "gradcorr": ("neighbor_corr", "acf_lag1", "corr_length"),
+    "landscape": ("loss_center", "edge_rise", "nonconvex_fraction", "roughness"),
+}
 _FIELDS = {
     "compare": (*_COMMON, "compare", "a", "b", "expect", "threshold", "relative"),
     "slope": (*_COMMON, "x", "expect_range"),
@@ -111,6 +121,7 @@ class Claim:
     relative: bool = False
     x: str | None = None
     expect_range: tuple[float, float] | None = None
+    table: str = "leaderboard"  # or the summary table of an analysis (TABLES)
 
     @property
     def probe(self) -> tuple[str, str, str] | None:
@@ -148,7 +159,13 @@ def _errors(t: Mapping[str, Any]) -> Iterable[str]:
     for name in ("id", "paper", "text", "metric"):
         if not isinstance(t[name], str) or not t[name].strip():
             yield f"{name} must be a non-empty string, got {t[name]!r}"
-    if isinstance(t["metric"], str) and (problem := _metric_error(t["metric"])):
+    table = t.get("table", "leaderboard")
+    if table != "leaderboard":
+        if table not in TABLES:
+            yield f"unknown table {table!r}; tables: leaderboard, {', '.join(TABLES)}"
+        elif t["metric"] not in TABLES[table]:
+            yield f"unknown metric {t['metric']!r} of table {table!r}; its metrics: {', '.join(TABLES[table])}"
+    elif isinstance(t["metric"], str) and (problem := _metric_error(t["metric"])):
         yield problem
     if "step" in t and not str(t["metric"]).startswith("probe:"):
         yield "step is for probe metrics only"

@@ -1,5 +1,5 @@
 """The command line: ``python -m bench COMMAND`` (list, run, leaderboard, compare, show, probe, diff, plot, report,
-sweep, reproduce, data, perf, recipes).
+sweep, reproduce, track, data, perf, lesion, gradcorr, landscape, recipes).
 
 Bad input (unknown variant, task or option, invalid depth, missing or corrupt dataset, a plugin that
 fails to load or whose model fails a forward on the task) prints one line starting with ``error:`` and
@@ -521,6 +521,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="steps per timed repeat (default 30)")
     o.add_argument("--repeats", type=int, default=7, help="alternating repeats; medians reported (default 7)")
     o.set_defaults(fn=cmd_perf)
+
+    from .cli_analysis import add_commands
+
+    add_commands(sub, results)  # lesion, gradcorr, landscape
 
     q = sub.add_parser("recipes", help="list the named training recipes and their settings")
     q.set_defaults(fn=cmd_recipes)

@@ -76,6 +76,8 @@ class RunConfig:
     train_size: int = _f(4096, "generated tasks (synthetic, copy, reverse, recall): training samples")
     val_size: int = _f(1024, "generated tasks: validation samples")
     augment: bool = _f(True, "image tasks: on-device pad-and-crop and flip where the task allows it")
+    save_checkpoint: bool = _f(False, "keep the trained weights of an ok run as RESULTS/checkpoints/<run_id>.pt "
+                               "(for `bench lesion` / `bench landscape`)")
     model_args: tuple[tuple[str, Any], ...] = _f((), "extra variant keyword arguments, KEY=VALUE (repeatable)")
     recipe: str | None = _f(None, "named training recipe from a paper (see `bench recipes`)")
     study: str | None = _f(None, "name of the study this run belongs to (set by `bench sweep`)")
@@ -147,9 +149,8 @@ class RunConfig:
         The study and preset are part of it: the same config run in two studies is two runs, so
         neither study's row replaces the other's.
         """
-        skip = {"seed", "measure", "timing_warmup", "timing_repeats", "timing_steps", "data_dir"}
         payload = {k: v for k, v in self.to_dict().items()
-                   if k not in skip and not (k in _HASHED_UNLESS_DEFAULT and v == _DEFAULTS[k])}
+                   if k not in NOT_HASHED and not (k in _HASHED_UNLESS_DEFAULT and v == _DEFAULTS[k])}
         blob = json.dumps(payload, sort_keys=True, default=str).encode()
         return hashlib.sha256(blob).hexdigest()[:8]
 
@@ -163,6 +164,11 @@ class RunConfig:
         return dict(self.model_args)
 
 
+# RunConfig fields config_hash leaves out: the seed, and knobs that leave what is trained alone (measurement
+# phases, where datasets live, whether the weights are kept).
+NOT_HASHED: tuple[str, ...] = (
+    "seed", "measure", "timing_warmup", "timing_repeats", "timing_steps", "data_dir", "save_checkpoint",
+)  # fmt: skip
 # Fields added after results were recorded: hashed only when set, so existing run ids (and resuming) stay valid.
 _HASHED_UNLESS_DEFAULT = frozenset({"warmup_until_error"})
 _DEFAULTS = {f.name: f.default for f in dataclasses.fields(RunConfig)}

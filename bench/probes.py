@@ -8,6 +8,8 @@ The probes reproduce the per-layer views of the papers resbench re-measures:
 - the size of the residual stream and of each branch relative to its shortcut (He et al. 2016,
   "Identity Mappings in Deep Residual Networks"; the branch-to-shortcut ratio is what ReZero,
   SkipInit and Fixup drive to zero at initialisation);
+- the rank of the residual stream (Dong et al. 2021, "Attention is not all you need: pure attention loses
+  rank doubly exponentially with depth": without skip connections, self-attention makes every token the same);
 - the Highway transform-gate activity (Srivastava et al. 2015, "Training Very Deep Networks", Fig. 2);
 - learnable residual scales (ReZero, Bachlechner et al. 2020; LayerScale, Touvron et al. 2021).
 
@@ -33,6 +35,29 @@ branch output ``F(x)`` and returns the residual stream. Definitions (one row per
 - ``branch_ratio``: ``‖F(x)‖ / ‖x‖`` with Frobenius norms over the whole batch (``inf`` if ``x`` is 0).
   ``F(x)`` is the branch as the Combinator receives it, before any gate or scale the Combinator applies
   (``gate_mean`` and ``residual_scale`` report those), so a ReZero unit at init shows its branch's size.
+- ``stable_rank``: ``‖X‖_F² / ‖X‖₂²`` (squared Frobenius over squared spectral norm: the numerical rank of
+  Rudelson & Vershynin 2007, between 1 and rank(X)) of the output written as a matrix X of positions × channels.
+  The layout is read from the model, not guessed per tensor: in a *sequence model* (one with an ``attn`` unit,
+  the rule that names ``ffn`` above) the stream is channels-last, so a (B, T, d) output gives per sequence the
+  (T, d) token matrix, and the dims between batch and channels are positions (a hyper-connection's (B, T, n, d)
+  streams give (T·n, d): n identical streams report exactly what one stream would); in any other model channels
+  are at dim 1, so a (B, C, H, W) output gives per sample the (H·W, C) matrix of positions × channels (a
+  (B, C, L) or (B, C, D, H, W) output likewise (L, C) or (D·H·W, C)). The value is the mean over the samples of
+  the per-sample stable ranks, taken over the first ``RANK_SAMPLES`` (16) samples of the call: an estimate of the
+  batch mean whose SVD cost does not grow with the batch. A 2-D (B, features) output (an MLP) is one matrix X,
+  the whole batch (never subsampled); 0-D and 1-D outputs give no row. (Stable rank is transpose-invariant, so
+  for 3-D outputs only ``rank_collapse`` depends on the layout rule.)
+- ``rank_collapse`` (sequence models, outputs of 3 or more dims, same matrices and samples as ``stable_rank``):
+  ``‖X − 1·x̄ᵀ‖_F / ‖X‖_F`` with x̄ the mean token (the mean of X's rows), mean over the samples. Dong et al.
+  2021, "Attention is not all you need: pure attention loses rank doubly exponentially with depth", §2, measure
+  the residual ``res(X) = X − 1xᵀ``, x minimising its norm, which pure self-attention drives to 0 doubly
+  exponentially with depth. They use the composite norm ``sqrt(‖·‖₁‖·‖_∞)``; this is the Frobenius version:
+  its minimiser is the mean token in closed form (no inner minimisation, one pass over the stream), and the
+  fixed point is the same (the residual vanishes, in any norm, exactly when every token is identical). Divided
+  by ``‖X‖_F`` it is scale-free and lies in [0, 1] (x = 0 is a candidate): 0 = collapsed to a rank-one matrix
+  1xᵀ, 1 = the mean token is zero.
+  For both: a sample that is zero or not finite is undefined (NaN) and left out of the mean; no row if all are.
+  A call whose SVD fails to converge (``torch.linalg.LinAlgError``) adds no ``stable_rank`` value.
 - ``grad_norm``: L2 norm of the gradients of *all* parameters of the unit's owner — the whole unit: for
   :class:`variants.blocks.ResidualUnit` the branch body's weights and biases, its norms' γ/β and the
   combinator's parameters. Owners without any gradient give no row; units sharing an owner report the
@@ -67,9 +92,11 @@ from torch import nn
 from variants.combinators import Combinator, Scaled, TransformGate
 
 METRICS: tuple[str, ...] = (
-    "grad_norm", "weight_grad_norm", "out_rms", "out_var", "branch_ratio", "gate_mean", "residual_scale",
+    "grad_norm", "weight_grad_norm", "out_rms", "out_var", "branch_ratio", "stable_rank", "rank_collapse",
+    "gate_mean", "residual_scale",
 )  # fmt: skip
 COLUMNS: tuple[str, ...] = ("step", "layer", "block", "kind", "metric", "value")
+RANK_SAMPLES = 16  # stable_rank/rank_collapse look at the first this-many samples of each call (module docstring)
 _CONVS = (nn.Conv1d, nn.Conv2d, nn.Conv3d)
 
 
@@ -94,7 +121,50 @@ def _owner_name(unit: str) -> str:
     return unit.rsplit(".", 1)[0] if "." in unit else ""
 
 
-def _combinator_hook(sums: dict[tuple[str, str], list[float]], unit: str) -> Callable[..., None]:
+def _sample_matrices(y: torch.Tensor, sequence: bool) -> torch.Tensor | None:
+    """The stream as a batch of (positions, channels) matrices, by the layout rule of the module docstring."""
+    if y.dim() < 2:
+        return None
+    if y.dim() == 2:
+        return y.unsqueeze(0)  # an MLP's (B, features) stream: the whole batch is one matrix
+    y = y[:RANK_SAMPLES]
+    if not sequence:
+        y = y.movedim(1, -1)  # (B, C, *spatial) -> (B, *spatial, C)
+    return y.reshape(y.shape[0], -1, y.shape[-1])
+
+
+def _batch_mean(values: torch.Tensor) -> float | None:
+    """Mean over the samples whose value is defined (not NaN); None if there is none."""
+    mean = torch.nanmean(values).item()
+    return None if math.isnan(mean) else mean
+
+
+def _rank_metrics(y: torch.Tensor, sequence: bool) -> dict[str, float]:
+    """``stable_rank`` (and ``rank_collapse`` for a sequence model) of one call's stream ``y`` (float32)."""
+    mats = _sample_matrices(y, sequence)
+    if mats is None or 0 in mats.shape:
+        return {}
+    # Both metrics are scale-free: dividing each sample by its largest |entry| keeps the SVD and norms far from
+    # float32 overflow. A zero or non-finite sample is zeroed here and reported as NaN below.
+    scale = mats.abs().amax(dim=(1, 2), keepdim=True)
+    ok = torch.isfinite(scale) & (scale > 0)
+    mats = torch.where(ok, mats / torch.where(ok, scale, 1.0), 0.0)
+    ok = ok.flatten()
+    values: dict[str, torch.Tensor] = {}
+    try:
+        sigma = torch.linalg.svdvals(mats)  # descending, per sample
+        values["stable_rank"] = torch.where(ok, (sigma / sigma[:, :1]).pow(2).sum(dim=1), math.nan)
+    except torch.linalg.LinAlgError:  # an SVD that does not converge must not end the training run being probed
+        pass
+    if sequence and y.dim() >= 3:
+        residual = mats - mats.mean(dim=1, keepdim=True)  # X - 1·x̄ᵀ, x̄ the mean token
+        norms = torch.linalg.vector_norm(residual, dim=(1, 2)) / torch.linalg.vector_norm(mats, dim=(1, 2))
+        values["rank_collapse"] = torch.where(ok, norms, math.nan)
+    means = {metric: _batch_mean(v) for metric, v in values.items()}
+    return {metric: v for metric, v in means.items() if v is not None}
+
+
+def _combinator_hook(sums: dict[tuple[str, str], list[float]], unit: str, sequence: bool) -> Callable[..., None]:
     def hook(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], out: torch.Tensor) -> None:
         inputs = list(args) + [kwargs[k] for k in ("x", "fx") if k in kwargs]
         x, fx = (t.detach().float() for t in inputs[:2])
@@ -104,6 +174,8 @@ def _combinator_hook(sums: dict[tuple[str, str], list[float]], unit: str) -> Cal
         sums[(unit, "out_rms")].append(y.pow(2).mean().sqrt().item())
         sums[(unit, "out_var")].append(y.var(unbiased=False).item())
         sums[(unit, "branch_ratio")].append(float(ratio))
+        for metric, value in _rank_metrics(y, sequence).items():
+            sums[(unit, metric)].append(value)
 
     return hook
 
@@ -204,11 +276,12 @@ def probe(
     sums: dict[tuple[str, str], list[float]] = defaultdict(list)
     grad_norms: dict[tuple[str, str], float] = {}
     kinds = _kinds(layers, modules)
+    sequence = "attn" in kinds.values()
     with ExitStack() as stack:
         for unit in layers:
             module = modules[unit]
             if isinstance(module, Combinator):
-                handle = module.register_forward_hook(_combinator_hook(sums, unit), with_kwargs=True)
+                handle = module.register_forward_hook(_combinator_hook(sums, unit, sequence), with_kwargs=True)
                 stack.callback(handle.remove)
         for gate, unit in gate_unit.items():
             stack.callback(modules[gate].register_forward_hook(_gate_hook(sums, unit)).remove)

@@ -172,7 +172,7 @@ def _claims_section(
     body: list[str] = []
     for name in names:
         path = study_file(root, name)
-        claims = load_claims(path) if path else []
+        claims = [c for c in load_claims(path) if c.table == "leaderboard"] if path else []  # analyses: their own
         if path is None or not claims:
             continue
         rows = board[board["study"] == name]
@@ -238,10 +238,15 @@ def write_report(results_dir: str | Path, study: str | None = None) -> Path:
     ``probes-<study>.csv``, so several studies can share one results directory.
     """
     root = Path(results_dir)
-    frames = plots.load_frames(root, study)
+    try:
+        frames = plots.load_frames(root, study)
+    except ValueError:
+        if study and (root / "analysis" / study).is_dir():  # a study that measures models at init: no runs
+            return _analysis_only_report(root, study)
+        raise
     board = frames.leaderboard
     if board.empty:
-        raise ValueError(f"no runs in {root}: nothing to report (run `python -m bench run ...` first)")
+        return _analysis_only_report(root, study)
     ids = set(board["run_id"])
     runs = [r for r in ResultsStore(root).load_runs() if r.get("run_id") in ids]
     figures = plots.make_all(root, study)
@@ -271,6 +276,33 @@ def write_report(results_dir: str | Path, study: str | None = None) -> Path:
         lines += [f"Per-layer probes of these runs, as a tidy table (run_id, step, layer, metric, value ...): "
                   f"[{probes_csv.name}]({probes_csv.name}).", ""]
     lines += _claims_section(board, frames.probes, runs, root, study)
+    if study:
+        from .analysis import report_lines
+
+        lines += report_lines(root, study, runs)
     path = root / f"REPORT{suffix}.md"
     atomic_write_text(path, "\n".join(lines))
     return path
+
+
+def _analysis_only_report(root: Path, study: str | None) -> Path:
+    """``REPORT-<study>.md`` of a study that trains nothing (an analysis of models at initialisation)."""
+    from .analysis import report_lines
+
+    lines = report_lines(root, study) if study else []
+    if not lines:
+        raise ValueError(f"no runs in {root}{f' for study {study!r}' if study else ''}: nothing to report "
+                         "(run `python -m bench run ...` or `python -m bench reproduce ...` first)")
+    presets = f" --preset {p}" if (p := _analysis_preset(root, study)) else ""  # type: ignore[arg-type]
+    head = [f"# resbench report — study {study}", "", "## How this was produced", "",
+            f"`python -m bench reproduce {study}{presets} --results-dir {root}` (no training runs: the study measures "
+            f"models at initialisation); this report: `python -m bench report --results-dir {root} --study {study}`.",
+            ""]  # fmt: skip
+    path = root / f"REPORT-{study}.md"
+    atomic_write_text(path, "\n".join([*head, *lines]))
+    return path
+
+
+def _analysis_preset(root: Path, study: str) -> str | None:
+    marker = root / "analysis" / study / "preset.txt"
+    return marker.read_text(encoding="utf-8").strip() or None if marker.is_file() else None

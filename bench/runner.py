@@ -21,7 +21,7 @@ import torch
 
 import variants
 
-from . import plugins
+from . import checkpoints, plugins
 from .config import RunConfig
 from .env import environment, git_sha
 from .fairness import resolved_kwargs
@@ -68,18 +68,22 @@ def execute(cfg: RunConfig, results_dir: str | Path, progress: bool = False,
     ``trackers``); return the run JSON."""
     store = ResultsStore(results_dir)
     store.preflight()  # an unusable results dir or a damaged leaderboard is bad input too: refuse before training
-    run_json = run_config(cfg, progress=progress)
-    record(store, run_json, trackers)
-    return run_json
+    return record(store, run_config(cfg, progress=progress), trackers)
 
 
-def record(store: ResultsStore, run_json: Mapping[str, Any], trackers: Sequence[Tracker] = ()) -> None:
-    """Write ``run_json`` and its leaderboard row (non-finite floats stored as null), then log it to
-    ``trackers`` (a tracker's failure is a warning: the run is on disk)."""
+def record(store: ResultsStore, run_json: Mapping[str, Any], trackers: Sequence[Tracker] = ()) -> dict[str, Any]:
+    """Write the run's checkpoint (if it kept one), ``run_json`` and its leaderboard row (non-finite floats stored
+    as null), then log it to ``trackers`` (a tracker's failure is a warning: the run is on disk); return the run
+    JSON as stored."""
+    run_json = dict(run_json)
+    kept = run_json.pop(checkpoints.KEY, None)
+    if kept is not None:  # before the row: a row never names a checkpoint that is not on disk yet
+        path = checkpoints.save(store.root, run_json["run_id"], kept)
+        run_json["checkpoint"] = path.relative_to(store.root).as_posix()
     stored = _finite(run_json)
     store.append(run_json["row"], stored)
-    if trackers:
-        log_all(trackers, stored, retry=f"python -m bench track --results-dir {store.root}")
+    log_all(trackers, stored, retry=f"python -m bench track --results-dir {store.root}")
+    return stored
 
 
 def run_config(cfg: RunConfig, progress: bool = False, reuse: Reuse | None = None, report: Report | None = None,
@@ -123,6 +127,8 @@ def run_config(cfg: RunConfig, progress: bool = False, reuse: Reuse | None = Non
         rec.error = one_line(str(exc) if rec.status == "diverged" else f"{type(exc).__name__}: {exc}")
     wall = time.perf_counter() - started
     row = build_row(cfg, s, rec, env, wall, cost_source, device)
+    kept = {checkpoints.KEY: checkpoints.snapshot(cfg, s.model, s.model_kwargs)} \
+        if cfg.save_checkpoint and rec.status == "ok" else {}
     return {
         "run_id": cfg.run_id,
         "row": row,
@@ -139,6 +145,7 @@ def run_config(cfg: RunConfig, progress: bool = False, reuse: Reuse | None = Non
         "probes": rec.probes,
         # Which code outside resbench was loaded, and exactly which version of it (bench.plugins).
         "plugins": [p.record() for p in plugins.loaded()],
+        **kept,  # the trained weights, serialised: record() writes them to checkpoints/ and drops them from here
     }
 
 

@@ -31,6 +31,8 @@ import numpy as np
 import pandas as pd
 from scipy import stats as sps
 
+from bench.config import NOT_HASHED
+
 DEFAULT_BY: tuple[str, ...] = ("variant", "depth", "task")
 DEFAULT_METRICS: tuple[str, ...] = (
     "final_train_loss",
@@ -61,8 +63,6 @@ MIN_SEEDS_TO_COMPARE = 3
 CONFIG_KEY = "config_hash"
 # A run id ends in ``-<config_hash>-s<seed>`` (RunConfig.run_id): a frame without the column gets it from there.
 _RUN_ID_HASH = re.compile(r"-([0-9a-f]{8})-s\d+$")
-# RunConfig fields that RunConfig.config_hash leaves out: the seed, and measurement knobs that leave training alone.
-NOT_HASHED: tuple[str, ...] = ("seed", "measure", "timing_warmup", "timing_repeats", "timing_steps", "data_dir")
 # Leaderboard columns that record a run's configuration, in display order (``device`` there is the device the
 # run resolved to, not its configured ``auto``; ``init`` is the initialisation scheme's name). Not ``steps`` and
 # ``epochs``: there they are what a run *made* (fewer when it diverged); the configured ones are in its JSON.

@@ -79,6 +79,12 @@ class Study:
     param_tolerance: float = DEFAULT_PARAM_TOLERANCE
     claims: list[dict[str, Any]] = field(default_factory=list)
     added: tuple[str, ...] = ()  # variants appended to the grid by the user (--add-variant), not by the file
+    analysis: dict[str, Any] = field(default_factory=dict)  # what runs after the grid (bench.analysis), if anything
+
+    def analysis_options(self, preset: str | None = None) -> dict[str, Any]:
+        """The study's ``[analysis]`` table with the preset's ``analysis`` overrides applied ({} if none)."""
+        over = self.presets.get(preset, {}).get("analysis", {}) if preset else {}
+        return {**self.analysis, **over} if self.analysis else {}
 
     def with_variants(self, names: Sequence[str]) -> Study:
         """This study with ``names`` appended to its grid's ``variant`` list (and to every preset's own list).
@@ -108,6 +114,13 @@ class Study:
                                  "add only variants it does not have")
             return [*listed, *names]
 
+        if not self.grid and self.analysis.get("kind") == "gradcorr":  # a study of models at init: no grid
+            listed = list(self.analysis.get("variants", []))
+            if present := [n for n in names if n in listed]:
+                raise ValueError(f"study {self.name!r} already measures variant(s) {present}; add only variants it "
+                                 "does not have")
+            analysis = {**self.analysis, "variants": [*listed, *names]}
+            return dataclasses.replace(self, analysis=analysis, added=(*self.added, *names))
         base, grid = dict(self.base), dict(self.grid)
         if "variant" in grid:
             grid["variant"] = extend(grid["variant"], "in its grid")
@@ -125,6 +138,10 @@ class Study:
             avail = ", ".join(sorted(self.presets)) or "none"
             raise ValueError(f"study {self.name!r} has no preset {preset!r}; presets: {avail}")
         over = dict(self.presets.get(preset, {})) if preset else {}
+        over.pop("analysis", None)  # the analysis's own options (analysis_options), not run fields
+        if not self.grid and self.analysis:
+            self._check_models(preset)
+            return []  # an analysis of models at initialisation: no training runs
         grid = {k: over.pop(k) if k in over else v for k, v in self.grid.items()}
         bad = [k for k, v in grid.items() if not isinstance(v, list) or not v]
         if bad:
@@ -168,6 +185,26 @@ class Study:
                 "(`python -m bench sweep COPY.toml --add-variant ...`)"
             ) from None
         return out
+
+
+    def _check_models(self, preset: str | None) -> None:
+        """The models a study without runs measures (``gradcorr``'s variants x depths) pass the same checks as a
+        grid's: valid names and depths, and no difference beyond ``vary`` (:func:`bench.fairness.check_grid`)."""
+        from .analysis import check_options
+
+        opts = check_options(self.analysis_options(preset))
+        if opts["kind"] != "gradcorr":
+            raise ValueError(f"study {self.name!r}: a {opts['kind']} analysis needs trained runs: give it a [grid]")
+        models = [RunConfig(variant=v, depth=d, task=opts["task"], study=self.name, preset=preset)
+                  for v in opts["variants"] for d in opts["depths"]]  # fmt: skip
+        _check_variants(models)
+        try:
+            check_grid(models, self.vary, self.param_tolerance, self.name)
+        except ValueError as exc:
+            if not self.added:
+                raise
+            raise ValueError(f"{exc}. The variant(s) you added ({', '.join(self.added)}) must differ from the "
+                             f"study's own only in what it varies ({', '.join(self.vary) or 'nothing'})") from None
 
 
 def _check_variants(configs: list[RunConfig]) -> None:
@@ -248,7 +285,7 @@ def load_study(path: str | Path) -> Study:
     path = Path(path)
     data = read_study_file(path)
     unknown = set(data) - {"name", "description", "claim", "base", "grid", "presets", "vary", "param_tolerance",
-                       "claims"}
+                       "claims", "analysis"}
     if unknown:
         raise ValueError(f"study file {path}: unknown top-level key(s) {sorted(unknown)}")
     grid = data.get("grid", {})
@@ -264,9 +301,24 @@ def load_study(path: str | Path) -> Study:
     claims = data.get("claims", [])
     if not isinstance(claims, list) or not all(isinstance(c, dict) for c in claims):
         raise ValueError(f"study file {path}: `claims` must be an array of tables ([[claims]])")
+    analysis = data.get("analysis", {})
+    if not isinstance(analysis, dict) or (analysis and "kind" not in analysis):
+        raise ValueError(f"study file {path}: `analysis` must be a table with a kind, e.g. [analysis] "
+                         'kind = "lesion"')
+    if analysis:
+        from .analysis import check_options
+
+        for preset in [None, *data.get("presets", {})]:
+            over = data.get("presets", {}).get(preset, {}).get("analysis", {}) if preset else {}
+            try:
+                check_options({**analysis, **over})
+            except ValueError as exc:
+                raise ValueError(f"study file {path}: [analysis]{f' (preset {preset})' if preset else ''}: {exc}") \
+                    from None
     return Study(
         name=data.get("name", path.stem), description=data.get("description", ""), base=data.get("base", {}),
         grid=grid, presets=data.get("presets", {}), vary=tuple(vary), param_tolerance=float(tol), claims=claims,
+        analysis=analysis,
     )  # fmt: skip
 
 

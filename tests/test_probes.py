@@ -11,9 +11,9 @@ import torch
 from torch import nn
 
 import variants
-from bench.probes import METRICS, format_probe_table, probe, probe_table
+from bench.probes import METRICS, RANK_SAMPLES, format_probe_table, probe, probe_table
 from variants.blocks import PostNorm, PreNorm, ResidualUnit
-from variants.combinators import Add, Gate, Scaled, TransformGate
+from variants.combinators import Add, Combinator, Gate, NoShortcut, Scaled, TransformGate
 
 
 def half_sse(out: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
@@ -367,3 +367,184 @@ def test_format_probe_table_pivots_layers_by_metrics():
     assert kinds[1].split() == ["layer", "block", "kind"] and kinds[3].split() == ["1", "b1", "conv", "0.25", "-"]
     with pytest.raises(ValueError, match=r"no probe rows at step 3; steps present: \[0, 5\]"):
         format_probe_table(df, step=3)
+
+
+# stable_rank and rank_collapse: a combinator that emits a fixed stream, so every value is a hand computation.
+
+
+class Emit(Combinator):
+    """Outputs ``value`` whatever it is given (plus a zero parameter, so the probe's backward has a graph)."""
+
+    def __init__(self, value: torch.Tensor) -> None:
+        super().__init__()
+        self.value = value
+        self.zero = nn.Parameter(torch.zeros(()))
+
+    def forward(self, x: torch.Tensor, fx: torch.Tensor) -> torch.Tensor:
+        return self.value + self.zero
+
+
+class TokenMixer(nn.Identity):
+    probe_kind = "attn"  # an attention unit: the model is a sequence model, its stream channels-last
+
+
+class ConvLike(nn.Identity):
+    probe_kind = "conv"
+
+
+def rank_values(value: list | torch.Tensor, branch: type[nn.Module] = TokenMixer) -> dict[str, float]:
+    value = torch.as_tensor(value, dtype=torch.float32)
+    rows = probe(ResidualUnit(branch(), Emit(value)), torch.zeros(1), torch.zeros_like(value), half_sse, 0)
+    return {r["metric"]: r["value"] for r in rows if r["metric"] in ("stable_rank", "rank_collapse")}
+
+
+RANK_ONE = [[1.0, 2.0], [2.0, 4.0], [-1.0, -2.0]]  # rows (tokens) all multiples of (1, 2)
+ORTHOGONAL = [[1.0, 1.0], [1.0, -1.0], [1.0, 1.0], [1.0, -1.0]]  # columns orthogonal, both of norm 2
+DIAG_3_1 = [[3.0, 0.0], [0.0, 1.0], [0.0, 0.0]]
+
+
+@pytest.mark.parametrize(("tokens", "expected"), [(RANK_ONE, 1.0), (ORTHOGONAL, 2.0), (DIAG_3_1, (9 + 1) / 9)])
+def test_stable_rank_of_one_token_matrix(tokens: list, expected: float):
+    assert rank_values([tokens])["stable_rank"] == pytest.approx(expected, rel=1e-6)
+
+
+def test_stable_rank_is_the_mean_over_sequences_of_each_sequence_matrix():
+    # The (2, 3, 2) batch as one (6, 2) matrix would have stable rank (30 + 10) / 30 ≠ 1 + (9 + 1) / 9 halved.
+    assert rank_values([RANK_ONE, DIAG_3_1])["stable_rank"] == pytest.approx((1 + 10 / 9) / 2, rel=1e-6)
+
+
+def test_stable_rank_of_an_image_is_that_of_its_positions_by_channels_matrix():
+    # Channel 0 is 3 on the top row, channel 1 is 1 on the bottom row: the (H·W, C) matrix [[3,0],[3,0],[0,1],[0,1]]
+    # has orthogonal columns of squared norms 18 and 2, so (18 + 2) / 18. Reading the NCHW memory any other way
+    # ((H·W, C) by a plain reshape, (C·H, W) rows, or channels last) gives rows (3,3), (0,0), (0,0), (1,1): rank 1.
+    image = [[[3.0, 3.0], [0.0, 0.0]], [[0.0, 0.0], [1.0, 1.0]]]
+    assert rank_values([image], ConvLike) == {"stable_rank": pytest.approx(20 / 18, rel=1e-6)}
+    blank = [[[0.0, 0.0], [0.0, 0.0]]] * 2
+    broken = [[[math.inf, 0.0], [0.0, 0.0]], [[0.0, 0.0], [1.0, 1.0]]]
+    # A zero or non-finite sample is undefined and left out of the mean; no row when every sample is.
+    assert rank_values([image, blank, broken], ConvLike) == {"stable_rank": pytest.approx(20 / 18, rel=1e-6)}
+    assert rank_values([blank, broken], ConvLike) == {}
+
+
+def test_stable_rank_of_an_mlp_stream_is_that_of_the_whole_batch():
+    # Per sample every row has stable rank 1; the batch matrix diag(3, 1) (plus a zero row) has (9 + 1) / 9.
+    assert rank_values(DIAG_3_1, ConvLike) == {"stable_rank": pytest.approx(10 / 9, rel=1e-6)}
+    assert rank_values(DIAG_3_1) == {"stable_rank": pytest.approx(10 / 9, rel=1e-6)}  # no rank_collapse in 2-D
+
+
+@pytest.mark.parametrize(
+    ("tokens", "expected"),
+    [
+        ([[1.0, 2.0], [1.0, 2.0], [1.0, 2.0]], 0.0),  # identical tokens: X = 1xᵀ
+        ([[1.0, 2.0], [-1.0, -2.0], [3.0, 0.0], [-3.0, 0.0]], 1.0),  # the mean token is zero
+        # Mean token (2/3, 4/3): residual rows (1/3, 2/3), (4/3, 8/3), (-5/3, -10/3), ‖·‖² = 210/9; ‖X‖² = 30.
+        (RANK_ONE, math.sqrt(210 / 9 / 30)),
+        (ORTHOGONAL, math.sqrt(4 / 8)),  # mean token (1, 0): residual rows (0, ±1)
+    ],
+)
+def test_rank_collapse_is_the_relative_distance_from_the_mean_token(tokens: list, expected: float):
+    assert rank_values([tokens])["rank_collapse"] == pytest.approx(expected, rel=1e-6, abs=1e-7)
+
+
+def test_rank_collapse_is_reported_for_sequence_models_only():
+    tokens = [RANK_ONE]
+    assert rank_values(tokens, ConvLike).keys() == {"stable_rank"}  # (B, C, L) of a conv net: channels at dim 1
+    image = [[[3.0, 3.0], [0.0, 0.0]], [[0.0, 0.0], [1.0, 1.0]]]
+    assert rank_values([image], ConvLike).keys() == {"stable_rank"}
+
+
+def test_identical_streams_of_a_multi_stream_model_report_what_one_stream_would():
+    # A hyper-connection's (B, T, n, d) stream in a sequence model: rows are the T·n (token, stream) pairs.
+    tokens = torch.tensor([RANK_ONE, DIAG_3_1])
+    one = rank_values(tokens)
+    assert rank_values(tokens.unsqueeze(2).expand(-1, -1, 4, -1)) == pytest.approx(one, rel=1e-6)
+    assert one == pytest.approx(
+        {"stable_rank": (1 + 10 / 9) / 2, "rank_collapse": 0.5 * (math.sqrt(210 / 270) + math.sqrt(20 / 30))}, rel=1e-6
+    )
+
+
+def test_rank_metrics_read_the_first_rank_samples_of_a_call():
+    tokens = torch.tensor([RANK_ONE] * RANK_SAMPLES + [DIAG_3_1])
+    assert rank_values(tokens)["stable_rank"] == pytest.approx(1.0, rel=1e-6)
+
+
+def test_an_svd_that_fails_leaves_out_stable_rank_only(monkeypatch: pytest.MonkeyPatch):
+    def fail(*args: object, **kwargs: object) -> torch.Tensor:
+        raise torch.linalg.LinAlgError("did not converge")
+
+    monkeypatch.setattr(torch.linalg, "svdvals", fail)
+    assert rank_values([RANK_ONE]) == {"rank_collapse": pytest.approx(math.sqrt(210 / 270), rel=1e-6)}
+
+
+def unit_shapes(model: nn.Module, x: torch.Tensor) -> dict[str, tuple[int, ...]]:
+    shapes: dict[str, tuple[int, ...]] = {}
+    handles = [
+        m.register_forward_hook(lambda mod, args, out, name=name: shapes.__setitem__(name, tuple(out.shape)))
+        for name, m in model.named_modules()
+        if isinstance(m, Combinator)
+    ]
+    with torch.no_grad():
+        model(x)
+    for h in handles:
+        h.remove()
+    return shapes
+
+
+def lm_loss(out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    return nn.functional.cross_entropy(out.flatten(0, 1), y.flatten())
+
+
+@pytest.mark.parametrize("name", ["preln", "hyper_connections"])
+def test_rank_metrics_of_every_unit_of_a_registry_transformer(name: str):
+    torch.manual_seed(0)
+    model = variants.create(name, depth=2, d_model=16, n_heads=2, d_ff=32, vocab_size=11, max_len=8)
+    tokens = torch.randint(0, 11, (4, 8))
+    rows = probe(model, tokens, tokens, lm_loss, 0)
+    shapes = unit_shapes(model, tokens)
+    for metric in ("stable_rank", "rank_collapse"):
+        values = {r["block"]: r["value"] for r in rows if r["metric"] == metric}
+        assert values.keys() == shapes.keys() and len(values) == 4
+    for r in rows:
+        if r["metric"] == "stable_rank":
+            shape = shapes[r["block"]]
+            assert 1 - 1e-5 <= r["value"] <= min(math.prod(shape[1:-1]), shape[-1]) + 1e-4
+        elif r["metric"] == "rank_collapse":
+            assert 0 < r["value"] <= 1
+
+
+def test_rank_metrics_of_every_unit_of_a_registry_cnn():
+    torch.manual_seed(0)
+    model = variants.create("resnet", depth=8, width=4, num_classes=3, in_chans=1)
+    x = torch.randn(4, 1, 8, 8)
+    rows = probe(model, x, torch.randint(0, 3, (4,)), nn.functional.cross_entropy, 0)
+    shapes = unit_shapes(model, x)
+    ranks = {r["block"]: r["value"] for r in rows if r["metric"] == "stable_rank"}
+    assert ranks.keys() == shapes.keys() and len(ranks) == 3
+    for block, value in ranks.items():
+        _, c, h, w = shapes[block]
+        assert 1 - 1e-5 <= value <= min(h * w, c) + 1e-4
+    assert not [r for r in rows if r["metric"] == "rank_collapse"]
+
+
+class SdpAttention(nn.Module):
+    def __init__(self, d: int) -> None:
+        super().__init__()
+        self.qkv = nn.Linear(d, 3 * d)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        q, k, v = self.qkv(x).chunk(3, dim=-1)
+        return nn.functional.scaled_dot_product_attention(q, k, v)
+
+
+def test_pure_attention_collapses_the_tokens_and_pre_ln_skips_do_not():
+    # Dong et al. 2021: without skip connections self-attention drives the tokens to one, doubly exponentially
+    # (here about 0.3, 1e-4, 1e-8, 0 over four layers); the same attention layers with Pre-LN skips keep them apart.
+    torch.manual_seed(0)
+    bodies = [SdpAttention(16) for _ in range(4)]
+    x = torch.randn(4, 16, 16)
+    pure = nn.Sequential(*(ResidualUnit(b, NoShortcut()) for b in bodies))
+    pre_ln = nn.Sequential(*(PreNorm(b, Add(), lambda: nn.LayerNorm(16)) for b in bodies))
+    collapse = {name: by_metric(probe(m, x, torch.zeros_like(x), half_sse, 0), "rank_collapse")
+                for name, m in (("pure", pure), ("pre_ln", pre_ln))}  # fmt: skip
+    assert collapse["pure"][3] < 1e-3 and collapse["pure"][1] < 1e-2
+    assert min(collapse["pre_ln"].values()) > 0.5
