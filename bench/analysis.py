@@ -217,7 +217,7 @@ def for_study(name: str, options: dict[str, Any], results_dir: str | Path, run_i
 def report_lines(results_dir: str | Path, study: str, runs: Sequence[dict[str, Any]] = ()) -> list[str]:
     """The report section of a study's analysis (none if it has none or it has not run): the summary over seeds,
     the figures, and the claims about it with their verdicts."""
-    from .claims import evaluate_claims, load_claims, study_file
+    from .claims import TABLES, evaluate_claims, load_claims, study_file
     from .report import claim_lines, markdown_table
     from .stats import t_ci
     from .study import read_study_file
@@ -230,8 +230,7 @@ def report_lines(results_dir: str | Path, study: str, runs: Sequence[dict[str, A
     if not kind or not summary_csv.is_file():
         return []
     summary = pd.read_csv(summary_csv)
-    metrics = {"lesion": ("error", "error_increase"), "gradcorr": ("neighbor_corr", "acf_lag1", "corr_length"),
-               "landscape": ("loss_center", "edge_rise", "nonconvex_fraction", "roughness")}[kind]
+    metrics = TABLES[kind]
     by = [c for c in ("variant", "depth", "dims", "k") if c in summary]
     rows = []
     for key, g in summary.groupby(by, sort=True):

@@ -83,7 +83,7 @@ _COMMON = ("id", "paper", "text", "kind", "metric", "step", "where", "for_each",
 # instead of) its training runs (bench.analysis), and the columns each has.
 TABLES: dict[str, tuple[str, ...]] = {
     "lesion": ("error", "loss", "error_increase"),
-    "gradcorr": ("neighbor_corr", "acf_lag1", "corr_length"),
+    "gradcorr": ("neighbor_corr", "corr_length"),
     "landscape": ("loss_center", "edge_rise", "nonconvex_fraction", "roughness"),
 }
 _FIELDS = {

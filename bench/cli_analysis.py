@@ -69,7 +69,7 @@ def cmd_gradcorr(ns: argparse.Namespace) -> int:
     out = run_gradcorr(Path(ns.results_dir) / "plots" / f"{name}.png", variants=ns.variant, depths=ns.depth,
                        seeds=ns.seed, task=ns.task, points=ns.points, span=ns.span, max_lag=ns.max_lag)
     _report(out, write(out, ns.results_dir, name),
-            ("variant", "depth", "seed", "neighbor_corr", "acf_lag1", "corr_length"))
+            ("variant", "depth", "seed", "neighbor_corr", "corr_length"))
     return 0
 
 

@@ -46,7 +46,6 @@ from bench.plots import variant_colour
 
 __all__ = ["GradCorr", "GradCorrFrames", "calibrate_batchnorm", "correlations", "figure", "line_gradients",
            "line_inputs", "measure", "measure_grid", "plot"]  # fmt: skip
-_LOG_FLOOR = 1e-3  # log axis bottom: under the noise of a mean of uncorrelated pairs, ~1/sqrt(D * points)
 _OFFSET = 5.0  # gap between the RMS-normalised derivative traces: excursions beyond 2.5 RMS are rare
 
 
@@ -200,7 +199,7 @@ def measure(
     meta = {"variant": variant, "depth": depth_used, "seed": seed}
     summary = {
         **meta, "task": task, "points": points, "span": span, "max_lag": max_lag, "calibrate": calibrate,
-        "neighbor_corr": c["neighbor_corr"], "corr_length": c["corr_length"], "acf_lag1": c["acf"][1],
+        "neighbor_corr": c["neighbor_corr"], "corr_length": c["corr_length"],
         "params": sum(p.numel() for p in model.parameters()),
     }  # fmt: skip
     acf = pd.DataFrame({**meta, "lag": range(max_lag + 1), "acf": c["acf"]})
@@ -242,7 +241,7 @@ def _deepest(df: pd.DataFrame, summary: pd.DataFrame) -> pd.DataFrame:
 
 
 def figure(summary: pd.DataFrame, acf: pd.DataFrame, series: pd.DataFrame) -> Figure:
-    """Three panels: neighbour correlation vs depth (log y; mean over seeds, 95% t-CI band); ACF vs lag at each
+    """Three panels: neighbour correlation vs depth (mean over seeds, 95% t-CI band); ACF vs lag at each
     variant's largest depth; the directional derivative along the line there (lowest seed), each divided by its
     RMS and offset by 5 per variant — smooth (correlated) vs white noise (shattered)."""
     with sns.axes_style("whitegrid"):
@@ -259,10 +258,10 @@ def figure(summary: pd.DataFrame, acf: pd.DataFrame, series: pd.DataFrame) -> Fi
         mid.plot(sa["lag"], sa["mean"], color=colour, label=f"{v} (depth {deep['depth'].iloc[0]})")
         mid.fill_between(sa["lag"], sa["lo"], sa["hi"], color=colour, alpha=0.2, linewidth=0)
     mid.axhline(1 / math.e, color="0.4", linestyle=":", linewidth=1, label="1/e (correlation length)")
-    left.set_yscale("log")
-    left.set_ylim(_LOG_FLOOR, 1.2)  # a white-noise mean is ~0 or negative: it runs off the bottom, not the scale
+    left.axhline(0.0, color="0.4", linewidth=0.8)
+    left.set_ylim(-0.1, 1.05)  # linear: a shattered (white-noise) gradient sits at 0 and may dip below it
     left.set(xlabel="depth (layers)", ylabel="correlation of neighbouring gradients",
-             title=f"Neighbour correlation vs depth (log y; <= {_LOG_FLOOR:g} off the axis)")  # fmt: skip
+             title="Neighbour correlation vs depth (mean, 95% CI over seeds)")  # fmt: skip
     mid.set(xlabel="lag (points along the line)", ylabel="mean Pearson corr(g_i, g_i+lag)",
             title="Gradient autocorrelation at the largest depth")  # fmt: skip
     deep = _deepest(series, summary)

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU check of issues #3 and #10, for a machine with CUDA (run from the repository root):
+# The GPU check of issues #3, #10 and #12, for a machine with CUDA (run from the repository root):
 #   the gpu-marked tests, then short resnet56 runs on synthetic 32x32 in fp32 and in bf16 + channels-last,
 #   their rows written to results/gpu/, then a 24-layer Pre-LN probe table on CUDA and a model diff, every
 #   Transformer variant's forward/backward in bf16, then a sweep on the local executor with one run per GPU. Prints everything; about 3-5 minutes on one modern GPU.
@@ -73,3 +73,12 @@ want = {f"cuda:{g}" for g in visible_gpus()}
 assert set(df["device"]) == want, f"expected the runs spread one per GPU over {sorted(want)}, got {sorted(set(df['device']))}"
 print(f"local executor: {len(df)} runs over {len(want)} GPU(s), one run per GPU at a time")
 CHECK
+# Issue 12 on CUDA: a run keeps its checkpoint, lesion and landscape rebuild it on the GPU (gradcorr runs on the CPU);
+# the figures (rebuilt model's intact error = the run's recorded final validation error) printed for a reader.
+"$PY" -m bench run --variant resnet --depth 20 --task digits --device cuda --steps 200 --save-checkpoint \
+  --measure --quiet --results-dir "$OUT/analysis"
+RUN=$("$PY" -c "import sys; from bench.results import ResultsStore; print(ResultsStore(sys.argv[1]).load_leaderboard()['run_id'].iloc[-1])" "$OUT/analysis")
+"$PY" -m bench lesion "$RUN" --device cuda --drop 2 4 --draws 3 --results-dir "$OUT/analysis"
+"$PY" -m bench landscape "$RUN" --device cuda --dims 2 --points 7 --results-dir "$OUT/analysis"
+"$PY" -m bench gradcorr --variant plain resnet --depth 20 56 --results-dir "$OUT/analysis"
+"$PY" -m bench show "$RUN" --results-dir "$OUT/analysis" | grep final_val_acc

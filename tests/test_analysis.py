@@ -133,6 +133,15 @@ def test_lesion_command_on_a_shipped_and_a_plugin_variant(tmp_path: Path, capsys
         assert s.loc[2, "error_increase"] == pytest.approx(
             t.loc[t["mode"] == "random", "error"].mean() - t.loc[t["mode"] == "intact", "error"].item())
     assert (res / "plots" / "both.png").stat().st_size > 0 and str(res / "plots" / "both.png") in out
+    # the other two commands on the plugin's variant too
+    code, _, err = cli(["landscape", ids[1], "--points", "3", "--samples", "16", "--results-dir", str(res),
+                        "--plugin", str(plugin)], capsys)
+    assert code == 0, err
+    assert pd.read_csv(res / "analysis" / f"landscape-{ids[1]}-summary.csv")["variant"].tolist() == ["toy_half"]
+    code, _, err = cli(["gradcorr", "--variant", "toy_half", "--depth", "8", "--points", "8", "--max-lag", "2",
+                        "--results-dir", str(res), "--plugin", str(plugin)], capsys)
+    assert code == 0, err
+    assert pd.read_csv(res / "analysis" / "gradcorr-summary.csv")["variant"].tolist() == ["toy_half"]
 
     stack = trained(res, capsys, "toy_stack", "--save-checkpoint", "--plugin", str(plugin))
     code, _, err = cli(["lesion", stack, "--results-dir", str(res), "--plugin", str(plugin)], capsys)
@@ -172,7 +181,7 @@ def test_gradcorr_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
     acf = pd.read_csv(res / "analysis" / "gradcorr-acf.csv")
     assert acf.groupby("variant")["lag"].apply(list).to_dict() == {"plain": [0, 1, 2, 3, 4], "resnet": [0, 1, 2, 3, 4]}
     lag1 = acf[acf["lag"] == 1].set_index("variant")["acf"]
-    assert summary.set_index("variant")["acf_lag1"].to_dict() == pytest.approx(lag1.to_dict())
+    assert summary.set_index("variant")["neighbor_corr"].to_dict() == pytest.approx(lag1.to_dict())
     assert (res / "plots" / "gradcorr.png").is_file()
     code, _, err = cli(["gradcorr", "--variant", "preln", "--depth", "2", "--task", "copy", "--results-dir",
                         str(res)], capsys)

@@ -139,10 +139,10 @@ def test_measure_is_deterministic_and_documented() -> None:
     pd.testing.assert_frame_equal(a.acf, b.acf)
     pd.testing.assert_frame_equal(a.series, b.series)
     s = a.summary
-    assert {"variant", "depth", "task", "seed", "points", "span", "neighbor_corr", "corr_length", "acf_lag1",
+    assert {"variant", "depth", "task", "seed", "points", "span", "neighbor_corr", "corr_length",
             "params"} <= set(s)  # fmt: skip
     assert (s["variant"], s["depth"], s["task"], s["seed"], s["points"]) == ("plain", 8, "digits", 1, 32)
-    assert s["acf_lag1"] == s["neighbor_corr"] == a.acf["acf"].iloc[1] and a.acf["acf"].iloc[0] == pytest.approx(1)
+    assert s["neighbor_corr"] == a.acf["acf"].iloc[1] and a.acf["acf"].iloc[0] == pytest.approx(1)
     assert list(a.acf.columns) == ["variant", "depth", "seed", "lag", "acf"] and list(a.acf["lag"]) == [0, 1, 2, 3, 4]
     assert list(a.series.columns) == ["variant", "depth", "seed", "t", "dfdt"]
     assert np.allclose(a.series["t"], np.linspace(-1, 1, 32)) and np.isfinite(a.series["dfdt"]).all()
@@ -194,7 +194,7 @@ def test_figure_draws_the_data(tmp_path) -> None:
     fig = gradcorr.figure(summary, acf, series)
     left, mid, right = fig.axes
     lines = {ln.get_label(): ln for ln in left.get_lines()}
-    assert left.get_yscale() == "log"
+    assert left.get_yscale() == "linear" and left.get_ylim() == (-0.1, 1.05)
     assert np.allclose(lines["plain"].get_xdata(), [20, 56]) and np.allclose(lines["plain"].get_ydata(), [0.7, 0.02])
     assert np.allclose(lines["resnet"].get_ydata(), [0.925, 0.85])
     bands = [c.get_paths()[0].vertices[:, 1] for c in left.collections]
