@@ -1,5 +1,8 @@
 """Progress of a long command: a tqdm bar on a terminal; where no one watches a terminal (a log file, CI, a job
 scheduler's output) a plain line every ``every_s`` seconds and one at the end; nothing when disabled (``--quiet``).
+
+:class:`LiveLine` is a sweep's status line: on a terminal it stays at the bottom, redrawn in place, with the
+lines of finished runs printed above it; elsewhere it is silent (the per-run lines say it all).
 """
 
 from __future__ import annotations
@@ -58,6 +61,41 @@ class Progress:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class LiveLine:
+    """One line redrawn in place at the bottom of a terminal (carriage return + erase-line), with :meth:`print`
+    putting ordinary lines above it. Off (``show`` does nothing, ``print`` prints) when ``stream`` is not a
+    terminal or ``enabled`` is false."""
+
+    ERASE = "\r\x1b[K"
+
+    def __init__(self, stream: TextIO | None = None, enabled: bool = True) -> None:
+        self.stream = stream if stream is not None else sys.stdout
+        self.on = enabled and _isatty(self.stream)
+        self.text = ""
+
+    def show(self, text: str) -> None:
+        """Replace the status line with ``text`` (no newline)."""
+        self.text = text
+        if self.on:
+            self.stream.write(self.ERASE + text)
+            self.stream.flush()
+
+    def print(self, line: str) -> None:
+        """``line`` above the status line, which is redrawn under it."""
+        if self.on and self.text:
+            self.stream.write(self.ERASE + line + "\n" + self.text)
+            self.stream.flush()
+        else:
+            print(line, file=self.stream, flush=True)
+
+    def close(self) -> None:
+        """Erase the status line (the summary that follows replaces it)."""
+        if self.on and self.text:
+            self.stream.write(self.ERASE)
+            self.stream.flush()
+        self.text = ""
 
 
 def _isatty(stream: TextIO) -> bool:

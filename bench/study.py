@@ -52,6 +52,7 @@ from typing import TYPE_CHECKING, Any
 
 from .config import RECIPES, RunConfig
 from .fairness import DEFAULT_PARAM_TOLERANCE, check_grid
+from .progress import LiveLine
 
 if TYPE_CHECKING:
     from .executors import Event, Executor, Job
@@ -381,6 +382,9 @@ class _Driver:
         self.measure_every_run = measure_every_run
         self.quiet = not progress  # the summary, refused and failed runs are printed all the same
         self.bars = progress and executor.slots == 1 and sys.stderr.isatty()
+        # A status line at the bottom of the terminal (done / running / failed / remaining, ETA, elapsed), redrawn
+        # each second; not under a run's own progress bar (one job on a terminal), nor in a log file.
+        self.live = LiveLine(sys.stdout, enabled=progress and not self.bars)
         self.plugin_specs = tuple(p.reload for p in plugins.loaded())
         self.n = len(configs)
         self.pending: list[tuple[int, RunConfig]] = []
@@ -443,9 +447,12 @@ class _Driver:
                 self._fill_slots()
                 if not self.executor.in_flight():  # every pending run waits for figures nobody is measuring
                     raise RuntimeError(f"sweep stalled with {len(self.pending)} runs pending (a bug in resbench)")
-                for event in self.executor.wait():
+                self.live.show(self._status())
+                for event in self.executor.wait(timeout=1.0 if self.live.on else None):
                     self._on(event)
+            self.live.close()
         except KeyboardInterrupt:
+            self.live.close()
             stopped = self.executor.stop()
             names = ", ".join(job.config.run_id for job in stopped)
             what = f"stopped {len(stopped)} running run(s) ({names}), nothing of them written" if stopped else \
@@ -455,6 +462,7 @@ class _Driver:
                 print(f"resume with: {self.command}  (runs with an ok row are skipped)", file=sys.stderr, flush=True)
             raise
         except BaseException:
+            self.live.close()
             self.executor.stop()
             raise
 
@@ -529,7 +537,11 @@ class _Driver:
     def _line(self, index: int, run_id: str, text: str, always: bool = False) -> None:
         if self.quiet and not always:
             return
-        print(f"[{index}/{self.n}] {run_id}: {text} | {self._counts()}", flush=True)
+        self.live.print(f"[{index}/{self.n}] {run_id}: {text} | {self._counts()}")
+
+    def _status(self) -> str:
+        """The live line: the counts, the ETA and the time the sweep has run."""
+        return f"sweep: {self._counts()}, elapsed {_clock(time.perf_counter() - self.t0)}"
 
     def _counts(self) -> str:
         running = len(self.executor.in_flight())

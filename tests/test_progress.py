@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from bench.cli import main
-from bench.progress import Progress
+from bench.progress import LiveLine, Progress
 
 
 class _Terminal(io.StringIO):
@@ -72,3 +72,39 @@ def test_a_quiet_sweep_prints_its_summary_only(tmp_path: Path, capsys: pytest.Ca
     assert main(["sweep", str(study), "--results-dir", str(tmp_path / "r")]) == 0  # resumed: both skipped
     out = capsys.readouterr().out
     assert "[1/2] plain-d8-digits-" in out and "already recorded, skipped" in out
+
+
+def test_live_line_redraws_in_place_on_a_terminal_only() -> None:
+    term, log = _Terminal(), io.StringIO()
+    for stream in (term, log):
+        live = LiveLine(stream)
+        live.show("sweep: done 0")
+        live.print("[1/2] a: ok")
+        live.show("sweep: done 1")
+        live.close()
+    assert term.getvalue() == ("\r\x1b[Ksweep: done 0" "\r\x1b[K[1/2] a: ok\nsweep: done 0" "\r\x1b[Ksweep: done 1"
+                               "\r\x1b[K")
+    assert log.getvalue() == "[1/2] a: ok\n"  # no status line in a log: the run lines say it all
+    off = _Terminal()
+    quiet = LiveLine(off, enabled=False)
+    quiet.show("x")
+    quiet.print("line")
+    assert off.getvalue() == "line\n"
+
+
+def test_a_sweep_on_a_terminal_keeps_a_status_line(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    study = tmp_path / "tiny.toml"
+    study.write_text('name = "tiny"\nvary = ["combinator"]\n[base]\ndepth = 8\nsteps = 2\nbatch_size = 16\n'
+                     'measure = []\n[grid]\nvariant = ["plain", "resnet"]\nseed = [0]\n')
+    term = _Terminal()
+    monkeypatch.setattr("sys.stdout", term)
+    assert main(["sweep", str(study), "--results-dir", str(tmp_path / "r")]) == 0
+    out = term.getvalue()
+    status = re.findall(r"\r\x1b\[K(sweep: done \d, running \d, failed \d, remaining \d, ETA [^,]+, elapsed [\d:]+)",
+                        out)
+    assert status[0].startswith("sweep: done 0, running 1, failed 0, remaining 1, ETA ?")
+    assert any(s.startswith("sweep: done 1, running 1, failed 0, remaining 0") for s in status)
+    finished = re.findall(r"\r\x1b\[K(\[\d/2\] [\w-]+: ok, val acc [\d.]+, [\d.]+ s \| done \d)", out)
+    assert [f.split(": ok")[0][:10] for f in finished] == ["[1/2] plai", "[2/2] resn"]
+    assert re.search(r"\r\x1b\[Ksweep done in 0:\d\d:\d\d: 2 of 2 runs ok", out)  # the status line erased first
