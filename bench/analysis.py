@@ -18,6 +18,7 @@ checkpoint: ``save_checkpoint = true`` in ``[base]``), writing ``analysis/<study
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -210,8 +211,24 @@ def for_study(name: str, options: dict[str, Any], results_dir: str | Path, run_i
         run = run_lesion if kind == "lesion" else run_landscape
         out = run(root, ids, figure, **opts)
     paths = write(out, root, f"{name}/{kind}")
-    atomic_write_text(root / "analysis" / name / "preset.txt", preset or "")  # the report's reproduce command
+    atomic_write_text(root / "analysis" / name / "meta.json", json.dumps(_meta(preset), indent=1))
     return paths
+
+
+def _meta(preset: str | None) -> dict[str, Any]:
+    """Where and how a study's analysis ran: its preset (the report's reproduce command), resbench's commit, torch,
+    the machine — what a training run records in its row and JSON."""
+    import datetime
+    import platform
+
+    import torch
+
+    from .env import git_sha
+    from .train import resolve_device
+
+    return {"preset": preset, "git_sha": git_sha(), "torch": torch.__version__, "python": platform.python_version(),
+            "device": str(resolve_device("cpu")), "device_name": platform.processor() or platform.machine(),
+            "created_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
 
 
 def report_lines(results_dir: str | Path, study: str, runs: Sequence[dict[str, Any]] = ()) -> list[str]:

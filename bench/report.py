@@ -293,16 +293,24 @@ def _analysis_only_report(root: Path, study: str | None) -> Path:
     if not lines:
         raise ValueError(f"no runs in {root}{f' for study {study!r}' if study else ''}: nothing to report "
                          "(run `python -m bench run ...` or `python -m bench reproduce ...` first)")
-    presets = f" --preset {p}" if (p := _analysis_preset(root, study)) else ""  # type: ignore[arg-type]
+    meta = _analysis_meta(root, study)  # type: ignore[arg-type]
+    presets = f" --preset {meta['preset']}" if meta.get("preset") else ""
     head = [f"# resbench report — study {study}", "", "## How this was produced", "",
             f"`python -m bench reproduce {study}{presets} --results-dir {root}` (no training runs: the study measures "
             f"models at initialisation); this report: `python -m bench report --results-dir {root} --study {study}`.",
-            ""]  # fmt: skip
+            "", *(f"- {k}: {meta[k]}" for k in ("git_sha", "torch", "device", "device_name", "created_at")
+                  if k in meta), ""]  # fmt: skip
     path = root / f"REPORT-{study}.md"
     atomic_write_text(path, "\n".join([*head, *lines]))
     return path
 
 
-def _analysis_preset(root: Path, study: str) -> str | None:
-    marker = root / "analysis" / study / "preset.txt"
-    return marker.read_text(encoding="utf-8").strip() or None if marker.is_file() else None
+def _analysis_meta(root: Path, study: str) -> dict[str, Any]:
+    """What ``analysis/<study>/meta.json`` records (preset, commit, torch, machine), {} if absent or unreadable."""
+    import json
+
+    try:
+        meta = json.loads((root / "analysis" / study / "meta.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return meta if isinstance(meta, dict) else {}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import shutil
 from pathlib import Path
 
@@ -326,4 +327,5 @@ def test_a_study_without_runs_measures_models_at_init(tmp_path: Path, capsys: py
     assert code == 0, err
     report = (res / "REPORT-tinyshatter.md").read_text()
     assert "no training runs" in report and "## Analysis: gradcorr" in report
+    assert re.search(r"^- git_sha: [0-9a-f]{7,}", report, re.M) and f"- torch: {torch.__version__}" in report
     assert "**agrees**" in report.split("corr-is-a-correlation")[1]
