@@ -216,18 +216,15 @@ def for_study(name: str, options: dict[str, Any], results_dir: str | Path, run_i
 
 
 def _meta(preset: str | None) -> dict[str, Any]:
-    """Where and how a study's analysis ran: its preset (the report's reproduce command), resbench's commit, torch,
-    the machine — what a training run records in its row and JSON."""
+    """Where and how a study's analysis ran (its preset for the report's reproduce command, and the environment a
+    training run records: resbench's commit, torch, the CPU model, threads, ...) — the analyses run on the CPU."""
     import datetime
-    import platform
 
     import torch
 
-    from .env import git_sha
-    from .train import resolve_device
+    from .env import environment
 
-    return {"preset": preset, "git_sha": git_sha(), "torch": torch.__version__, "python": platform.python_version(),
-            "device": str(resolve_device("cpu")), "device_name": platform.processor() or platform.machine(),
+    return {"preset": preset, **environment(torch.device("cpu")),
             "created_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
 
 
