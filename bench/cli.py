@@ -53,7 +53,7 @@ def _parse_model_arg(text: str) -> tuple[str, Any]:
 def add_config_arguments(p: argparse.ArgumentParser) -> None:
     """One option per RunConfig field, documented by the field's reason and default."""
     for f in dataclasses.fields(RunConfig):
-        if f.name in ("study", "preset"):
+        if f.name in ("study", "preset", "world_size"):  # set by sweeps, and from torchrun's WORLD_SIZE
             continue
         flag = "--" + f.name.replace("_", "-")
         meta, typ = f.metadata, str(f.type)
@@ -373,6 +373,17 @@ def cmd_perf(ns: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_scaling(ns: argparse.Namespace) -> int:
+    from .scaling import scaling
+
+    cfg = config_from_args(ns)
+    df = scaling(cfg, ns.nproc, ns.keep)
+    print(f"{cfg.variant} on {cfg.task}, global batch {cfg.batch_size}: throughput of one DDP job per process count "
+          "(each measured in its own torchrun; cores split evenly on the CPU)")
+    print(df.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
+    return 0
+
+
 def cmd_track(ns: argparse.Namespace) -> int:
     from . import api
 
@@ -521,6 +532,13 @@ def build_parser() -> argparse.ArgumentParser:
                    help="steps per timed repeat (default 30)")
     o.add_argument("--repeats", type=int, default=7, help="alternating repeats; medians reported (default 7)")
     o.set_defaults(fn=cmd_perf)
+    sc = psub.add_parser("scaling", help="throughput on 1, 2, ... processes (torchrun + DDP) and scaling efficiency")
+    add_config_arguments(sc)
+    sc.add_argument("--nproc", type=int, nargs="+", default=[1, 2], metavar="N",
+                    help="process counts (1 is always measured: efficiency = throughput(N) / (N x throughput(1)))")
+    sc.add_argument("--keep", metavar="DIR", help="keep each count's results directory under DIR (default: a "
+                                                   "temporary directory, removed)")
+    sc.set_defaults(fn=cmd_scaling)
 
     from .cli_analysis import add_commands
 

@@ -80,6 +80,7 @@ class RunConfig:
                                "(for `bench lesion` / `bench landscape`)")
     model_args: tuple[tuple[str, Any], ...] = _f((), "extra variant keyword arguments, KEY=VALUE (repeatable)")
     recipe: str | None = _f(None, "named training recipe from a paper (see `bench recipes`)")
+    world_size: int = _f(1, "processes of the torchrun job training this run (DDP; set from WORLD_SIZE by `bench run`)")
     study: str | None = _f(None, "name of the study this run belongs to (set by `bench sweep`)")
     preset: str | None = _f(None, "the study's preset this run was made under, e.g. quick (set by `bench sweep`)")
 
@@ -100,7 +101,7 @@ class RunConfig:
         if self.depth is not None and self.depth < 1:
             yield f"--depth must be >= 1, got {self.depth}"
         for name in ("batch_size", "timing_repeats", "timing_steps", "seq_len", "image_size", "num_classes",
-                     "train_size", "val_size"):
+                     "train_size", "val_size", "world_size"):
             if getattr(self, name) < 1:
                 yield f"--{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}"
         for name in ("warmup_steps", "timing_warmup", "seed"):
@@ -170,7 +171,7 @@ NOT_HASHED: tuple[str, ...] = (
     "seed", "measure", "timing_warmup", "timing_repeats", "timing_steps", "data_dir", "save_checkpoint",
 )  # fmt: skip
 # Fields added after results were recorded: hashed only when set, so existing run ids (and resuming) stay valid.
-_HASHED_UNLESS_DEFAULT = frozenset({"warmup_until_error"})
+_HASHED_UNLESS_DEFAULT = frozenset({"warmup_until_error", "world_size"})
 _DEFAULTS = {f.name: f.default for f in dataclasses.fields(RunConfig)}
 
 

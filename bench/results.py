@@ -25,7 +25,7 @@ from filelock import FileLock
 # The fixed column order of leaderboard.csv; results/README.md documents each column.
 COLUMNS: tuple[str, ...] = (
     "run_id", "config_hash", "variant", "family", "depth", "params", "init", "task", "seed", "epochs", "steps",
-    "batch_size", "optimizer", "lr", "schedule", "warmup_steps", "device", "device_name", "precision",
+    "batch_size", "optimizer", "lr", "schedule", "warmup_steps", "device", "device_name", "world_size", "precision",
     "status", "error",
     "final_train_loss", "final_train_acc", "final_val_loss", "final_val_acc", "best_val_acc",
     "target_acc", "steps_to_target", "time_to_target_s",
@@ -34,10 +34,15 @@ COLUMNS: tuple[str, ...] = (
     "study", "torch_version", "git_sha", "created_at",
 )  # fmt: skip
 
+# The header before world_size (the processes of a torchrun job that trained the run) was a column: every run
+# was one process.
+COLUMNS_V3: tuple[str, ...] = tuple(c for c in COLUMNS if c != "world_size")
+V3_MAPPING = "world_size 1"
+
 # The header before cost_source (the run whose measurement phases produced a row's throughput, memory and FLOPs)
 # was a column: every such row measured its own, or nothing when no phase ran; the column is left empty.
-COLUMNS_V2: tuple[str, ...] = tuple(c for c in COLUMNS if c != "cost_source")
-V2_MAPPING = "cost_source left empty"
+COLUMNS_V2: tuple[str, ...] = tuple(c for c in COLUMNS_V3 if c != "cost_source")
+V2_MAPPING = "cost_source left empty, world_size 1"
 
 # The header before forward/train FLOPs, init and config_hash were columns. Such leaderboards still load:
 # each row is mapped onto COLUMNS on read, and the next append rewrites the file in the current schema.
@@ -52,12 +57,12 @@ COLUMNS_V1: tuple[str, ...] = (
     "study", "torch_version", "git_sha", "created_at",
 )  # fmt: skip
 V1_MAPPING = ("flops_per_sample -> train_flops_per_sample; fwd_flops_per_sample and init left empty; "
-              "config_hash taken from run_id")
+              "config_hash taken from run_id; world_size 1")
 _RUN_ID_HASH = re.compile(r"-([0-9a-f]{8})-s\d+$")  # run_id = <variant>[-d<depth>]-<task>-<hash>-s<seed>
 
 
 def _from_v1(row: dict[str, str]) -> dict[str, str]:
-    new = {c: row.get(c, "") for c in COLUMNS}
+    new = _from_v2(row)
     new["train_flops_per_sample"] = row["flops_per_sample"]
     m = _RUN_ID_HASH.search(row["run_id"])
     new["config_hash"] = m.group(1) if m else ""
@@ -65,13 +70,14 @@ def _from_v1(row: dict[str, str]) -> dict[str, str]:
 
 
 def _from_v2(row: dict[str, str]) -> dict[str, str]:
-    return {c: row.get(c, "") for c in COLUMNS}
+    return {c: row.get(c, "") for c in COLUMNS} | {"world_size": "1"}  # every run was one process then
 
 
 # Earlier headers that still load: header -> (what the mapping does, the row mapping).
 LEGACY_SCHEMAS: dict[tuple[str, ...], tuple[str, Callable[[dict[str, str]], dict[str, str]]]] = {
     COLUMNS_V1: (V1_MAPPING, _from_v1),
     COLUMNS_V2: (V2_MAPPING, _from_v2),
+    COLUMNS_V3: (V3_MAPPING, _from_v2),
 }
 _noticed: set[Path] = set()  # leaderboards whose migration this process has already reported
 

@@ -9,6 +9,7 @@ its row from :func:`unfinished_run` instead, built from the last thing the run r
 from __future__ import annotations
 
 import copy
+import dataclasses
 import math
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -21,13 +22,13 @@ import torch
 
 import variants
 
-from . import checkpoints, plugins
+from . import checkpoints, distributed, plugins
 from .config import RunConfig
 from .env import environment, git_sha
 from .fairness import resolved_kwargs
 from .results import COLUMNS, ResultsStore
 from .trackers import Tracker, log_all
-from .train import Diverged, Record, measure_phases, setup, train
+from .train import Diverged, Record, measure_phases, resolve_device, setup, train
 
 # CPU allocators report exhaustion as a plain RuntimeError; these phrases identify it.
 _CPU_OOM_PHRASES = ("can't allocate memory", "not enough memory", "out of memory")
@@ -68,7 +69,14 @@ def execute(cfg: RunConfig, results_dir: str | Path, progress: bool = False,
     ``trackers``); return the run JSON."""
     store = ResultsStore(results_dir)
     store.preflight()  # an unusable results dir or a damaged leaderboard is bad input too: refuse before training
-    return record(store, run_config(cfg, progress=progress), trackers)
+    world = distributed.current()
+    if world is None:
+        return record(store, run_config(cfg, progress=progress), trackers)
+    # One run over the ranks of a torchrun job (bench.distributed): every rank trains, rank 0 writes the row.
+    cfg = dataclasses.replace(cfg, world_size=world.size)
+    with distributed.session(world, distributed.device_for(world, resolve_device(cfg.device))):
+        run_json = run_config(cfg, progress=progress and world.main)
+        return record(store, run_json, trackers) if world.main else run_json
 
 
 def record(store: ResultsStore, run_json: Mapping[str, Any], trackers: Sequence[Tracker] = ()) -> dict[str, Any]:
@@ -181,7 +189,8 @@ def _bare_row(cfg: RunConfig) -> dict[str, Any]:
         "family": family, "depth": depth, "init": "default" if init is None else str(init), "task": cfg.task,
         "seed": cfg.seed, "batch_size": cfg.batch_size, "optimizer": cfg.optimizer, "lr": cfg.lr,
         "schedule": cfg.schedule, "warmup_steps": cfg.warmup_steps, "device": cfg.device, "precision": cfg.precision,
-        "target_acc": cfg.target, "study": cfg.study, "torch_version": torch.__version__, "git_sha": git_sha(),
+        "world_size": cfg.world_size, "target_acc": cfg.target, "study": cfg.study,
+        "torch_version": torch.__version__, "git_sha": git_sha(),
     }  # fmt: skip
 
 
@@ -223,7 +232,8 @@ def build_row(cfg: RunConfig, s: Any, rec: Record, env: dict[str, Any], wall_s: 
         "epochs": rec.steps_done * cfg.batch_size / s.task.num_train if s.task.num_train else None,
         "steps": rec.steps_done, "batch_size": cfg.batch_size, "optimizer": cfg.optimizer, "lr": cfg.lr,
         "schedule": cfg.schedule, "warmup_steps": cfg.warmup_steps, "device": device or str(s.device),
-        "device_name": env["device_name"], "precision": cfg.precision, "status": rec.status, "error": rec.error,
+        "device_name": env["device_name"], "world_size": cfg.world_size, "precision": cfg.precision,
+        "status": rec.status, "error": rec.error,
         "final_train_loss": last.get("train_loss"), "final_train_acc": last.get("train_acc"),
         "final_val_loss": last.get("val_loss"), "final_val_acc": last.get("val_acc"),
         "best_val_acc": max(val_accs) if val_accs else None, "target_acc": cfg.target,

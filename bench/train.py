@@ -20,7 +20,7 @@ import torch
 
 import variants
 
-from . import measure
+from . import distributed, measure
 from .config import RunConfig, lr_factor
 from .progress import Progress
 from .tasks import Task, TaskError, TaskOptions
@@ -101,6 +101,23 @@ class Setup:
     model_kwargs: dict[str, Any]
     total_steps: int
     eval_every: int
+    world: distributed.World | None = None  # this rank's place in a torchrun job (bench.distributed), if any
+    ddp: torch.nn.Module | None = None  # the model wrapped in DistributedDataParallel: what a training step runs
+
+
+def _world(cfg: RunConfig) -> distributed.World | None:
+    """The torchrun job a run with ``world_size > 1`` trains in; bad input where there is none or it differs."""
+    if cfg.world_size == 1:
+        return None
+    world = distributed.current()
+    if world is None or world.size != cfg.world_size:
+        raise ValueError(f"world_size {cfg.world_size} needs a torchrun job of that many processes "
+                         f"(`torchrun --nproc-per-node {cfg.world_size} -m bench run ...`); this process is in "
+                         f"{'none' if world is None else f'one of {world.size}'}")
+    if cfg.batch_size % world.size:
+        raise ValueError(f"--batch-size {cfg.batch_size} is the global batch: it must divide evenly over the "
+                         f"{world.size} processes (each takes an equal shard)")
+    return world
 
 
 def setup(cfg: RunConfig) -> Setup:
@@ -109,7 +126,10 @@ def setup(cfg: RunConfig) -> Setup:
         pass
     else:
         variants.describe(cfg.variant)  # unknown name -> ValueError naming close matches, before loading data
+    world = _world(cfg)
     device = resolve_device(cfg.device)
+    if world is not None:
+        device = distributed.device_for(world, device)
     seed_everything(cfg.seed, cfg.deterministic)
     task = get_task(cfg.task, device=device, seed=cfg.seed, options=task_options(cfg))
     if task.kind == "image" and cfg.batch_size > task.num_train:
@@ -130,7 +150,11 @@ def setup(cfg: RunConfig) -> Setup:
         epochs = cfg.epochs if cfg.epochs is not None else DEFAULT_EPOCHS
         total = max(1, math.ceil(epochs * task.num_train / cfg.batch_size))
     eval_every = cfg.eval_every or max(1, total // 10)
-    return Setup(cfg, device, task, model, kw, total, eval_every)
+    ddp = None
+    if world is not None:  # one wrapper for every step of the run: it broadcasts rank 0's weights as it wraps
+        ddp = torch.nn.parallel.DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda"
+                                                        else None)
+    return Setup(cfg, device, task, model, kw, total, eval_every, world, ddp)
 
 
 def seed_everything(seed: int, deterministic: bool) -> None:
@@ -177,7 +201,8 @@ class StepRunner:
                  watch_warmup_error: bool = False) -> None:
         self.cfg, self.device, self.task = cfg, s.device, s.task
         self.model = model
-        self.forward = torch.compile(model) if cfg.compile else model
+        stepped = s.ddp if s.ddp is not None else model  # under torchrun the step's gradients are averaged
+        self.forward = torch.compile(stepped) if cfg.compile else stepped
         self.opt = make_optimizer(cfg, model)
         total = s.total_steps
         self.steps_done = 0
@@ -185,7 +210,10 @@ class StepRunner:
         self.watch_error = watch_warmup_error and cfg.warmup_until_error is not None
         self.sched = torch.optim.lr_scheduler.LambdaLR(self.opt, lambda i: lr_factor(i, total, cfg, self.warmup_end))
         self.scaler = torch.amp.GradScaler(s.device.type, enabled=cfg.precision == "fp16")
-        self.batches = batches
+        world = s.world
+        self.world = world
+        # under torchrun: every rank draws the same global batch and keeps its own shard of it
+        self.batches = batches if world is None else (distributed.shard(x, y, world) for x, y in batches)
         self.channels_last = cfg.channels_last
         self.after_step = after_step_hook(model)
 
@@ -217,7 +245,10 @@ class StepRunner:
 
     def _end_warmup_below_error(self, correct: torch.Tensor, y: torch.Tensor) -> None:
         """He 2015 §4.2: warm up "until the training error is below 80%", judged on this step's batch."""
-        error = 1.0 - float(correct) / max(self.task.count(y), 1)  # a host sync, in warm-up steps only
+        count = self.task.count(y)
+        if self.world is not None:  # the global batch's error: the same decision on every rank
+            correct, count = distributed.sum_across(correct), count * self.world.size
+        error = 1.0 - float(correct) / max(count, 1)  # a host sync, in warm-up steps only
         if error < self.cfg.warmup_until_error:  # type: ignore[operator]
             self.warmup_end = self.steps_done + 1
 
@@ -281,6 +312,8 @@ def measure_phases(s: Setup, rec: Record) -> None:
         if device.type == "cuda":
             runner = StepRunner(cfg, s, model, s.task.train_batches(cfg.batch_size, batch_generator(s, 3)))
             return measure.cuda_peak_memory(runner, device)
+        if device.type == "cpu" and s.world is not None:
+            return {"peak_mb": None, "method": "not measured under torchrun on the CPU (the probe is one process)"}
         if device.type == "cpu":
             return measure.cpu_peak_memory_subprocess(cfg.to_dict())
         return {"peak_mb": None, "method": f"unsupported on {device.type}"}
@@ -346,6 +379,8 @@ def train(s: Setup, rec: Record, progress: bool, probe: Callable[..., list[dict[
             rec.steps_done = done
             # One host sync per check, not per step: the loss values stay on the device until then.
             if done - checked >= check_every or done % s.eval_every == 0 or done == s.total_steps:
+                if s.world is not None:  # the curve is the global batch's loss: the mean of the ranks' shards
+                    losses[checked:done] = distributed.mean_across(losses[checked:done])
                 chunk = losses[checked:done]
                 measure.synchronize(device)
                 rec.train_time_s += time.perf_counter() - t0
