@@ -137,7 +137,8 @@ def sweep(study: str | Path, *, preset: str | None = None, executor: str = "loca
           gpus_per_run: int = 1, results_dir: str | Path = DEFAULT_RESULTS, resume: bool = True,
           measure_every_run: bool = False, add_variants: Iterable[str] = (), progress: bool = True,
           report: bool = False, tracker: str | Sequence[str] = (), tracker_uri: str | Sequence[str] = (),
-          command: str | None = None, verb: str = "study") -> Results:
+          command: str | None = None, verb: str = "study", address: str | None = None, cpus_per_run: int = 1,
+          retries: int = 0) -> Results:
     """Run a study's grid (``preset`` applied) — ``python -m bench sweep``, or ``reproduce`` with ``report=True``
     (the figures and ``REPORT.md`` too) — and return its :class:`Results`. The grid is validated and checked for
     confounds before the first run (ValueError); each run executes in a process of its own, ``jobs`` at a time,
@@ -148,11 +149,12 @@ def sweep(study: str | Path, *, preset: str | None = None, executor: str = "loca
     from .trackers import make_trackers
 
     path = study_file(study)
-    check_options(executor, jobs, gpus_per_run)
+    check_options(executor, jobs, gpus_per_run, address, cpus_per_run, retries)
     prestart(executor)
     spec = load_study(path).with_variants(list(add_variants))
     configs = spec.configs(preset)  # validated, checked for confounds, plugins run forward: before anything runs
-    runner = make_executor(executor, configs, jobs=jobs, gpus_per_run=gpus_per_run)  # starts nothing
+    runner = make_executor(executor, configs, jobs=jobs, gpus_per_run=gpus_per_run, address=address,
+                           cpus_per_run=cpus_per_run, retries=retries)  # starts nothing (Ray connects at the first run)
     store = ResultsStore(results_dir)
     store.preflight()
     trackers = make_trackers(tracker, tracker_uri, results_dir)

@@ -309,6 +309,7 @@ def _run_study(path: Path, ns: argparse.Namespace, verb: str, report: bool = Fal
     from . import api
 
     api.sweep(path, preset=ns.preset, executor=ns.executor, jobs=ns.jobs, gpus_per_run=ns.gpus_per_run,
+              address=ns.address, cpus_per_run=ns.cpus_per_run, retries=ns.retries,
               results_dir=ns.results_dir, resume=ns.resume, measure_every_run=ns.measure_every_run,
               add_variants=ns.add_variant or [], progress=not ns.quiet, report=report,
               tracker=ns.tracker or [], tracker_uri=ns.tracker_uri or [], command=_resume_command(ns), verb=verb)
@@ -328,6 +329,9 @@ def _resume_command(ns: argparse.Namespace) -> str:
     args += ["--executor", ns.executor] if ns.executor != "local" else []
     args += ["--jobs", str(ns.jobs)] if ns.jobs != 1 else []
     args += ["--gpus-per-run", str(ns.gpus_per_run)] if ns.gpus_per_run != 1 else []
+    args += ["--address", ns.address] if ns.address else []
+    args += ["--cpus-per-run", str(ns.cpus_per_run)] if ns.cpus_per_run != 1 else []
+    args += ["--retries", str(ns.retries)] if ns.retries else []
     args += ["--measure-every-run"] if ns.measure_every_run else []
     for name in ns.tracker or []:
         args += ["--tracker", name]
@@ -488,14 +492,21 @@ def build_parser() -> argparse.ArgumentParser:
                        help="skip runs whose run_id already has an ok row, so that rerunning an interrupted or "
                             "killed sweep runs only the runs without one (default: on)")
         q.add_argument("--executor", default="local", metavar="NAME",
-                       help="where the runs execute: local (this machine, each run in a process of its own) "
-                            "(default: local)")
+                       help="where the runs execute: local (this machine, each run in a process of its own) or ray "
+                            "(tasks on a Ray cluster; pip install 'resbench[ray]') (default: local)")
+        q.add_argument("--address", metavar="ADDR",
+                       help="ray executor: the cluster to connect to (host:port of `ray start --head`, ray://..., "
+                            "or auto); default: a local Ray started on this machine")
+        q.add_argument("--cpus-per-run", type=int, default=1, metavar="C",
+                       help="ray executor: CPUs each run's task asks for (its torch threads) (default: 1)")
+        q.add_argument("--retries", type=int, default=0, metavar="K",
+                       help="ray executor: reruns of a task whose worker or node died (default: 0, a killed row)")
         q.add_argument("--jobs", type=int, default=1, metavar="N",
                        help="local executor: runs at a time; the CPU cores are split between them, and on CUDA "
                             "each gets its own GPU(s) (default: 1)")
         q.add_argument("--gpus-per-run", type=int, default=1, metavar="G",
                        help="local executor on CUDA: GPUs given to each run through CUDA_VISIBLE_DEVICES; 0 lets "
-                            "every run see every GPU (default: 1)")
+                            "every run see every GPU; ray executor: GPUs each run's task asks for (default: 1)")
         q.add_argument("--measure-every-run", action="store_true",
                        help="measure throughput, memory and FLOPs in every run, not once per model configuration "
                             "(the first seed's figures reused in the other seeds' rows; column cost_source)")

@@ -19,7 +19,7 @@ jobs, at least 1, at most the driver's own torch threads); on CUDA each job gets
 ``CUDA_VISIBLE_DEVICES`` (``--gpus-per-run``). A job's process leads its own process group (its CPU memory
 probe included), so the driver stops it whole, and it kills itself when the driver's end of its pipe closes: a
 driver killed with ``SIGKILL`` leaves nothing
-running. Other executors (a Ray cluster) only need to offer the same four methods.
+running. :class:`bench.ray_executor.RayExecutor` (``--executor ray``) offers the same four methods on a Ray cluster.
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ from typing import Any, Protocol
 from .config import RunConfig
 from .runner import Reuse
 
-EXECUTORS = ("local",)  # the names --executor takes; each is one class offering the Executor protocol
+EXECUTORS = ("local", "ray")  # the names --executor takes; each is one class offering the Executor protocol
 STOP_GRACE_S = 5.0  # after SIGTERM, how long a stopped job may take to exit before it is killed
 # Imported once by the server that forks the local executor's processes, so each run starts without importing.
 _PRELOAD = ["torch", "variants", "bench.runner", "bench.probes", "bench.tasks", "sklearn.datasets",
@@ -171,14 +171,24 @@ def _uses_cuda(configs: Sequence[RunConfig]) -> bool:
     return torch.cuda.is_available()
 
 
-def check_options(name: str, jobs: int = 1, gpus_per_run: int = 1) -> None:
-    """Refuse (ValueError) an unknown executor or a count out of range: before a study is even built."""
+def check_options(name: str, jobs: int = 1, gpus_per_run: int = 1, address: str | None = None,
+                  cpus_per_run: int = 1, retries: int = 0) -> None:
+    """Refuse (ValueError) an unknown executor, a count out of range, or an option of another executor: before a
+    study is even built. ``--executor ray`` without the ray package is refused here too."""
     if name not in EXECUTORS:
         raise ValueError(f"unknown executor {name!r}; choose one of: {', '.join(EXECUTORS)}")
     if jobs < 1:
         raise ValueError(f"--jobs must be >= 1, got {jobs}")
     if gpus_per_run < 0:
         raise ValueError(f"--gpus-per-run must be >= 0, got {gpus_per_run}")
+    if cpus_per_run < 1 or retries < 0:
+        raise ValueError(f"--cpus-per-run must be >= 1 and --retries >= 0, got {cpus_per_run} and {retries}")
+    if name != "ray" and (address is not None or cpus_per_run != 1 or retries):
+        raise ValueError("--address, --cpus-per-run and --retries are options of --executor ray")
+    if name == "ray":
+        from .ray_executor import _import_ray
+
+        _import_ray()
 
 
 def prestart(name: str) -> None:
@@ -200,9 +210,14 @@ def _process_context() -> Any:
     return ctx
 
 
-def make_executor(name: str, configs: Sequence[RunConfig], jobs: int = 1, gpus_per_run: int = 1) -> Executor:
+def make_executor(name: str, configs: Sequence[RunConfig], jobs: int = 1, gpus_per_run: int = 1,
+                  address: str | None = None, cpus_per_run: int = 1, retries: int = 0) -> Executor:
     """The executor ``--executor NAME`` names, sized for ``configs``; bad input raises ValueError, starting nothing."""
-    check_options(name, jobs, gpus_per_run)
+    check_options(name, jobs, gpus_per_run, address, cpus_per_run, retries)
+    if name == "ray":
+        from .ray_executor import make
+
+        return make(configs, jobs, gpus_per_run, address, cpus_per_run, retries)
     gpus = visible_gpus() if _uses_cuda(configs) else None
     return LocalExecutor(plan_placements(jobs, gpus_per_run, gpus=gpus, thread_cap=_thread_cap()))
 

@@ -451,6 +451,7 @@ class _Driver:
                 for event in self.executor.wait(timeout=1.0 if self.live.on else None):
                     self._on(event)
             self.live.close()
+            self.executor.stop()  # nothing is in flight: this releases what the executor holds (a Ray connection)
         except KeyboardInterrupt:
             self.live.close()
             stopped = self.executor.stop()

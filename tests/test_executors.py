@@ -329,8 +329,7 @@ def test_cost_key_ignores_what_only_changes_learning() -> None:
     ("option", "message"),
     [
         (["--jobs", "0"], "error: --jobs must be >= 1, got 0"),
-        (["--executor", "ray"], "error: unknown executor 'ray'; choose one of: local"),
-        (["--executor", "slurm"], "error: unknown executor 'slurm'; choose one of: local"),
+        (["--executor", "slurm"], "error: unknown executor 'slurm'; choose one of: local, ray"),
         (["--gpus-per-run", "-1"], "error: --gpus-per-run must be >= 0, got -1"),
     ],
 )
@@ -364,7 +363,7 @@ def test_placements_split_the_cores_and_deal_out_gpus() -> None:
 def test_a_leaderboard_without_cost_source_loads_and_is_rewritten_with_it(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.setattr(results, "_noticed", set())
-    old = [c for c in COLUMNS if c != "cost_source"]
+    old = [c for c in COLUMNS if c not in ("cost_source", "world_size")]  # before either was a column
     assert tuple(old) == results.COLUMNS_V2
     with (tmp_path / "leaderboard.csv").open("w", newline="") as f:
         w = csv.DictWriter(f, old, lineterminator="\n")
@@ -373,7 +372,8 @@ def test_a_leaderboard_without_cost_source_loads_and_is_rewritten_with_it(
     store = ResultsStore(tmp_path)
     df = store.load_leaderboard()
     assert list(df.columns) == list(COLUMNS) and df["cost_source"].isna().all() and df["step_time_ms"][0] == 3.5
-    assert "(cost_source left empty)" in capsys.readouterr().err
+    assert (df["world_size"] == 1).all()  # every run was one process then
+    assert "(cost_source left empty, world_size 1)" in capsys.readouterr().err
     store.append({"run_id": "b", "status": "killed", "cost_source": "a"}, {})
     rows = board(tmp_path)
     assert tuple(rows[0]) == COLUMNS and [(r["run_id"], r["cost_source"]) for r in rows] == [("a", ""), ("b", "a")]

@@ -295,3 +295,20 @@ def test_blank_lines_hold_no_run(tmp_path: Path) -> None:
     store.preflight()
     store.append(row("b"), {})
     assert store.load_leaderboard()["run_id"].tolist() == ["a", "b"]
+
+
+def test_a_leaderboard_without_world_size_reads_as_one_process(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setattr(results, "_noticed", set())
+    old = [c for c in COLUMNS if c != "world_size"]
+    assert tuple(old) == results.COLUMNS_V3
+    (tmp_path / "leaderboard.csv").write_text(",".join(old) + "\n" + ",".join(
+        {"run_id": "a", "status": "ok", "batch_size": "64"}.get(c, "") for c in old) + "\n")
+    store = ResultsStore(tmp_path)
+    df = store.load_leaderboard()
+    assert list(df.columns) == list(COLUMNS) and df["world_size"].tolist() == [1] and df["batch_size"][0] == 64
+    assert "(world_size 1)" in capsys.readouterr().err
+    store.append({"run_id": "b", "status": "ok", "world_size": 2}, {})
+    lines = (tmp_path / "leaderboard.csv").read_text().splitlines()
+    assert tuple(lines[0].split(",")) == COLUMNS
+    assert [line.split(",")[COLUMNS.index("world_size")] for line in lines[1:]] == ["1", "2"]
