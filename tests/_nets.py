@@ -57,3 +57,31 @@ def sample_input(name: str, batch: int = 2, **overrides: object) -> torch.Tensor
         return torch.randn(batch, int(kw["in_chans"]), int(kw["image_size"]), int(kw["image_size"]))
     size = 32 if family == "resnet_imagenet" else 8  # five stride-2 steps need more than 8 pixels
     return torch.randn(batch, int(kw["in_chans"]), size, size)
+
+
+# A complete plugin: a ResNet whose shortcut is scaled by a fixed factor, built from the public pieces.
+TOY = '''
+import torch
+from torch import nn
+
+import variants
+
+
+class HalfShortcut(variants.Combinator):
+    axis = "half"
+
+    def forward(self, x: torch.Tensor, fx: torch.Tensor) -> torch.Tensor:
+        return 0.5 * x + fx
+
+
+@variants.register("{name}", family="toy", paper="a test", spec=variants.CifarSpec(depth=8, init="{init}"))
+def build(spec: variants.CifarSpec) -> nn.Module:
+    def unit(s: variants.Slot) -> nn.Module:
+        return variants.PostActBasic(s.cin, s.width, s.stride, combine=lambda c: HalfShortcut())
+
+    return variants.build_cifar(spec, unit, what="toy net")
+'''
+
+
+def toy(name: str = "toy_half", init: str = "kaiming") -> str:
+    return TOY.format(name=name, init=init)

@@ -9,7 +9,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import torch
-from _nets import write
+from _nets import toy, write
 
 from bench import analysis, checkpoints, lesion
 from bench.claims import parse_claim
@@ -20,28 +20,9 @@ from bench.study import load_study, study_path
 
 FAST = ["--steps", "3", "--batch-size", "16", "--eval-every", "3", "--measure", "--quiet"]
 
-# A plugin variant built from the block API (lesion works on it) and one that is a bare stack of layers (no unit).
-PLUGIN = '''
-import torch
-from torch import nn
-
-import variants
-
-
-class HalfShortcut(variants.Combinator):
-    axis = "half"
-
-    def forward(self, x: torch.Tensor, fx: torch.Tensor) -> torch.Tensor:
-        return 0.5 * x + fx
-
-
-@variants.register("toy_half", family="toy", paper="a test", spec=variants.CifarSpec(depth=8))
-def build(spec: variants.CifarSpec) -> nn.Module:
-    def unit(s: variants.Slot) -> nn.Module:
-        return variants.PostActBasic(s.cin, s.width, s.stride, combine=lambda c: HalfShortcut())
-
-    return variants.build_cifar(spec, unit, what="toy net")
-
+# A plugin variant built from the block API (lesion works on it: toy_half) and one that is a bare stack of layers
+# (no unit).
+PLUGIN = toy() + '''
 
 @variants.register("toy_stack", family="toy", paper="a test")
 def stack(*, num_classes: int = 10, in_chans: int = 3) -> nn.Module:

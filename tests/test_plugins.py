@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from _nets import write
+from _nets import toy, write
 
 import variants
 from bench import plugins
@@ -31,32 +31,6 @@ from bench.study import Study, load_study, study_path
 REPO = Path(__file__).resolve().parents[1]
 FAST = ["--steps", "2", "--batch-size", "16", "--eval-every", "2", "--measure", "--quiet"]
 
-# A complete plugin: a ResNet whose shortcut is scaled by a fixed factor, built from the public pieces.
-TOY = '''
-import torch
-from torch import nn
-
-import variants
-
-
-class HalfShortcut(variants.Combinator):
-    axis = "half"
-
-    def forward(self, x: torch.Tensor, fx: torch.Tensor) -> torch.Tensor:
-        return 0.5 * x + fx
-
-
-@variants.register("{name}", family="toy", paper="a test", spec=variants.CifarSpec(depth=8, init="{init}"))
-def build(spec: variants.CifarSpec) -> nn.Module:
-    def unit(s: variants.Slot) -> nn.Module:
-        return variants.PostActBasic(s.cin, s.width, s.stride, combine=lambda c: HalfShortcut())
-
-    return variants.build_cifar(spec, unit, what="toy net")
-'''
-
-
-def toy(name: str = "toy_half", init: str = "kaiming") -> str:
-    return TOY.format(name=name, init=init)
 
 
 pytestmark = pytest.mark.usefixtures("clean_plugins")  # tests/conftest.py
