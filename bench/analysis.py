@@ -95,9 +95,10 @@ def _label(run: dict[str, Any], seed: bool = False) -> str:
     return f"{row.get('variant')}{f'-{int(depth)}' if has_depth else ''}" + (f" s{row.get('seed')}" if seed else "")
 
 
-def run_lesion(results_dir: str | Path, run_ids: Sequence[str], figure: Path, *, drop: Sequence[int] = (1, 2, 4, 8, 16),
-               draws: int = 10, batch_size: int = 256, seed: int = 0, device: str = "cpu") -> Output:
-    """:func:`bench.lesion.lesion` on each run's trained model (its checkpoint)."""
+def run_lesion(results_dir: str | Path, run_ids: Sequence[str], figure: Path, *, drop: Sequence[int], draws: int,
+               batch_size: int, seed: int, device: str = "cpu") -> Output:
+    """:func:`bench.lesion.lesion` on each run's trained model (its checkpoint). The options' defaults are
+    :data:`OPTIONS`' (the study loader and the CLI fill them in)."""
     from . import checkpoints, lesion, plugins
 
     trained = [checkpoints.load(results_dir, r, device) for r in run_ids]  # every bad id refused before any work
@@ -115,9 +116,8 @@ def run_lesion(results_dir: str | Path, run_ids: Sequence[str], figure: Path, *,
     return Output({"": pd.concat(tables, ignore_index=True)}, pd.concat(summaries, ignore_index=True), paths)
 
 
-def run_landscape(results_dir: str | Path, run_ids: Sequence[str], figure: Path, *, dims: Sequence[int] = (1,),
-                  points: int = 21, span: float = 1.0, samples: int = 512, seed: int = 0, batch_size: int = 256,
-                  device: str = "cpu") -> Output:
+def run_landscape(results_dir: str | Path, run_ids: Sequence[str], figure: Path, *, dims: Sequence[int], points: int,
+                  span: float, samples: int, seed: int, batch_size: int, device: str = "cpu") -> Output:
     """Filter-normalised loss slices (:mod:`bench.landscape`) of each run's trained model, on the first ``samples``
     inputs of its task's fixed training subset (no augmentation), for each number of ``dims``."""
     from . import checkpoints, landscape
@@ -140,9 +140,8 @@ def run_landscape(results_dir: str | Path, run_ids: Sequence[str], figure: Path,
     return Output({"": pd.concat(tables, ignore_index=True)}, pd.concat(summaries, ignore_index=True), paths)
 
 
-def run_gradcorr(figure: Path, *, variants: Sequence[str] = ("plain", "resnet", "preact"),
-                 depths: Sequence[int] = (20, 56, 110), seeds: Sequence[int] = (0,), task: str = "digits",
-                 points: int = 256, span: float = 1.0, max_lag: int = 32, study: str | None = None) -> Output:
+def run_gradcorr(figure: Path, *, variants: Sequence[str], depths: Sequence[int], seeds: Sequence[int], task: str,
+                 points: int, span: float, max_lag: int, study: str | None = None) -> Output:
     """Gradient correlation along a line of inputs (:mod:`bench.gradcorr`) of each (variant, depth, seed) at
     initialisation. Tables: the autocorrelation by lag (``-acf``) and the derivative along the line (``-series``)."""
     from . import gradcorr, plugins

@@ -32,6 +32,8 @@ from torch import nn
 
 from variants.combinators import Combinator, NoShortcut
 
+from .train import eval_pass
+
 DEFAULT_DROPS = (1, 2, 4, 8, 16)
 COLUMNS = ("mode", "k", "draw", "unit", "layer", "error", "loss")
 
@@ -96,23 +98,11 @@ def lesionable(model: nn.Module, x: torch.Tensor) -> list[str]:
     return [n for n in units(model) if shapes.get(n)]
 
 
-@torch.no_grad()
 def evaluate(model: nn.Module, task: Any, batches: Sequence[tuple[torch.Tensor, torch.Tensor]]) -> tuple[float, float]:
-    """``(error, loss)`` of ``model`` on ``batches`` in eval mode: 1 - accuracy, and the count-weighted mean loss."""
-    was = model.training
-    model.eval()
-    loss_sum, correct, count = 0.0, 0.0, 0
-    try:
-        for x, y in batches:
-            logits = model(x)
-            logits = logits.float() if logits.dtype in (torch.float16, torch.bfloat16) else logits
-            n = task.count(y)
-            loss_sum += float(task.loss(logits, y)) * n
-            correct += float(task.correct(logits, y))
-            count += n
-    finally:
-        model.train(was)
-    return 1.0 - correct / count, loss_sum / count
+    """``(error, loss)`` of ``model`` on ``batches`` in eval mode: 1 - accuracy, and the count-weighted mean loss
+    (the evaluation of training, :func:`bench.train.eval_pass`)."""
+    loss, acc = eval_pass(model, task, batches)
+    return 1.0 - acc, loss
 
 
 def lesion(model: nn.Module, task: Any, *, drops: Sequence[int] = DEFAULT_DROPS, draws: int = 10, seed: int = 0,

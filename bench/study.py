@@ -170,23 +170,8 @@ class Study:
             except TypeError as exc:
                 raise ValueError(f"study {self.name!r}: {exc}") from None
         _check_variants(out)
-        try:
-            check_grid(out, self.vary, self.param_tolerance, self.name)
-        except ValueError as exc:
-            if not self.added:
-                raise
-            # Is the study fine without the user's variants? Then theirs is what differs in an undeclared way.
-            check_grid([c for c in out if c.variant not in self.added], self.vary, self.param_tolerance, self.name)
-            raise ValueError(
-                f"{exc}. The variant(s) you added ({', '.join(self.added)}) must differ from the study's own only "
-                f"in what it varies ({', '.join(self.vary) or 'nothing'}): build it from the same kind of units "
-                "and defaults, since its axes are read from the model it builds (`python -m bench diff A B "
-                "--plugin FILE.py` shows every difference), or compare along another axis in a copy of the study file "
-                "with it added to `vary` "
-                "(`python -m bench sweep COPY.toml --add-variant ...`)"
-            ) from None
+        self._check_fair(out)
         return out
-
 
     def _check_models(self, preset: str | None) -> None:
         """The models a study without runs measures (``gradcorr``'s variants x depths) pass the same checks as a
@@ -199,13 +184,26 @@ class Study:
         models = [RunConfig(variant=v, depth=d, task=opts["task"], study=self.name, preset=preset)
                   for v in opts["variants"] for d in opts["depths"]]  # fmt: skip
         _check_variants(models)
+        self._check_fair(models)
+
+    def _check_fair(self, configs: list[RunConfig]) -> None:
+        """:func:`bench.fairness.check_grid` on ``configs``; when it fails because of the variants the user added
+        (the study passes without them), the error says so and how to proceed."""
         try:
-            check_grid(models, self.vary, self.param_tolerance, self.name)
+            check_grid(configs, self.vary, self.param_tolerance, self.name)
         except ValueError as exc:
             if not self.added:
                 raise
-            raise ValueError(f"{exc}. The variant(s) you added ({', '.join(self.added)}) must differ from the "
-                             f"study's own only in what it varies ({', '.join(self.vary) or 'nothing'})") from None
+            # Is the study fine without the user's variants? Then theirs is what differs in an undeclared way.
+            check_grid([c for c in configs if c.variant not in self.added], self.vary, self.param_tolerance, self.name)
+            raise ValueError(
+                f"{exc}. The variant(s) you added ({', '.join(self.added)}) must differ from the study's own only "
+                f"in what it varies ({', '.join(self.vary) or 'nothing'}): build it from the same kind of units "
+                "and defaults, since its axes are read from the model it builds (`python -m bench diff A B "
+                "--plugin FILE.py` shows every difference), or compare along another axis in a copy of the study file "
+                "with it added to `vary` "
+                "(`python -m bench sweep COPY.toml --add-variant ...`)"
+            ) from None
 
 
 def _check_variants(configs: list[RunConfig]) -> None:

@@ -12,7 +12,7 @@ import contextlib
 import math
 import os
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -333,24 +333,40 @@ def measure_phases(s: Setup, rec: Record) -> None:
 
 
 @torch.no_grad()
-def evaluate(s: Setup, model: torch.nn.Module, batches: Iterator[Any]) -> tuple[float, float]:
-    """Mean loss and accuracy over one pass of ``batches``, in eval mode; one host sync at the end."""
+def eval_pass(
+    model: torch.nn.Module,
+    task: Task,
+    batches: Iterable[Any],
+    amp: Callable[[], contextlib.AbstractContextManager[Any]] = contextlib.nullcontext,
+) -> tuple[float, float]:
+    """Count-weighted mean loss and accuracy of ``model`` over one pass of ``batches``, in eval mode (the model's
+    mode is restored afterwards, also on an error); the forward runs inside ``amp()`` (autocast), the loss on
+    fp32 logits. The sums stay on the device: one host sync at the end. (nan, nan) when there are no batches.
+    Shared by training's evaluations and :mod:`bench.lesion`."""
     was_training = model.training
     model.eval()
-    loss_sum = torch.zeros((), device=s.device)
-    correct = torch.zeros((), device=s.device)
+    loss_sum: Any = 0.0
+    correct: Any = 0
     count = 0
-    for x, y in batches:
-        with autocast(s.cfg, s.device):
-            logits = model(x)
-        n = s.task.count(y)
-        loss_sum += s.task.loss(logits.float(), y) * n
-        correct += s.task.correct(logits, y)
-        count += n
-    model.train(was_training)
+    try:
+        for x, y in batches:
+            with amp():
+                logits = model(x)
+            n = task.count(y)
+            low = logits.dtype in (torch.float16, torch.bfloat16)
+            loss_sum = loss_sum + task.loss(logits.float() if low else logits, y) * n
+            correct = correct + task.correct(logits, y)
+            count += n
+    finally:
+        model.train(was_training)
     if count == 0:
         return float("nan"), float("nan")
     return float(loss_sum) / count, float(correct) / count
+
+
+def evaluate(s: Setup, model: torch.nn.Module, batches: Iterator[Any]) -> tuple[float, float]:
+    """Mean loss and accuracy over one pass of ``batches`` under the run's precision (:func:`eval_pass`)."""
+    return eval_pass(model, s.task, batches, lambda: autocast(s.cfg, s.device))
 
 
 def train(s: Setup, rec: Record, progress: bool, probe: Callable[..., list[dict[str, Any]]] | None) -> None:

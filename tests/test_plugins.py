@@ -255,6 +255,19 @@ def test_added_variant_differing_in_an_undeclared_axis_is_refused(tmp_path: Path
     assert "python -m bench diff A B --plugin FILE.py" in err and "--add-variant" in err
 
 
+def test_added_variant_of_a_study_without_runs_gets_the_same_refusal(tmp_path: Path,
+                                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    # shattered measures models at initialisation (no grid): its variants x depths pass the same fairness check
+    plugin = write(tmp_path / "toy_blocks.py", toy(init="xavier"))
+    res = tmp_path / "res"
+    code, _, err = cli(["reproduce", "shattered", "--plugin", str(plugin), "--add-variant", "toy_half",
+                        "--results-dir", str(res)], capsys)
+    assert code == 2 and len(err.strip().splitlines()) == 1 and not res.exists()
+    assert "also differ in 'init'" in err
+    assert "The variant(s) you added (toy_half) must differ from the study's own only in what it varies " in err
+    assert "python -m bench diff A B --plugin FILE.py" in err
+
+
 def test_add_variant_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     study = str(tiny_study(tmp_path))
     code, _, err = cli(["sweep", study, "--add-variant", "toy_half", "--results-dir", str(tmp_path / "r")], capsys)
