@@ -183,23 +183,25 @@ def _claims_section(
     return ["## Paper claims vs measured", "", CLAIMS_NOTE, "", *body] if body else []
 
 
-def _study_presets(results_dir: Path) -> dict[str, str]:
-    """The preset each study's runs were made under (recorded in the run JSONs' configs)."""
-    presets: dict[str, str] = {}
+def _study_presets(results_dir: Path) -> dict[str, list[str | None]]:
+    """The presets each study's runs were made under (recorded in the run JSONs' configs; None: the study's
+    full preset) first, then by name: a study may hold the runs of several, e.g. frontier's two inits."""
+    presets: dict[str, dict[str | None, None]] = {}
     for run in ResultsStore(results_dir).load_runs():
         cfg = run.get("config", {})
-        if cfg.get("study") and cfg.get("preset"):
-            presets[cfg["study"]] = cfg["preset"]
-    return presets
+        if cfg.get("study"):
+            presets.setdefault(cfg["study"], {})[cfg.get("preset")] = None
+    return {study: sorted(p, key=lambda name: (name is not None, name or "")) for study, p in presets.items()}
 
 
 def _run_commands(board: pd.DataFrame, results_dir: Path) -> list[str]:
-    """Shell lines that reproduce the runs: one ``reproduce`` per study, a seed loop per other configuration."""
+    """Shell lines that reproduce the runs: one ``reproduce`` per study and preset, a seed loop per other
+    configuration."""
     presets = _study_presets(results_dir)
     lines = [
-        f"python -m bench reproduce {st}{f' --preset {presets[st]}' if st in presets else ''} "
-        f"--results-dir {results_dir}"
+        f"python -m bench reproduce {st}{f' --preset {p}' if p else ''} --results-dir {results_dir}"
         for st in sorted(board["study"].dropna().unique())
+        for p in presets.get(st, [None])
     ]
     solo = board[board["study"].isna()].assign(warmup=board["warmup_steps"].fillna(0).astype(int))
     for (v, d, t, w), g in solo.groupby(["variant", "depth", "task", "warmup"], sort=True):

@@ -13,7 +13,7 @@ from bench.report import markdown_table, write_report
 from bench.results import COLUMNS, ResultsStore
 
 T975_2 = 4.302653  # Student t quantile, 0.975, 2 degrees of freedom (printed tables)
-CONFIG_FIELDS = ("task", "warmup_steps", "lr", "study", "eval_every")  # row keys that are also config fields
+CONFIG_FIELDS = ("task", "warmup_steps", "lr", "study", "eval_every", "preset")  # row keys that are also config fields
 
 
 def add(store: ResultsStore, variant: str, depth: int, seed: int, acc: float | None, status: str = "ok",
@@ -286,6 +286,19 @@ def test_report_of_one_study_and_errors(tmp_path):
         write_report(tmp_path, study="nope")
     with pytest.raises(ValueError, match=r"no runs in .*nothing to report"):
         write_report(tmp_path / "empty")
+
+
+def test_a_study_with_runs_of_two_presets_gets_a_command_for_each(tmp_path):
+    store = ResultsStore(tmp_path)
+    add(store, "resnet", 20, 0, 0.9, study="degradation", preset="quick")
+    add(store, "resnet", 20, 0, 0.9, study="degradation", preset="quick", lr=0.05)
+    add(store, "resnet", 32, 0, 0.9, study="degradation")  # the study's full preset (no name)
+    add(store, "resnet", 20, 0, 0.9, study="degradation", preset="other")
+    text = write_report(tmp_path, study="degradation").read_text()
+    commands = [line for line in text.splitlines() if line.startswith("python -m bench reproduce")]
+    assert commands == [f"python -m bench reproduce degradation --results-dir {tmp_path}",
+                        f"python -m bench reproduce degradation --preset other --results-dir {tmp_path}",
+                        f"python -m bench reproduce degradation --preset quick --results-dir {tmp_path}"]
 
 
 def test_markdown_table_escapes_pipes():
