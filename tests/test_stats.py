@@ -219,6 +219,23 @@ def test_differing_fields_read_run_configs_and_model_arguments():
     assert flat["model_args.lr"].tolist() == [5] and flat["lr"].tolist() == [0.1]  # a model argument named like a field
 
 
+def test_a_field_an_older_run_json_lacks_reads_as_its_default():
+    # Runs written before world_size existed were one process: they pool with the new runs' world_size 1, and
+    # only a real difference (2 processes) separates configurations.
+    cfg = RunConfig(variant="preln", depth=6, task="text")
+    ddp = RunConfig(variant="preln", depth=6, task="text", world_size=2)
+    rows = config_rows(cfg, [0.5, 0.6]) + config_rows(ddp, [0.7])
+    old = {k: v for k, v in cfg.to_dict().items() if k != "world_size"}
+    runs = [{"run_id": rows[0]["run_id"], "config": {**old, "seed": 0}},
+            {"run_id": rows[1]["run_id"], "config": {**cfg.to_dict(), "seed": 1}},
+            {"run_id": rows[2]["run_id"], "config": ddp.to_dict()}]
+    df = pd.DataFrame(rows)
+    assert config_table(df, runs)["world_size"].tolist() == [1, 1, 2]
+    assert differing_fields(df.iloc[:2], runs) == [] and differing_fields(df, runs) == ["world_size"]
+    assert config_table(df, [{"run_id": rows[0]["run_id"], "config": {}}]).columns.tolist() == \
+        config_table(df).columns.tolist()  # no config recorded: nothing is filled in
+
+
 def test_t_ci_drops_infinite_values_too():
     s = t_ci([5.0, math.inf, -math.inf, math.nan, 7.0])
     assert (s["n"], s["mean"], s["median"]) == (2, 6.0, 6.0)
