@@ -361,8 +361,12 @@ def test_study_report_and_probe_table_files(tmp_path: Path) -> None:
     run["probes"] = [{"step": 0, "layer": 0, "block": "stages.0.0", "metric": "grad_norm", "value": 2.5}]
     store.append(run["row"] | {"study": "deg"}, run)
     path = write_report(root, "deg")
-    assert path.name == "REPORT-deg.md" and "[probes-deg.csv](probes-deg.csv)" in path.read_text()
-    table = pd.read_csv(root / "probes-deg.csv")
+    assert path.name == "REPORT-deg.md" and "[probes-deg.csv.gz](probes-deg.csv.gz)" in path.read_text()
+    gz = (root / "probes-deg.csv.gz").read_bytes()
+    assert gz[:2] == b"\x1f\x8b" and not (root / "probes-deg.csv").exists()  # gzip, read as it is by pandas
+    write_report(root, "deg")
+    assert (root / "probes-deg.csv.gz").read_bytes() == gz  # an unchanged table: the same bytes (no timestamp)
+    table = pd.read_csv(root / "probes-deg.csv.gz")
     assert table[["run_id", "step", "layer", "metric", "value"]].values.tolist() == [
         [run["run_id"], 0, 0, "grad_norm", 2.5]
     ]
