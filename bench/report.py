@@ -185,8 +185,8 @@ def _claims_section(
 
 
 def _study_presets(results_dir: Path) -> dict[str, list[str | None]]:
-    """The presets each study's runs were made under (recorded in the run JSONs' configs; None: the study's
-    full preset) first, then by name: a study may hold the runs of several, e.g. frontier's two inits."""
+    """The presets each study's runs were made under (recorded in the run JSONs' configs), None (the study's full
+    grid) first, then by name: a study may hold the runs of several, e.g. frontier's two inits."""
     presets: dict[str, dict[str | None, None]] = {}
     for run in ResultsStore(results_dir).load_runs():
         cfg = run.get("config", {})
