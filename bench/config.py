@@ -151,7 +151,7 @@ class RunConfig:
         neither study's row replaces the other's.
         """
         payload = {k: v for k, v in self.to_dict().items()
-                   if k not in NOT_HASHED and not (k in _HASHED_UNLESS_DEFAULT and v == _DEFAULTS[k])}
+                   if k not in NOT_HASHED and not (k in _HASHED_UNLESS_DEFAULT and v == FIELD_DEFAULTS[k])}
         blob = json.dumps(payload, sort_keys=True, default=str).encode()
         return hashlib.sha256(blob).hexdigest()[:8]
 
@@ -172,7 +172,8 @@ NOT_HASHED: tuple[str, ...] = (
 )  # fmt: skip
 # Fields added after results were recorded: hashed only when set, so existing run ids (and resuming) stay valid.
 _HASHED_UNLESS_DEFAULT = frozenset({"warmup_until_error", "world_size"})
-_DEFAULTS = {f.name: f.default for f in dataclasses.fields(RunConfig)}
+# Every field's default (every RunConfig field has a plain one): what a run JSON written before a field existed used.
+FIELD_DEFAULTS = {f.name: f.default for f in dataclasses.fields(RunConfig)}
 
 
 def lr_factor(step: int, total_steps: int, cfg: RunConfig, warmup_end: int | None = None) -> float:

@@ -22,7 +22,6 @@ Rules (the report and the plots rely on them):
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import re
 from collections.abc import Mapping, Sequence
@@ -32,7 +31,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats as sps
 
-from bench.config import NOT_HASHED, RunConfig
+from bench.config import FIELD_DEFAULTS, NOT_HASHED
 
 DEFAULT_BY: tuple[str, ...] = ("variant", "depth", "task")
 DEFAULT_METRICS: tuple[str, ...] = (
@@ -275,17 +274,13 @@ def _plain(value: Any) -> Any:
     return value
 
 
-# Every RunConfig field with a plain default (not the run's identity: variant, depth and seed are always written).
-_DEFAULTS = {f.name: f.default for f in dataclasses.fields(RunConfig) if f.default is not dataclasses.MISSING}
-
-
 def _flat_config(config: Mapping[str, Any]) -> dict[str, Any]:
     """A run JSON's ``config`` as flat fields; each model argument is a field of its own name (``init``), or
     ``model_args.<name>`` where that name is also a RunConfig field. A RunConfig field the JSON lacks (it was
     written before the field existed) is the field's default, which is what the run used: fields are added
     with defaults that keep earlier runs' meaning (and run ids), e.g. ``world_size`` 1."""
     if config:
-        config = {**_DEFAULTS, **config}
+        config = {**FIELD_DEFAULTS, **config}
     flat = {k: _plain(v) for k, v in config.items() if k != "model_args" and k not in NOT_HASHED}
     args = config.get("model_args") or ()
     for key, value in dict(args).items() if isinstance(args, Mapping) else args:
