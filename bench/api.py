@@ -9,27 +9,42 @@
     res = bench.load("results", study="frontier")           # .runs, .curves, .probes: tidy pandas frames
     bench.compare(res, baseline="preln", metrics=["final_val_loss"])  # Welch tests against it, Holm-corrected
 
-Keyword arguments of :func:`run` are the fields of :class:`bench.config.RunConfig` (``python -m bench run --help``
-documents each); lists and dicts are accepted where the CLI takes several values (``betas``, ``milestones``,
-``measure``, ``model_args``). Bad input raises ``ValueError`` with the CLI's message and writes nothing. The
-functions and the fields of :class:`Run` and :class:`Results` are the stable API; the modules behind them are not.
+Keyword arguments of :func:`run` are the fields of :class:`bench.runs.config.RunConfig` (``python -m bench run
+--help`` documents each); lists and dicts are accepted where the CLI takes several values (``betas``, ``milestones``,
+``measure``, ``model_args``), and ``recipe`` applies a named recipe as ``--recipe`` does. Keyword arguments of
+:func:`sweep` beyond its own are the fields of :class:`bench.sweeps.options.SweepOptions` (``jobs``, ``executor``,
+...). Bad input raises ``ValueError`` with the CLI's message and writes nothing. The functions and the fields of
+:class:`Run` and :class:`Results` are the stable API; the modules behind them are not.
 """
 
 from __future__ import annotations
 
-import os
-from collections.abc import Iterable, Mapping, Sequence
+import dataclasses
+import shutil
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:  # the CLI imports this module; torch and pandas load only when a function runs
-    import pandas as pd
+import pandas as pd
 
-    from .config import RunConfig
-
-DEFAULT_RESULTS = os.environ.get("RESBENCH_RESULTS", "results")
-_SEQUENCES = ("betas", "milestones", "measure")
+from bench.analysis.comparison import compare_table
+from bench.analysis.stats import aggregate, by_configuration
+from bench.reports.analysis_step import for_study
+from bench.reports.plotdata import curves_frame, load_frames, probes_frame
+from bench.reports.report import write_report
+from bench.reports.trackers import Tracker, log_all, make_trackers
+from bench.runs import distributed, plugins
+from bench.runs.config import DEFAULT_RESULTS, RunConfig, build
+from bench.runs.progress import Progress
+from bench.runs.results import ResultsStore, atomic_write_text
+from bench.runs.runner import execute
+from bench.runs.schema import HEADLINE_METRICS as LEADERBOARD_METRICS
+from bench.sweeps.driver import run_sweep
+from bench.sweeps.executors import check_options, make_executor, prestart
+from bench.sweeps.options import FIELDS as OPTION_FIELDS
+from bench.sweeps.options import SweepOptions
+from bench.sweeps.study import Study, load_study, study_plugins
 
 
 @dataclass(frozen=True)
@@ -55,15 +70,11 @@ class Run:
     @property
     def curves(self) -> pd.DataFrame:
         """Tidy curves: ``split`` (train/eval), ``step``, ``metric``, ``value`` and the run's metadata."""
-        from .plotdata import curves_frame
-
         return curves_frame([self.record])
 
     @property
     def probes(self) -> pd.DataFrame:
         """Tidy per-layer probes: ``step``, ``layer``, ``block``, ``kind``, ``metric``, ``value``."""
-        from .plotdata import probes_frame
-
         return probes_frame([self.record])
 
 
@@ -79,35 +90,29 @@ class Results:
     curves: pd.DataFrame
     probes: pd.DataFrame
     records: Sequence[Mapping[str, Any]] = field(repr=False)
-    # The tables of the study's analysis (lesion, gradcorr, landscape; bench.analysis) by file stem, e.g.
+    # The tables of the study's analysis (lesion, gradcorr, landscape; bench.analysis.analyses) by file stem, e.g.
     # ``analysis["lesion-summary"]``; empty without one.
     analysis: Mapping[str, pd.DataFrame] = field(default_factory=dict, repr=False)
 
     def leaderboard(self, metrics: Sequence[str] | None = None) -> pd.DataFrame:
         """One row per configuration (seeds pooled, nothing else): ``<metric>_{mean,std,n,ci,ci_low,ci_high,median}``
         for each metric (default: the CLI leaderboard's), as ``bench leaderboard --csv`` writes it."""
-        from .cli import LEADERBOARD_METRICS
-        from .stats import aggregate, by_configuration
-
         named, by = by_configuration(self.runs, self.records)
         return aggregate(named, by=by, metrics=list(metrics or LEADERBOARD_METRICS))
 
 
 def config(variant: str | None = None, **fields: Any) -> RunConfig:
-    """A validated :class:`~bench.config.RunConfig` from keyword arguments (lists/dicts accepted)."""
-    from .config import RunConfig
-
+    """A validated :class:`~bench.runs.config.RunConfig` from keyword arguments (lists/dicts accepted; a ``recipe``
+    applied under the fields given, as on the command line)."""
     if variant is not None:
         fields["variant"] = variant
-    for name in _SEQUENCES:
-        if name in fields and not isinstance(fields[name], tuple):
-            fields[name] = tuple(fields[name])
-    args = fields.get("model_args")
-    if isinstance(args, Mapping):
-        fields["model_args"] = tuple(args.items())
-    elif args is not None:
-        fields["model_args"] = tuple(tuple(pair) for pair in args)
-    return RunConfig(**fields)
+    return build(fields)
+
+
+def _log_to(trackers: Sequence[Tracker], results_dir: str | Path) -> Any:
+    """What a recorded run is handed to: each tracker (a tracker's failure is a warning: the run is on disk)."""
+    retry = f"python -m bench track --results-dir {results_dir}"
+    return lambda run_json: log_all(trackers, run_json, retry=retry)
 
 
 def run(variant: str | None = None, *, results_dir: str | Path = DEFAULT_RESULTS, progress: bool = False,
@@ -116,79 +121,84 @@ def run(variant: str | None = None, *, results_dir: str | Path = DEFAULT_RESULTS
     """Train ``variant`` once with ``fields`` (RunConfig's; or a ready ``cfg``), record its row and JSON in
     ``results_dir``, return the :class:`Run` — ``python -m bench run``. A failed run (diverged, OOM, error) is
     recorded and returned with its ``status``; bad input raises ValueError before anything is written.
-    ``tracker`` ("tensorboard", "mlflow" or both) also logs the run there (:mod:`bench.trackers`)."""
-    from .runner import execute
-    from .trackers import make_trackers
-
+    ``tracker`` ("tensorboard", "mlflow" or both) also logs the run there (:mod:`bench.reports.trackers`)."""
     cfg = cfg if cfg is not None else config(variant, **fields)
     trackers = make_trackers(tracker, tracker_uri, results_dir)
-    return Run(execute(cfg, results_dir, progress=progress, trackers=trackers), Path(results_dir))
+    stored = execute(cfg, results_dir, progress=progress)
+    world = distributed.current()
+    if world is None or world.main:  # the rank that wrote the run logs it
+        _log_to(trackers, results_dir)(stored)
+    return Run(stored, Path(results_dir))
 
 
 def study_file(study: str | Path) -> Path:
     """A shipped study's file by name (``degradation``), or the path of a study file of your own."""
-    from .study import study_path
+    loaded = load_study(study)
+    assert loaded.path is not None
+    return loaded.path
 
-    path = Path(study)
-    return path if path.suffix == ".toml" or path.exists() else study_path(str(study))
 
-
-def sweep(study: str | Path, *, preset: str | None = None, executor: str = "local", jobs: int = 1,
-          gpus_per_run: int = 1, results_dir: str | Path = DEFAULT_RESULTS, resume: bool = True,
-          measure_every_run: bool = False, add_variants: Iterable[str] = (), progress: bool = True,
-          report: bool = False, tracker: str | Sequence[str] = (), tracker_uri: str | Sequence[str] = (),
-          command: str | None = None, verb: str = "study", address: str | None = None, cpus_per_run: int = 1,
-          retries: int = 0) -> Results:
-    """Run a study's grid (``preset`` applied) — ``python -m bench sweep``, or ``reproduce`` with ``report=True``
-    (the figures and ``REPORT.md`` too) — and return its :class:`Results`. The grid is validated and checked for
-    confounds before the first run (ValueError); each run executes in a process of its own, ``jobs`` at a time,
-    and is logged to each ``tracker`` as it is recorded."""
-    from .executors import check_options, make_executor, prestart
-    from .results import ResultsStore, atomic_write_text
-    from .study import load_study, run_sweep
-    from .trackers import make_trackers
-
-    path = study_file(study)
-    check_options(executor, jobs, gpus_per_run, address, cpus_per_run, retries)
-    prestart(executor)
-    spec = load_study(path).with_variants(list(add_variants))
-    configs = spec.configs(preset)  # validated, checked for confounds, plugins run forward: before anything runs
-    runner = make_executor(executor, configs, jobs=jobs, gpus_per_run=gpus_per_run, address=address,
-                           cpus_per_run=cpus_per_run, retries=retries)  # starts nothing (Ray connects at the first run)
+def sweep(study: str | Path, *, results_dir: str | Path = DEFAULT_RESULTS, options: SweepOptions | None = None,
+          progress: bool = True, report: bool = False, command: str | None = None, verb: str = "study",
+          **option_fields: Any) -> Results:
+    """Run a study's grid — ``python -m bench sweep``, or ``reproduce`` with ``report=True`` (the figures and
+    ``REPORT.md`` too) — and return its :class:`Results`. ``study`` is a shipped study's name or a study file;
+    ``options`` (or its fields as keyword arguments: ``preset``, ``jobs``, ``executor``, ``add_variants``,
+    ``tracker`` ...) say how the runs execute (:class:`~bench.sweeps.options.SweepOptions`). The grid is validated
+    and checked for confounds before the first run (ValueError); each run executes in a process of its own,
+    ``jobs`` at a time, and is logged to each ``tracker`` as it is recorded."""
+    unknown = sorted(set(option_fields) - OPTION_FIELDS)
+    if unknown:
+        raise ValueError(f"sweep() takes no option(s) {unknown}; options: {', '.join(sorted(OPTION_FIELDS))}")
+    if options is None:
+        options = SweepOptions(**{"quiet": not progress, **option_fields})
+    elif option_fields:
+        options = dataclasses.replace(options, **option_fields)
+    check_options(options)
+    prestart(options)
+    plugins.load_plugins(study_plugins(study))  # the variants a study of your own names, before it is validated
+    spec = load_study(study).with_variants(list(options.add_variants))
+    configs = spec.configs(options.preset)  # checked for confounds, plugins run forward: before anything runs
+    executor = make_executor(configs, options)  # starts nothing (Ray connects at the first run)
     store = ResultsStore(results_dir)
     store.preflight()
-    trackers = make_trackers(tracker, tracker_uri, results_dir)
-    # The study file travels with its results: `bench report` reads its claims from there.
-    atomic_write_text(store.root / "studies" / f"{spec.name}.toml", path.read_text(encoding="utf-8"))
+    trackers = make_trackers(list(options.tracker), list(options.tracker_uri), results_dir)
+    _keep_study_file(spec, store.root)
     added = f" with {', '.join(spec.added)} added" if spec.added else ""
-    slots = f", {runner.slots} at a time" if runner.slots > 1 else ""
-    print(f"{verb} {spec.name!r} ({preset or 'full'}){added}: {len(configs)} runs{slots} -> {results_dir}")
+    slots = f", {executor.slots} at a time" if executor.slots > 1 else ""
+    print(f"{verb} {spec.name!r} ({options.preset or 'full'}){added}: {len(configs)} runs{slots} -> {results_dir}")
     if configs:
-        run_sweep(configs, results_dir, runner, resume=resume, measure_every_run=measure_every_run,
-                  progress=progress, command=command or f"python -m bench sweep {path} --results-dir {results_dir}",
-                  trackers=trackers)
+        run_sweep(configs, results_dir, executor, resume=options.resume, measure_every_run=options.measure_every_run,
+                  progress=not options.quiet,
+                  command=command or f"python -m bench sweep {spec.path} --results-dir {results_dir}",
+                  on_record=_log_to(trackers, results_dir))
     if spec.analysis:  # what the study measures on its trained runs (or, with no grid, on models at init)
-        from .analysis import for_study
-
-        kind = spec.analysis["kind"]
-        print(f"{kind} analysis of study {spec.name!r}:", flush=True)
-        for written in for_study(spec.name, spec.analysis_options(preset), results_dir,
-                                 [c.run_id for c in configs], preset):
+        print(f"{spec.analysis['kind']} analysis of study {spec.name!r}:", flush=True)
+        for written in for_study(spec.name, spec.analysis_options(options.preset), results_dir,
+                                 [c.run_id for c in configs], options.preset):
             print(f"  {written}")
     if report:
-        from .report import write_report
-
         print(write_report(results_dir, spec.name))  # draws the figures too
     return load(results_dir, spec.name)
 
 
+def _keep_study_file(spec: Study, root: Path) -> None:
+    """The study file travels with its results (``bench report`` reads its claims from there), and so do the plugin
+    files it names that lie beside it (at the same relative paths, so the copy names them as the original did)."""
+    assert spec.path is not None
+    atomic_write_text(root / "studies" / f"{spec.name}.toml", spec.path.read_text(encoding="utf-8"))
+    here = spec.path.parent.resolve()
+    for plugin in spec.plugins:
+        source = Path(plugin)
+        if source.suffix == ".py" and source.is_file() and source.is_relative_to(here):
+            target = root / "studies" / source.relative_to(here)
+            if target.resolve() != source:
+                target.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(source, target)
+
+
 def load(results_dir: str | Path = DEFAULT_RESULTS, study: str | None = None) -> Results:
     """The :class:`Results` of ``results_dir`` (only ``study``'s runs with it: ValueError if it has none)."""
-    import pandas as pd
-
-    from .plotdata import load_frames
-    from .results import ResultsStore
-
     root = Path(results_dir)
     tables = {p.stem: pd.read_csv(p) for p in sorted((root / "analysis" / study).glob("*.csv"))} if study else {}
     try:
@@ -208,10 +218,6 @@ def track(results_dir: str | Path = DEFAULT_RESULTS, *, tracker: str | Sequence[
     """Log the runs already recorded in ``results_dir`` (only ``study``'s with it) to each ``tracker`` —
     ``python -m bench track``; returns (runs logged, tracker failures). A run logged before is replaced
     (TensorBoard) or skipped (MLflow), so tracking twice duplicates nothing."""
-    from .progress import Progress
-    from .results import ResultsStore
-    from .trackers import log_all, make_trackers
-
     trackers = make_trackers(tracker, tracker_uri, results_dir)
     if not trackers:
         raise ValueError("name a tracker: tensorboard or mlflow")
@@ -232,7 +238,5 @@ def track(results_dir: str | Path = DEFAULT_RESULTS, *, tracker: str | Sequence[
 def compare(results: Results, baseline: str, metrics: Sequence[str] = ("final_val_loss",)) -> pd.DataFrame:
     """Every configuration of ``results`` against the matching configuration of ``baseline`` — ``bench compare``:
     mean, CI and n per metric, the difference, Welch's p and Holm's correction over the table."""
-    from .comparison import compare_table
-
     board = results.runs.drop(columns=["config"], errors="ignore")
     return compare_table(board, results.records, baseline, list(metrics))

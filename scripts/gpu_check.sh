@@ -44,7 +44,7 @@ for name in variants.list_variants(family="transformer"):
 FRONTIER
 # Local executor, one run per GPU (issue #10): a sweep of 2 runs per visible GPU with --jobs = the GPU count;
 # each run is pinned to its own GPU through CUDA_VISIBLE_DEVICES, and its row's device names it (cuda:<id>).
-NGPU=$("$PY" -c "from bench.executors import visible_gpus; print(len(visible_gpus()))")
+NGPU=$("$PY" -c "from bench.sweeps.executors import visible_gpus; print(len(visible_gpus()))")
 cat > "$OUT/gpu-sweep.toml" <<STUDY
 name = "gpu_sweep"
 [base]
@@ -63,8 +63,8 @@ STUDY
 "$PY" - "$OUT/sweep" <<'CHECK'
 import sys
 
-from bench.executors import visible_gpus
-from bench.results import ResultsStore
+from bench.sweeps.executors import visible_gpus
+from bench.runs.results import ResultsStore
 
 df = ResultsStore(sys.argv[1]).load_leaderboard()
 print(df[["run_id", "status", "device", "device_name", "cost_source", "train_samples_per_s"]].to_string(index=False))
@@ -77,7 +77,7 @@ CHECK
 # the figures (rebuilt model's intact error = the run's recorded final validation error) printed for a reader.
 "$PY" -m bench run --variant resnet --depth 20 --task digits --device cuda --steps 200 --save-checkpoint \
   --measure --quiet --results-dir "$OUT/analysis"
-RUN=$("$PY" -c "import sys; from bench.results import ResultsStore; print(ResultsStore(sys.argv[1]).load_leaderboard()['run_id'].iloc[-1])" "$OUT/analysis")
+RUN=$("$PY" -c "import sys; from bench.runs.results import ResultsStore; print(ResultsStore(sys.argv[1]).load_leaderboard()['run_id'].iloc[-1])" "$OUT/analysis")
 "$PY" -m bench lesion "$RUN" --device cuda --drop 2 4 --draws 3 --results-dir "$OUT/analysis"
 "$PY" -m bench landscape "$RUN" --device cuda --dims 2 --points 7 --results-dir "$OUT/analysis"
 "$PY" -m bench gradcorr --variant plain resnet --depth 20 56 --results-dir "$OUT/analysis"

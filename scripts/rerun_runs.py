@@ -19,8 +19,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from bench.config import config_from_dict
-from bench.runner import execute
+from bench.runs.config import config_from_dict
+from bench.runs.runner import execute
 
 TIMES = {"train_time_s", "wall_s"}
 

@@ -19,7 +19,7 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
 def clean_plugins() -> Iterator[None]:
     """No plugin, and no variant it registered, outlives a test; torch on one thread (the machine is shared)."""
     import variants
-    from bench import plugins
+    from bench.runs import plugins
 
     names, threads = variants.list_variants(), torch.get_num_threads()
     torch.set_num_threads(1)

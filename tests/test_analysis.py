@@ -11,12 +11,15 @@ import pytest
 import torch
 from _nets import toy, write
 
-from bench import analysis, checkpoints, lesion
-from bench.claims import parse_claim
+from bench.analysis import analyses as analysis
+from bench.analysis.options import check_options
+from bench.analysis import lesion
+from bench.analysis.claims import parse_claim
 from bench.cli import main
-from bench.config import RunConfig
-from bench.results import ResultsStore
-from bench.study import load_study, study_path
+from bench.runs import checkpoints
+from bench.runs.config import RunConfig
+from bench.runs.results import ResultsStore
+from bench.sweeps.study import load_study
 
 FAST = ["--steps", "3", "--batch-size", "16", "--eval-every", "3", "--measure", "--quiet"]
 
@@ -176,7 +179,7 @@ def test_gradcorr_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
 
 
 def test_shipped_analysis_studies_parse_and_size() -> None:
-    lesion_study, landscape, shattered = (load_study(study_path(n)) for n in ("lesion", "landscape", "shattered"))
+    lesion_study, landscape, shattered = (load_study(n) for n in ("lesion", "landscape", "shattered"))
     quick = lesion_study.configs("quick")
     assert len(quick) == 8 and all(c.save_checkpoint and c.steps == 500 for c in quick)
     assert lesion_study.analysis_options("quick")["draws"] == 5 and lesion_study.analysis_options()["draws"] == 10
@@ -184,12 +187,12 @@ def test_shipped_analysis_studies_parse_and_size() -> None:
         == {56}
     assert shattered.configs("quick") == [] and shattered.analysis_options("quick")["seeds"] == [0, 1, 2]
     for study in (lesion_study, landscape, shattered):
-        kinds = {c["table"] for c in study.claims}
+        kinds = {c.table for c in study.claims}
         assert kinds == {study.analysis["kind"]}
 
 
 def test_analysis_options_and_claim_tables_are_checked(tmp_path: Path) -> None:
-    assert analysis.check_options({"kind": "lesion"})["drop"] == [1, 2, 4, 8, 16]
+    assert check_options({"kind": "lesion"})["drop"] == [1, 2, 4, 8, 16]
     bad = [({"kind": "nope"}, "unknown analysis kind 'nope'"),
            ({"kind": "lesion", "draw": 3}, "unknown option(s) ['draw']"),
            ({"kind": "lesion", "drop": 3}, "drop must be a non-empty list of int"),
@@ -197,7 +200,7 @@ def test_analysis_options_and_claim_tables_are_checked(tmp_path: Path) -> None:
            ({"kind": "gradcorr", "variants": []}, "variants must be a non-empty list of str")]
     for options, message in bad:
         with pytest.raises(ValueError) as info:
-            analysis.check_options(options)
+            check_options(options)
         assert message in str(info.value)
     base = {"id": "c", "paper": "p", "text": "t", "kind": "value", "expect": "less", "threshold": 0.1}
     assert parse_claim({**base, "table": "lesion", "metric": "error_increase"}).table == "lesion"

@@ -10,7 +10,7 @@ import pytest
 
 import bench
 from bench.cli import main
-from bench.results import ResultsStore
+from bench.runs.results import ResultsStore
 
 FAST = {"steps": 2, "batch_size": 64, "eval_every": 2, "measure": []}
 

@@ -1,4 +1,4 @@
-"""bench.claims: the claim vocabulary (every parse error), each verdict branch on hand-built runs, probe quantities."""
+"""bench.analysis.claims: the claim vocabulary (every parse error), each verdict branch on hand-built runs, probe quantities."""
 
 from __future__ import annotations
 
@@ -9,17 +9,14 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from bench.claims import (
-    STUDIES_DIR,
-    describe,
-    evaluate_claims,
-    load_claims,
-    parse_claim,
-    parse_claims,
-    probe_quantity,
-    study_file,
-)
-from bench.config import RunConfig
+from bench.analysis.claims import describe, evaluate_claims, parse_claim, parse_claims, probe_quantity
+from bench.analysis.studyfile import STUDIES_DIR, find_study, read_study_file
+from bench.runs.config import RunConfig
+from bench.sweeps.study import load_study
+
+
+def load_claims(path):
+    return load_study(path).claims
 
 T975_2 = 4.302653  # Student t quantile, 0.975, 2 degrees of freedom (printed tables)
 
@@ -175,19 +172,23 @@ def test_parse_claims_checks_the_array_and_unique_ids(tmp_path: Path):
 
 def test_load_claims_and_study_file_lookup(tmp_path: Path):
     with pytest.raises(ValueError, match="does not exist"):
-        load_claims(tmp_path / "none.toml")
+        read_study_file(tmp_path / "none.toml")
+    with pytest.raises(ValueError, match="does not exist"):
+        find_study(tmp_path / "none.toml")
     bad = tmp_path / "bad.toml"
     bad.write_text("[[claims]\n")
     with pytest.raises(ValueError, match="is not valid TOML"):
         load_claims(bad)
     (tmp_path / "none.toml").write_text('name = "none"\n')
     assert load_claims(tmp_path / "none.toml") == []
-    assert study_file(tmp_path, "degradation") == STUDIES_DIR / "degradation.toml"
+    assert find_study("degradation", tmp_path) == STUDIES_DIR / "degradation.toml"
     copy = tmp_path / "studies" / "degradation.toml"
     copy.parent.mkdir()
     copy.write_text('name = "degradation"\n')
-    assert study_file(tmp_path, "degradation") == copy  # the copy the sweep ran from wins
-    assert study_file(tmp_path, "unheard-of") is None
+    assert find_study("degradation", tmp_path) == copy  # the copy the sweep ran from wins
+    assert find_study("degradation") == STUDIES_DIR / "degradation.toml"  # without a results directory: shipped
+    with pytest.raises(ValueError, match=r"no shipped study 'unheard-of'; shipped studies: degradation"):
+        find_study("unheard-of", tmp_path)
 
 
 @pytest.mark.parametrize("name", ["degradation", "warmup", "xiong"])
@@ -511,7 +512,7 @@ def test_a_diverged_seed_stays_in_its_configuration():
     ],
 )
 def test_the_is_it_above_the_margin_test(diff, tol, spread, enough, answer):
-    from bench.claims import _test
+    from bench.analysis.claims import _test
 
     assert _test(diff, tol, spread, enough) == answer
 

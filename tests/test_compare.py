@@ -11,9 +11,10 @@ import pandas as pd
 import pytest
 from scipy import stats as sps
 
+from bench.analysis.comparison import compare_table, holm
 from bench.cli import main
-from bench.comparison import compare_table, holm, render
-from bench.results import COLUMNS, ResultsStore
+from bench.reports.markdown import render_comparison as render
+from bench.runs.results import COLUMNS, ResultsStore
 
 # Final validation losses per (variant, depth): three seeds each; "pinned" brings its own init (a field only it
 # has a value of its own in), "broken" has one diverged seed that must not count.

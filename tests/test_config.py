@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from bench.config import RECIPES, RunConfig, config_from_dict, lr_factor
+from bench.runs.config import RECIPES, RunConfig, config_from_dict, lr_factor
 
 
 def cfg(**kw: object) -> RunConfig:

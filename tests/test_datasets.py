@@ -18,8 +18,7 @@ import numpy as np
 import pytest
 import torch
 
-from bench import datasets
-from bench.tasks import TaskError, TaskOptions, images
+from bench.runs.tasks import TaskError, TaskOptions, datasets, images
 
 CPU = torch.device("cpu")
 C10_DIR = "cifar-10-batches-py/"

@@ -1,4 +1,4 @@
-"""One run across processes (bench/distributed.py): torchrun + DistributedDataParallel on gloo, against one process."""
+"""One run across processes (bench/runs/distributed.py): torchrun + DistributedDataParallel on gloo, against one process."""
 
 from __future__ import annotations
 
@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from bench import distributed
-from bench.config import RunConfig
-from bench.results import ResultsStore
-from bench.train import setup
+from bench.runs import distributed
+from bench.runs.config import RunConfig
+from bench.runs.results import ResultsStore
+from bench.runs.train import setup
 
 REPO = Path(__file__).resolve().parents[1]
 # A Transformer (LayerNorm: no per-rank batch statistics) on a generated task, a few steps, throughput measured.
@@ -104,15 +104,14 @@ def test_a_distributed_config_outside_torchrun_is_refused(monkeypatch: pytest.Mo
         RunConfig(variant="a", world_size=0)
 
 
-def test_config_argv_rebuilds_the_config() -> None:
+def test_to_argv_rebuilds_the_config() -> None:
     from bench.cli import build_parser, config_from_args
-    from bench.scaling import config_argv
 
     cfg = RunConfig(variant="resnet", depth=8, steps=3, betas=(0.8, 0.9), milestones=(0.3, 0.6), augment=False,
                     model_args=(("shortcut", "B"), ("width", 8)), measure=("throughput",), target=0.5)
-    ns = build_parser().parse_args(["run", *config_argv(cfg)])
+    ns = build_parser().parse_args(["run", *cfg.to_argv()])
     assert config_from_args(ns) == cfg
-    assert config_argv(RunConfig(variant="plain")) == ["--variant", "plain"]
+    assert RunConfig(variant="plain").to_argv() == ["--variant", "plain"]
 
 
 def test_scaling_reports_throughput_and_efficiency(tmp_path: Path) -> None:

@@ -1,4 +1,4 @@
-"""Executors and the sweep driver (bench.executors, bench.study.run_sweep): isolated, parallel, resumable sweeps.
+"""Executors and the sweep driver (bench.sweeps.executors, bench.sweeps.study.run_sweep): isolated, parallel, resumable sweeps.
 
 Real processes throughout: a run that kills itself with SIGKILL (a plugin variant whose forward does it on one
 seed), a driver stopped with SIGINT and another killed with SIGKILL from outside, then resumed. Also: cost
@@ -22,13 +22,13 @@ from pathlib import Path
 import pytest
 from _nets import write
 
-from bench import plugins, results
 from bench.cli import main
-from bench.config import RunConfig
-from bench.executors import Placement, plan_placements, visible_gpus
-from bench.measure import cost_key
-from bench.results import COLUMNS, ResultsStore
-from bench.study import load_study
+from bench.runs import plugins, results, schema
+from bench.runs.config import RunConfig
+from bench.runs.measure import cost_key
+from bench.runs.results import COLUMNS, ResultsStore
+from bench.sweeps.executors import Placement, plan_placements, visible_gpus
+from bench.sweeps.study import load_study
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -150,8 +150,8 @@ def test_a_killed_run_becomes_a_row_the_others_finish_and_a_rerun_runs_only_it(
     rerun = re.search(r"rerun just these \(runs with an ok row are skipped\): (.*)", summary)
     assert rerun is not None
     argv = shlex.split(rerun.group(1))
-    assert argv[:3] == ["python", "-m", "bench"] and argv[3:] == [*args[:2], "--plugin", str(plugin), "--results-dir",
-                                                                     str(res), "--jobs", "2"]
+    assert argv[:3] == ["python", "-m", "bench"] and argv[3:] == [*args[:2], "--jobs", "2", "--plugin", str(plugin),
+                                                                     "--results-dir", str(res)]
 
     code, out, err = cli(argv[3:], capsys)  # the printed command, as printed
     assert code == 0, err
@@ -239,7 +239,7 @@ def test_driver_interrupted_then_killed_mid_sweep_resumes_with_one_row_per_confi
     assert code == 130, out
     assert re.search(r"interrupted: (stopped [12] running run\(s\) \(slow-d8-[^)]+\), nothing of them written|"
                      r"no run was in flight); [1-5] of 6 runs have an ok row", out), out
-    assert f"resume with: python -m bench sweep {path} --plugin {plugin} --results-dir {res} --jobs 2" in out
+    assert f"resume with: python -m bench sweep {path} --jobs 2 --plugin {plugin} --results-dir {res}" in out
     assert all(gone(pid, timeout=10) for pid in first.pids()), out
     recorded = len(board(res))
     assert 1 <= recorded < 6
@@ -364,7 +364,7 @@ def test_a_leaderboard_without_cost_source_loads_and_is_rewritten_with_it(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.setattr(results, "_noticed", set())
     old = [c for c in COLUMNS if c not in ("cost_source", "world_size")]  # before either was a column
-    assert tuple(old) == results.COLUMNS_V2
+    assert tuple(old) == schema.COLUMNS_V2
     with (tmp_path / "leaderboard.csv").open("w", newline="") as f:
         w = csv.DictWriter(f, old, lineterminator="\n")
         w.writeheader()

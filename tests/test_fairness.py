@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 from torch import nn
 
-from bench import fairness
 from bench.cli import main
-from bench.config import RunConfig
-from bench.fairness import Facts, check_grid, diff_models, format_diff, model_facts, weight_profile
-from bench.study import load_study
+from bench.runs.config import RunConfig
+from bench.sweeps import fairness
+from bench.sweeps.fairness import Facts, check_grid, diff_models, format_diff, model_facts, weight_profile
+from bench.sweeps.study import load_study
 
 
 def _differing(rows: list) -> dict[str, tuple]:
@@ -149,7 +149,7 @@ def test_study_file_param_tolerance_is_a_fraction(tmp_path: Path, tol: str) -> N
 
 
 def test_shipped_studies_pass_their_own_guard() -> None:
-    from bench.study import STUDIES_DIR
+    from bench.analysis.studyfile import STUDIES_DIR
 
     for path in sorted(STUDIES_DIR.glob("*.toml")):
         study = load_study(path)

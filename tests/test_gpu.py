@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from bench.config import RunConfig
-from bench.measure import PEAK_FLOPS, peak_flops
-from bench.runner import execute
+from bench.runs.config import RunConfig
+from bench.runs.measure import PEAK_FLOPS, peak_flops
+from bench.runs.runner import execute
 
 pytestmark = pytest.mark.gpu
 

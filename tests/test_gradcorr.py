@@ -1,4 +1,4 @@
-"""bench.gradcorr: input-gradient correlations along a line (Balduzzi et al. 2017), pinned on hand computations."""
+"""bench.analysis.gradcorr: input-gradient correlations along a line (Balduzzi et al. 2017), pinned on hand computations."""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ import pytest
 import torch
 from torch import nn
 
-from bench import gradcorr
+from bench.analysis import gradcorr
+from bench.reports import analysis_figures
 
 SMALL = {"points": 32, "max_lag": 4, "calibrate": 64}  # a cheap but complete measurement
 
@@ -191,7 +192,7 @@ def fake_frames() -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
 
 def test_figure_draws_the_data(tmp_path) -> None:
     summary, acf, series = fake_frames()
-    fig = gradcorr.figure(summary, acf, series)
+    fig = analysis_figures.gradcorr_figure(summary, acf, series)
     left, mid, right = fig.axes
     lines = {ln.get_label(): ln for ln in left.get_lines()}
     assert left.get_yscale() == "linear" and left.get_ylim() == (-0.1, 1.05)
@@ -208,5 +209,5 @@ def test_figure_draws_the_data(tmp_path) -> None:
     rms = np.sqrt(np.mean(y**2))
     assert np.allclose(rights["plain (depth 56, seed 0)"].get_ydata(), y / rms)
     assert np.allclose(rights["resnet (depth 56, seed 0)"].get_ydata(), y / rms + 5)
-    out = gradcorr.plot(summary, acf, series, tmp_path / "deep" / "gradcorr.png")
+    out = analysis_figures.plot_gradcorr(summary, acf, series, tmp_path / "deep" / "gradcorr.png")
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

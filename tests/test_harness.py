@@ -11,12 +11,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from bench import runner as run_mod
-from bench import train as train_mod
 from bench.cli import main
-from bench.config import RunConfig
-from bench.results import COLUMNS, ResultsStore
-from bench.runner import execute
+from bench.runs import runner as run_mod
+from bench.runs import train as train_mod
+from bench.runs.config import RunConfig
+from bench.runs.results import COLUMNS, ResultsStore
+from bench.runs.runner import execute
 
 
 def cfg(**kw: object) -> RunConfig:
@@ -80,7 +80,7 @@ def test_flops_match_forward_backward_formula(tmp_path: Path) -> None:
 def test_forward_flops_of_resnet50_match_the_published_figure() -> None:
     """timm lists ResNet-50 at 224x224 as 4.09 GMACs: 8.18e9 FLOPs at 2 per multiply-add (counted on meta)."""
     import variants
-    from bench import measure
+    from bench.runs import measure
 
     with torch.device("meta"):
         model = variants.create("resnet50")
@@ -157,7 +157,7 @@ def test_measuring_does_not_change_training(tmp_path: Path) -> None:
 
 
 def test_probes_recorded_and_off_during_timing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from bench import measure, probes
+    from bench.runs import measure, probes
 
     state = {"timing": False, "probe_calls": 0}
     real_time_steps, real_probe = measure.time_steps, probes.probe
@@ -209,10 +209,8 @@ def test_transformer_on_text_task(tmp_path: Path) -> None:
 
 
 def test_init_is_read_from_the_registry_without_special_cases() -> None:
-    from types import SimpleNamespace
-
     def init(variant: str, **model_kwargs: object) -> str:
-        return run_mod.init_scheme(RunConfig(variant=variant), SimpleNamespace(model_kwargs=model_kwargs))
+        return run_mod.init_scheme(RunConfig(variant=variant), model_kwargs)
 
     assert init("deepnorm") == "deepnorm"  # a preset whose paper is an init pins it
     assert init("preln", init="normal") == "normal"  # the run's own keyword wins over the default
@@ -226,14 +224,14 @@ def test_classify_failure() -> None:
 
 @pytest.mark.parametrize("name", ["digits", "synthetic", "text", "tinytext", "copy", "reverse", "recall"])
 def test_every_task_has_an_epoch_length(name: str) -> None:
-    from bench.tasks import TaskOptions, get
+    from bench.runs.tasks import TaskOptions, get
 
     task = get(name, options=TaskOptions(train_size=64, val_size=16, seq_len=16, image_size=8))
     assert task.num_train > 0  # epochs in the row and --epochs both divide by it
 
 
 def test_a_failing_measurement_phase_does_not_stop_training(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from bench import measure
+    from bench.runs import measure
 
     def killed(*a: object, **k: object) -> dict:
         raise RuntimeError("memory probe subprocess was killed (SIGKILL): out of memory?")
@@ -390,7 +388,7 @@ def test_warmup_ended_at_is_none_for_a_run_that_stopped_inside_its_warmup(tmp_pa
 def test_git_sha_is_dirty_for_code_changes_but_not_for_the_results_directory(tmp_path: Path) -> None:
     import subprocess
 
-    from bench.env import git_sha
+    from bench.runs.env import git_sha
 
     def git(*args: str) -> None:
         subprocess.run(["git", *args], cwd=tmp_path, check=True, capture_output=True)

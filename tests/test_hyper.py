@@ -12,7 +12,7 @@ from _nets import randomized
 from torch import nn
 
 import variants
-from bench.probes import probe
+from bench.runs.probes import probe
 from variants.hyper import (
     MHC_INIT_GAP,
     SINKHORN_ITERS,

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from bench.tasks import Task, TaskError, TaskOptions, images
+from bench.runs.tasks import Task, TaskError, TaskOptions, images
 
 CPU = torch.device("cpu")
 
@@ -227,9 +227,9 @@ def test_hflip_mirrors_about_half() -> None:
     assert torch.all(flipped ^ kept) and 150 < flipped.sum() < 250
 
 
-def test_cifar_recipe_scales_padding() -> None:
-    assert images.cifar_recipe(32)[1] == "pad4-crop32-hflip"
-    assert images.cifar_recipe(8)[1] == "pad1-crop8-hflip"
+def test_cifar_augmentation_scales_padding() -> None:
+    assert images.cifar_augmentation(32)[1] == "pad4-crop32-hflip"
+    assert images.cifar_augmentation(8)[1] == "pad1-crop8-hflip"
 
 
 def test_channel_stats_exact() -> None:

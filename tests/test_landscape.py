@@ -1,4 +1,4 @@
-"""bench.landscape: filter normalisation, slices pinned against closed forms, summary statistics, figures."""
+"""bench.analysis.landscape: filter normalisation, slices pinned against closed forms, summary statistics, figures."""
 
 from __future__ import annotations
 
@@ -13,7 +13,8 @@ from matplotlib.colors import to_rgb
 from matplotlib.contour import ContourSet
 from torch import nn
 
-from bench import landscape as ls
+from bench.analysis import landscape as ls
+from bench.reports import analysis_figures
 
 
 def conv_net() -> nn.Sequential:
@@ -301,7 +302,7 @@ def test_figure_1d_draws_each_slice(tmp_path) -> None:
     alpha = np.linspace(-1, 1, 5)
     frames = {"resnet": frame_1d(alpha, 0.1 + alpha**2).assign(acc=0.9 - 0.1 * alpha**2),
               "plain": frame_1d(alpha, 0.1 + 100 * alpha**2).assign(acc=0.5)}  # fmt: skip
-    fig = ls.figure(frames, "slice")
+    fig = analysis_figures.landscape_figure(frames, "slice")
     loss_ax, acc_ax = fig.axes[:2]
     lines = {line.get_label(): line for line in loss_ax.get_lines() if not line.get_label().startswith("_")}
     assert set(lines) == {"resnet", "plain"}
@@ -312,9 +313,9 @@ def test_figure_1d_draws_each_slice(tmp_path) -> None:
     acc = {line.get_label(): line for line in acc_ax.get_lines()}
     np.testing.assert_allclose(acc["resnet"].get_ydata(), 0.9 - 0.1 * alpha**2)
     assert acc_ax.get_ylim() == (-0.02, 1.02)
-    red = ls.figure(frames, colours={"plain": (1.0, 0.0, 0.0)}).axes[0].get_lines()
+    red = analysis_figures.landscape_figure(frames, colours={"plain": (1.0, 0.0, 0.0)}).axes[0].get_lines()
     assert [to_rgb(line.get_color()) for line in red if line.get_label() == "plain"] == [(1.0, 0.0, 0.0)]
-    path = ls.plot(frames["resnet"], tmp_path / "sub" / "one.png", "one")
+    path = analysis_figures.plot_slice(frames["resnet"], tmp_path / "sub" / "one.png", "one")
     assert path == tmp_path / "sub" / "one.png" and path.read_bytes()[:4] == b"\x89PNG"
 
 
@@ -322,7 +323,7 @@ def test_figure_2d_shares_log_levels(tmp_path) -> None:
     coords = np.linspace(-1, 1, 5)
     frames = {"resnet": frame_2d(coords, lambda a, b: 0.01 + a**2 + b**2),
               "plain": frame_2d(coords, lambda a, b: 0.5 + 50 * np.abs(a * b) + a**2)}  # fmt: skip
-    fig = ls.figure(frames)
+    fig = analysis_figures.landscape_figure(frames)
     panels = [ax for ax in fig.axes if ax.get_title() in frames]
     assert [ax.get_title() for ax in panels] == ["resnet", "plain"]
     filled = [next(c for c in ax.collections if isinstance(c, ContourSet) and c.filled) for ax in panels]
@@ -330,7 +331,7 @@ def test_figure_2d_shares_log_levels(tmp_path) -> None:
     levels = filled[0].levels
     np.testing.assert_allclose(levels[[0, -1]], [0.01, 51.5])  # global min and max of both slices
     np.testing.assert_allclose(np.diff(np.log(levels)), np.log(51.5 / 0.01) / 15)  # log-spaced
-    path = ls.plot_many(frames, tmp_path / "two.png")
+    path = analysis_figures.plot_landscape(frames, tmp_path / "two.png")
     assert path.stat().st_size > 0
     with pytest.raises(ValueError, match="1-D and 2-D"):
-        ls.figure({"a": frames["plain"], "b": frame_1d(coords, coords**2)})
+        analysis_figures.landscape_figure({"a": frames["plain"], "b": frame_1d(coords, coords**2)})

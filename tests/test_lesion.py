@@ -1,4 +1,4 @@
-"""bench.lesion: deleting residual units at test time (Veit et al. 2016), checked against hand computations."""
+"""bench.analysis.lesion: deleting residual units at test time (Veit et al. 2016), checked against hand computations."""
 
 from __future__ import annotations
 
@@ -11,8 +11,9 @@ import torch
 from torch import nn
 
 import variants
-from bench import lesion
-from bench.tasks.base import Task
+from bench.analysis import lesion
+from bench.reports import analysis_figures
+from bench.runs.tasks.base import Task
 from variants.blocks import ResidualUnit
 from variants.combinators import Add, Gate, NoShortcut, Scaled, TransformGate
 
@@ -174,7 +175,7 @@ def test_figure_plots_the_tables_data() -> None:
         dict(mode="random", k=2, draw=0, unit="a b", layer=-1, error=0.6, loss=1.0),
         dict(mode="random", k=2, draw=1, unit="b a", layer=-1, error=0.8, loss=1.2),
     ])  # fmt: skip
-    fig = lesion.figure({"net": table})
+    fig = analysis_figures.lesion_figure({"net": table})
     single, many = fig.axes[:2]
     line = single.get_lines()[0]
     assert list(line.get_xdata()) == [0, 1] and list(line.get_ydata()) == pytest.approx([0.2, 0.4])

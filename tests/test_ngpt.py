@@ -11,9 +11,9 @@ from _nets import randomized
 from torch import nn
 
 import variants
-from bench import train as train_mod
-from bench.config import RunConfig
-from bench.probes import probe
+from bench.runs import train as train_mod
+from bench.runs.config import RunConfig
+from bench.runs.probes import probe
 from variants.ngpt import NGPT, ngpt
 from variants.transformer import swiglu_hidden
 

@@ -1,4 +1,4 @@
-"""bench.plots: figures checked by their data (lines, scales, labels, colours), from a fake results dir."""
+"""bench.reports.plots: figures checked by their data (lines, scales, labels, colours), from a fake results dir."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from matplotlib.colors import to_rgb
 from torch import nn
 
 import variants
-from bench import plots
-from bench.results import ResultsStore
+from bench.reports import plots
+from bench.runs.results import ResultsStore
 from variants import registry
 
 SEEDS = (0, 1, 2)
@@ -377,9 +377,9 @@ def test_load_frames_filters_a_study(tmp_path):
 
 def test_series_never_pool_configurations(tmp_path) -> None:
     """Runs of one variant and depth that differ in their init are two series, each over its own seeds."""
-    from bench.config import RunConfig
-    from bench.plotdata import load_frames, with_key
-    from bench.results import ResultsStore
+    from bench.reports.plotdata import load_frames, with_key
+    from bench.runs.config import RunConfig
+    from bench.runs.results import ResultsStore
 
     store = ResultsStore(tmp_path)
     for init, acc in (("xavier", 0.9), ("normal", 0.5)):

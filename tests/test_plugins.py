@@ -1,4 +1,4 @@
-"""Plugins (bench.plugins): a variant defined outside resbench runs everywhere a shipped one does.
+"""Plugins (bench.runs.plugins): a variant defined outside resbench runs everywhere a shipped one does.
 
 Loaded by --plugin FILE.py / MODULE / MODULE:FUNCTION, $RESBENCH_PLUGINS and the `resbench.variants` entry
 points of installed distributions (a hand-written dist-info, what installers write, seen by a subprocess).
@@ -23,10 +23,11 @@ import torch
 from _nets import toy, write
 
 import variants
-from bench import plugins
+from bench.analysis.studyfile import find_study
 from bench.cli import main
-from bench.results import ResultsStore
-from bench.study import Study, load_study, study_path
+from bench.runs import plugins
+from bench.runs.results import ResultsStore
+from bench.sweeps.study import Study, load_study
 
 REPO = Path(__file__).resolve().parents[1]
 FAST = ["--steps", "2", "--batch-size", "16", "--eval-every", "2", "--measure", "--quiet"]
@@ -204,7 +205,7 @@ def test_bad_specs_and_origin_named(tmp_path: Path, monkeypatch: pytest.MonkeyPa
 
 
 def test_forward_check_leaves_model_and_random_stream_untouched(tmp_path: Path) -> None:
-    from bench.tasks import get
+    from bench.runs.tasks import get
 
     plugins.load_plugins([str(write(tmp_path / "toy_blocks.py", toy()))])
     model = variants.create("toy_half", num_classes=10, in_chans=1).train()
@@ -330,7 +331,7 @@ def test_readme_plugin_and_command(tmp_path: Path, monkeypatch: pytest.MonkeyPat
                                    capsys: pytest.CaptureFixture[str]) -> None:
     """The command runs as printed, from a directory holding the plugin; only the study's run length is cut:
     its shipped file (grid, `vary`, tolerance, claims) with the quick preset at 2 steps, depth 8, one seed."""
-    import bench.study
+    import bench.sweeps.study
 
     code, argv = readme_section()
     assert argv[:3] == ["python", "-m", "bench"] and argv[3:6] == ["reproduce", "degradation", "--preset"]
@@ -338,19 +339,19 @@ def test_readme_plugin_and_command(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     variant = argv[argv.index("--add-variant") + 1]
     results = tmp_path / argv[argv.index("--results-dir") + 1]
     write(tmp_path / plugin_name, code)
-    shipped = study_path("degradation").read_text(encoding="utf-8")
+    shipped = find_study("degradation").read_text(encoding="utf-8")
     tiny = re.sub(r"\[presets\.quick\][^\[]*", "[presets.quick]\nsteps = 2\neval_every = 2\nprobe_every = 2\n"
                   "batch_size = 32\nmeasure = []\ndepth = [8]\nseed = [0]\n\n", shipped, count=1)
     assert tiny != shipped
     write(tmp_path / "studies" / "degradation.toml", tiny)
-    monkeypatch.setattr(bench.study, "STUDIES_DIR", tmp_path / "studies")
+    monkeypatch.setattr(bench.analysis.studyfile, "STUDIES_DIR", tmp_path / "studies")
     monkeypatch.chdir(tmp_path)
 
     assert main(argv[3:]) == 0, capsys.readouterr().err
     out = capsys.readouterr().out
     assert f"with {variant} added: 5 runs" in out
     board = ResultsStore(results).load_leaderboard()
-    assert sorted(board["variant"]) == sorted([*load_study(study_path("degradation")).grid["variant"], variant])
+    assert sorted(board["variant"]) == sorted([*load_study("degradation").grid["variant"], variant])
     assert set(board["status"]) == {"ok"}
     report = (results / "REPORT-degradation.md").read_text(encoding="utf-8")
     assert re.search(rf"^\| {variant} \| 8 \| digits \| 1/1 \|", report, re.M)

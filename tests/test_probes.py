@@ -1,4 +1,4 @@
-"""bench.probes: exact per-layer values on hand-built models, and a model left exactly as found."""
+"""bench.runs.probes: exact per-layer values on hand-built models, and a model left exactly as found."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 import variants
-from bench.probes import METRICS, RANK_SAMPLES, format_probe_table, probe, probe_table
+from bench.runs.probes import METRICS, RANK_SAMPLES, format_probe_table, probe, probe_table
 from variants.blocks import PostNorm, PreNorm, ResidualUnit
 from variants.combinators import Add, Combinator, Gate, NoShortcut, Scaled, TransformGate
 

@@ -1,4 +1,4 @@
-"""Progress of long commands (bench/progress.py): a bar on a terminal, plain lines elsewhere, nothing if quiet."""
+"""Progress of long commands (bench/runs/progress.py): a bar on a terminal, plain lines elsewhere, nothing if quiet."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from bench.cli import main
-from bench.progress import LiveLine, Progress
+from bench.runs.progress import LiveLine, Progress
 
 
 class _Terminal(io.StringIO):

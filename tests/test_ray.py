@@ -1,4 +1,4 @@
-"""The ray executor (bench/ray_executor.py) against a real Ray head started here on 127.0.0.1, and stopped."""
+"""The ray executor (bench/sweeps/executors/ray.py) against a real Ray head started here on 127.0.0.1, and stopped."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ import pytest
 from _nets import write
 
 from bench.cli import main
-from bench.results import ResultsStore
+from bench.runs.results import ResultsStore
 
 ray = pytest.importorskip("ray", reason="the ray extra is not installed (pip install 'resbench[ray]')")
 pytestmark = pytest.mark.usefixtures("clean_plugins")

@@ -1,4 +1,4 @@
-"""bench.report: REPORT.md content from fake results directories — table numbers, and declared claims' verdicts."""
+"""bench.reports.report: REPORT.md content from fake results directories — table numbers, and declared claims' verdicts."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from bench.config import RunConfig
-from bench.report import markdown_table, write_report
-from bench.results import COLUMNS, ResultsStore
+from bench.reports.report import markdown_table, write_report
+from bench.runs.config import RunConfig
+from bench.runs.results import COLUMNS, ResultsStore
 
 T975_2 = 4.302653  # Student t quantile, 0.975, 2 degrees of freedom (printed tables)
 CONFIG_FIELDS = ("task", "warmup_steps", "lr", "study", "eval_every", "preset")  # row keys that are also config fields

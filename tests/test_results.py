@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from bench import results
-from bench.results import COLUMNS, ResultsStore
+from bench.runs import results, schema
+from bench.runs.results import COLUMNS, ResultsStore
 
 
 def row(run_id: str, **kw: object) -> dict[str, object]:
@@ -105,7 +105,7 @@ def test_concurrent_writers_lose_no_row(tmp_path: Path) -> None:
 
 # -- the earlier schema ----------------------------------------------------------------------------------------
 
-V1_ROW = {c: "" for c in results.COLUMNS_V1} | {
+V1_ROW = {c: "" for c in schema.COLUMNS_V1} | {
     "run_id": "plain-d20-digits-0e06ca03-s1", "variant": "plain", "status": "ok", "seed": "1",
     "flops_per_sample": "15081216.0", "final_val_acc": "0.97", "error": "boom, with a comma",
 }
@@ -114,7 +114,7 @@ V1_ROW = {c: "" for c in results.COLUMNS_V1} | {
 def write_v1(path: Path, rows: list[dict[str, str]]) -> None:
     path.mkdir(parents=True, exist_ok=True)
     with (path / "leaderboard.csv").open("w", newline="") as f:
-        w = csv.DictWriter(f, results.COLUMNS_V1, lineterminator="\n")
+        w = csv.DictWriter(f, schema.COLUMNS_V1, lineterminator="\n")
         w.writeheader()
         w.writerows(rows)
 
@@ -128,7 +128,7 @@ V1_HEADER = (  # results/leaderboard.csv's header before fwd/train FLOPs, init a
 
 
 def test_v1_schema_is_the_old_committed_header_and_the_committed_board_is_current() -> None:
-    assert ",".join(results.COLUMNS_V1) == V1_HEADER
+    assert ",".join(schema.COLUMNS_V1) == V1_HEADER
     committed = Path(__file__).parent.parent / "results" / "leaderboard.csv"
     if committed.exists():
         assert tuple(committed.read_text().splitlines()[0].split(",")) == COLUMNS
@@ -301,7 +301,7 @@ def test_a_leaderboard_without_world_size_reads_as_one_process(tmp_path: Path, m
                                                                capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.setattr(results, "_noticed", set())
     old = [c for c in COLUMNS if c != "world_size"]
-    assert tuple(old) == results.COLUMNS_V3
+    assert tuple(old) == schema.COLUMNS_V3
     (tmp_path / "leaderboard.csv").write_text(",".join(old) + "\n" + ",".join(
         {"run_id": "a", "status": "ok", "batch_size": "64"}.get(c, "") for c in old) + "\n")
     store = ResultsStore(tmp_path)

@@ -9,9 +9,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from bench.data import tinytext
-from bench.tasks import TaskError, TaskOptions, get
-from bench.tasks.sequences import EVAL_TOKENS, IGNORE_INDEX, SequenceTask, SyntheticTask, TextTask, _eval_starts
+from bench.runs.tasks import TaskError, TaskOptions, get, tinytext
+from bench.runs.tasks.sequences import EVAL_TOKENS, IGNORE_INDEX, SequenceTask, SyntheticTask, TextTask, _eval_starts
 
 CPU = torch.device("cpu")
 
@@ -272,7 +271,7 @@ def test_a_transformer_learns_copy_quickly() -> None:
 
 
 def test_epoch_length_and_default_run_length() -> None:
-    from bench.tasks.sequences import DEFAULT_STEPS
+    from bench.runs.tasks.sequences import DEFAULT_STEPS
 
     text = get("text", options=TaskOptions(seq_len=64))
     assert text.num_train == text.info["train_bytes"] // 64 and text.default_steps == DEFAULT_STEPS

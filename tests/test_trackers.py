@@ -1,4 +1,4 @@
-"""Experiment trackers (bench/trackers.py): what a run logs, read back with each tool's own reader."""
+"""Experiment trackers (bench/reports/trackers.py): what a run logs, read back with each tool's own reader."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import pytest
 
 import bench
 from bench.cli import main
-from bench.results import ResultsStore
-from bench.trackers import TensorBoardTracker, curve_figure, default_uri, log_all, make_trackers
+from bench.reports.trackers import TensorBoardTracker, curve_figure, default_uri, log_all, make_trackers
+from bench.runs.results import ResultsStore
 
 FAST = {"steps": 3, "batch_size": 64, "eval_every": 1, "measure": []}
 
@@ -190,14 +190,14 @@ def test_track_refuses_an_unknown_study(tracked: tuple[Path, bench.Run], capsys:
 
 def test_a_figure_that_cannot_be_drawn_is_a_warning(tracked: tuple[Path, bench.Run], monkeypatch: pytest.MonkeyPatch,
                                                      capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
-    import bench.trackers
+    import bench.reports.trackers
 
     _, run = tracked
 
     def cannot(run_json: Any) -> None:
         raise RuntimeError("no display")
 
-    monkeypatch.setattr(bench.trackers, "curve_figure", cannot)
+    monkeypatch.setattr(bench.reports.trackers, "curve_figure", cannot)
     tb = TensorBoardTracker(str(tmp_path / "tb"))
     assert log_all([tb], run.record) == 0
     assert "warning: no curve figure for resnet-d8-" in capsys.readouterr().err

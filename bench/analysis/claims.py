@@ -1,0 +1,551 @@
+"""Paper claims as data: the vocabulary study files state them in, and their evaluation on measured runs.
+
+A study file (``bench/studies/<name>.toml``) lists its claims in a ``[[claims]]`` array; ``bench report``
+checks each one against that study's runs. No claim lives in Python and no variant name appears here: the
+groups compared are filters on recorded fields. Fields of a claim:
+
+- ``id`` (unique in the study), ``paper`` (source with figure/table), ``text`` (the claim in words).
+- ``table``: what the claim is about: ``leaderboard`` (default, the runs' rows), or the summary table of the
+  analysis the study runs (:data:`TABLES`: ``lesion``, ``gradcorr``, ``landscape``; see :mod:`bench.analysis.analyses`),
+  whose rows are models (or a model and a number of deleted units) and whose columns are its ``metric``.
+- ``kind``: ``compare`` (default), ``slope`` or ``value``.
+- ``metric``: a leaderboard column (``final_train_loss``); ``train_error`` / ``val_error`` (1 - the final
+  accuracy); or a probe quantity ``probe:<probe metric>:<unit kind>:<position>``, e.g.
+  ``probe:weight_grad_norm:ffn:last``: the per-layer probe of the units of that kind (``attn``, ``ffn``,
+  ``conv``, ...; ``*`` = every unit) at probe step ``step`` (default 0, initialisation), taken at the
+  ``first`` unit, the ``last`` one, or as ``last_over_first``. Every quantity is one value per run.
+- ``where = {field = value | [values]}``: the runs the claim is about. A field is a leaderboard column,
+  a run-config field or model argument (``init``), or a variant axis (``family``, ``combinator``, ``placement``,
+  ``body``, ``norm``) as the run recorded it (its JSON's ``axes``; for runs recorded before runs kept them, as
+  ``variants.describe`` derives them now).
+- ``for_each``: a field; one verdict per value of it. ``count_above``: per group, also count the runs whose
+  value is above this (e.g. seeds that failed to train, training error > 0.5).
+- ``compare``: the field whose values ``a`` (baseline) and ``b`` are compared (``"min"``/``"max"``: the
+  smallest/largest value present); ``expect`` how ``b`` relates to ``a``: ``greater``, ``less``,
+  ``not_greater``, ``not_less`` or ``similar``; ``threshold`` the margin (>= 0, default 0), a fraction of
+  ``|mean(a)|`` with ``relative = true``.
+- ``slope``: ``x`` (a field) and ``expect_range = [low, high]`` for the least-squares slope of log(metric)
+  against log(x) over the runs.
+- ``value``: one group's mean against the constant ``threshold``; ``expect`` as for ``compare`` but not
+  ``similar``.
+
+Rules of the verdicts (``agrees`` / ``disagrees`` / ``inconclusive``):
+
+- **Which runs count.** For a leaderboard metric the runs with status ``ok`` and a finite value; for a probe
+  quantity every run that recorded it (a probe at step s was taken before any later divergence).
+- **Seeds pool only with seeds.** Within a claim (and ``for_each`` value), runs are split by every
+  configuration field that varies inside one compared group, so a group's mean is always over the seeds of
+  one configuration; a group whose runs still differ in ``config_hash`` (in a field recorded nowhere else)
+  is inconclusive. Fields that differ *between* the groups but are fixed within each (an init that comes
+  with a variant, say) are reported as confounds.
+- **compare.** ``diff = mean(b) - mean(a)``. "Is it greater?" is *yes* when ``diff > threshold`` and
+  ``diff`` exceeds the two 95% CI half-widths together, *no* when ``diff <= threshold``, else *inconclusive*
+  (so is a group with fewer than two counted runs: no spread to judge by). ``less`` is the same test on
+  ``-diff``; ``greater``/``less`` agree on *yes*, ``not_greater``/``not_less`` agree on *no*, and the other
+  decided answer disagrees. ``similar`` agrees when ``|diff| <= threshold``, disagrees when ``|diff|`` is
+  above ``threshold`` plus both half-widths. If every run of one group failed (status not ``ok``) while the
+  other group trained, the failed group is the worse one — lower is better for ``*_loss`` and ``*_error``,
+  higher for ``*_acc``; other metrics cannot rank a failure, which leaves the claim inconclusive. If only
+  some runs failed but more (as a fraction) in one group, an answer that does not also make that group the
+  worse one is downgraded to inconclusive.
+- **slope.** The slope's 95% CI (Student t, n - 2 dof) inside ``expect_range``: agrees; entirely outside:
+  disagrees; else (or with fewer than three runs or two x values) inconclusive. Non-positive values cannot
+  enter a log and are left out (and counted in the note).
+- **value.** ``d = mean - threshold`` (sign flipped for ``less``/``not_less``): "is it above?" is *yes* when
+  ``d`` exceeds the group's CI half-width, *no* when ``d <= -half-width``, else *inconclusive* — a single
+  group has no margin of its own, so both answers must clear the seed spread.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from scipy import stats as sps
+
+import variants
+from bench.analysis.stats import CONFIG_KEY, MIN_RUNS, config_table, t_ci, two_groups, with_config_hash
+from bench.runs.results import COLUMNS
+
+KINDS = ("compare", "slope", "value")
+EXPECTS = ("greater", "less", "not_greater", "not_less", "similar")
+POSITIONS = ("first", "last", "last_over_first")
+DERIVED = {"train_error": "final_train_acc", "val_error": "final_val_acc"}  # 1 - that accuracy
+AXES = ("family", "combinator", "placement", "body", "norm")
+_COMMON = ("id", "paper", "text", "kind", "metric", "step", "where", "for_each", "count_above", "table")
+# What a claim may be about besides the leaderboard: the summary tables of the analyses a study runs after (or
+# instead of) its training runs (bench.analysis.analyses), and the columns each has.
+TABLES: dict[str, tuple[str, ...]] = {
+    "lesion": ("error", "loss", "error_increase"),
+    "gradcorr": ("neighbor_corr", "corr_length"),
+    "landscape": ("loss_center", "edge_rise", "nonconvex_fraction", "roughness"),
+}
+_FIELDS = {
+    "compare": (*_COMMON, "compare", "a", "b", "expect", "threshold", "relative"),
+    "slope": (*_COMMON, "x", "expect_range"),
+    "value": (*_COMMON, "expect", "threshold"),
+}
+_REQUIRED = {
+    "compare": ("compare", "a", "b", "expect"),
+    "slope": ("x", "expect_range"),
+    "value": ("expect", "threshold"),
+}
+# expect -> (sign of the difference tested, the answer of "is it above the margin?" that agrees)
+_TESTS = {"greater": (1, "yes"), "less": (-1, "yes"), "not_greater": (1, "no"), "not_less": (-1, "no")}
+
+
+@dataclass(frozen=True)
+class Claim:
+    """One parsed, validated claim (see the module docstring for the fields)."""
+
+    id: str
+    paper: str
+    text: str
+    metric: str
+    kind: str = "compare"
+    where: dict[str, Any] = field(default_factory=dict)
+    for_each: str | None = None
+    count_above: float | None = None
+    step: int = 0
+    compare: str | None = None
+    a: Any = None
+    b: Any = None
+    expect: str | None = None
+    threshold: float = 0.0
+    relative: bool = False
+    x: str | None = None
+    expect_range: tuple[float, float] | None = None
+    table: str = "leaderboard"  # or the summary table of an analysis (TABLES)
+
+    @property
+    def probe(self) -> tuple[str, str, str] | None:
+        """``(probe metric, unit kind, position)`` of a probe quantity, else None."""
+        if not self.metric.startswith("probe:"):
+            return None
+        _, name, kind, position = self.metric.split(":")
+        return name, kind, position
+
+
+def _number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def _scalar(v: Any) -> bool:
+    return isinstance(v, (str, int, float, bool))
+
+
+def _metric_error(metric: str) -> str | None:
+    if metric.startswith("probe:"):
+        parts = metric.split(":")
+        if len(parts) != 4 or not parts[1] or not parts[2]:
+            return f"probe metric {metric!r} is not probe:<probe metric>:<unit kind>:<position>"
+        if parts[3] not in POSITIONS:
+            return f"probe metric {metric!r}: unknown position {parts[3]!r}; positions: {', '.join(POSITIONS)}"
+        return None
+    if metric in DERIVED or metric in COLUMNS:
+        return None
+    return (f"unknown metric {metric!r}: not a leaderboard column, one of {', '.join(DERIVED)}, "
+            "nor probe:<probe metric>:<unit kind>:<position>")  # fmt: skip
+
+
+def _errors(t: Mapping[str, Any]) -> Iterable[str]:
+    """Every problem of a claim table whose kind, field names and required fields are already checked."""
+    for name in ("id", "paper", "text", "metric"):
+        if not isinstance(t[name], str) or not t[name].strip():
+            yield f"{name} must be a non-empty string, got {t[name]!r}"
+    table = t.get("table", "leaderboard")
+    if table != "leaderboard":
+        if table not in TABLES:
+            yield f"unknown table {table!r}; tables: leaderboard, {', '.join(TABLES)}"
+        elif t["metric"] not in TABLES[table]:
+            yield f"unknown metric {t['metric']!r} of table {table!r}; its metrics: {', '.join(TABLES[table])}"
+    elif isinstance(t["metric"], str) and (problem := _metric_error(t["metric"])):
+        yield problem
+    if "step" in t and not str(t["metric"]).startswith("probe:"):
+        yield "step is for probe metrics only"
+    if "step" in t and not (isinstance(t["step"], int) and not isinstance(t["step"], bool) and t["step"] >= 0):
+        yield f"step must be an integer >= 0, got {t['step']!r}"
+    where = t.get("where", {})
+    if not isinstance(where, dict):
+        yield f"where must be a table of field = value or [values], got {where!r}"
+    else:
+        for key, v in where.items():
+            if not (_scalar(v) or (isinstance(v, list) and v and all(_scalar(x) for x in v))):
+                yield f"where.{key} must be a value or a non-empty list of values, got {v!r}"
+    for name in ("for_each", "compare", "x"):
+        if name in t and (not isinstance(t[name], str) or not t[name]):
+            yield f"{name} must be a field name, got {t[name]!r}"
+    if "for_each" in t and t["for_each"] in (t.get("compare"), t.get("x")):
+        yield f"for_each and {'compare' if 'compare' in t else 'x'} name the same field {t['for_each']!r}"
+    if "count_above" in t and not _number(t["count_above"]):
+        yield f"count_above must be a number, got {t['count_above']!r}"
+    if "expect" in t:
+        allowed = EXPECTS if t.get("kind", "compare") == "compare" else tuple(_TESTS)
+        if t["expect"] not in allowed:
+            yield f"unknown expect {t['expect']!r}; expect: {', '.join(allowed)}"
+    if "threshold" in t and not _number(t["threshold"]):
+        yield f"threshold must be a number, got {t['threshold']!r}"
+    elif t.get("kind", "compare") == "compare" and t.get("threshold", 0) < 0:
+        yield f"threshold is a margin and must be >= 0, got {t['threshold']!r}"
+    if "relative" in t and not isinstance(t["relative"], bool):
+        yield f"relative must be true or false, got {t['relative']!r}"
+    for name in ("a", "b"):
+        if name in t and not _scalar(t[name]):
+            yield f'{name} must be a single value (or "min"/"max"), got {t[name]!r}'
+    if "a" in t and t.get("a") == t.get("b"):
+        yield f"a and b are the same value {t['a']!r}"
+    if "expect_range" in t:
+        r = t["expect_range"]
+        if not (isinstance(r, list) and len(r) == 2 and all(_number(v) for v in r) and r[0] < r[1]):
+            yield f"expect_range must be [low, high] with low < high, got {r!r}"
+
+
+def parse_claim(table: Any, label: str = "claim") -> Claim:
+    """A :class:`Claim` from one ``[[claims]]`` table; ``ValueError`` naming the claim and the field otherwise."""
+    if not isinstance(table, dict):
+        raise ValueError(f"{label}: a claim is a table ([[claims]] ...), got {table!r}")
+    if isinstance(table.get("id"), str) and table["id"]:
+        label = f"{label.rsplit(' #', 1)[0]} {table['id']!r}"
+    kind = table.get("kind", "compare")
+    if kind not in KINDS:
+        raise ValueError(f"{label}: unknown kind {kind!r}; kinds: {', '.join(KINDS)}")
+    unknown = sorted(set(table) - set(_FIELDS[kind]))
+    if unknown:
+        raise ValueError(f"{label}: unknown field(s) {unknown} for kind {kind!r}; fields: {', '.join(_FIELDS[kind])}")
+    missing = [f for f in ("id", "paper", "text", "metric", *_REQUIRED[kind]) if f not in table]
+    if missing:
+        raise ValueError(f"{label}: missing field(s) {missing}")
+    problems = list(_errors(table))
+    if problems:
+        raise ValueError(f"{label}: {'; '.join(problems)}")
+    t = dict(table)
+    if "expect_range" in t:
+        t["expect_range"] = tuple(float(v) for v in t["expect_range"])
+    for name in ("threshold", "count_above"):
+        if name in t:
+            t[name] = float(t[name])
+    return Claim(**t)
+
+
+def parse_claims(tables: Any, source: str = "study") -> list[Claim]:
+    """Every claim of a study's ``claims`` array, validated; ids must be unique."""
+    if not isinstance(tables, list):
+        raise ValueError(f"{source}: claims must be an array of tables ([[claims]]), got {tables!r}")
+    claims = [parse_claim(t, f"{source}: claim #{i + 1}") for i, t in enumerate(tables)]
+    ids = [c.id for c in claims]
+    dup = sorted({i for i in ids if ids.count(i) > 1})
+    if dup:
+        raise ValueError(f"{source}: claim id(s) {dup} used more than once")
+    return claims
+
+
+# --- evaluation ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Group:
+    """The runs of one compared group (or one x value): counts and the 95% t-CI of their mean."""
+
+    label: str
+    n_runs: int
+    n_failed: int  # status other than ok
+    n: int  # runs counted (see "Which runs count")
+    mean: float
+    ci: float
+    n_above: int | None = None  # counted runs whose value is above the claim's count_above
+
+
+@dataclass(frozen=True)
+class Result:
+    """The verdict of one claim in one context (a ``for_each`` value and/or a configuration split)."""
+
+    claim: Claim
+    context: str
+    verdict: str  # agrees | disagrees | inconclusive
+    groups: tuple[Group, ...] = ()
+    diff: float = math.nan  # compare: mean(b) - mean(a); value: mean - threshold; slope: the slope
+    threshold: float = math.nan  # compare: the margin (relative already applied)
+    spread: float = math.nan  # compare: ci_a + ci_b; value: ci; slope: CI half-width
+    note: str = ""
+
+
+@functools.cache
+def _registry_axes(variant: str) -> dict[str, Any]:
+    """The axes ``variants.describe`` derives now: only for runs recorded before run JSONs kept their own."""
+    try:
+        info = variants.describe(variant)
+    except ValueError:  # not registered in this process (a plugin not loaded): its axes are unknown
+        return {}
+    return {"family": info.get("family"), **info.get("axes", {})}
+
+
+def claim_frame(
+    board: pd.DataFrame, runs: Sequence[Mapping[str, Any]] | None = None, axes: Iterable[str] = AXES
+) -> pd.DataFrame:
+    """The leaderboard with what claims filter on: config fields and model arguments from the run JSONs, the
+    variant ``axes`` each run recorded (where the leaderboard lacks them; from the registry for runs recorded
+    before run JSONs kept them) and the derived metrics."""
+    frame = with_config_hash(board.reset_index(drop=True))
+    table = config_table(frame, runs)
+    frame = frame.assign(**{c: table[c] for c in table.columns})
+    recorded = {r.get("run_id"): r["axes"] for r in runs or () if isinstance(r.get("axes"), dict)}
+
+    def axes_of(run_id: Any, variant: Any) -> dict[str, Any]:
+        return recorded[run_id] if run_id in recorded else _registry_axes(str(variant))
+
+    for axis in axes:
+        found = pd.Series([axes_of(r, v).get(axis) for r, v in zip(frame["run_id"], frame["variant"], strict=True)],
+                          index=frame.index, dtype=object)
+        frame[axis] = frame[axis].where(frame[axis].notna(), found) if axis in frame else found
+    for name, acc in DERIVED.items():
+        if acc in frame:
+            frame[name] = 1.0 - pd.to_numeric(frame[acc], errors="coerce")
+    return frame
+
+
+def probe_quantity(probes: pd.DataFrame, metric: str, kind: str, position: str, step: int = 0) -> pd.Series:
+    """Per run id: the probe ``metric`` of the units of ``kind`` (``*``: all) at ``step``, at the first
+    (lowest ``layer``) or last unit, or last / first (NaN unless two units and a non-zero first)."""
+    if probes is None or probes.empty or (kind != "*" and "kind" not in probes.columns):
+        return pd.Series(dtype=float)
+    rows = probes[(pd.to_numeric(probes["step"], errors="coerce") == step) & (probes["metric"] == metric)]
+    if kind != "*":
+        rows = rows[rows["kind"] == kind]
+    per_layer = rows.assign(value=pd.to_numeric(rows["value"], errors="coerce")).groupby(["run_id", "layer"])["value"]
+    out = {}
+    for run_id, v in per_layer.mean().groupby(level="run_id"):
+        first, last = float(v.iloc[0]), float(v.iloc[-1])
+        ok = len(v) > 1 and first != 0
+        out[run_id] = first if position == "first" else last if position == "last" else last / first if ok else math.nan
+    return pd.Series(out, dtype=float)
+
+
+def _orientation(metric: str) -> str | None:
+    if metric in DERIVED or metric.endswith(("_loss", "_error")):
+        return "lower"
+    return "higher" if metric.endswith("_acc") else None
+
+
+def _fmt(v: Any) -> str:
+    if isinstance(v, float) and v.is_integer():
+        return str(int(v))
+    return "none" if v is None or (isinstance(v, float) and math.isnan(v)) else str(v)
+
+
+def _matches(column: pd.Series, value: Any) -> pd.Series:
+    """Rows whose value equals ``value`` (or is in it, a list); numbers compare as numbers (20 == 20.0)."""
+    values = value if isinstance(value, list) else [value]
+    mask = pd.Series(False, index=column.index)
+    for v in values:
+        if _number(v):
+            mask |= pd.to_numeric(column, errors="coerce") == v
+        else:
+            mask |= column.map(lambda c, v=v: c == v or str(c) == str(v))
+    return mask
+
+
+def _present(column: pd.Series) -> list[Any]:
+    values = list(dict.fromkeys(v for v in column if v is not None and not (isinstance(v, float) and math.isnan(v))))
+    try:
+        return sorted(values)
+    except TypeError:
+        return sorted(values, key=str)
+
+
+def _counted(rows: pd.DataFrame, claim: Claim) -> np.ndarray:
+    """The values that count (module docstring: "Which runs count"); non-finite ones are left out later."""
+    counted = rows if claim.probe else rows[rows["status"] == "ok"]
+    return counted["_value"].to_numpy(dtype=float)
+
+
+def _group(label: str, rows: pd.DataFrame, claim: Claim) -> Group:
+    values = _counted(rows, claim)
+    s = t_ci(values)
+    above = int((values[np.isfinite(values)] > claim.count_above).sum()) if claim.count_above is not None else None
+    return Group(label, len(rows), int((rows["status"] != "ok").sum()), int(s["n"]), s["mean"], s["ci"], above)
+
+
+def _test(diff: float, tol: float, spread: float, enough: bool) -> str:
+    """Is ``diff`` above the margin ``tol`` — and beyond the seed ``spread``? yes / no / inconclusive."""
+    if not enough or not math.isfinite(diff):
+        return "inconclusive"
+    if diff <= tol:
+        return "no"
+    return "yes" if diff > spread else "inconclusive"
+
+
+def _answer(test: str, want: str) -> str:
+    return "inconclusive" if test == "inconclusive" else "agrees" if test == want else "disagrees"
+
+
+def _compare(claim: Claim, context: str, part: pd.DataFrame) -> Result:
+    field_, present = str(claim.compare), _present(part[str(claim.compare)])
+    a, b = ({"min": present[0], "max": present[-1]}.get(v, v) if present else v for v in (claim.a, claim.b))
+    ga, gb = (_group(f"{field_}={_fmt(v)}", part[_matches(part[field_], v)], claim) for v in (a, b))
+    tol = claim.threshold * abs(ga.mean) if claim.relative else claim.threshold
+    pair = two_groups(*(_counted(part[_matches(part[field_], v)], claim) for v in (b, a)))  # b: the variant
+    diff, spread = pair.diff, pair.ci + pair.ci_base
+    done: dict[str, Any] = {"groups": (ga, gb), "diff": diff, "threshold": tol, "spread": spread}
+    if _matches(pd.Series([a]), b).iloc[0]:
+        return Result(claim, context, "inconclusive", note=f"only {field_}={_fmt(a)} is present", **done)
+    empty = [g.label for g in (ga, gb) if g.n_runs == 0]
+    if empty:
+        return Result(claim, context, "inconclusive", note=f"no runs with {' or '.join(empty)}", **done)
+    orient = None if claim.probe else _orientation(claim.metric)
+    worse, note = None, ""  # the group the failures make worse: "a" or "b"
+    if ga.n == 0 or gb.n == 0:
+        all_failed = [g.n == 0 and g.n_failed == g.n_runs for g in (ga, gb)]
+        if ga.n == gb.n == 0 or not any(all_failed):
+            return Result(claim, context, "inconclusive", note="no counted runs in a group", **done)
+        if orient is None:
+            return Result(claim, context, "inconclusive", note=f"every run failed in a group; {claim.metric} "
+                          "cannot rank a failure", **done)  # fmt: skip
+        worse, note = ("a" if all_failed[0] else "b"), "every run of one group failed: it counts as the worse"
+        sign, want = _TESTS.get(str(claim.expect), (1, ""))
+        test = "yes" if ((worse == "b") == (orient == "lower")) == (sign > 0) else "no"
+        verdict = "disagrees" if claim.expect == "similar" else _answer(test, want)
+        return Result(claim, context, verdict, note=note, **done)
+    enough = pair.enough
+    if orient is not None and ga.n_failed / ga.n_runs != gb.n_failed / gb.n_runs:
+        worse = "a" if ga.n_failed / ga.n_runs > gb.n_failed / gb.n_runs else "b"
+    if claim.expect == "similar":
+        verdict = ("inconclusive" if not enough or not math.isfinite(diff) else "agrees" if abs(diff) <= tol
+                   else "disagrees" if abs(diff) > tol + spread else "inconclusive")  # fmt: skip
+        if worse and verdict == "agrees":
+            verdict, note = "inconclusive", "similar values, but more runs failed in one group"
+        return Result(claim, context, verdict, note=note, **done)
+    sign, want = _TESTS[str(claim.expect)]
+    test = _test(sign * diff, tol, spread, enough)
+    if worse is not None and test != ("yes" if ((worse == "b") == (orient == "lower")) == (sign > 0) else "no"):
+        if test != "inconclusive":
+            note = f"more runs failed with {(ga if worse == 'a' else gb).label}, which the values do not bear out"
+        test = "inconclusive"
+    return Result(claim, context, _answer(test, want), note=note, **done)
+
+
+def _value(claim: Claim, context: str, part: pd.DataFrame) -> Result:
+    g = _group("all", part, claim)
+    sign, want = _TESTS[str(claim.expect)]
+    diff = g.mean - claim.threshold
+    note = "" if g.n else "no counted runs"
+    d = sign * diff  # one group against a constant: decided only beyond its CI half-width, either way
+    test = ("inconclusive" if g.n < MIN_RUNS or not math.isfinite(d) else "yes" if d > g.ci
+            else "no" if d <= -g.ci else "inconclusive")  # fmt: skip
+    return Result(claim, context, _answer(test, want), (g,), diff, claim.threshold, g.ci, note)
+
+
+def _slope(claim: Claim, context: str, part: pd.DataFrame) -> Result:
+    x = str(claim.x)
+    groups = tuple(_group(f"{x}={_fmt(v)}", part[_matches(part[x], v)], claim) for v in _present(part[x]))
+    counted = part if claim.probe else part[part["status"] == "ok"]
+    xs, ys = pd.to_numeric(counted[x], errors="coerce").to_numpy(float), counted["_value"].to_numpy(float)
+    finite = np.isfinite(xs) & np.isfinite(ys)
+    keep = finite & (xs > 0) & (ys > 0)
+    note = f"{int((finite & ~keep).sum())} non-positive value(s) left out of the log" if (finite & ~keep).any() else ""
+    n = int(keep.sum())
+    if n < 3 or len(set(xs[keep])) < 2:
+        note = "; ".join(filter(None, [note, f"{n} run(s) at {len(set(xs[keep]))} {x} value(s): too few for a slope"]))
+        return Result(claim, context, "inconclusive", groups, note=note)
+    fit = sps.linregress(np.log(xs[keep]), np.log(ys[keep]))
+    half = float(sps.t.ppf(0.975, n - 2) * fit.stderr)
+    low, high = fit.slope - half, fit.slope + half
+    r0, r1 = claim.expect_range or (-math.inf, math.inf)
+    verdict = "agrees" if r0 <= low and high <= r1 else "disagrees" if high < r0 or low > r1 else "inconclusive"
+    return Result(claim, context, verdict, groups, float(fit.slope), math.nan, half, note)
+
+
+def _splits(part: pd.DataFrame, side: str | None, fields: Sequence[str]) -> list[tuple[str, pd.DataFrame, str]]:
+    """``(label, runs, note)`` per configuration context: ``part`` split by every field that varies inside one
+    compared group (``side`` value). The note names the confounds (fields that differ between the groups
+    only), or says that a group still spans several configurations: a difference no recorded field shows."""
+    keys = part[side].map(_fmt) if side else pd.Series("", index=part.index)
+
+    def varies(col: str) -> bool:
+        return bool((part[col].groupby(keys, dropna=False).nunique(dropna=False) > 1).any())
+
+    varying = [f for f in fields if f != side and varies(f)]
+    if not varying:
+        if CONFIG_KEY in part and varies(CONFIG_KEY):
+            return [("", part, "a group spans several configurations (config_hash) that differ in no recorded "
+                     "field; their seeds cannot be pooled (the run JSONs name the difference)")]  # fmt: skip
+        confounds = [f for f in fields if f not in (side, "variant") and part[f].nunique(dropna=False) > 1]
+        return [("", part, f"the groups also differ in {', '.join(confounds)}" if confounds else "")]
+    out = []
+    for values, sub in part.groupby(varying, dropna=False, sort=True):
+        values = values if isinstance(values, tuple) else (values,)
+        label = ", ".join(f"{f}={_fmt(v)}" for f, v in zip(varying, values, strict=True))
+        out += [(", ".join(filter(None, [label, inner])), s, n) for inner, s, n in _splits(sub, side, fields)]
+    return out
+
+
+def evaluate_claims(
+    claims: Sequence[Claim],
+    board: pd.DataFrame,
+    probes: pd.DataFrame | None = None,
+    runs: Sequence[Mapping[str, Any]] | None = None,
+) -> list[Result]:
+    """Every claim's verdicts on ``board`` (a leaderboard frame), ``probes`` (the tidy probe frame of
+    :func:`bench.reports.plotdata.probes_frame`) and the run JSONs (``ResultsStore.load_runs()``, for config fields
+    the leaderboard lacks). A field a claim needs that no run records gives an inconclusive result."""
+    named = {f for c in claims for f in (*c.where, c.for_each, c.compare, c.x)}
+    frame = claim_frame(board, runs, [a for a in AXES if a in named])
+    fields = [c for c in config_table(frame, runs).columns if c not in AXES]
+    return [r for claim in claims for r in _evaluate(claim, frame, fields, probes)]
+
+
+def _evaluate(claim: Claim, frame: pd.DataFrame, fields: Sequence[str], probes: pd.DataFrame | None) -> list[Result]:
+    if claim.probe:
+        per_run = probe_quantity(probes if probes is not None else pd.DataFrame(), *claim.probe, step=claim.step)
+        values = frame["run_id"].map(per_run).astype(float)
+    else:
+        values = pd.to_numeric(frame[claim.metric], errors="coerce") if claim.metric in frame else math.nan
+    df = frame.assign(_value=values)
+    needed = [*claim.where, *(f for f in (claim.for_each, claim.compare, claim.x) if f)]
+    missing = [f for f in dict.fromkeys(needed) if f not in df or df[f].isna().all()]
+    if missing:
+        return [Result(claim, "", "inconclusive", note=f"field(s) {missing} not recorded for these runs")]
+    for key, value in claim.where.items():
+        df = df[_matches(df[key], value)]
+    if df.empty:
+        return [Result(claim, "", "inconclusive", note="no runs match its where")]
+    if df["_value"].isna().all() if claim.probe else claim.metric not in frame:  # e.g. results from before it
+        return [Result(claim, "", "inconclusive", note=f"{claim.metric} not recorded for these runs")]
+    contexts = [("", df)]
+    if claim.for_each:
+        contexts = [(f"{claim.for_each}={_fmt(v)}", df[_matches(df[claim.for_each], v)])
+                    for v in _present(df[claim.for_each])]  # fmt: skip
+    side = claim.compare or claim.x
+    rest = [f for f in fields if f not in (claim.for_each, "seed")]
+    run = {"compare": _compare, "slope": _slope, "value": _value}[claim.kind]
+    out = []
+    for label, part in contexts:
+        for inner, sub, note in _splits(part, side, rest):
+            context = ", ".join(filter(None, [label, inner]))
+            if note.startswith("a group spans"):
+                out.append(Result(claim, context, "inconclusive", note=note))
+                continue
+            result = run(claim, context, sub)
+            out.append(dataclasses.replace(result, note="; ".join(filter(None, [result.note, note]))))
+    return out
+
+
+def describe(claim: Claim) -> str:
+    """The test a claim makes, in words: ``train_error where variant=plain: depth=max vs min: greater by more
+    than 0.01``."""
+    where = ", ".join(f"{k}={'|'.join(map(_fmt, v if isinstance(v, list) else [v]))}" for k, v in claim.where.items())
+    scope = f"{f' where {where}' if where else ''}{f', for each {claim.for_each}' if claim.for_each else ''}"
+    metric = f"{claim.metric}{f' at step {claim.step}' if claim.probe else ''}"
+    if claim.kind == "slope":
+        low, high = claim.expect_range or (math.nan, math.nan)
+        return f"log-log slope of {metric} vs {claim.x}{scope}: in [{low:g}, {high:g}]"
+    if claim.kind == "value":
+        return f"{metric}{scope}: mean {str(claim.expect).replace('_', ' ')} than {claim.threshold:g}"
+    margin = f"{claim.threshold:g}{' x |mean(a)|' if claim.relative else ''}"
+    how = f"within ±{margin}" if claim.expect == "similar" else f"{claim.expect} by more than {margin}"
+    return f"{metric}{scope}: {claim.compare}={_fmt(claim.b)} vs {_fmt(claim.a)}: {how.replace('_', ' ')}"

@@ -1,0 +1,98 @@
+"""``bench compare``: chosen metrics per configuration, side by side, each against a named baseline variant.
+
+One row per configuration (seeds pooled, nothing else: :mod:`bench.analysis.stats`' rules) and metric, with the mean, the
+95% t CI half-width and the number of counted runs; every row whose variant is not the baseline is compared with
+the baseline's configuration that matches it in every field the variant does not itself fix:
+
+- **Matching.** The fields that tell configurations apart (:func:`bench.analysis.stats.by_configuration`: variant, depth,
+  task and every other differing one) except the variant and the fields each variant holds at one value of its
+  own (a pinned init, say, which comes with the variant). A row with no matching baseline is left uncompared.
+- **Test.** Welch's t-test (unequal variances, two-sided) of the runs' values, ``diff = mean - mean(baseline)``;
+  at least two counted runs a side, else no p-value.
+- **Multiple comparisons.** Holm's step-down correction (Holm 1979, "A simple sequentially rejective multiple
+  test procedure") over every p-value of the table, all metrics together: ``p_holm`` controls the family-wise
+  error rate of the whole table.
+
+The numbers are :func:`bench.analysis.stats.aggregate_long`'s, the ones ``bench report`` and the leaderboard show.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from bench.analysis.stats import CONFIG_KEY, DEFAULT_BY, aggregate_long, by_configuration, two_groups, with_config_hash
+
+COLUMNS = ("metric", "n", "mean", "ci", "diff", "p", "p_holm")
+
+
+def holm(pvalues: Sequence[float]) -> np.ndarray:
+    """Holm-adjusted p-values: the k-th smallest of m is ``max_{j<=k} min(1, (m - j + 1)·p_(j))``. NaN stays NaN
+    and does not count in m."""
+    p = np.asarray(pvalues, dtype=float)
+    out = np.full(p.shape, math.nan)
+    idx = np.flatnonzero(np.isfinite(p))
+    m = idx.size
+    running = 0.0
+    for rank, i in enumerate(idx[np.argsort(p[idx], kind="stable")]):
+        running = max(running, min(1.0, (m - rank) * p[i]))
+        out[i] = running
+    return out
+
+
+def _values(df: pd.DataFrame, metric: str) -> np.ndarray:
+    ok = df[df["status"] == "ok"]
+    values = pd.to_numeric(ok[metric], errors="coerce").to_numpy(dtype=float)
+    return values[np.isfinite(values)]
+
+
+def compare_table(
+    board: pd.DataFrame,
+    runs: Sequence[Mapping[str, Any]] | None,
+    baseline: str,
+    metrics: Sequence[str],
+    base: Sequence[str] = DEFAULT_BY,
+    ignore: Sequence[str] = (),
+) -> pd.DataFrame:
+    """The comparison table (module docstring): columns ``*by, metric, n, mean, ci, diff, p, p_holm``.
+
+    ``ignore``: configuration fields a row and its baseline may differ in (``study`` and ``preset``, when the
+    baseline's runs come from another study of the results directory). ValueError when ``baseline`` has no run in
+    ``board`` or a metric is not a leaderboard column.
+    """
+    if board.empty or baseline not in set(board["variant"]):
+        present = ", ".join(sorted(map(str, board["variant"].unique()))) if not board.empty else "none"
+        raise ValueError(f"baseline {baseline!r} has no runs here; variants present: {present}")
+    missing = [m for m in metrics if m not in board.columns]
+    if missing:
+        raise ValueError(f"unknown metric(s) {missing}; leaderboard columns: {', '.join(board.columns)}")
+    named, by = by_configuration(with_config_hash(board), runs, base)
+    by = [f for f in by if f not in ignore]
+    implied = [f for f in by if f not in base and (named.groupby("variant")[f].nunique(dropna=False) <= 1).all()]
+    match = [f for f in by if f != "variant" and f not in implied]
+    table = aggregate_long(named, by, metrics)  # grouped by config_hash too: one configuration per row
+    runs_of = dict(tuple(named.groupby(CONFIG_KEY, sort=False)))
+
+    def matched(row: pd.Series) -> pd.Series | None:
+        cand = table[(table["variant"] == baseline) & (table["metric"] == row["metric"])]
+        for f in match:
+            cand = cand[cand[f].isna()] if pd.isna(row[f]) else cand[cand[f] == row[f]]
+        return cand.iloc[0] if len(cand) == 1 else None
+
+    diffs, ps = [], []
+    for _, row in table.iterrows():
+        ref = None if row["variant"] == baseline else matched(row)
+        if ref is None:
+            diffs.append(math.nan)
+            ps.append(math.nan)
+            continue
+        pair = two_groups(_values(runs_of[row[CONFIG_KEY]], row["metric"]),
+                          _values(runs_of[ref[CONFIG_KEY]], row["metric"]))
+        diffs.append(pair.diff)
+        ps.append(pair.p)
+    table = table.assign(diff=diffs, p=ps, p_holm=holm(ps))
+    return table[[*by, *COLUMNS]].reset_index(drop=True)

@@ -1,0 +1,406 @@
+"""Seed statistics for the leaderboard: means with t confidence intervals, target rules, comparisons.
+
+Rules (the report and the plots rely on them):
+
+- **Which runs count.** A metric is aggregated over the runs with ``status == "ok"`` whose value is
+  finite; runs that diverged, ran out of memory or raised are counted per group in ``n_failed`` and
+  never averaged in (their last loss is not a result). ``n_runs`` counts every run of the group.
+- **Confidence intervals.** ``std`` is the sample standard deviation (ddof=1) and the 95% CI
+  half-width is ``t.ppf(0.975, n-1) · std / sqrt(n)`` (Student's t, seeds assumed independent).
+  With ``n == 1`` there is no spread estimate: ``std``, ``ci``, ``ci_low`` and ``ci_high`` are NaN.
+- **Steps/time to target.** A run that never reaches the target has *no* value (NaN) — never its last
+  step or its total time. For ``steps_to_target`` and ``time_to_target_s`` every run of the group counts
+  (whatever its status), ``n`` is the number that reached the target (``reached`` k of ``n_runs``) and
+  mean/median/CI are over those runs only.
+- **Seeds pool only with seeds.** Runs are grouped by their whole configuration but the seed: the
+  ``config_hash`` column (:meth:`bench.runs.config.RunConfig.config_hash`) is always a grouping key besides
+  the ``by`` columns shown, so two configurations that differ only in, say, warm-up never share a mean.
+  :func:`differing_fields` names the configuration fields that differ between the groups of a frame and
+  :func:`with_config_columns` adds them as columns, so a table can show what tells its rows apart.
+- **Comparing two groups** (:func:`two_groups`, the one comparison behind ``bench compare``, the claims and
+  :func:`compare`): ``diff = mean(variant) - mean(baseline)``; Welch's t-test (unequal variances, two-sided) and
+  each side's CI need at least :data:`MIN_RUNS` counted runs a side (one run has no spread), and no p-value comes
+  from two sides without any spread at all.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from scipy import stats as sps
+
+from bench.runs.config import FIELD_DEFAULTS, NOT_HASHED, RUN_ID_PATTERN
+
+DEFAULT_BY: tuple[str, ...] = ("variant", "depth", "task")
+DEFAULT_METRICS: tuple[str, ...] = (
+    "final_train_loss",
+    "final_train_acc",
+    "final_val_loss",
+    "final_val_acc",
+    "best_val_acc",
+    "steps_to_target",
+    "time_to_target_s",
+    "train_samples_per_s",
+    "step_time_ms",
+    "peak_mem_mb",
+)
+TARGET_METRICS: tuple[str, ...] = ("steps_to_target", "time_to_target_s")
+AGG_COLUMNS: tuple[str, ...] = (
+    "metric",
+    "n_runs",
+    "n_failed",
+    "n",
+    "mean",
+    "std",
+    "ci",
+    "ci_low",
+    "ci_high",
+    "median",
+)
+MIN_RUNS = 2  # counted runs a side needs for a CI, a t-test, a decided claim: one run has no spread
+CONFIG_KEY = "config_hash"
+_INF = math.inf
+# Valid range of each quantity we draw; a band or error bar never leaves it. Unknown names: unbounded.
+DOMAINS: dict[str, tuple[float, float]] = {
+    **dict.fromkeys(("val_acc", "train_acc", "final_train_acc", "final_val_acc", "best_val_acc"), (0.0, 1.0)),
+    "train_error": (0.0, 1.0),
+    **dict.fromkeys(("loss", "train_loss", "val_loss", "final_train_loss", "final_val_loss", "bpc"), (0.0, _INF)),
+    "ppl": (1.0, _INF),  # perplexity = exp(loss) >= 1
+    **dict.fromkeys(("train_samples_per_s", "train_tokens_per_s", "peak_mem_mb"), (0.0, _INF)),
+    **dict.fromkeys(("grad_norm", "weight_grad_norm"), (0.0, _INF)),
+}
+# Leaderboard columns that record a run's configuration, in display order (``device`` there is the device the
+# run resolved to, not its configured ``auto``; ``init`` is the initialisation scheme's name). Not ``steps`` and
+# ``epochs``: there they are what a run *made* (fewer when it diverged); the configured ones are in its JSON.
+BOARD_CONFIG_COLUMNS: tuple[str, ...] = (
+    "variant", "depth", "task", "batch_size", "optimizer", "lr", "schedule", "warmup_steps", "precision", "init",
+    "study",
+)  # fmt: skip
+
+
+def domain(metric: str) -> tuple[float, float]:
+    """The valid ``(low, high)`` range of a metric (``(-inf, inf)`` when we do not know it)."""
+    return DOMAINS.get(metric, (-_INF, _INF))
+
+
+def t_halfwidth(std: Any, n: Any, level: float = 0.95) -> Any:
+    """The Student-t CI half-width of a mean, ``t.ppf(0.5 + level/2, n-1) · std / √n`` (NaN where ``n < 2``);
+    elementwise on arrays. The one CI formula of the tables, the claims and the figures."""
+    std, n = np.asarray(std, dtype=float), np.asarray(n, dtype=float)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        out = np.where(n > 1, sps.t.ppf(0.5 + level / 2, np.maximum(n - 1, 1)) * std / np.sqrt(n), math.nan)
+    return float(out) if out.ndim == 0 else out
+
+
+def t_ci(values: Sequence[float] | np.ndarray, level: float = 0.95) -> dict[str, float]:
+    """``n, mean, std (ddof=1), ci (half-width), ci_low, ci_high, median`` of finite ``values``."""
+    v = np.asarray(values, dtype=float)
+    v = v[np.isfinite(v)]
+    n = int(v.size)
+    nan = math.nan
+    if n == 0:
+        return {"n": 0, "mean": nan, "std": nan, "ci": nan, "ci_low": nan, "ci_high": nan, "median": nan}
+    mean = float(v.mean())
+    std = float(v.std(ddof=1)) if n > 1 else nan
+    ci = t_halfwidth(std, n, level)
+    return {
+        "n": n,
+        "mean": mean,
+        "std": std,
+        "ci": ci,
+        "ci_low": mean - ci,
+        "ci_high": mean + ci,
+        "median": float(np.median(v)),
+    }
+
+
+def first_reach(steps: Sequence[float], values: Sequence[float], target: float, higher_is_better: bool = True) -> float:
+    """The first step at which ``values`` reaches ``target`` (``>=``, or ``<=`` for losses); NaN if never.
+
+    This is the steps-to-target rule (and time-to-target when ``steps`` are wall-clock seconds): a
+    curve that never gets there is *not reached*, not "reached at its last point". Non-finite values
+    (a diverged evaluation) never count as reaching the target.
+    """
+    if len(steps) != len(values):
+        raise ValueError(f"steps and values differ in length ({len(steps)} vs {len(values)})")
+    for s, v in zip(steps, values, strict=True):
+        v = float(v)
+        if math.isfinite(v) and (v >= target if higher_is_better else v <= target):
+            return float(s)
+    return math.nan
+
+
+def _check_columns(df: pd.DataFrame, columns: Sequence[str]) -> None:
+    missing = [c for c in columns if c not in df.columns]
+    if missing:
+        raise ValueError(f"leaderboard frame lacks columns {missing}")
+
+
+def with_config_hash(df: pd.DataFrame) -> pd.DataFrame:
+    """``df`` with a ``config_hash`` column: the recorded one, where missing the one in the run id; unchanged
+    when it has neither column (a hand-built frame: then nothing but the ``by`` columns can tell configs apart)."""
+    if "run_id" not in df.columns:
+        return df
+    from_id = df["run_id"].astype(str).str.extract(RUN_ID_PATTERN, expand=False)
+    if CONFIG_KEY not in df.columns:
+        return df.assign(**{CONFIG_KEY: from_id})
+    return df.assign(**{CONFIG_KEY: df[CONFIG_KEY].where(df[CONFIG_KEY].notna(), from_id)})
+
+
+def group_keys(df: pd.DataFrame, by: Sequence[str], by_config: bool = True) -> list[str]:
+    """The columns runs are grouped by: ``by``, plus ``config_hash`` (when ``df`` has it and ``by_config``)."""
+    by = list(by)
+    return [*by, CONFIG_KEY] if by_config and CONFIG_KEY in df.columns and CONFIG_KEY not in by else by
+
+
+def aggregate_long(
+    df: pd.DataFrame,
+    by: Sequence[str] = DEFAULT_BY,
+    metrics: Sequence[str] = DEFAULT_METRICS,
+    by_config: bool = True,
+) -> pd.DataFrame:
+    """One row per group and metric: ``*by, [config_hash,] metric, n_runs, n_failed, n, mean, std, ci, ...``.
+
+    See the module docstring for which runs count (status ``ok`` only, except the target metrics). Groups are
+    configurations (``config_hash``, from the column or the run id) within ``by``, never several configs pooled
+    as if they were seeds; ``by_config=False`` pools them (only for a caller that has already made sure ``by``
+    holds every field they differ in).
+    """
+    df = with_config_hash(df)
+    by = group_keys(df, by, by_config)
+    _check_columns(df, [*by, "status", *metrics])
+    out: list[dict[str, Any]] = []
+    for key, group in df.groupby(by, sort=True, dropna=False):
+        key = key if isinstance(key, tuple) else (key,)
+        ok = group[group["status"] == "ok"]
+        base = dict(zip(by, key, strict=True)) | {
+            "n_runs": len(group),
+            "n_failed": int((group["status"] != "ok").sum()),
+        }
+        for metric in metrics:
+            source = group if metric in TARGET_METRICS else ok
+            values = pd.to_numeric(source[metric], errors="coerce").to_numpy(dtype=float)
+            out.append(base | {"metric": metric} | t_ci(values))
+    return pd.DataFrame(out, columns=[*by, *AGG_COLUMNS])
+
+
+def aggregate(
+    df: pd.DataFrame, by: Sequence[str] = DEFAULT_BY, metrics: Sequence[str] = DEFAULT_METRICS
+) -> pd.DataFrame:
+    """One row per group: ``*by, n_runs, n_failed`` and ``<metric>_{mean,std,n,ci,ci_low,ci_high,median}``.
+
+    The wide form of :func:`aggregate_long` (same rules); for a target metric ``<metric>_n`` is the
+    number of runs that reached the target.
+    """
+    long = aggregate_long(df, by, metrics)
+    by = group_keys(long, by)
+    wide = long.drop_duplicates(by)[[*by, "n_runs", "n_failed"]].reset_index(drop=True)
+    for metric in metrics:
+        part = long[long["metric"] == metric].reset_index(drop=True)
+        for stat in ("mean", "std", "n", "ci", "ci_low", "ci_high", "median"):
+            wide[f"{metric}_{stat}"] = part[stat].to_numpy()
+    return wide
+
+
+def target_summary(df: pd.DataFrame, by: Sequence[str] = DEFAULT_BY, metric: str = "steps_to_target") -> pd.DataFrame:
+    """``*by, reached, n_runs, median, mean`` of a target metric: reached = runs with a value (k of n_runs)."""
+    if metric not in TARGET_METRICS:
+        raise ValueError(f"target_summary is for {TARGET_METRICS}, got {metric!r}")
+    agg = aggregate_long(df, by, (metric,)).rename(columns={"n": "reached"})
+    return agg[[*group_keys(agg, by), "reached", "n_runs", "median", "mean"]]
+
+
+def _side(df: pd.DataFrame, by: Sequence[str], value: Any, metric: str) -> np.ndarray:
+    key = value if isinstance(value, tuple) else (value,)
+    if len(key) != len(by):
+        raise ValueError(f"{value!r} does not match by={tuple(by)}")
+    mask = np.ones(len(df), dtype=bool)
+    for col, v in zip(by, key, strict=True):
+        mask &= (df[col] == v).to_numpy()
+    rows = df[mask & (df["status"] == "ok").to_numpy()]
+    for col in ("task", "depth", CONFIG_KEY):
+        if col in rows.columns and col not in by and rows[col].nunique() > 1:
+            what = "configurations (config_hash " if col == CONFIG_KEY else f"{col}s ("
+            raise ValueError(
+                f"{value!r} spans several {what}{sorted(rows[col].unique().tolist())}); filter the frame or add "
+                f"{'the fields they differ in (differing_fields)' if col == CONFIG_KEY else repr(col)} to by"
+            )
+    values = pd.to_numeric(rows[metric], errors="coerce").to_numpy(dtype=float)
+    return values[np.isfinite(values)]
+
+
+@dataclass(frozen=True)
+class TwoGroups:
+    """A variant's runs against a baseline's on one metric: each side's count, mean and 95% CI half-width, and
+    ``diff = mean - mean_base`` with Welch's test where both sides have :data:`MIN_RUNS` runs and some spread."""
+
+    n: int
+    mean: float
+    ci: float
+    n_base: int
+    mean_base: float
+    ci_base: float
+    diff: float
+    t: float = math.nan
+    dof: float = math.nan
+    p: float = math.nan
+
+    @property
+    def enough(self) -> bool:
+        """Both sides have the runs a spread needs."""
+        return min(self.n, self.n_base) >= MIN_RUNS
+
+
+def two_groups(values: Sequence[float] | np.ndarray, baseline: Sequence[float] | np.ndarray) -> TwoGroups:
+    """``values`` (a variant's runs) against ``baseline``'s, non-finite values left out (module docstring)."""
+    x, base = (np.asarray(v, dtype=float) for v in (values, baseline))
+    x, base = x[np.isfinite(x)], base[np.isfinite(base)]
+    s, b = t_ci(x), t_ci(base)
+    out = TwoGroups(s["n"], s["mean"], s["ci"], b["n"], b["mean"], b["ci"], s["mean"] - b["mean"])
+    va, vb = (x.var(ddof=1) / x.size, base.var(ddof=1) / base.size) if out.enough else (0.0, 0.0)
+    if va + vb <= 0:  # fewer than two runs a side, or two constant sides: no test to make
+        return out
+    welch = sps.ttest_ind(x, base, equal_var=False)
+    dof = (va + vb) ** 2 / (va**2 / (x.size - 1) + vb**2 / (base.size - 1))
+    return TwoGroups(out.n, out.mean, out.ci, out.n_base, out.mean_base, out.ci_base, out.diff,
+                     float(welch.statistic), float(dof), float(welch.pvalue))
+
+
+def compare(
+    df: pd.DataFrame,
+    a: Any,
+    b: Any,
+    metric: str,
+    by: str | Sequence[str] = "variant",
+    n_boot: int = 10_000,
+    seed: int = 0,
+) -> dict[str, Any]:
+    """Compare group ``a`` (the variant) with group ``b`` (the baseline), values of the ``by`` column(s), on
+    ``metric`` over ok runs: :func:`two_groups` (``diff = mean_a - mean_b``, Welch's t, degrees of freedom and
+    two-sided p) and a percentile bootstrap 95% CI of ``diff`` from ``n_boot`` resamples of each side drawn with
+    ``numpy.random.default_rng(seed)`` (so it is reproducible). Raises ``ValueError`` unless each side has at
+    least :data:`MIN_RUNS` runs.
+    """
+    by = [by] if isinstance(by, str) else list(by)
+    df = with_config_hash(df)
+    _check_columns(df, [*by, "status", metric])
+    xa, xb = _side(df, by, a, metric), _side(df, by, b, metric)
+    if min(xa.size, xb.size) < MIN_RUNS:
+        raise ValueError(
+            f"at least {MIN_RUNS} seeds per side are needed to compare {metric}; "
+            f"got {xa.size} for {a!r} and {xb.size} for {b!r}"
+        )
+    g = two_groups(xa, xb)
+    rng = np.random.default_rng(seed)
+    boot = xa[rng.integers(0, xa.size, size=(n_boot, xa.size))].mean(axis=1) - xb[
+        rng.integers(0, xb.size, size=(n_boot, xb.size))
+    ].mean(axis=1)
+    low, high = np.percentile(boot, [2.5, 97.5])
+    return {
+        "metric": metric, "a": a, "b": b, "n_a": g.n, "n_b": g.n_base, "mean_a": g.mean, "mean_b": g.mean_base,
+        "diff": g.diff, "t": g.t, "dof": g.dof, "p": g.p, "boot_ci_low": float(low), "boot_ci_high": float(high),
+        "n_boot": n_boot, "seed": seed,
+    }  # fmt: skip
+
+
+def mean_ci(df: pd.DataFrame, keys: list[str], x: str, y: str, metric: str | None = None) -> pd.DataFrame:
+    """Per ``keys + [x]``: mean of ``y`` over runs, its 95% t-CI half-width ``ci`` (NaN for one run) and the
+    interval ``lo``/``hi`` clipped to ``domain(metric or y)`` (what a figure draws). A group whose values are all
+    NaN keeps a NaN mean: a gap in the line, never a point interpolated over."""
+    values = pd.to_numeric(df[y], errors="coerce").replace([np.inf, -np.inf], np.nan)
+    out = df.assign(_y=values).groupby([*keys, x])["_y"].agg(["mean", "std", "count"]).reset_index()
+    out["ci"] = t_halfwidth(out["std"].to_numpy(dtype=float), out["count"].to_numpy(dtype=float))
+    low, high = domain(metric or y)
+    half = out["ci"].fillna(0.0)
+    out["lo"] = (out["mean"] - half).clip(low, high)
+    out["hi"] = (out["mean"] + half).clip(low, high)
+    return out.sort_values([*keys, x]).reset_index(drop=True)
+
+
+def _plain(value: Any) -> Any:
+    """A hashable, comparable form of a config value: null -> None, lists -> tuples, numpy scalars -> Python."""
+    if isinstance(value, Mapping):
+        return tuple(sorted((k, _plain(v)) for k, v in value.items()))
+    if isinstance(value, (list, tuple)):
+        return tuple(_plain(v) for v in value)
+    if hasattr(value, "item"):
+        value = value.item()
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return None
+    return value
+
+
+def _flat_config(config: Mapping[str, Any]) -> dict[str, Any]:
+    """A run JSON's ``config`` as flat fields; each model argument is a field of its own name (``init``), or
+    ``model_args.<name>`` where that name is also a RunConfig field. A RunConfig field the JSON lacks (it was
+    written before the field existed) is the field's default, which is what the run used: fields are added
+    with defaults that keep earlier runs' meaning (and run ids), e.g. ``world_size`` 1."""
+    if config:
+        config = {**FIELD_DEFAULTS, **config}
+    flat = {k: _plain(v) for k, v in config.items() if k != "model_args" and k not in NOT_HASHED}
+    args = config.get("model_args") or ()
+    for key, value in dict(args).items() if isinstance(args, Mapping) else args:
+        flat[f"model_args.{key}" if key in config else key] = _plain(value)
+    return flat
+
+
+def config_table(board: pd.DataFrame, runs: Sequence[Mapping[str, Any]] | None = None) -> pd.DataFrame:
+    """The configuration fields of each run of ``board`` (same index): its config columns, and, from the run
+    JSONs (``ResultsStore.load_runs()``, matched by run id), every other RunConfig field and model argument.
+    A leaderboard value wins over the JSON's; the JSON fills what the leaderboard lacks. Seeds and measurement
+    knobs (:data:`NOT_HASHED`) are left out: they are not part of a configuration."""
+    columns = [c for c in BOARD_CONFIG_COLUMNS if c in board.columns]
+    table = pd.DataFrame({c: board[c].map(_plain) for c in columns}, index=board.index)
+    if not runs or "run_id" not in board.columns:
+        return table
+    configs = {r.get("run_id"): _flat_config(r.get("config") or {}) for r in runs}
+    flat = [configs.get(run_id, {}) for run_id in board["run_id"]]
+    for key in dict.fromkeys(k for f in flat for k in f):
+        from_json = pd.Series([f.get(key) for f in flat], index=board.index, dtype=object)
+        table[key] = table[key].where(table[key].notna(), from_json) if key in table else from_json
+    return table
+
+
+def differing_fields(
+    board: pd.DataFrame, runs: Sequence[Mapping[str, Any]] | None = None, exclude: Sequence[str] = ()
+) -> list[str]:
+    """The configuration fields (:func:`config_table`) whose value differs between the configurations of
+    ``board``, in display order: the columns a table of it needs so that no two rows look alike.
+
+    A field that varies *within* one configuration (same ``config_hash``) is not part of it and never counts.
+    """
+    table = config_table(board, runs)
+    hashes = with_config_hash(board).get(CONFIG_KEY)
+    out = []
+    for col in table.columns:
+        values = table[col]
+        if col in exclude or values.nunique(dropna=False) < 2:
+            continue
+        if hashes is not None and (values.groupby(hashes, dropna=False).nunique(dropna=False) > 1).any():
+            continue
+        out.append(col)
+    return out
+
+
+def with_config_columns(
+    board: pd.DataFrame, runs: Sequence[Mapping[str, Any]] | None, fields: Sequence[str]
+) -> pd.DataFrame:
+    """``board`` with ``fields`` (from :func:`config_table`) as columns, filled from the run JSONs where the
+    leaderboard lacks them; a field no run records is a column of None."""
+    table = config_table(board, runs)
+    missing = pd.Series(None, index=board.index, dtype=object)
+    return board.assign(**{f: table.get(f, missing) for f in fields})
+
+
+def by_configuration(
+    board: pd.DataFrame, runs: Sequence[Mapping[str, Any]] | None, base: Sequence[str] = DEFAULT_BY
+) -> tuple[pd.DataFrame, list[str]]:
+    """``board`` with the configuration fields that differ between its configurations as columns, and the
+    columns to name its groups by: ``base`` and those fields (aggregation adds ``config_hash`` itself)."""
+    fields = differing_fields(board, runs, exclude=base)
+    return with_config_columns(board, runs, fields), [*base, *fields]

@@ -1,0 +1,71 @@
+"""Carrying out one parsed command: load the plugins it needs, call its function, turn bad input into one
+``error:`` line (exit status 2), and unload what it loaded (:func:`bench.cli.main` imports this module by name)."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+import traceback
+from pathlib import Path
+
+import variants
+from bench.runs import plugins
+from bench.sweeps.driver import RunsRefused
+from bench.sweeps.study import study_plugins
+
+EXIT_USAGE = 2
+_OWN = (Path(variants.__file__).resolve().parent, Path(__file__).resolve().parent.parent)  # variants/, bench/
+
+
+def dispatch(ns: argparse.Namespace) -> int:
+    module, _, name = str(ns.handler).partition(":")
+    handler = getattr(importlib.import_module(f"bench.cli.{module}"), name)
+    before = plugins.loaded()
+    try:
+        plugins.load_all([*(getattr(ns, "plugins", None) or []), *study_plugins_of(ns)])
+        return int(handler(ns))
+    except RunsRefused as exc:  # some runs were recorded, others refused as bad input: not "nothing written"
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    except ValueError as exc:
+        if not is_bad_input(exc):
+            raise  # a ValueError from inside a library is a bug of ours: its traceback says where
+        print(f"error: {exc}{_plugin_hint(exc)}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print("interrupted: nothing half-written was left (writes are atomic)", file=sys.stderr)
+        return 130
+    finally:  # what this command loaded goes with it (main called twice in one process starts afresh)
+        for plugin in plugins.loaded():
+            if plugin not in before:
+                plugins.unload(plugin)
+
+
+def study_plugins_of(ns: argparse.Namespace) -> list[str]:
+    """The plugins named by the study file a command reads: ``sweep FILE``, ``reproduce NAME``, or ``--study S``
+    (the copy a sweep left in the results directory; shipped studies name none)."""
+    ref = getattr(ns, "file", None) or getattr(ns, "name", None) if ns.handler.startswith("sweeps:") \
+        else getattr(ns, "study", None)
+    return study_plugins(ref, getattr(ns, "results_dir", None)) if ref else []
+
+
+def is_bad_input(exc: BaseException) -> bool:
+    """Whether a ValueError is resbench's (or a plugin's) message about bad input: raised by code of resbench's own
+    packages or of a loaded plugin. One raised inside a library (numpy, pandas, torch) is a bug and keeps its
+    traceback."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    if not frames:
+        return True
+    raised_in = Path(frames[-1].filename).resolve()
+    plugin_files = {Path(p.file).resolve() for p in plugins.loaded()}
+    return raised_in in plugin_files or any(raised_in.is_relative_to(root) for root in _OWN)
+
+
+def _plugin_hint(exc: ValueError) -> str:
+    """For an unknown variant: which plugins are loaded, and how to load the one that registers it."""
+    if not str(exc).startswith("unknown variant"):
+        return ""
+    loaded = ", ".join(p.spec for p in plugins.loaded()) or "none"
+    return (f" (plugins loaded: {loaded}; a variant of your own is registered by its plugin: give --plugin FILE.py, "
+            f"set {plugins.ENV_VAR}, or name it in the study file's plugins = [...])")

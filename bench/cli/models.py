@@ -1,0 +1,72 @@
+"""Commands about models, not runs: ``list``, ``show-variant``, ``diff``, ``probe``, ``recipes``."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+
+import variants
+from bench.cli.parser import config_from_args
+from bench.runs import plugins
+from bench.runs.config import RECIPES
+from bench.runs.probes import format_probe_table, probe, probe_table
+from bench.runs.train import setup
+from bench.sweeps.fairness import diff_models, format_diff
+
+
+def cmd_list(ns: argparse.Namespace) -> int:
+    names = variants.list_variants(ns.pattern)
+    if not names:
+        raise ValueError(f"no variant matches {ns.pattern!r}; try `python -m bench list` for all")
+    width = max(len(n) for n in names)
+    for name in names:
+        with plugins.blame(name):  # counted on the meta device, without allocating (gpt2_small, resnet1202)
+            desc = variants.describe(name)
+        owner = plugins.plugin_of(name)
+        where = f"  plugin {owner.spec}" if owner is not None else ""
+        print(f"{name:<{width}}  {desc['family']:<14} {desc['params']:>13,}{where}", flush=True)
+    return 0
+
+
+def cmd_show_variant(ns: argparse.Namespace) -> int:
+    with plugins.blame(ns.name):
+        desc = variants.describe(ns.name)
+        parts = variants.formula(ns.name) if hasattr(variants, "formula") else {}
+    print(f"{ns.name}: {desc['family']}, {desc['params']:,} parameters — {desc['paper']}")
+    print("axes: " + ", ".join(f"{k} {v}" for k, v in desc["axes"].items()))
+    for role, part in parts.items():
+        if part:
+            print(f"{role}: {part['name']} ({part['file']}:{part['line']})\n    {part['formula']}")
+    return 0
+
+
+def cmd_probe(ns: argparse.Namespace) -> int:
+    cfg = config_from_args(ns)
+    with plugins.blame(cfg.variant):
+        s = setup(dataclasses.replace(cfg, steps=1, measure=()))
+    plugins.check_forward(cfg.variant, s.model, s.task)
+    x, y = next(iter(s.task.train_eval_batches(cfg.batch_size)))
+    s.model.train()
+    df = probe_table(probe(s.model, x, y, s.task.loss, 0))
+    print(f"{cfg.variant} on {cfg.task} at initialisation (seed {cfg.seed}, batch {len(x)}):")
+    print(format_probe_table(df))
+    if ns.csv:
+        df.to_csv(ns.csv, index=False)
+        print(f"tidy table written to {ns.csv}")
+    return 0
+
+
+def cmd_diff(ns: argparse.Namespace) -> int:
+    model_args = dict(ns.model_arg or [])
+    with plugins.blame(ns.a, ns.b):
+        rows = diff_models(ns.a, ns.b, ns.depth, model_args, seed=ns.seed, param_tolerance=ns.param_tolerance)
+    print(f"{ns.a} vs {ns.b}" + (f", depth {ns.depth}" if ns.depth is not None else "")
+          + "".join(f", {k}={v!r}" for k, v in model_args.items()) + f", seed {ns.seed} (built on the CPU):")
+    print(format_diff(ns.a, ns.b, rows, show_all=ns.all))
+    return 0
+
+
+def cmd_recipes(ns: argparse.Namespace) -> int:
+    for name, values in sorted(RECIPES.items()):
+        print(f"{name}: " + ", ".join(f"{k}={v}" for k, v in values.items()))
+    return 0

@@ -1,0 +1,357 @@
+"""The command line's parser: one function per command, each naming the module and function that carries it out.
+
+This module imports nothing heavy (the standard library and the field tables of :mod:`bench.runs.config`,
+:mod:`bench.sweeps.options` and :mod:`bench.analysis.options`): ``python -m bench --help``, a typo in an option and
+every usage error answer at once, and only the command that runs loads torch (:func:`bench.cli.main`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import dataclasses
+import os
+from collections.abc import Callable
+from typing import Any
+
+from bench.analysis.options import OPTIONS
+from bench.runs.config import DEFAULT_RESULTS, PLUGIN_ENTRY_POINTS, PLUGINS_ENV_VAR, RESULTS_ENV_VAR, RunConfig, build
+from bench.runs.schema import HEADLINE_METRICS
+from bench.sweeps.options import SweepOptions, flag
+
+LEADERBOARD_METRICS = HEADLINE_METRICS  # what `bench leaderboard` aggregates over seeds by default
+_TYPES = {"str": str, "int": int, "float": float}
+Sub = Any  # argparse's _SubParsersAction
+
+
+def parse_model_arg(text: str) -> tuple[str, Any]:
+    """``KEY=VALUE`` of ``--model-arg``: the value as a Python literal, else as a bare word (``shortcut=B``)."""
+    key, sep, raw = text.partition("=")
+    if not sep or not key.isidentifier():
+        raise argparse.ArgumentTypeError(f"--model-arg takes KEY=VALUE, got {text!r}")
+    try:
+        value = ast.literal_eval(raw)
+    except (ValueError, SyntaxError):
+        value = raw  # a bare word is a string: shortcut=B
+    return key, value
+
+
+def add_config_arguments(p: argparse.ArgumentParser) -> None:
+    """One option per RunConfig field, documented by the field's reason and default."""
+    for f in dataclasses.fields(RunConfig):
+        if f.name in ("study", "preset", "world_size"):  # set by sweeps, and from torchrun's WORLD_SIZE
+            continue
+        opt = "--" + f.name.replace("_", "-")
+        meta, typ = f.metadata, str(f.type)
+        kw: dict[str, Any] = {"dest": f.name, "help": f"{meta['help']} (default: {f.default})",
+                              "default": argparse.SUPPRESS}
+        if f.name == "model_args":
+            p.add_argument("--model-arg", action="append", type=parse_model_arg, metavar="KEY=VALUE", **kw)
+            continue
+        if typ == "bool":
+            p.add_argument(opt, action=argparse.BooleanOptionalAction, **kw)
+            continue
+        if "choices" in meta:
+            kw["choices"] = meta["choices"]
+        if "nargs" in meta:
+            kw["nargs"] = meta["nargs"]
+            kw["type"] = str if "str" in typ else float
+        else:
+            kw["type"] = _TYPES[typ.split(" ")[0]]
+        if f.name == "variant":
+            kw["required"] = True
+        p.add_argument(opt, metavar=f.name.upper() if "choices" not in meta else None, **kw)
+
+
+def add_sweep_options(p: argparse.ArgumentParser) -> None:
+    """One option per :class:`~bench.sweeps.options.SweepOptions` field (``dest`` = the field's name)."""
+    for f in dataclasses.fields(SweepOptions):
+        meta, typ = f.metadata, str(f.type)
+        default = f"(default: {f.default})" if not meta.get("repeat") else ""
+        kw: dict[str, Any] = {"dest": f.name, "help": f"{meta['help']} {default}".strip(), "default": argparse.SUPPRESS}
+        if meta.get("executor"):
+            kw["help"] = f"{meta['executor']} executor: {kw['help']}"
+        if f.name == "resume":
+            p.add_argument(flag(f), action=argparse.BooleanOptionalAction, **kw)
+        elif typ == "bool":
+            p.add_argument(flag(f), action="store_true", **kw)
+        elif meta.get("repeat"):
+            p.add_argument(flag(f), action="append", metavar=meta.get("metavar"), **kw)
+        else:
+            p.add_argument(flag(f), type=int if typ == "int" else str, metavar=meta.get("metavar"), **kw)
+
+
+def _results(q: argparse.ArgumentParser) -> None:
+    q.add_argument("--results-dir", default=DEFAULT_RESULTS,
+                   help=f"results directory (default: {DEFAULT_RESULTS}, or ${RESULTS_ENV_VAR})")
+
+
+def _handler(q: argparse.ArgumentParser, target: str) -> None:
+    """The command's function, ``module:function`` under ``bench.cli``, loaded when the command runs; every command
+    takes ``--plugin``."""
+    _plugin_option(q)
+    q.set_defaults(handler=target)
+
+
+def _trackers(p: argparse.ArgumentParser, required: bool = False) -> None:
+    p.add_argument("--tracker", action="append", choices=("tensorboard", "mlflow"), required=required,
+                   help="also log each recorded run there: config as parameters, per-step loss and lr, every "
+                        "evaluation, the final metrics, run JSON and curve figure (repeatable; needs the extra: "
+                        "pip install 'resbench[tensorboard]' / 'resbench[mlflow]')")
+    p.add_argument("--tracker-uri", action="append", metavar="URI|NAME=URI",
+                   help="the TensorBoard log directory (default: RESULTS/tensorboard) or the MLflow tracking URI "
+                        "(default: $MLFLOW_TRACKING_URI, else sqlite:///RESULTS/mlflow.db); NAME=URI when two "
+                        "trackers are named")
+
+
+def _plugin_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--plugin", action="append", dest="plugins", metavar="FILE.py|MODULE",
+                   help="load your own variants from this Python file or importable module (repeatable; also "
+                        f"${PLUGINS_ENV_VAR}, {os.pathsep}-separated, and installed '{PLUGIN_ENTRY_POINTS}' "
+                        "entry points)")
+
+
+# -- one function per command -------------------------------------------------------------------------------------
+
+
+def _list(sub: Sub) -> None:
+    q = sub.add_parser("list", help="list registered variants: name, family, parameters at the default size")
+    q.add_argument("pattern", nargs="?", default="*", help="fnmatch pattern, e.g. 'resnet*' (default: all)")
+    _handler(q, "models:cmd_list")
+
+
+def _show_variant(sub: Sub) -> None:
+    q = sub.add_parser("show-variant", help="a variant's formula: its unit's forward (file and line), layer and join")
+    q.add_argument("name", help="a registered variant name")
+    _handler(q, "models:cmd_show_variant")
+
+
+def _run(sub: Sub) -> None:
+    q = sub.add_parser("run", help="train one variant on one task and record one leaderboard row")
+    add_config_arguments(q)
+    _results(q)
+    q.add_argument("--quiet", action="store_true",
+                   help="no progress (a bar on a terminal, else a line every 30 s) and no summary")
+    _trackers(q)
+    _handler(q, "runs:cmd_run")
+
+
+def _leaderboard(sub: Sub) -> None:
+    q = sub.add_parser("leaderboard", help="the leaderboard over seeds: one 'mean ± 95%% CI (n)' cell per metric")
+    _results(q)
+    q.add_argument("--metrics", nargs="+", metavar="COL",
+                   help=f"leaderboard columns to show (default: {' '.join(LEADERBOARD_METRICS)})")
+    q.add_argument("--study", help="only the runs of this study")
+    q.add_argument("--sort", help="a metric (its mean) or a column of the full table to sort by")
+    q.add_argument("--ascending", action="store_true", help="sort ascending (default: descending)")
+    q.add_argument("--csv", metavar="FILE", help="also write the full table (mean, std, n, CI, median) as CSV")
+    q.add_argument("--json", metavar="FILE", help="also write the full table as JSON records")
+    _handler(q, "tables:cmd_leaderboard")
+
+
+def _compare(sub: Sub) -> None:
+    q = sub.add_parser("compare", help="metrics per configuration against a baseline variant: Welch tests, Holm")
+    _results(q)
+    q.add_argument("--baseline", required=True, help="the variant every other row is compared with, e.g. preln")
+    q.add_argument("--metric", nargs="+", metavar="COL", help="leaderboard columns (default: final_val_loss)")
+    q.add_argument("--study", help="only the runs of this study")
+    q.add_argument("--baseline-study", metavar="S",
+                   help="take the baseline's runs from this study of the results directory (default: --study's, "
+                        "else any study whose configuration matches)")
+    q.add_argument("--where", action="append", metavar="COL=VALUE", help="only runs with this value (repeatable)")
+    q.add_argument("--format", choices=("markdown", "csv", "latex"), default="markdown", help="(default: markdown)")
+    _handler(q, "tables:cmd_compare")
+
+
+def _show(sub: Sub) -> None:
+    q = sub.add_parser("show", help="one run: its row and evaluation curve")
+    q.add_argument("run_id", help="run id, or a unique prefix of one")
+    q.add_argument("--json", action="store_true", help="print the whole run JSON")
+    _results(q)
+    _handler(q, "runs:cmd_show")
+
+
+def _probe(sub: Sub) -> None:
+    q = sub.add_parser("probe", help="per-layer gradient/activation probes of a model at initialisation")
+    add_config_arguments(q)
+    q.add_argument("--csv", help="also write the tidy table (layer, metric, value) to this CSV file")
+    _handler(q, "models:cmd_probe")
+
+
+def _diff(sub: Sub) -> None:
+    q = sub.add_parser("diff", help="what differs between two built models: axes, init stds, norms, parameters")
+    q.add_argument("a", help="a variant name")
+    q.add_argument("b", help="another variant name")
+    q.add_argument("--depth", type=int, help="depth of both (default: each variant's own)")
+    q.add_argument("--model-arg", action="append", type=parse_model_arg, metavar="KEY=VALUE",
+                   help="a keyword argument given to both builders (repeatable)")
+    q.add_argument("--seed", type=int, default=0, help="torch seed before building each model (default 0)")
+    q.add_argument("--param-tolerance", type=float, default=0.01,
+                   help="relative parameter-count difference still counted as equal (default 0.01)")
+    q.add_argument("--all", action="store_true", help="show every compared quantity, not only the differences")
+    q.add_argument("--study", help="also load the plugins this study file names (a path or a study name)")
+    _results(q)
+    _handler(q, "models:cmd_diff")
+
+
+def _plot_and_report(sub: Sub) -> None:
+    q = sub.add_parser("plot", help="write the seaborn figures of a results directory to DIR/plots/")
+    _results(q)
+    q.add_argument("--study", help="only the runs of this study (figures go to DIR/plots/STUDY/)")
+    _handler(q, "tables:cmd_plot")
+    q = sub.add_parser("report", help="write DIR/REPORT.md: aggregated tables, figures, paper claims vs measured")
+    _results(q)
+    q.add_argument("--study", help="only the runs of this study")
+    _handler(q, "tables:cmd_report")
+
+
+def _sweeps(sub: Sub) -> None:
+    for name, target, helptext in (
+        ("sweep", "file", "run a study file (TOML grid of variants x depths x seeds)"),
+        ("reproduce", "name", "run a shipped study, then plot and report (e.g. degradation)"),
+    ):
+        q = sub.add_parser(name, help=helptext)
+        q.add_argument(target, help="study TOML file" if target == "file" else "shipped study name")
+        add_sweep_options(q)
+        _results(q)
+        _handler(q, f"sweeps:cmd_{name}")
+
+
+def _track(sub: Sub) -> None:
+    q = sub.add_parser("track", help="log the runs of a results directory to TensorBoard and/or MLflow")
+    _results(q)
+    q.add_argument("--study", help="only the runs of this study")
+    q.add_argument("--quiet", action="store_true", help="no progress bar")
+    _trackers(q, required=True)
+    _handler(q, "tables:cmd_track")
+
+
+def _data(sub: Sub) -> None:
+    q = sub.add_parser("data", help="dataset utilities")
+    dsub = q.add_subparsers(dest="data_command", required=True, metavar="ACTION")
+    d = dsub.add_parser("download", help="fetch and verify an official dataset archive (cifar10, cifar100)")
+    d.add_argument("name", choices=("cifar10", "cifar100"))
+    d.add_argument("--data-dir", help="where to put it (default: $RESBENCH_DATA or ~/.cache/resbench)")
+    d.add_argument("--url", help="fetch from this URL instead of the official one (a mirror)")
+    d.add_argument("--quiet", action="store_true", help="no progress bar")
+    _handler(d, "runs:cmd_data")
+
+
+def _perf(sub: Sub) -> None:
+    q = sub.add_parser("perf", help="harness self-checks")
+    psub = q.add_subparsers(dest="perf_command", required=True, metavar="CHECK")
+    o = psub.add_parser("overhead", help="harness training throughput vs a minimal PyTorch loop, side by side")
+    add_config_arguments(o)
+    o.add_argument("--timed-steps", dest="perf_steps", type=int, default=30,
+                   help="steps per timed repeat (default 30)")
+    o.add_argument("--repeats", type=int, default=7, help="alternating repeats; medians reported (default 7)")
+    _handler(o, "runs:cmd_overhead")
+    sc = psub.add_parser("scaling", help="throughput on 1, 2, ... processes (torchrun + DDP) and scaling efficiency")
+    add_config_arguments(sc)
+    sc.add_argument("--nproc", type=int, nargs="+", default=[1, 2], metavar="N",
+                    help="process counts (1 is always measured: efficiency = throughput(N) / (N x throughput(1)))")
+    sc.add_argument("--keep", metavar="DIR", help="keep each count's results directory under DIR (default: a "
+                                                   "temporary directory, removed)")
+    _handler(sc, "runs:cmd_scaling")
+
+
+def _positive(typ: Callable[[str], float | int]) -> Callable[[str], float | int]:
+    def parse(text: str) -> float | int:
+        try:
+            value = typ(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+        if not value > 0:
+            raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
+        return value
+
+    return parse
+
+
+def _analyses(sub: Sub) -> None:
+    """``lesion``, ``gradcorr`` and ``landscape``: their defaults are the study files' (:data:`OPTIONS`)."""
+    les, grad, land = OPTIONS["lesion"], OPTIONS["gradcorr"], OPTIONS["landscape"]
+    pos_int, pos_float = _positive(int), _positive(float)
+
+    def common(q: argparse.ArgumentParser) -> None:
+        _results(q)
+        q.add_argument("--name", help="file-name stem of what is written under RESULTS/analysis/ and RESULTS/plots/ "
+                                      "(default: the command and the run id)")
+
+    def trained(q: argparse.ArgumentParser, batch: int) -> None:
+        q.add_argument("run_ids", nargs="+", metavar="RUN_ID",
+                       help="recorded run(s) with a checkpoint (`bench run ... --save-checkpoint`); a unique prefix "
+                            "is enough")
+        q.add_argument("--device", default="cpu", help="where to evaluate: cpu, cuda, mps, auto (default: cpu)")
+        q.add_argument("--batch-size", type=pos_int, default=batch, help=f"evaluation batch (default: {batch})")
+
+    q = sub.add_parser("lesion", help="delete residual units of trained runs one at a time and k at once; validation "
+                                      "error (Veit et al. 2016)")
+    trained(q, les["batch_size"][2])
+    q.add_argument("--drop", type=pos_int, nargs="+", default=les["drop"][2], metavar="K",
+                   help=f"numbers of units deleted at once, random draws (default: {les['drop'][2]})")
+    q.add_argument("--draws", type=pos_int, default=les["draws"][2], help="random draws per K (default: 10)")
+    q.add_argument("--seed", type=int, default=0, help="seed of the draws (default: 0)")
+    common(q)
+    _handler(q, "analyses:cmd_lesion")
+
+    q = sub.add_parser("gradcorr", help="input-gradient correlation along a line of inputs at initialisation, vs "
+                                        "depth (Balduzzi et al. 2017)")
+    q.add_argument("--variant", nargs="+", default=grad["variants"][2], metavar="V",
+                   help=f"variants on one figure (default: {' '.join(grad['variants'][2])})")
+    q.add_argument("--depth", type=pos_int, nargs="+", default=grad["depths"][2], metavar="N",
+                   help=f"depths (default: {' '.join(map(str, grad['depths'][2]))})")
+    q.add_argument("--seed", type=int, nargs="+", default=[0], metavar="S", help="initialisation seeds (default: 0)")
+    q.add_argument("--task", default="digits", help="task whose inputs the line crosses (default: digits)")
+    q.add_argument("--points", type=pos_int, default=grad["points"][2], help="points on the line (default: 256)")
+    q.add_argument("--span", type=pos_float, default=grad["span"][2],
+                   help="the line runs over x0 + t·d, t in [-span, span] (default: 1)")
+    q.add_argument("--max-lag", type=pos_int, default=grad["max_lag"][2], help="largest ACF lag (default: 32)")
+    common(q)
+    _handler(q, "analyses:cmd_gradcorr")
+
+    q = sub.add_parser("landscape", help="loss on filter-normalised random directions through trained weights "
+                                         "(Li et al. 2018)")
+    trained(q, land["batch_size"][2])
+    q.add_argument("--dims", type=int, choices=(1, 2), default=1, help="a 1-D line or a 2-D plane (default: 1)")
+    q.add_argument("--points", type=pos_int, default=land["points"][2],
+                   help="grid points per direction, odd so the trained weights are on it (default: 21)")
+    q.add_argument("--span", type=pos_float, default=land["span"][2], help="coordinates in [-span, span] (default: 1)")
+    q.add_argument("--samples", type=pos_int, default=land["samples"][2],
+                   help="training samples the loss is evaluated on (fixed subset, no augmentation; default: 512)")
+    q.add_argument("--seed", type=int, default=0, help="seed of the directions (default: 0)")
+    common(q)
+    _handler(q, "analyses:cmd_landscape")
+
+
+def _recipes(sub: Sub) -> None:
+    q = sub.add_parser("recipes", help="list the named training recipes and their settings")
+    _handler(q, "models:cmd_recipes")
+
+
+COMMANDS = (_list, _show_variant, _run, _leaderboard, _compare, _show, _probe, _diff, _plot_and_report, _sweeps,
+            _track, _data, _perf, _analyses, _recipes)  # fmt: skip
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m bench", description="resbench: residual-design benchmarks")
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for add in COMMANDS:
+        add(sub)
+    return p
+
+
+def config_from_args(ns: argparse.Namespace, study: str | None = None) -> RunConfig:
+    """The RunConfig of a command line: the options given, a named recipe's values under them
+    (:func:`bench.runs.config.build`)."""
+    fields = {f.name for f in dataclasses.fields(RunConfig)}
+    given = {k: v for k, v in vars(ns).items() if k in fields}
+    if study is not None:
+        given["study"] = study
+    return build(given)
+
+
+def options_from_args(ns: argparse.Namespace) -> SweepOptions:
+    """The :class:`~bench.sweeps.options.SweepOptions` of a ``sweep``/``reproduce`` command line."""
+    names = {f.name for f in dataclasses.fields(SweepOptions)}
+    return SweepOptions(**{k: v for k, v in vars(ns).items() if k in names})

@@ -1,0 +1,101 @@
+"""Commands about single runs: ``run``, ``show``, ``data download``, ``perf overhead``, ``perf scaling``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from bench import api
+from bench.cli.parser import config_from_args
+from bench.runs import plugins
+from bench.runs.perf import overhead
+from bench.runs.results import ResultsStore
+from bench.runs.runner import measurement_failures
+from bench.runs.tasks.datasets import download
+from bench.sweeps.scaling import scaling
+
+
+def cmd_run(ns: argparse.Namespace) -> int:
+    cfg = config_from_args(ns)
+    result = api.run(cfg=cfg, results_dir=ns.results_dir, progress=not ns.quiet, tracker=ns.tracker or [],
+                     tracker_uri=ns.tracker_uri or [])
+    if not ns.quiet:
+        print(summary(dict(result.record), ns.results_dir))
+    return 0
+
+
+def summary(result: dict[str, Any], results_dir: str) -> str:
+    """What a finished run reports: its outcome, its metrics, its cost (or why a cost was not measured)."""
+    r = result["row"]
+
+    def fmt(v: Any, spec: str = ".4f") -> str:
+        return "n/a" if v is None or v == "" else format(v, spec)
+
+    failed = measurement_failures(result)
+    lines = [
+        f"{r['run_id']}: {r['variant']} (depth {r['depth']}, {r['params']:,} parameters) on {r['task']}, "
+        f"{r['steps']} steps ({fmt(r['epochs'], '.1f')} epochs) on {r['device_name']} [{r['precision']}] "
+        f"-> status {r['status']}{': ' + r['error'] if r['error'] else ''}.",
+        f"Final train loss {fmt(r['final_train_loss'])}, train acc {fmt(r['final_train_acc'])}; "
+        f"val loss {fmt(r['final_val_loss'])}, val acc {fmt(r['final_val_acc'])} (best {fmt(r['best_val_acc'])}).",
+        f"Throughput {fmt(r['train_samples_per_s'], ',.0f')} samples/s "
+        f"(median step {fmt(r['step_time_ms'], '.2f')} ms), "
+        f"peak memory {fmt(r['peak_mem_mb'], '.1f')} MiB ({r['mem_method'] or 'not measured'}), "
+        f"{fmt(r['fwd_flops_per_sample'], '.3g')} forward / {fmt(r['train_flops_per_sample'], '.3g')} training "
+        f"FLOPs per sample, {fmt(r['achieved_tflops'], '.3g')} TFLOP/s "
+        f"(MFU {fmt(r['mfu'], '.2%')}); wall time {fmt(r['wall_time_s'], '.1f')} s.",
+        *(f"{phase.capitalize()} not measured: {reason}." for phase, reason in failed.items()),
+        f"Row appended to {Path(results_dir) / 'leaderboard.csv'}; details in "
+        f"{Path(results_dir) / 'runs' / (r['run_id'] + '.json')}.",
+    ]
+    if r["target_acc"] is not None:
+        reached = f"at step {r['steps_to_target']} ({fmt(r['time_to_target_s'], '.1f')} s)"
+        lines.insert(2, f"Target val acc {r['target_acc']}: {reached if r['steps_to_target'] else 'not reached'}.")
+    return " ".join(lines)
+
+
+def cmd_show(ns: argparse.Namespace) -> int:
+    run = ResultsStore(ns.results_dir).load_run(ns.run_id)
+    if ns.json:
+        print(json.dumps(run, indent=1))
+        return 0
+    for key, value in run["row"].items():
+        print(f"{key:>20}: {value}")
+    evals = run["curves"]["eval"]
+    if evals:
+        print("\nevaluations:")
+        print(pd.DataFrame(evals).to_string(index=False))
+    return 0
+
+
+def cmd_data(ns: argparse.Namespace) -> int:
+    path = download(ns.name, ns.data_dir, url=ns.url, progress=not ns.quiet)
+    print(f"{ns.name}: verified archive at {path}")
+    return 0
+
+
+def cmd_overhead(ns: argparse.Namespace) -> int:
+    cfg = config_from_args(ns)
+    with plugins.blame(cfg.variant):
+        res = overhead(cfg, steps=ns.perf_steps, repeats=ns.repeats)
+    print(
+        f"{cfg.variant} on {cfg.task}, batch {cfg.batch_size}, {res['device']}: "
+        f"harness {res['harness_ms']:.2f} ms/step, "
+        f"minimal loop {res['minimal_ms']:.2f} ms/step (medians of {ns.repeats} alternating repeats of "
+        f"{ns.perf_steps} steps); throughput ratio harness/minimal = {res['ratio']:.3f} "
+        f"(per-repeat ratios {', '.join(f'{r:.3f}' for r in res['ratios'])})"
+    )
+    return 0
+
+
+def cmd_scaling(ns: argparse.Namespace) -> int:
+    cfg = config_from_args(ns)
+    df = scaling(cfg, ns.nproc, ns.keep)
+    print(f"{cfg.variant} on {cfg.task}, global batch {cfg.batch_size}: throughput of one DDP job per process count "
+          "(each measured in its own torchrun; cores split evenly on the CPU)")
+    print(df.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
+    return 0

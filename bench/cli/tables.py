@@ -1,0 +1,125 @@
+"""Commands that read a results directory: ``leaderboard``, ``compare``, ``plot``, ``report``, ``track``."""
+
+from __future__ import annotations
+
+import argparse
+import math
+from typing import Any
+
+import pandas as pd
+
+from bench import api
+from bench.analysis.comparison import compare_table
+from bench.analysis.stats import aggregate, by_configuration
+from bench.reports.markdown import MISSING, render_comparison
+from bench.reports.plots import make_all
+from bench.reports.report import write_report
+from bench.runs.results import ResultsStore
+from bench.runs.schema import HEADLINE_METRICS as LEADERBOARD_METRICS
+
+
+def _board(ns: argparse.Namespace, study: str | None) -> tuple[pd.DataFrame, list[Any]]:
+    """The leaderboard (only ``study``'s runs when given) and the run JSONs."""
+    store = ResultsStore(ns.results_dir)
+    board = store.load_leaderboard()
+    if study and not board.empty:
+        if study not in set(board["study"].dropna()):
+            studies = ", ".join(sorted(map(str, board["study"].dropna().unique()))) or "none"
+            raise ValueError(f"no runs of study {study!r} in {ns.results_dir}; studies there: {studies}")
+        board = board[board["study"] == study].reset_index(drop=True)
+    return board, store.load_runs()
+
+
+def _cell(mean: float, ci: float, n: float) -> str:
+    """``mean ± CI (n)``: the 95% t half-width over the counted runs; one run has no CI."""
+    if not n:
+        return MISSING
+    if n == 1 or not math.isfinite(ci):
+        return f"{mean:.4g} ({int(n)})"
+    return f"{mean:.4g} ± {ci:.2g} ({int(n)})"
+
+
+def cmd_leaderboard(ns: argparse.Namespace) -> int:
+    df, runs = _board(ns, ns.study)
+    if df.empty:
+        print(f"no runs in {ns.results_dir}")
+        return 0
+    metrics = list(ns.metrics or LEADERBOARD_METRICS)
+    unknown = [m for m in metrics if m not in df.columns]
+    if unknown:
+        raise ValueError(f"unknown metric(s) {unknown}; leaderboard columns: {', '.join(df.columns)}")
+    # Seeds pool only with seeds: one row per configuration, showing the fields in which configurations differ.
+    named, by = by_configuration(df, runs)
+    full = aggregate(named, by=by, metrics=metrics)
+    if ns.sort:
+        key = ns.sort if ns.sort in full.columns else f"{ns.sort}_mean"
+        if key not in full.columns:
+            raise ValueError(f"cannot sort by {ns.sort!r}; choose a metric ({', '.join(metrics)}) or one of: "
+                             f"{', '.join(map(str, full.columns))}")
+        full = full.sort_values(key, ascending=ns.ascending, kind="stable")
+    for path, write in ((ns.csv, lambda p: full.to_csv(p, index=False)),
+                        (ns.json, lambda p: full.to_json(p, orient="records", indent=1))):
+        if path:
+            write(path)
+            print(f"full table ({len(full.columns)} columns) written to {path}")
+    compact = full[[*by, "n_runs", "n_failed"]].astype(object)
+    compact = compact.where(compact.notna(), MISSING)  # a missing value reads as in `bench compare`
+    for m in metrics:
+        compact[m] = [_cell(*v) for v in zip(full[f"{m}_mean"], full[f"{m}_ci"], full[f"{m}_n"], strict=True)]
+    with pd.option_context("display.max_rows", None, "display.max_columns", None, "display.width", 250):
+        print(compact.to_string(index=False))
+    return 0
+
+
+def cmd_compare(ns: argparse.Namespace) -> int:
+    board, runs = _board(ns, None)
+    if board.empty:
+        raise ValueError(f"no runs to compare in {ns.results_dir}")
+    for study in (ns.study, ns.baseline_study):
+        if study and study not in set(board["study"].dropna()):
+            studies = ", ".join(sorted(map(str, board["study"].dropna().unique()))) or "none"
+            raise ValueError(f"no runs of study {study!r} in {ns.results_dir}; studies there: {studies}")
+    df = board if not ns.study else board[board["study"] == ns.study]
+    # The baseline's runs may come from another study of the results directory (--baseline-study, or any study
+    # when the compared study has none): configurations are then paired in every field but the study's name.
+    pairs_across = bool(ns.baseline_study) or (ns.study and not (df["variant"] == ns.baseline).any())
+    if pairs_across:
+        base = board[board["variant"] == ns.baseline]
+        if ns.baseline_study:
+            base = base[base["study"] == ns.baseline_study]
+        df = pd.concat([df[df["variant"] != ns.baseline], base], ignore_index=True)
+    for cond in ns.where or []:
+        key, sep, value = cond.partition("=")
+        if not sep or key not in df.columns:
+            raise ValueError(f"--where wants COLUMN=VALUE with a leaderboard column, got {cond!r}")
+        df = df[df[key].astype(str) == value]
+    df = df.reset_index(drop=True)
+    if df.empty:
+        raise ValueError(f"no runs to compare in {ns.results_dir}{' after --where' if ns.where else ''}")
+    table = compare_table(df, runs, ns.baseline, ns.metric or ["final_val_loss"],
+                          ignore=("study", "preset") if pairs_across else ())
+    print(render_comparison(table, ns.format), end="" if ns.format == "csv" else "\n")
+    return 0
+
+
+def cmd_plot(ns: argparse.Namespace) -> int:
+    paths = make_all(ns.results_dir, ns.study)
+    if not paths:
+        print(f"nothing to plot in {ns.results_dir} (no runs yet)")
+    for p in paths:
+        print(p)
+    return 0
+
+
+def cmd_report(ns: argparse.Namespace) -> int:
+    print(write_report(ns.results_dir, ns.study))
+    return 0
+
+
+def cmd_track(ns: argparse.Namespace) -> int:
+    logged, failed = api.track(ns.results_dir, tracker=ns.tracker or [], tracker_uri=ns.tracker_uri or [],
+                               study=ns.study, progress=not ns.quiet)
+    where = ", ".join(ns.tracker or [])
+    print(f"{logged} runs of {ns.results_dir} logged to {where}" + (f"; {failed} failed (warnings above)"
+                                                                     if failed else ""))
+    return 1 if failed else 0

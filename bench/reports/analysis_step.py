@@ -1,0 +1,130 @@
+"""A study's analysis step and what its report says of it: the analysis (:mod:`bench.analysis.analyses`) run on
+the study's runs, its tables written, its figure drawn (:mod:`bench.reports.analysis_figures`), and the report's
+"Analysis" section with the verdicts of the claims about it.
+
+The ``lesion``, ``gradcorr`` and ``landscape`` commands write and draw through the same :func:`draw`.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import torch
+
+from bench.analysis import analyses
+from bench.analysis.analyses import Output, label
+from bench.analysis.claims import TABLES, evaluate_claims, parse_claims
+from bench.analysis.options import check_options
+from bench.analysis.stats import t_ci
+from bench.analysis.studyfile import find_study, read_study_file
+from bench.reports.analysis_figures import plot_gradcorr, plot_landscape, plot_lesion
+from bench.reports.markdown import claim_lines, markdown_table
+from bench.runs.env import environment
+from bench.runs.results import ResultsStore, atomic_write_text
+
+
+def _series(table: pd.DataFrame, seed: bool) -> dict[str, pd.DataFrame]:
+    """The rows of ``table`` per figure series (:func:`bench.analysis.analyses.label`), in the order the runs came."""
+    labels = [label(dict(zip(table.columns, row, strict=True)), seed) for row in table.itertuples(index=False)]
+    keyed = table.assign(_label=labels)
+    return {name: keyed[keyed["_label"] == name].drop(columns="_label") for name in dict.fromkeys(labels)}
+
+
+def draw(output: Output, figure: Path) -> list[Path]:
+    """The figure(s) of ``output`` at ``figure`` (a landscape gets one per number of directions, ``<stem>_<d>d``);
+    returns their paths."""
+    if output.kind == "lesion":  # seeds of one model pooled in one line
+        return [plot_lesion(_series(output.tables[""], seed=False), figure,
+                            "lesion study (Veit et al. 2016, Figs. 3 and 5)")]
+    if output.kind == "gradcorr":
+        return [plot_gradcorr(output.summary, output.tables["-acf"], output.tables["-series"], figure)]
+    paths = []
+    table = output.tables[""]
+    for d in dict.fromkeys(table["dims"]):
+        columns = ["alpha", *(["beta"] if d == 2 else []), "loss", *(["acc"] if "acc" in table else [])]
+        slices = {name: frame[columns] for name, frame in _series(table[table["dims"] == d], seed=True).items()}
+        path = figure.with_name(f"{figure.stem}_{d}d{figure.suffix}")
+        paths.append(plot_landscape(slices, path, title=f"loss landscape, {d}-D filter-normalised slice "
+                                                        "(Li et al. 2018)"))
+    return paths
+
+
+def write_and_draw(output: Output, results_dir: str | Path, stem: str) -> list[Path]:
+    """``analysis/<stem>*.csv`` and ``plots/<stem>*.png``; returns every path written."""
+    root = Path(results_dir)
+    return [*analyses.write(output, root, stem), *draw(output, root / "plots" / f"{stem}.png")]
+
+
+def for_study(name: str, options: dict[str, Any], results_dir: str | Path, run_ids: Sequence[str],
+              preset: str | None = None) -> list[Path]:
+    """Run a study's ``[analysis]`` (``options``, preset applied) on those of ``run_ids`` with an ok row (none for
+    ``gradcorr``); write ``analysis/<study>/<kind>*.csv``, ``plots/<study>/<kind>*.png`` and
+    ``analysis/<study>/meta.json``; return the paths."""
+    opts = check_options(options)
+    kind = opts.pop("kind")
+    root = Path(results_dir)
+    if kind == "gradcorr":
+        out = analyses.run_gradcorr(study=name, **opts)
+    else:
+        board = ResultsStore(root).load_leaderboard()
+        ok = set(board.loc[board["status"] == "ok", "run_id"]) if not board.empty else set()
+        ids = [r for r in run_ids if r in ok]
+        left = len(run_ids) - len(ids)
+        if not ids:
+            raise ValueError(f"study {name!r}: no run ended ok, nothing for its {kind} analysis")
+        if left:
+            print(f"{kind}: {left} run(s) without an ok row left out")
+        run = analyses.run_lesion if kind == "lesion" else analyses.run_landscape
+        out = run(root, ids, **opts)
+    paths = analyses.write(out, root, f"{name}/{kind}")
+    paths += draw(out, root / "plots" / name / f"{kind}.png")
+    atomic_write_text(root / "analysis" / name / "meta.json", json.dumps(_meta(preset), indent=1))
+    return paths
+
+
+def _meta(preset: str | None) -> dict[str, Any]:
+    """Where and how a study's analysis ran (its preset for the report's reproduce command, and the environment a
+    training run records: resbench's commit, torch, the CPU model, threads, ...) — the analyses run on the CPU."""
+    return {"preset": preset, **environment(torch.device("cpu")),
+            "created_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
+
+
+def report_lines(results_dir: str | Path, study: str, runs: Sequence[dict[str, Any]] = ()) -> list[str]:
+    """The report section of a study's analysis (none if it has none or it has not run): the summary over seeds,
+    the figures, and the claims about it with their verdicts."""
+    root = Path(results_dir)
+    try:
+        path: Path | None = find_study(study, root)
+    except ValueError:
+        path = None
+    data = read_study_file(path) if path else {}
+    kind = data.get("analysis", {}).get("kind")
+    summary_csv = root / "analysis" / study / f"{kind}-summary.csv"
+    if not kind or not summary_csv.is_file():
+        return []
+    summary = pd.read_csv(summary_csv)
+    metrics = TABLES[kind]
+    by = [c for c in ("variant", "depth", "dims", "k") if c in summary]
+    rows = []
+    for key, g in summary.groupby(by, sort=True):
+        cells = []
+        for m in metrics:
+            s = t_ci(g[m].to_numpy(dtype=float))
+            cells.append("n/a" if s["n"] == 0 else f"{s['mean']:.4g}" + (f" ± {s['ci']:.2g}" if s["n"] > 1 else ""))
+        rows.append([*(key if isinstance(key, tuple) else (key,)), *cells, len(g)])
+    lines = [f"## Analysis: {kind}", "", f"Rows of `analysis/{study}/{kind}-summary.csv`, mean ± 95% CI half-width "
+             "over seeds (n = models). Every evaluation is in the other CSVs of `analysis/" + study + "/`.", "",
+             markdown_table([*by, *metrics, "n"], rows), ""]
+    for fig in sorted((root / "plots" / study).glob(f"{kind}*.png")):
+        lines.append(f"![{fig.stem}]({fig.relative_to(root).as_posix()})")
+    lines.append("")
+    claims = [c for c in parse_claims(data.get("claims", []), str(path)) if c.table == kind]
+    if claims:
+        results = evaluate_claims(claims, summary, None, list(runs))
+        lines += [f"### Claims about the {kind} analysis", "", *claim_lines(results), ""]
+    return lines

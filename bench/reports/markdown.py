@@ -1,0 +1,104 @@
+"""Markdown (and CSV, LaTeX) of the tables and verdicts resbench prints: the report's building blocks, and what
+``bench compare`` prints."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import pandas as pd
+
+from bench.analysis.claims import Group, Result, describe
+from bench.analysis.comparison import COLUMNS as COMPARISON_COLUMNS
+from bench.analysis.stats import CONFIG_KEY
+
+FORMATS = ("markdown", "csv", "latex")
+MISSING = "—"  # how every table shows a value that is not there
+VERDICT_WORDS = {"agrees": "agrees", "disagrees": "DISAGREES", "inconclusive": "inconclusive"}
+TALLY_WORDS = {"agrees": "agree", "disagrees": "disagree", "inconclusive": "inconclusive"}
+
+
+def markdown_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    """A GitHub-flavoured markdown table (``|`` inside cells escaped)."""
+
+    def cell(v: Any) -> str:
+        return str(v).replace("|", "\\|").replace("\n", " ")
+
+    lines = ["| " + " | ".join(cell(h) for h in headers) + " |", "|" + "---|" * len(headers)]
+    lines += ["| " + " | ".join(cell(v) for v in r) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def fmt_number(v: float, fmt: str) -> str:
+    """``v`` formatted, or :data:`MISSING` for None / NaN / inf."""
+    return MISSING if v is None or not math.isfinite(v) else format(v, fmt)
+
+
+def _group_text(g: Group, count_above: float | None) -> str:
+    spread = f" ± {fmt_number(g.ci, '.4g')}" if g.n > 1 else ""
+    counts = [f"{g.n}/{g.n_runs} runs"]
+    if g.n_failed:
+        counts.append(f"{g.n_failed} failed")
+    if g.n_above is not None:
+        counts.append(f"{g.n_above} above {count_above:g}")
+    return f"{g.label}: {fmt_number(g.mean, '.4g')}{spread} ({', '.join(counts)})"
+
+
+def _measured(r: Result) -> str:
+    """The numbers behind one verdict, in words."""
+    c = r.claim
+    groups = [_group_text(g, c.count_above) for g in r.groups]
+    if c.kind == "slope":
+        lo, hi = c.expect_range or (math.nan, math.nan)
+        if not math.isfinite(r.diff):
+            return " · ".join(groups)
+        ci = f"95% CI {fmt_number(r.diff - r.spread, '.3g')} … {fmt_number(r.diff + r.spread, '.3g')}"
+        return f"{' · '.join(groups)}; log-log slope {fmt_number(r.diff, '.3g')} ({ci}; expected in [{lo:g}, {hi:g}])"
+    if c.kind == "value":
+        return f"{' · '.join(groups)}; mean − {c.threshold:g} = {fmt_number(r.diff, '+.4g')}"
+    margin = f"margin {fmt_number(r.threshold, '.4g')}, CI half-widths {fmt_number(r.spread, '.4g')}"
+    return f"{' → '.join(groups)}; difference {fmt_number(r.diff, '+.4g')} ({margin})"
+
+
+def claim_lines(results: Sequence[Result]) -> list[str]:
+    """Markdown bullets: one per claim (source, words, the test), one sub-bullet per verdict."""
+    out: list[str] = []
+    seen: set[str] = set()
+    for r in results:
+        c = r.claim
+        if c.id not in seen:
+            seen.add(c.id)
+            out.append(f"- **{c.id}** — {c.paper}: {c.text}. Test: {describe(c)}.")
+        note = f" — {r.note}" if r.note else ""
+        context = f"{r.context}: " if r.context else ""
+        measured = f"{_measured(r)}: " if r.groups else ""
+        out.append(f"  - {context}{measured}**{VERDICT_WORDS[r.verdict]}**{note}.")
+    return out
+
+
+def _fmt(v: Any, spec: str = ".4g") -> str:
+    return MISSING if v is None or (isinstance(v, float) and not math.isfinite(v)) else format(v, spec)
+
+
+def render_comparison(table: pd.DataFrame, fmt: str = "markdown") -> str:
+    """The table as GitHub markdown (one cell ``mean ± ci (n)`` per row, then diff and p-values), CSV (every
+    column as is) or LaTeX (the markdown's cells)."""
+    if fmt not in FORMATS:
+        raise ValueError(f"format must be one of {FORMATS}, got {fmt!r}")
+    if fmt == "csv":
+        return table.to_csv(index=False)
+    keys = [*(c for c in table.columns if c not in (*COMPARISON_COLUMNS, CONFIG_KEY)), "metric"]
+    shown = table[keys].astype(object).where(table[keys].notna(), MISSING)
+    shown = shown.assign(
+        **{
+            "mean ± CI (n)": [f"{_fmt(m)} ± {_fmt(c, '.2g')} ({int(n)})" for m, c, n in
+                              zip(table["mean"], table["ci"], table["n"], strict=True)],
+            "diff": [_fmt(d) for d in table["diff"]],
+            "p (Welch)": [_fmt(p, ".3g") for p in table["p"]],
+            "p (Holm)": [_fmt(p, ".3g") for p in table["p_holm"]],
+        }
+    )
+    if fmt == "latex":
+        return shown.to_latex(index=False)
+    return markdown_table(list(shown.columns), shown.to_numpy().tolist())

@@ -1,0 +1,295 @@
+"""``REPORT.md``: the aggregated leaderboard, the figures, and each study's declared paper claims against our numbers.
+
+The claims are data: each study file (``bench/studies/<name>.toml``, or the copy a sweep left in
+``<results_dir>/studies/``) declares them, and :mod:`bench.analysis.claims` evaluates any of them by fixed, stated
+rules; this module only renders the verdicts (agrees / DISAGREES / inconclusive), whichever way they go.
+Where a difference is larger than the claim's margin but inside the seed spread, the verdict is
+*inconclusive*: with three seeds a 95% CI is wide, and we say so rather than guess.
+
+Rows of the leaderboard table are configurations (everything but the seed, :mod:`bench.analysis.stats`); the
+configuration fields that differ between them are its columns.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import math
+import shlex
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from bench.analysis.claims import evaluate_claims, parse_claims
+from bench.analysis.stats import CONFIG_KEY, aggregate_long, by_configuration, group_keys
+from bench.analysis.studyfile import find_study, is_shipped, read_study_file, shipped_studies
+from bench.reports import plots
+from bench.reports.analysis_step import report_lines
+from bench.reports.markdown import MISSING, TALLY_WORDS, claim_lines, fmt_number, markdown_table
+from bench.runs.config import RunConfig, config_from_dict
+from bench.runs.results import ResultsStore, atomic_write_bytes, atomic_write_text
+
+FIGURE_NOTE = (
+    "Lines: mean over seeds. Bands and error bars: 95% Student-t CI of that mean, clipped to the metric's "
+    "valid range (accuracy and error in [0, 1]; loss, throughput, memory and gradient norm ≥ 0) — with 3 "
+    "seeds the unclipped interval often leaves it. On a log axis a band that runs off the bottom edge has a "
+    "CI that reaches 0. Colour = variant (the same in every figure); line style = depth (or warm-up); "
+    "training loss and gradient norms use a log scale; gaps in a curve are non-finite losses."
+)
+CLAIMS_NOTE = (
+    "Each study file declares its claims — metric, groups, expected direction, margin, paper and figure — and "
+    "they are checked by the rules of `bench.analysis.claims`. Groups are compared by their mean over seeds (± the 95% "
+    "Student-t CI half-width); a leaderboard metric counts the `ok` runs, a probe quantity every run that "
+    "recorded it. *Greater* = the difference exceeds the margin and the two CI half-widths together; *not "
+    "greater* = it is at most the margin; anything in between, or a group with fewer than two counted runs, is "
+    "*inconclusive*. A group whose every run failed (diverged, out of memory, error) while the other trained "
+    "counts as the worse one. A slope agrees when its 95% CI lies inside the expected range and disagrees when "
+    "it lies entirely outside. Runs are never pooled across configurations: where a claim's runs differ in "
+    "more than the compared field, each configuration gets its own verdict."
+)
+# The columns that always name a table row; configuration fields that differ between rows are added after them.
+ROW_COLUMNS = ("variant", "depth", "task")
+# (column, header, scale, format) of the leaderboard table.
+TABLE_METRICS: tuple[tuple[str, str, float, str], ...] = (
+    ("final_train_acc", "train acc (%)", 100.0, ".2f"),
+    ("final_val_acc", "val acc (%)", 100.0, ".2f"),
+    ("final_train_loss", "train loss", 1.0, ".4f"),
+    ("train_samples_per_s", "samples/s", 1.0, ".0f"),
+    ("peak_mem_mb", "peak MB", 1.0, ".1f"),
+)
+
+
+def _stat_cell(s: pd.Series, scale: float, fmt: str) -> str:
+    """``mean ± std (±CI)``: std over seeds (ddof=1), CI = 95% t half-width; one run: ``mean (n=1)``."""
+    if s["n"] == 0:
+        return MISSING
+    if s["n"] == 1:
+        return f"{fmt_number(s['mean'] * scale, fmt)} (n=1)"
+    return f"{fmt_number(s['mean'] * scale, fmt)} ± {fmt_number(s['std'] * scale, fmt)} (±{fmt_number(s['ci'] * scale, fmt)})"
+
+
+def leaderboard_table(board: pd.DataFrame, runs: Sequence[Mapping[str, Any]] | None = None) -> str:
+    """The aggregated leaderboard: one row per configuration (seeds pooled, nothing else; rules: bench.analysis.stats).
+
+    Rows are named by variant, depth, task and every configuration field that differs between them
+    (:func:`bench.analysis.stats.differing_fields`, from the leaderboard and the run JSONs ``runs``); if two rows
+    would still look alike (a difference recorded nowhere but in the config hash), the hash is shown too.
+    """
+    named, by = by_configuration(board, runs, ROW_COLUMNS)
+    metrics = [m for m, *_ in TABLE_METRICS]
+    agg = aggregate_long(named, by=by, metrics=[*metrics, "steps_to_target"])
+    keys = group_keys(agg, by)
+    configs = agg.drop_duplicates(keys)
+    shown = [*by, CONFIG_KEY] if CONFIG_KEY in keys and configs[by].astype(str).duplicated().any() else by
+    rows = []
+    for _, g in agg.groupby(keys, sort=True, dropna=False):
+        g = g.set_index("metric")
+        first = g.iloc[0]
+        runs_cell = f"{int(first['n_runs'] - first['n_failed'])}/{int(first['n_runs'])}"
+        target = g.loc["steps_to_target"]
+        reached = f"{fmt_number(target['median'], '.0f')} ({int(target['n'])}/{int(target['n_runs'])})"
+        cells = [_value(first[c]) for c in shown]
+        rows.append([*cells, runs_cell, *(_stat_cell(g.loc[m], sc, f) for m, _, sc, f in TABLE_METRICS), reached])
+    headers = [*shown, "ok/runs", *(h for _, h, *_ in TABLE_METRICS), "steps→target (reached)"]
+    return markdown_table(headers, rows)
+
+
+def _value(v: Any) -> str:
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return MISSING
+    return str(int(v)) if isinstance(v, float) and v.is_integer() else str(v)
+
+
+def _shown_path(path: Path, root: Path) -> str:
+    try:
+        return path.relative_to(root).as_posix()
+    except ValueError:
+        return f"bench/studies/{path.name}" if is_shipped(path) else path.as_posix()
+
+
+def _study_path(root: Path, name: str) -> Path | None:
+    """The study file of ``name``'s runs (the copy its sweep left in ``root``, else the shipped one), or None."""
+    try:
+        return find_study(name, root)
+    except ValueError:
+        return None
+
+
+def _claims_section(
+    board: pd.DataFrame, probes: pd.DataFrame, runs: Sequence[Mapping[str, Any]], root: Path, study: str | None
+) -> list[str]:
+    """The section "Paper claims vs measured": the declared claims of every study of these runs, evaluated."""
+    names = [study] if study else sorted(str(s) for s in board["study"].dropna().unique())
+    body: list[str] = []
+    for name in names:
+        path = _study_path(root, name)
+        claims = [c for c in parse_claims(read_study_file(path).get("claims", []), str(path))
+                  if c.table == "leaderboard"] if path else []  # analyses: their own section
+        if path is None or not claims:
+            continue
+        rows = board[board["study"] == name]
+        results = evaluate_claims(claims, rows, probes[probes["run_id"].isin(rows["run_id"])], runs)
+        tally = ", ".join(f"{sum(r.verdict == v for r in results)} {w}" for v, w in TALLY_WORDS.items())
+        body += [f"### Study `{name}`", "", f"Claims declared in `{_shown_path(path, root)}`; verdicts: {tally}.",
+                 "", *claim_lines(results), ""]  # fmt: skip
+    return ["## Paper claims vs measured", "", CLAIMS_NOTE, "", *body] if body else []
+
+
+def _study_presets(results_dir: Path) -> dict[str, list[str | None]]:
+    """The presets each study's runs were made under (recorded in the run JSONs' configs), None (the study's full
+    grid) first, then by name: a study may hold the runs of several, e.g. frontier's two inits."""
+    presets: dict[str, dict[str | None, None]] = {}
+    for run in ResultsStore(results_dir).load_runs():
+        cfg = run.get("config", {})
+        if cfg.get("study"):
+            presets.setdefault(cfg["study"], {})[cfg.get("preset")] = None
+    return {study: sorted(p, key=lambda name: (name is not None, name or "")) for study, p in presets.items()}
+
+
+def _plugin_flags(runs: Sequence[Mapping[str, Any]]) -> list[str]:
+    """``--plugin SPEC`` for every plugin the runs recorded (as the user gave it), in order of first use."""
+    specs = dict.fromkeys(str(p["spec"]) for r in runs for p in r.get("plugins") or () if p.get("spec"))
+    return [a for spec in specs for a in ("--plugin", spec)]
+
+
+def _study_command(name: str, preset: str | None, root: Path, runs: Sequence[Mapping[str, Any]]) -> str:
+    """The command that reruns a study's runs: ``reproduce NAME`` for a shipped study, else ``sweep FILE`` (the
+    copy its sweep left in the results directory) with the plugins its runs loaded."""
+    path = _study_path(root, name)
+    shipped = name in shipped_studies()
+    head = ["reproduce", name] if shipped else ["sweep", (path or root / "studies" / f"{name}.toml").as_posix()]
+    tail = [*(["--preset", preset] if preset else []), *([] if shipped else _plugin_flags(runs))]
+    return shlex.join(["python", "-m", "bench", *head, *tail, "--results-dir", str(root)])
+
+
+def _run_commands(board: pd.DataFrame, results_dir: Path) -> list[str]:
+    """Shell lines that reproduce the runs: one per study and preset, and a seed loop per configuration of the
+    runs outside a study, from the whole config each run recorded (so a non-default lr, length or model argument
+    is in its command, and a run without a depth is listed like any other)."""
+    runs = [r for r in ResultsStore(results_dir).load_runs() if r.get("run_id") in set(board["run_id"])]
+    presets = _study_presets(results_dir)
+    lines = []
+    for st in sorted(board["study"].dropna().unique()):
+        of_study = [r for r in runs if (r.get("config") or {}).get("study") == st]
+        lines += [_study_command(st, p, results_dir, of_study) for p in presets.get(st, [None])]
+    solo: dict[str, list[RunConfig]] = {}
+    for run in runs:
+        if not (run.get("config") or {}).get("study"):
+            row = run.get("row") or {}
+            cfg = config_from_dict(run["config"]) if run.get("config") else RunConfig(  # a JSON without its config
+                variant=str(row.get("variant")), depth=row.get("depth"), task=str(row.get("task")), seed=row["seed"])
+            solo.setdefault(run.get("row", {}).get("config_hash") or cfg.config_hash(), []).append(cfg)
+    for key in sorted(solo, key=lambda k: (solo[k][0].run_id, k)):
+        cfgs = solo[key]
+        seeds = " ".join(str(s) for s in sorted({c.seed for c in cfgs}))
+        argv = cfgs[0].to_argv(skip=("study", "preset", "world_size", "seed"))
+        plugins = _plugin_flags([r for r in runs if r["run_id"] in {c.run_id for c in cfgs}])
+        world = cfgs[0].world_size
+        head = f"torchrun --nproc-per-node {world} -m bench run" if world > 1 else "python -m bench run"
+        run = f"{head} {shlex.join([*argv, *plugins, '--results-dir', str(results_dir)])}"
+        lines.append(f"for seed in {seeds}; do {run} --seed $seed; done")
+    return lines
+
+
+def _provenance(board: pd.DataFrame, results_dir: Path, study: str | None) -> list[str]:
+    flag = f" --study {study}" if study else ""
+    out = [
+        "## How this was produced",
+        "",
+        f"This report: `python -m bench report --results-dir {results_dir}{flag}` "
+        f"(figures: `python -m bench plot --results-dir {results_dir}{flag}`), from {len(board)} runs in "
+        "`leaderboard.csv`. The runs (each run's full config, environment, curves and probes are in "
+        "`runs/<run_id>.json`; options not shown here are the recipe defaults recorded there):",
+        "",
+        "```sh",
+        *_run_commands(board, results_dir),
+        "```",
+        "",
+    ]
+    for col, name in (("torch_version", "torch"), ("device_name", "devices"), ("git_sha", "git commits")):
+        values = sorted(str(v) for v in board[col].dropna().unique())
+        out.append(f"- {name}: {', '.join(values) if values else 'unrecorded'}")
+    return [*out, ""]
+
+
+def write_report(results_dir: str | Path, study: str | None = None) -> Path:
+    """Write ``results_dir/REPORT.md`` (figures under ``plots/``) and the tidy probe table ``probes.csv.gz``.
+
+    With ``study``, only that study's runs: ``REPORT-<study>.md``, ``plots/<study>/`` and
+    ``probes-<study>.csv.gz``, so several studies can share one results directory.
+    """
+    root = Path(results_dir)
+    try:
+        frames = plots.load_frames(root, study)
+    except ValueError:
+        if study and (root / "analysis" / study).is_dir():  # a study that measures models at init: no runs
+            return _analysis_only_report(root, study)
+        raise
+    board = frames.leaderboard
+    if board.empty:
+        return _analysis_only_report(root, study)
+    ids = set(board["run_id"])
+    runs = [r for r in ResultsStore(root).load_runs() if r.get("run_id") in ids]
+    figures = plots.make_all(root, study)
+    title = f"# resbench report{f' — study {study}' if study else ''}"
+    lines = [
+        title,
+        "",
+        *_provenance(board, root, study),
+        "## Leaderboard",
+        "",
+        "Cells: mean ± std over seeds (±95% CI half-width, Student t); `(n=1)` = a single run, no spread. "
+        "Only runs with status `ok` count; `ok/runs` shows how many did. steps→target: median over the "
+        "runs that reached the target, (reached/runs); a run that never reached it is not counted as its "
+        "last step.",
+        "",
+        leaderboard_table(board, runs),
+        "",
+    ]
+    if figures:
+        lines += ["## Figures", "", FIGURE_NOTE, ""]
+        lines += [f"![{p.stem}]({p.relative_to(root).as_posix()})" for p in figures]
+        lines.append("")
+    suffix = f"-{study}" if study else ""
+    if not frames.probes.empty:
+        # gzip (pandas.read_csv reads it as it is): a study's table is ~10x smaller, and mtime 0 keeps the bytes
+        # of an unchanged table unchanged
+        probes_csv = root / f"probes{suffix}.csv.gz"
+        atomic_write_bytes(probes_csv, gzip.compress(frames.probes.to_csv(index=False).encode("utf-8"), mtime=0))
+        lines += [f"Per-layer probes of these runs, as a tidy table (run_id, step, layer, metric, value ...): "
+                  f"[{probes_csv.name}]({probes_csv.name}).", ""]
+    lines += _claims_section(board, frames.probes, runs, root, study)
+    if study:
+        lines += report_lines(root, study, runs)
+    path = root / f"REPORT{suffix}.md"
+    atomic_write_text(path, "\n".join(lines))
+    return path
+
+
+def _analysis_only_report(root: Path, study: str | None) -> Path:
+    """``REPORT-<study>.md`` of a study that trains nothing (an analysis of models at initialisation)."""
+    lines = report_lines(root, study) if study else []
+    if not lines:
+        raise ValueError(f"no runs in {root}{f' for study {study!r}' if study else ''}: nothing to report "
+                         "(run `python -m bench run ...` or `python -m bench reproduce ...` first)")
+    meta = _analysis_meta(root, study)  # type: ignore[arg-type]
+    presets = f" --preset {meta['preset']}" if meta.get("preset") else ""
+    head = [f"# resbench report — study {study}", "", "## How this was produced", "",
+            f"`python -m bench reproduce {study}{presets} --results-dir {root}` (no training runs: the study measures "
+            f"models at initialisation); this report: `python -m bench report --results-dir {root} --study {study}`.",
+            "", *(f"- {k}: {meta[k]}" for k in ("git_sha", "torch", "device", "device_name", "created_at")
+                  if k in meta), ""]  # fmt: skip
+    path = root / f"REPORT-{study}.md"
+    atomic_write_text(path, "\n".join([*head, *lines]))
+    return path
+
+
+def _analysis_meta(root: Path, study: str) -> dict[str, Any]:
+    """What ``analysis/<study>/meta.json`` records (preset, commit, torch, machine), {} if absent or unreadable."""
+    try:
+        meta = json.loads((root / "analysis" / study / "meta.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return meta if isinstance(meta, dict) else {}

@@ -1,0 +1,313 @@
+"""RunConfig: everything that defines one run, frozen, validated and hashed; the named training recipes; the
+environment variables resbench reads.
+
+Each field carries a one-line reason in its metadata; the CLI builds ``--help`` from it, so the
+documentation and the defaults cannot drift apart. Every way of making a config (the command line, the Python
+API, a study file, a run JSON read back) goes through :func:`build` or the constructor, and the constructor
+normalises what may arrive in several spellings (lists for tuples, model arguments as a mapping or pairs in any
+order), so one configuration has one run id however it was written.
+
+This module imports nothing but the standard library: the command line's parser reads it without loading torch.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import math
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+# -- the environment -------------------------------------------------------------------------------------------
+RESULTS_ENV_VAR = "RESBENCH_RESULTS"  # the results directory when --results-dir is not given
+DEFAULT_RESULTS = os.environ.get(RESULTS_ENV_VAR, "results")
+PLUGINS_ENV_VAR = "RESBENCH_PLUGINS"  # plugin specs every command loads, os.pathsep-separated (bench.runs.plugins)
+PLUGIN_ENTRY_POINTS = "resbench.variants"  # the entry-point group of installed plugins
+
+OPTIMIZERS = ("sgd", "adamw", "adam")
+SCHEDULES = ("constant", "step", "cosine", "inv_sqrt")
+WARMUP_KINDS = ("linear", "constant")
+PRECISIONS = ("fp32", "bf16", "fp16")
+DEVICES = ("auto", "cpu", "cuda", "mps")
+PHASES = ("flops", "throughput", "memory")
+
+
+def _f(default: Any, help: str, **meta: Any) -> Any:
+    """A dataclass field whose metadata holds its help line (and CLI hints such as choices)."""
+    if isinstance(default, (list, dict, tuple)) and not isinstance(default, tuple):
+        return field(default_factory=lambda: default, metadata={"help": help, **meta})
+    return field(default=default, metadata={"help": help, **meta})
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """One training run of one variant on one task."""
+
+    variant: str = _f("", "registered variant name (see `bench list`), or timm:<model>")
+    depth: int | None = _f(None, "network depth; default: the variant's own (presets fix it)")
+    task: str = _f("digits", "task name: digits, synthetic, cifar10, cifar100, text, tinytext, copy, reverse, recall")
+    epochs: float | None = _f(None, "training length in passes over the train split (exclusive with --steps)")
+    steps: int | None = _f(None, "optimiser steps to train (default: 30 epochs; 300 steps for sequence tasks)")
+    batch_size: int = _f(128, "samples (sequences) per optimiser step; He 2015 CIFAR used 128")
+    optimizer: str = _f("sgd", "optimiser", choices=OPTIMIZERS)
+    lr: float = _f(0.1, "peak learning rate; He 2015 CIFAR used 0.1")
+    momentum: float = _f(0.9, "SGD momentum (He 2015: 0.9)")
+    weight_decay: float = _f(1e-4, "L2 weight decay (SGD) or decoupled decay (AdamW); He 2015: 1e-4")
+    betas: tuple[float, float] = _f((0.9, 0.999), "Adam betas; Xiong 2020 used 0.9 0.98", nargs=2)
+    schedule: str = _f("cosine", "learning-rate decay after warm-up", choices=SCHEDULES)
+    milestones: tuple[float, ...] = _f((0.5, 0.75), "step schedule: fractions of the run where lr *= gamma", nargs="+")
+    gamma: float = _f(0.1, "step schedule: factor at each milestone (He 2015: 0.1)")
+    warmup_steps: int = _f(0, "learning-rate warm-up steps (0 = none)")
+    warmup_kind: str = _f("linear", "linear ramp from 0, or constant lr*warmup_factor (He 2015 ResNet-110)",
+                          choices=WARMUP_KINDS)
+    warmup_factor: float = _f(0.1, "constant warm-up: lr multiplier during warm-up (He 2015: 0.01/0.1)")
+    warmup_until_error: float | None = _f(None, "constant warm-up ends at the first step whose training-batch error "
+                                          "is below this (He 2015 §4.2 ResNet-110: 0.8); warmup_steps is then the cap")
+    grad_clip: float | None = _f(None, "clip the global gradient norm to this value (off by default)")
+    seed: int = _f(0, "seed of initialisation, batch order and augmentation")
+    device: str = _f("auto", "where to train: auto picks cuda, then mps, then cpu", choices=DEVICES)
+    precision: str = _f("fp32", "autocast precision of forward/backward (weights stay fp32)", choices=PRECISIONS)
+    compile: bool = _f(False, "wrap the model in torch.compile")
+    channels_last: bool = _f(False, "channels-last memory format for 4-D inputs and the model")
+    deterministic: bool = _f(False, "deterministic kernels: bit-identical curves for a seed on one machine")
+    target: float | None = _f(None, "validation accuracy in [0, 1] whose first reach is recorded (steps/time)")
+    eval_every: int | None = _f(None, "evaluate every N steps (default: about 10 evaluations per run)")
+    probe_every: int | None = _f(None, "run per-layer probes at init and every N steps (off during timing)")
+    diverge_factor: float = _f(10.0, "a loss above this multiple of the first-step loss counts as divergence")
+    measure: tuple[str, ...] = _f(PHASES, "measurement phases to run besides training", nargs="*", choices=PHASES)
+    timing_warmup: int = _f(3, "throughput phase: untimed warm-up steps")
+    timing_repeats: int = _f(5, "throughput phase: timed repeats (the median is reported)")
+    timing_steps: int = _f(5, "throughput phase: steps per timed repeat")
+    data_dir: str | None = _f(None, "dataset archive directory (cifar); default $RESBENCH_DATA, ~/.cache/resbench")
+    data_path: str | None = _f(None, "UTF-8 text file of the `text` task")
+    seq_len: int = _f(128, "sequence tasks: tokens per training window")
+    image_size: int = _f(32, "synthetic task: image side")
+    num_classes: int = _f(10, "synthetic task: number of classes")
+    random_labels: bool = _f(False, "synthetic task: labels independent of the inputs")
+    train_size: int = _f(4096, "generated tasks (synthetic, copy, reverse, recall): training samples")
+    val_size: int = _f(1024, "generated tasks: validation samples")
+    augment: bool = _f(True, "image tasks: on-device pad-and-crop and flip where the task allows it")
+    save_checkpoint: bool = _f(False, "keep the trained weights of an ok run as RESULTS/checkpoints/<run_id>.pt "
+                               "(for `bench lesion` / `bench landscape`)")
+    model_args: tuple[tuple[str, Any], ...] = _f((), "extra variant keyword arguments, KEY=VALUE (repeatable)")
+    recipe: str | None = _f(None, "named training recipe from a paper (see `bench recipes`)")
+    world_size: int = _f(1, "processes of the torchrun job training this run (DDP; set from WORLD_SIZE by `bench run`)")
+    study: str | None = _f(None, "name of the study this run belongs to (set by `bench sweep`)")
+    preset: str | None = _f(None, "the study's preset this run was made under, e.g. quick (set by `bench sweep`)")
+
+    def __post_init__(self) -> None:
+        # One spelling per value: sequences as tuples, model arguments as (key, value) pairs sorted by key (their
+        # order on a command line or in a dict says nothing about the run, and must not change its run id).
+        for name in SEQUENCE_FIELDS:
+            value = getattr(self, name)
+            if isinstance(value, (list, tuple)):
+                object.__setattr__(self, name, tuple(value))
+        object.__setattr__(self, "model_args", _model_args(self.model_args))
+        errors = list(self._errors())
+        if errors:
+            raise ValueError("; ".join(errors))
+
+    def _errors(self) -> Any:
+        if not self.variant:
+            yield "--variant is required"
+        if self.epochs is not None and self.steps is not None:
+            yield "give --epochs or --steps, not both"
+        if self.epochs is not None and not (self.epochs > 0 and math.isfinite(self.epochs)):
+            yield f"--epochs must be a positive finite number, got {self.epochs}"
+        if self.steps is not None and self.steps < 1:
+            yield f"--steps must be >= 1, got {self.steps}"
+        if self.depth is not None and self.depth < 1:
+            yield f"--depth must be >= 1, got {self.depth}"
+        for name in ("batch_size", "timing_repeats", "timing_steps", "seq_len", "image_size", "num_classes",
+                     "train_size", "val_size", "world_size"):
+            if getattr(self, name) < 1:
+                yield f"--{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}"
+        for name in ("warmup_steps", "timing_warmup", "seed"):
+            if getattr(self, name) < 0:
+                yield f"--{name.replace('_', '-')} must be >= 0, got {getattr(self, name)}"
+        if not (self.lr > 0 and math.isfinite(self.lr)):
+            yield f"--lr must be a positive finite number, got {self.lr}"
+        for name, value, choices in (
+            ("optimizer", self.optimizer, OPTIMIZERS),
+            ("schedule", self.schedule, SCHEDULES),
+            ("warmup-kind", self.warmup_kind, WARMUP_KINDS),
+            ("precision", self.precision, PRECISIONS),
+            ("device", self.device, DEVICES),
+        ):
+            if value not in choices:
+                yield f"--{name} must be one of {', '.join(choices)}, got {value!r}"
+        if any(not 0 < m < 1 for m in self.milestones) or list(self.milestones) != sorted(self.milestones):
+            yield f"--milestones must be increasing fractions in (0, 1), got {list(self.milestones)}"
+        if self.target is not None and not 0 < self.target <= 1:
+            yield f"--target is a validation accuracy in (0, 1], got {self.target}"
+        for name in ("eval_every", "probe_every"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                yield f"--{name.replace('_', '-')} must be >= 1, got {value}"
+        if self.warmup_until_error is not None:
+            if not 0 < self.warmup_until_error <= 1:
+                yield f"--warmup-until-error is a training error in (0, 1], got {self.warmup_until_error}"
+            if self.warmup_kind != "constant" or self.warmup_steps < 1:
+                yield ("--warmup-until-error ends a constant warm-up early: it needs --warmup-kind constant and "
+                       f"--warmup-steps >= 1 as its cap (got {self.warmup_kind!r}, {self.warmup_steps})")
+        if self.grad_clip is not None and not self.grad_clip > 0:
+            yield f"--grad-clip must be > 0, got {self.grad_clip}"
+        if self.diverge_factor <= 1:
+            yield f"--diverge-factor must be > 1, got {self.diverge_factor}"
+        unknown = set(self.measure) - set(PHASES)
+        if unknown:
+            yield f"--measure takes {', '.join(PHASES)}, got {sorted(unknown)}"
+
+    # -- identity ---------------------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def config_hash(self) -> str:
+        """Hash of the config except the seed (seeds of one config share it) and the measurement knobs.
+
+        The study and preset are part of it: the same config run in two studies is two runs, so
+        neither study's row replaces the other's.
+        """
+        payload = {k: v for k, v in self.to_dict().items()
+                   if k not in NOT_HASHED and not (k in _HASHED_UNLESS_DEFAULT and v == FIELD_DEFAULTS[k])}
+        blob = json.dumps(payload, sort_keys=True, default=str).encode()
+        return hashlib.sha256(blob).hexdigest()[:8]
+
+    @property
+    def run_id(self) -> str:
+        safe_variant = self.variant.replace(":", "_").replace("/", "_")
+        depth = f"-d{self.depth}" if self.depth is not None else ""
+        return f"{safe_variant}{depth}-{self.task}-{self.config_hash()}-s{self.seed}"
+
+    def model_overrides(self) -> dict[str, Any]:
+        return dict(self.model_args)
+
+    def to_argv(self, skip: tuple[str, ...] = ("variant", "study", "preset", "world_size")) -> list[str]:
+        """The ``bench run`` options that make this config: ``--variant`` first, then every other field whose value
+        is not its default (``skip``'s never). The inverse of the command line's parser, so a config becomes a
+        command that trains exactly it."""
+        argv = ["--variant", self.variant]
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if f.name in skip or value == FIELD_DEFAULTS[f.name]:
+                continue
+            flag = "--" + f.name.replace("_", "-")
+            if f.name == "model_args":
+                argv += [a for k, v in value for a in ("--model-arg", f"{k}={_literal(v)}")]
+            elif isinstance(value, bool):
+                argv.append(flag if value else f"--no-{f.name.replace('_', '-')}")
+            elif isinstance(value, tuple):
+                argv += [flag, *map(str, value)]
+            else:
+                argv += [flag, str(value)]
+        return argv
+
+
+# RunConfig fields config_hash leaves out: the seed, and knobs that leave what is trained alone (measurement
+# phases, where datasets live, whether the weights are kept).
+NOT_HASHED: tuple[str, ...] = (
+    "seed", "measure", "timing_warmup", "timing_repeats", "timing_steps", "data_dir", "save_checkpoint",
+)  # fmt: skip
+# A run id ends in ``-<config_hash>-s<seed>`` (RunConfig.run_id): where a table lacks the hash, it is read from there.
+RUN_ID_PATTERN = re.compile(r"-([0-9a-f]{8})-s\d+$")
+SEQUENCE_FIELDS = ("betas", "milestones", "measure")
+# Fields added after results were recorded: hashed only when set, so existing run ids (and resuming) stay valid.
+_HASHED_UNLESS_DEFAULT = frozenset({"warmup_until_error", "world_size"})
+# Every field's default (every RunConfig field has a plain one): what a run JSON written before a field existed used.
+FIELD_DEFAULTS = {f.name: f.default for f in dataclasses.fields(RunConfig)}
+
+
+def lr_factor(step: int, total_steps: int, cfg: RunConfig, warmup_end: int | None = None) -> float:
+    """Multiplier of the peak lr at optimiser step ``step`` (0-based) of ``total_steps``.
+
+    Warm-up first (linear from lr/W to lr, or constant lr·warmup_factor as He 2015 §4.2 did for
+    ResNet-110), then the decay. ``step`` decays at the milestone fractions of the whole run
+    (He 2015: 32k and 48k of 64k iterations); ``cosine`` from lr to 0 over the steps after warm-up;
+    ``inv_sqrt`` is the Transformer rule (Vaswani 2017) normalised to 1 at the end of warm-up:
+    sqrt(max(W, 1) / (step + 1)). ``warmup_end`` replaces ``cfg.warmup_steps`` as W where the warm-up
+    ended early (``warmup_until_error``): the schedule then runs as if the warm-up had been that long.
+    """
+    w = cfg.warmup_steps if warmup_end is None else warmup_end
+    if step < w:
+        return (step + 1) / w if cfg.warmup_kind == "linear" else cfg.warmup_factor
+    if cfg.schedule == "constant":
+        return 1.0
+    if cfg.schedule == "step":
+        passed = sum(step >= m * total_steps for m in cfg.milestones)
+        return float(cfg.gamma**passed)
+    if cfg.schedule == "cosine":
+        span = max(total_steps - w, 1)
+        return 0.5 * (1.0 + math.cos(math.pi * min(step - w, span) / span))
+    return math.sqrt(max(w, 1) / (step + 1))  # inv_sqrt
+
+
+# Named recipes. Each value is a dict of RunConfig fields; explicit CLI flags override them.
+RECIPES: dict[str, dict[str, Any]] = {
+    # He et al. 2015, "Deep Residual Learning for Image Recognition", §4.2 (CIFAR-10): SGD, momentum 0.9,
+    # weight decay 1e-4, batch 128, lr 0.1 divided by 10 at 32k and 48k iterations, stop at 64k.
+    "he2015_cifar": dict(optimizer="sgd", lr=0.1, momentum=0.9, weight_decay=1e-4, batch_size=128,
+                         schedule="step", milestones=(0.5, 0.75), gamma=0.1, steps=64000),
+    # Same, with §4.2's ResNet-110 warm-up: lr 0.01 (= 0.1 x 0.1) for about 400 iterations, then 0.1.
+    "he2015_cifar_warmup": dict(optimizer="sgd", lr=0.1, momentum=0.9, weight_decay=1e-4, batch_size=128,
+                                schedule="step", milestones=(0.5, 0.75), gamma=0.1, steps=64000,
+                                warmup_steps=400, warmup_kind="constant", warmup_factor=0.1),
+    # §4.2's rule itself: "we use 0.01 to warm up the training until the training error is below 80% (about 400
+    # iterations), and then go back to 0.1": the warm-up ends at the first batch below 80% error, 400 steps at most.
+    "he2015_cifar110": dict(optimizer="sgd", lr=0.1, momentum=0.9, weight_decay=1e-4, batch_size=128,
+                            schedule="step", milestones=(0.5, 0.75), gamma=0.1, steps=64000,
+                            warmup_steps=400, warmup_kind="constant", warmup_factor=0.1, warmup_until_error=0.8),
+    # Xiong et al. 2020, "On Layer Normalization in the Transformer Architecture", §4 / Appendix:
+    # Adam with betas (0.9, 0.98), inverse-square-root decay after warm-up (Post-LN needs the warm-up).
+    "xiong2020": dict(optimizer="adam", betas=(0.9, 0.98), weight_decay=0.0, schedule="inv_sqrt",
+                      warmup_steps=4000, lr=5e-4),
+}  # fmt: skip
+
+
+def _literal(value: Any) -> str:
+    """A model argument's value as ``--model-arg`` reads it back: a bare word for a plain string (``shortcut=B``),
+    else its Python literal."""
+    plain = isinstance(value, str) and value.isidentifier() and value not in ("True", "False", "None")
+    return value if plain else repr(value)
+
+
+def _model_args(args: Any) -> tuple[tuple[str, Any], ...]:
+    """Model arguments as (key, value) pairs sorted by key, from a mapping or from pairs (lists after JSON)."""
+    pairs = list(args.items()) if isinstance(args, Mapping) else [tuple(p) for p in args or ()]
+    if any(len(p) != 2 or not isinstance(p[0], str) for p in pairs):
+        raise ValueError(f"model_args takes KEY=VALUE pairs (a mapping or (key, value) pairs), got {args!r}")
+    keys = [k for k, _ in pairs]
+    twice = sorted({k for k in keys if keys.count(k) > 1})
+    if twice:
+        raise ValueError(f"model argument(s) {twice} given more than once")
+    return tuple(sorted(((k, v) for k, v in pairs), key=lambda p: p[0]))
+
+
+def build(fields: Mapping[str, Any]) -> RunConfig:
+    """The RunConfig of ``fields``: a named ``recipe``'s values first, then every field given (the one recipe merge
+    of the command line, the Python API and study files; ``epochs`` given replaces the recipe's ``steps``).
+    ValueError names an unknown field or recipe."""
+    fields = dict(fields)
+    unknown = sorted(set(fields) - set(FIELD_DEFAULTS))
+    if unknown:
+        raise ValueError(f"unknown run-config field(s) {unknown}; `python -m bench run --help` lists them")
+    recipe = fields.get("recipe")
+    base: dict[str, Any] = {}
+    if recipe is not None:
+        if recipe not in RECIPES:
+            raise ValueError(f"unknown recipe {recipe!r}; choose one of: {', '.join(sorted(RECIPES))}")
+        base = dict(RECIPES[recipe])
+        if "epochs" in fields:
+            base.pop("steps", None)  # the user chose the run length in epochs instead of the recipe's steps
+    return RunConfig(**{**base, **fields})
+
+
+def config_from_dict(d: Mapping[str, Any]) -> RunConfig:
+    """Rebuild a RunConfig from ``to_dict()`` output that went through JSON (recipe values are already in it)."""
+    unknown = sorted(set(d) - set(FIELD_DEFAULTS))
+    if unknown:
+        raise ValueError(f"unknown run-config field(s) {unknown}")
+    return RunConfig(**d)

@@ -1,0 +1,258 @@
+"""Measurement phases that run apart from training: FLOPs, throughput, peak memory, device peak.
+
+The harness runs each phase on the model before training with a fresh optimiser and restores
+the model's state afterwards (``bench.runs.train.measure_phases``), so measuring never changes the run
+being trained, and probes/evaluation never run inside a timed region.
+
+What the phases measure depends on the model, the shapes of its data and how one step is computed,
+not on the seed or the learning-rate schedule: :func:`cost_key` names that configuration, and a sweep
+measures it once (the first run of each key) and reuses the figures in the other runs' rows.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import hashlib
+import json
+import os
+import platform
+import re
+import resource
+import signal
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+from torch.nn.attention import SDPBackend, sdpa_kernel
+from torch.utils.flop_counter import FlopCounterMode
+
+# Dense (no sparsity) peak FLOP/s from the vendors' datasheets, by device-name substring and
+# precision ("fp32" here means plain fp32 CUDA cores; "tf32" is what fp32 matmuls use when
+# torch.backends.cuda.matmul.allow_tf32 is on). First matching substring wins, so list the
+# specific names (H100 PCIe) before the generic ones (H100).
+PEAK_FLOPS: tuple[tuple[str, dict[str, float]], ...] = (
+    ("H200", {"bf16": 989.4e12, "fp16": 989.4e12, "tf32": 494.7e12, "fp32": 66.9e12}),
+    ("H100 PCIe", {"bf16": 756.5e12, "fp16": 756.5e12, "tf32": 378.0e12, "fp32": 51.2e12}),
+    ("H100", {"bf16": 989.4e12, "fp16": 989.4e12, "tf32": 494.7e12, "fp32": 66.9e12}),
+    ("A100", {"bf16": 312e12, "fp16": 312e12, "tf32": 156e12, "fp32": 19.5e12}),
+    ("L40S", {"bf16": 362.1e12, "fp16": 362.1e12, "tf32": 183.0e12, "fp32": 91.6e12}),
+    ("L4", {"bf16": 121e12, "fp16": 121e12, "tf32": 60e12, "fp32": 30.3e12}),
+    ("A10", {"bf16": 125e12, "fp16": 125e12, "tf32": 62.5e12, "fp32": 31.2e12}),
+    ("V100", {"fp16": 125e12, "fp32": 15.7e12}),
+    ("T4", {"fp16": 65e12, "fp32": 8.1e12}),
+    ("RTX 4090", {"bf16": 165.2e12, "fp16": 165.2e12, "fp32": 82.6e12}),
+)
+
+StepFn = Callable[[], Any]
+
+# RunConfig fields that change what a run learns but not what one training step costs: the measurement phases
+# (FLOPs, throughput, memory) of two configs that differ only in these give the same figures, up to timing
+# noise. Every other field (and any field added later) counts, so a new field can cost an extra measurement,
+# never a wrong reuse. ``seed`` changes initial values and batch order, not shapes or kernels; ``betas`` and the
+# schedule fields only change host-side scalars; probes and evaluation never run inside a measured phase.
+COST_NEUTRAL_FIELDS: frozenset[str] = frozenset({
+    "seed", "lr", "betas", "schedule", "milestones", "gamma", "warmup_steps", "warmup_kind", "warmup_factor",
+    "warmup_until_error", "target", "eval_every", "probe_every", "diverge_factor", "epochs", "steps", "recipe",
+    "study", "preset", "data_dir",
+})  # fmt: skip
+
+
+def cost_key(config: Any) -> str:
+    """Hash of the fields of a RunConfig that decide what its measurement phases measure.
+
+    Variant, depth, model arguments, task and the shapes it gives (image size, classes, sequence length),
+    batch, precision, device, optimiser, compile / channels-last and the phases and timing knobs themselves
+    all count; the fields of :data:`COST_NEUTRAL_FIELDS` do not. Runs with one key share one measurement.
+    """
+    payload = {f.name: getattr(config, f.name) for f in dataclasses.fields(config) if f.name not in COST_NEUTRAL_FIELDS}
+    return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()[:12]
+
+
+def complete(measurements: dict[str, Any], phases: tuple[str, ...]) -> bool:
+    """Whether ``measurements`` hold a result (no error) for every phase in ``phases``: only then are they reused."""
+    if any(p not in measurements or "error" in measurements[p] for p in phases):
+        return False
+    return "throughput" not in phases or "peak_flops" in measurements
+
+
+def synchronize(device: torch.device) -> None:
+    """Wait for queued device work, so wall-clock time brackets the real work."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    elif device.type == "mps":
+        torch.mps.synchronize()
+
+
+def device_name(device: torch.device) -> str:
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    if device.type == "mps":
+        return "Apple MPS"
+    return _cpu_name()
+
+
+def _cpu_name() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "cpu"
+
+
+def count_flops(forward: Callable[[], torch.Tensor], device: torch.device) -> tuple[int, int]:
+    """FLOPs of one training step, (forward, forward + backward), counted by ``torch.utils.flop_counter``.
+
+    ``forward`` returns the loss; one counter sees the forward, another its backward, so both figures
+    come from the same call. The forward alone is what papers and model zoos quote, though in multiply-adds
+    (timm's ResNet-50 at 224x224: 4.09 GMACs; the counter, 2 FLOPs per multiply-add, gives 8.18e9);
+    forward + backward (about 3x the forward) is what a training step computes and what MFU divides.
+    On CPU, attention runs through the math backend while counting: the counter has no formula
+    for the CPU flash-attention kernel and would count its matmuls as zero.
+    """
+    fwd, bwd = FlopCounterMode(display=False), FlopCounterMode(display=False)
+    backend = sdpa_kernel(SDPBackend.MATH) if device.type == "cpu" else contextlib.nullcontext()
+    with backend:
+        with fwd:
+            loss = forward()
+        with bwd:
+            loss.backward()
+    n_fwd = int(fwd.get_total_flops())
+    return n_fwd, n_fwd + int(bwd.get_total_flops())
+
+
+def time_steps(step: StepFn, device: torch.device, warmup: int, repeats: int, steps: int) -> list[float]:
+    """Per-step time in ms of each repeat (``steps`` calls of ``step``), after ``warmup`` untimed calls.
+
+    The device is synchronised before and after each timed repeat, so queued kernels are counted.
+    """
+    for _ in range(warmup):
+        step()
+    synchronize(device)
+    times = []
+    for _ in range(repeats):
+        synchronize(device)
+        t0 = time.perf_counter()
+        for _ in range(steps):
+            step()
+        synchronize(device)
+        times.append((time.perf_counter() - t0) * 1e3 / steps)
+    return times
+
+
+def median(xs: list[float]) -> float:
+    return float(statistics.median(xs))
+
+
+def peak_flops(device: torch.device, precision: str) -> tuple[float, str]:
+    """The device's peak FLOP/s for ``precision`` and where the figure came from."""
+    if device.type == "cuda":
+        name = torch.cuda.get_device_name(device)
+        key = precision
+        # fp32 matmuls/convs run on TF32 tensor cores when either flag allows it (cuDNN's is on by default).
+        if precision == "fp32" and (torch.backends.cuda.matmul.allow_tf32 or torch.backends.cudnn.allow_tf32):
+            key = "tf32"
+        for pattern, table in PEAK_FLOPS:
+            if re.search(rf"\b{re.escape(pattern)}\b", name, re.IGNORECASE) and key in table:
+                return table[key], f"datasheet: {pattern} {key} dense"
+    return measured_matmul_peak(device, precision)
+
+
+def measured_matmul_peak(device: torch.device, precision: str, n: int = 1024, repeats: int = 5) -> tuple[float, str]:
+    """Best achieved FLOP/s of an n×n matmul on ``device``: the peak used where no datasheet figure is known."""
+    dtype = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[precision]
+    if device.type == "cpu" and dtype == torch.float16:
+        dtype = torch.float32  # CPUs have no fast fp16 matmul; autocast to fp16 falls back likewise
+    a = torch.randn(n, n, device=device, dtype=dtype)
+    b = torch.randn(n, n, device=device, dtype=dtype)
+    ms = time_steps(lambda: a @ b, device, warmup=2, repeats=repeats, steps=3)
+    return 2 * n**3 / (min(ms) / 1e3), f"measured: {n}x{n} {str(dtype).replace('torch.', '')} matmul, best of {repeats}"
+
+
+# -- peak memory -------------------------------------------------------------------------------
+
+
+def cuda_peak_memory(step: StepFn, device: torch.device, steps: int = 3) -> dict[str, Any]:
+    """Peak allocated/reserved CUDA memory of training steps, after a reset of the peak counters."""
+    step()  # allocate optimiser state etc. first: steady-state peak, as in a long run
+    synchronize(device)
+    torch.cuda.reset_peak_memory_stats(device)
+    for _ in range(steps):
+        step()
+    synchronize(device)
+    return {
+        "peak_mb": torch.cuda.max_memory_allocated(device) / 2**20,
+        "reserved_mb": torch.cuda.max_memory_reserved(device) / 2**20,
+        "method": "cuda_max_memory_allocated",
+    }
+
+
+def _proc_status_mb(field: str) -> float | None:
+    """A ``Vm*`` line of /proc/self/status in MiB (Linux), or None where unavailable."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1]) / 2**10  # reported in kB
+    except (OSError, ValueError):
+        pass
+    return None
+
+
+def rss_mb() -> float:
+    """Current resident set size of this process in MiB (0 where unavailable)."""
+    return _proc_status_mb("VmRSS") or 0.0
+
+
+def reset_peak_rss() -> bool:
+    """Reset the kernel's resident-set high-water mark (Linux >= 4.0: ``5`` into clear_refs)."""
+    try:
+        with open("/proc/self/clear_refs", "w", encoding="ascii") as f:
+            f.write("5")
+        return True
+    except OSError:
+        return False
+
+
+def max_rss_mb() -> float:
+    """High-water mark of this process's resident set in MiB (since the last reset, where supported)."""
+    hwm = _proc_status_mb("VmHWM")
+    if hwm is not None:
+        return hwm
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak / 2**20 if sys.platform == "darwin" else peak / 2**10
+
+
+def cpu_peak_memory_subprocess(config: dict[str, Any], plugins: Sequence[str] = (), timeout_s: float = 600
+                               ) -> dict[str, Any]:
+    """Peak memory of the training step on CPU, measured in a fresh process.
+
+    A child process builds the same task and model, notes its resident set, resets the kernel's
+    high-water mark, runs a few training steps and reports the new high-water mark minus that
+    baseline: the memory the step itself needs (activations, gradients, optimiser state). A
+    subprocess keeps the reading clean: nothing else of the parent's (other runs, plots, caches)
+    is resident there, and where the mark cannot be reset it is still the mark of this one step.
+    ``plugins`` are the specs the child loads first (:attr:`bench.runs.plugins.Plugin.reload`), so that a
+    plugin's variant builds there too.
+    """
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench.runs.memprobe"],
+        input=json.dumps({"config": config, "plugins": list(plugins)}),
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)},
+    )
+    if proc.returncode == -signal.SIGKILL:
+        raise RuntimeError("memory probe subprocess was killed (SIGKILL): out of memory?")
+    if proc.returncode != 0:
+        tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
+        raise RuntimeError(f"memory probe subprocess failed (exit {proc.returncode}): {tail[0]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])

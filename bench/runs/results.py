@@ -1,0 +1,217 @@
+"""The results store: ``leaderboard.csv`` (one row per run) and ``runs/<run_id>.json``.
+
+Writes are atomic (write a temp file in the same directory, fsync, ``os.replace``) and the
+leaderboard's read-modify-write happens under a file lock, so concurrent ``bench run`` processes
+never lose or tear a row and an interrupted write leaves the previous file intact.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+import os
+import sys
+import tempfile
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+from filelock import FileLock
+
+from bench.runs.schema import COLUMNS, LEGACY_SCHEMAS, STATUSES, new_row  # noqa: F401  (the schema, re-exported)
+
+_noticed: set[Path] = set()  # leaderboards whose migration this process has already reported
+
+def atomic_write_text(path: Path, text: str) -> None:
+    """Replace ``path`` with ``text`` so readers see the old or the new file, never half of one."""
+    atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """Replace ``path`` with ``data`` so readers see the old or the new file, never half of one."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        os.fchmod(fd, 0o644)  # mkstemp creates 0600; results are meant to be shared
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _cell(value: Any) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return ""
+    if isinstance(value, float):
+        return repr(value)
+    return str(value)
+
+
+def _csv_text(rows: Iterable[Mapping[str, Any]]) -> str:
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(COLUMNS)
+    for row in rows:
+        w.writerow([_cell(row.get(c)) for c in COLUMNS])
+    return buf.getvalue()
+
+
+class ResultsStore:
+    """One results directory: ``leaderboard.csv``, ``runs/``, ``plots/``."""
+
+    def __init__(self, root: str | os.PathLike[str]) -> None:
+        self.root = Path(root)
+        self.leaderboard = self.root / "leaderboard.csv"
+        self.runs_dir = self.root / "runs"
+        self.plots_dir = self.root / "plots"
+        self._lock = FileLock(str(self.root / ".leaderboard.lock"))
+
+    def preflight(self) -> None:
+        """Refuse bad input before anything runs; creates nothing.
+
+        Raises ValueError naming the path when the results directory is a file, cannot be created or
+        is not writable, or when its leaderboard has a foreign header or a damaged line (then the line
+        and how to repair it): found after training, the run's work would be thrown away.
+        """
+        try:
+            if self.root.exists() and not self.root.is_dir():
+                raise ValueError(f"results directory {self.root} is an existing file; pass another --results-dir")
+            existing = self.root
+            while not existing.exists():  # the directory is created on first write: judge its nearest ancestor
+                existing = existing.parent
+            if not existing.is_dir():
+                raise ValueError(f"cannot create results directory {self.root}: {existing} is a file")
+            if not os.access(existing, os.W_OK | os.X_OK):
+                raise ValueError(f"results directory {existing} is not writable; pass another --results-dir")
+            if self.runs_dir.exists() and not self.runs_dir.is_dir():
+                raise ValueError(f"{self.runs_dir} is a file, but run JSONs go into a directory of that name; "
+                                 "move it away or pass another --results-dir")
+        except OSError as exc:  # e.g. a parent directory that may not be searched
+            raise ValueError(f"cannot use results directory {self.root}: {exc.strerror or exc}") from None
+        self._read_rows()
+
+    def append(self, row: Mapping[str, Any], run_json: Mapping[str, Any]) -> Path:
+        """Write the run JSON, then add (or replace, same run_id) its leaderboard row, atomically.
+
+        A leaderboard in an earlier schema is rewritten in the current one, its rows migrated.
+        """
+        new_row(**row)  # refuses a column outside the schema before anything is written
+        self.root.mkdir(parents=True, exist_ok=True)
+        run_path = self.runs_dir / f"{row['run_id']}.json"
+        atomic_write_text(run_path, json.dumps(run_json, indent=1, default=_json_default, allow_nan=False) + "\n")
+        with self._lock:
+            rows = [r for r in self._read_rows() if r["run_id"] != row["run_id"]]
+            rows.append({c: _cell(row.get(c)) for c in COLUMNS})
+            atomic_write_text(self.leaderboard, _csv_text(rows))
+        return run_path
+
+    def _read_rows(self) -> list[dict[str, str]]:
+        """Every row, in the current schema; a foreign header or a damaged line raises ValueError (how to fix it)."""
+        path = self.leaderboard
+        if not path.exists():
+            return []
+        if not path.is_file():
+            raise ValueError(f"{path} is not a file; move it away or use another --results-dir")
+        header: tuple[str, ...] | None = None
+        rows: list[dict[str, str]] = []
+        start = 1
+        try:
+            with path.open(encoding="utf-8", newline="") as f:
+                reader = csv.reader(f, strict=True)
+                while True:
+                    start = reader.line_num + 1  # the line this record starts on (a quoted field may span lines)
+                    fields = next(reader, None)
+                    if fields is None:
+                        break
+                    if not fields:
+                        continue  # a blank line holds no run
+                    if header is None:
+                        header = self._check_header(tuple(fields))
+                    elif len(fields) != len(header):
+                        raise self._damaged(start, len(header), f"{len(fields)} fields, not {len(header)}")
+                    else:
+                        rows.append(dict(zip(header, fields, strict=True)))
+        except csv.Error as exc:
+            raise self._damaged(start, len(header or COLUMNS), str(exc)) from None
+        except UnicodeDecodeError as exc:
+            raise ValueError(f"{path} is not UTF-8 text ({exc.reason} at byte {exc.start}); "
+                             "move it away or use another --results-dir") from None
+        if header is None or header == COLUMNS:
+            return rows
+        note, migrate = LEGACY_SCHEMAS[header]
+        if path.resolve() not in _noticed:
+            _noticed.add(path.resolve())
+            print(f"note: {path} has an earlier leaderboard schema, read as the current one ({note}); "
+                  "the next run written there rewrites it in the current schema", file=sys.stderr)
+        return [migrate(r) for r in rows]
+
+    def _check_header(self, header: tuple[str, ...]) -> tuple[str, ...]:
+        if header != COLUMNS and header not in LEGACY_SCHEMAS:
+            raise ValueError(
+                f"{self.leaderboard} has columns {list(header)}, not resbench's schema; "
+                "move it away or use another --results-dir"
+            )
+        return header
+
+    def _damaged(self, line: int, n_fields: int, reason: str) -> ValueError:
+        return ValueError(
+            f"{self.leaderboard} line {line} is damaged ({reason}); fix or delete line {line} of {self.leaderboard} "
+            f"(each row must have {n_fields} comma-separated fields; a quote opened in a field must be closed)"
+        )
+
+    def load_leaderboard(self) -> pd.DataFrame:
+        """The leaderboard as a DataFrame in the fixed column order (empty frame if none yet).
+
+        An earlier schema is mapped onto the current one; a damaged file raises ValueError naming the line.
+        """
+        if not self.leaderboard.exists():
+            return pd.DataFrame(columns=list(COLUMNS))
+        with self._lock:
+            rows = self._read_rows()
+        # pandas reads text this module wrote from validated rows: its parser errors cannot reach the user.
+        # A hash is text even when its hex digits read as a number ("00012e45" is not 12e45).
+        return pd.read_csv(io.StringIO(_csv_text(rows)), dtype={"config_hash": str})
+
+    def load_run(self, run_id: str) -> dict[str, Any]:
+        path = self.runs_dir / f"{run_id}.json"
+        if not path.exists():
+            matches = sorted(self.runs_dir.glob(f"{run_id}*.json")) if self.runs_dir.exists() else []
+            if len(matches) != 1:
+                hint = f"; {len(matches)} runs start with it" if matches else ""
+                raise ValueError(f"no run {run_id!r} in {self.runs_dir}{hint}")
+            path = matches[0]
+        return read_run_json(path)
+
+    def load_runs(self) -> list[dict[str, Any]]:
+        """Every run JSON, sorted by run_id; a damaged one raises ValueError naming its file."""
+        if not self.runs_dir.exists():
+            return []
+        return [read_run_json(p) for p in sorted(self.runs_dir.glob("*.json"))]
+
+
+def read_run_json(path: Path) -> dict[str, Any]:
+    """One run JSON; ValueError naming the file when it is not readable JSON of a run (a truncated write by
+    another tool, a file edited by hand), with what to do."""
+    try:
+        run = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"run JSON {path} cannot be read ({exc}); restore it, or delete it and its leaderboard row "
+                         "and rerun that run") from None
+    if not isinstance(run, dict) or "run_id" not in run:
+        raise ValueError(f"{path} is not a run JSON of resbench (no run_id); move it out of {path.parent}")
+    return run
+
+
+def _json_default(obj: Any) -> Any:
+    if hasattr(obj, "item"):
+        return obj.item()
+    if isinstance(obj, Path):
+        return str(obj)
+    raise TypeError(f"cannot store {type(obj).__name__} in a run JSON")

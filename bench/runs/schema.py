@@ -1,0 +1,92 @@
+"""The leaderboard's row schema: its columns in their fixed order, the earlier headers that still load, the run
+statuses, and :func:`new_row`, the one place a row is made. ``results/README.md`` documents every column.
+
+This module imports nothing but the standard library and :mod:`bench.runs.config`: the command line's parser reads
+it without loading pandas.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from bench.runs.config import RUN_ID_PATTERN
+
+# The fixed column order of leaderboard.csv; results/README.md documents each column.
+COLUMNS: tuple[str, ...] = (
+    "run_id", "config_hash", "variant", "family", "depth", "params", "init", "task", "seed", "epochs", "steps",
+    "batch_size", "optimizer", "lr", "schedule", "warmup_steps", "device", "device_name", "world_size", "precision",
+    "status", "error",
+    "final_train_loss", "final_train_acc", "final_val_loss", "final_val_acc", "best_val_acc",
+    "target_acc", "steps_to_target", "time_to_target_s",
+    "train_samples_per_s", "train_tokens_per_s", "step_time_ms", "peak_mem_mb", "mem_method",
+    "fwd_flops_per_sample", "train_flops_per_sample", "achieved_tflops", "mfu", "cost_source", "wall_time_s",
+    "study", "torch_version", "git_sha", "created_at",
+)  # fmt: skip
+
+# The header before world_size (the processes of a torchrun job that trained the run) was a column: every run
+# was one process.
+COLUMNS_V3: tuple[str, ...] = tuple(c for c in COLUMNS if c != "world_size")
+V3_MAPPING = "world_size 1"
+
+# The header before cost_source (the run whose measurement phases produced a row's throughput, memory and FLOPs)
+# was a column: every such row measured its own, or nothing when no phase ran; the column is left empty.
+COLUMNS_V2: tuple[str, ...] = tuple(c for c in COLUMNS_V3 if c != "cost_source")
+V2_MAPPING = "cost_source left empty, world_size 1"
+
+# The header before forward/train FLOPs, init and config_hash were columns. Such leaderboards still load:
+# each row is mapped onto COLUMNS on read, and the next append rewrites the file in the current schema.
+COLUMNS_V1: tuple[str, ...] = (
+    "run_id", "variant", "family", "depth", "params", "task", "seed", "epochs", "steps", "batch_size",
+    "optimizer", "lr", "schedule", "warmup_steps", "device", "device_name", "precision",
+    "status", "error",
+    "final_train_loss", "final_train_acc", "final_val_loss", "final_val_acc", "best_val_acc",
+    "target_acc", "steps_to_target", "time_to_target_s",
+    "train_samples_per_s", "train_tokens_per_s", "step_time_ms", "peak_mem_mb", "mem_method",
+    "flops_per_sample", "achieved_tflops", "mfu", "wall_time_s",
+    "study", "torch_version", "git_sha", "created_at",
+)  # fmt: skip
+V1_MAPPING = ("flops_per_sample -> train_flops_per_sample; fwd_flops_per_sample and init left empty; "
+              "config_hash taken from run_id; world_size 1")
+
+
+def _from_v1(row: dict[str, str]) -> dict[str, str]:
+    new = _from_v2(row)
+    new["train_flops_per_sample"] = row["flops_per_sample"]
+    m = RUN_ID_PATTERN.search(row["run_id"])
+    new["config_hash"] = m.group(1) if m else ""
+    return new
+
+
+def _from_v2(row: dict[str, str]) -> dict[str, str]:
+    return {c: row.get(c, "") for c in COLUMNS} | {"world_size": "1"}  # every run was one process then
+
+
+# Earlier headers that still load: header -> (what the mapping does, the row mapping).
+LEGACY_SCHEMAS: dict[tuple[str, ...], tuple[str, Callable[[dict[str, str]], dict[str, str]]]] = {
+    COLUMNS_V1: (V1_MAPPING, _from_v1),
+    COLUMNS_V2: (V2_MAPPING, _from_v2),
+    COLUMNS_V3: (V3_MAPPING, _from_v2),
+}
+# "killed": the run's process was ended by a signal (a user's kill, a scheduler's) before it could return its row.
+STATUSES = ("ok", "diverged", "oom", "error", "killed")
+
+
+def new_row(**values: Any) -> dict[str, Any]:
+    """A leaderboard row: ``values`` in the schema's column order, every other column None; a name that is not a
+    column raises (the one place a row is made)."""
+    unknown = sorted(set(values) - set(COLUMNS))
+    if unknown:
+        raise ValueError(f"row has columns outside the leaderboard schema: {unknown}")
+    return {c: values.get(c) for c in COLUMNS}
+
+# Columns filled from the run's measurement phases (throughput, memory, FLOPs; bench.runs.measure). A sweep
+# measures them once per model configuration and copies them into the rows of its other seeds (the row's
+# ``cost_source`` names the run that measured): the copies are one measurement, not several.
+COST_COLUMNS: tuple[str, ...] = (
+    "train_samples_per_s", "train_tokens_per_s", "step_time_ms", "peak_mem_mb", "fwd_flops_per_sample",
+    "train_flops_per_sample", "achieved_tflops", "mfu",
+)  # fmt: skip
+# What `bench leaderboard` shows by default (the full set is in REPORT.md and the CSV itself).
+HEADLINE_METRICS: tuple[str, ...] = ("final_train_acc", "final_val_acc", "best_val_acc", "train_samples_per_s",
+                                     "peak_mem_mb")

@@ -1,0 +1,86 @@
+"""The task interface: data already on the device, a batch sampler, a loss and a metric.
+
+A task is everything the training loop needs besides the model. Small datasets live on the
+device as tensors and are batched by indexing; augmentation runs on the device too, so the
+loop never waits on a host-side data loader.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+
+class TaskError(ValueError):
+    """Bad task input (unknown task, missing or corrupt dataset): the CLI prints it and exits 2."""
+
+
+Batch = tuple[torch.Tensor, torch.Tensor]
+
+
+@dataclass(frozen=True)
+class TaskOptions:
+    """Options a task may read; each task ignores those that do not concern it."""
+
+    data_dir: str | None = None  # where cifar10/cifar100 archives live (else $RESBENCH_DATA or ~/.cache/resbench)
+    data_path: str | None = None  # the UTF-8 file of the `text` task
+    seq_len: int = 128  # tokens per training window (sequence tasks)
+    image_size: int = 32  # side of `synthetic` images
+    num_classes: int = 10  # classes of `synthetic`
+    random_labels: bool = False  # `synthetic`: labels independent of the inputs (fit-random-labels study)
+    train_size: int = 4096  # samples in generated train splits (`synthetic`, copy/reverse/recall)
+    val_size: int = 1024  # samples in generated validation splits
+    augment: bool = True  # image tasks: pad-and-crop + horizontal flip on the device (He 2015's CIFAR augmentation)
+
+
+@dataclass
+class Task:
+    """Base class. Subclasses implement :meth:`train_batches`, :meth:`val_batches`, :meth:`train_eval_batches`.
+
+    ``model_kwargs`` are what ``variants.create`` needs to fit the model to the data
+    (``num_classes``/``in_chans`` for images, ``vocab_size``/``max_len`` for sequences).
+    ``unit`` names what throughput counts (``"samples"`` or ``"tokens"``); ``units_per_sample``
+    converts (1 for images, the sequence length for language modelling).
+    """
+
+    name: str
+    kind: str  # "image" or "sequence"
+    model_kwargs: dict[str, Any]
+    device: torch.device
+    unit: str = "samples"
+    units_per_sample: int = 1
+    info: dict[str, Any] = field(default_factory=dict)  # sizes, split, checksums: recorded in the run JSON
+    num_train: int = 0  # samples (sequences/windows) in one epoch of the training split
+    default_steps: int | None = None  # run length when neither --epochs nor --steps is given (else 30 epochs)
+
+    def train_batches(self, batch_size: int, generator: torch.Generator) -> Iterator[Batch]:
+        """Endless training batches (augmented where the task augments), drawn with ``generator``."""
+        raise NotImplementedError
+
+    def val_batches(self, batch_size: int) -> Iterator[Batch]:
+        """One pass over the fixed validation split, no augmentation."""
+        raise NotImplementedError
+
+    def train_eval_batches(self, batch_size: int) -> Iterator[Batch]:
+        """One pass over a fixed subset of the training split without augmentation (training error)."""
+        raise NotImplementedError
+
+    def loss(self, logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        """Mean cross-entropy; sequence logits (B, T, V) are flattened over tokens."""
+        return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), target.reshape(-1))
+
+    def correct(self, logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        """Number of correct predictions (per token for sequences), as a 0-dim tensor (no host sync)."""
+        return (logits.argmax(-1) == target).sum()
+
+    def count(self, target: torch.Tensor) -> int:
+        """How many predictions ``correct`` counted over (samples, or tokens)."""
+        return target.numel()
+
+    def extra_metrics(self, val_loss: float) -> dict[str, float]:
+        """Task-specific metrics derived from the validation loss (bits per character, perplexity)."""
+        return {}

@@ -1,0 +1,459 @@
+"""One run: build task and model, measure (FLOPs, throughput, memory), train, evaluate, record.
+
+Setup errors (unknown variant or task, invalid depth, missing dataset) raise before anything is
+written; the CLI turns them into exit code 2. Everything after setup is recorded: a run that
+diverges, runs out of memory or raises still produces a leaderboard row whose ``status`` and
+``error`` say what happened.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+import variants
+from bench.runs import distributed, measure, plugins
+from bench.runs.config import RunConfig, lr_factor
+from bench.runs.progress import Progress
+from bench.runs.tasks import Task, TaskError, TaskOptions
+from bench.runs.tasks import get as get_task
+
+# Which model keywords a task must be able to set, by task kind: a variant that lacks them
+# cannot fit the task's data (e.g. a Transformer on images).
+REQUIRED_MODEL_KWARGS = {"image": ("num_classes",), "sequence": ("vocab_size",)}
+TIMM_MODEL_KWARGS = ("num_classes", "in_chans")
+DEFAULT_EPOCHS = 30.0  # run length when neither --epochs nor --steps is given and the task names none
+
+
+class Diverged(RuntimeError):
+    """The training loss became non-finite or exploded."""
+
+    def __init__(self, step: int, message: str) -> None:
+        super().__init__(message)
+        self.step = step
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        if torch.cuda.is_available():
+            return torch.device("cuda")
+        if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
+            return torch.device("mps")
+        return torch.device("cpu")
+    if name == "cuda" and not torch.cuda.is_available():
+        raise ValueError("--device cuda asked for, but torch sees no CUDA device; use --device cpu or auto")
+    if name == "mps" and not (getattr(torch.backends, "mps", None) and torch.backends.mps.is_available()):
+        raise ValueError("--device mps asked for, but MPS is not available; use --device cpu or auto")
+    return torch.device(name)
+
+
+def task_options(cfg: RunConfig) -> TaskOptions:
+    return TaskOptions(
+        data_dir=cfg.data_dir, data_path=cfg.data_path, seq_len=cfg.seq_len, image_size=cfg.image_size,
+        num_classes=cfg.num_classes, random_labels=cfg.random_labels, augment=cfg.augment,
+        train_size=cfg.train_size, val_size=cfg.val_size,
+    )  # fmt: skip
+
+
+def model_kwargs(cfg: RunConfig, task: Task) -> dict[str, Any]:
+    """Keyword arguments for ``variants.create``: what the task dictates, the depth, the user's extras."""
+    user = cfg.model_overrides()
+    if cfg.variant.startswith(variants.registry.TIMM_PREFIX):
+        accepted: set[str] = set(TIMM_MODEL_KWARGS)
+        if task.kind != "image":
+            raise ValueError(f"timm models take images; task {task.name!r} is a {task.kind} task")
+    else:
+        accepted = set(variants.describe(cfg.variant)["defaults"])
+        missing = [k for k in REQUIRED_MODEL_KWARGS[task.kind] if k not in accepted]
+        if missing:
+            family = variants.describe(cfg.variant)["family"]
+            raise ValueError(
+                f"variant {cfg.variant!r} ({family}) cannot run {task.kind} task {task.name!r}: "
+                f"it takes no {missing[0]}"
+            )
+    kw = {k: v for k, v in task.model_kwargs.items() if k in accepted}
+    clash = {k for k in user if k in kw and user[k] != kw[k]}
+    if clash:
+        raise ValueError(f"--model-arg {sorted(clash)} conflicts with what task {task.name!r} sets: {kw}")
+    if cfg.depth is not None:
+        if "depth" in user:
+            raise ValueError("give the depth once: --depth or --model-arg depth=..., not both")
+        kw["depth"] = cfg.depth
+    return {**kw, **user}
+
+
+def resolved_kwargs(variant: str, overrides: Mapping[str, Any]) -> dict[str, Any]:
+    """Every keyword argument the variant's builder gets: its defaults, the preset's pins, then ``overrides``."""
+    return {**variants.describe(variant)["defaults"], **overrides}
+
+
+@dataclass
+class Setup:
+    """Everything built before training; building it is where bad input is caught."""
+
+    cfg: RunConfig
+    device: torch.device
+    task: Task
+    model: torch.nn.Module
+    model_kwargs: dict[str, Any]
+    total_steps: int
+    eval_every: int
+    world: distributed.World | None = None  # this rank's place in a torchrun job (bench.runs.distributed), if any
+    ddp: torch.nn.Module | None = None  # the model wrapped in DistributedDataParallel: what a training step runs
+
+
+def _world(cfg: RunConfig) -> distributed.World | None:
+    """The torchrun job a run with ``world_size > 1`` trains in; bad input where there is none or it differs."""
+    if cfg.world_size == 1:
+        return None
+    world = distributed.current()
+    if world is None or world.size != cfg.world_size:
+        raise ValueError(f"world_size {cfg.world_size} needs a torchrun job of that many processes "
+                         f"(`torchrun --nproc-per-node {cfg.world_size} -m bench run ...`); this process is in "
+                         f"{'none' if world is None else f'one of {world.size}'}")
+    if cfg.batch_size % world.size:
+        raise ValueError(f"--batch-size {cfg.batch_size} is the global batch: it must divide evenly over the "
+                         f"{world.size} processes (each takes an equal shard)")
+    return world
+
+
+def setup(cfg: RunConfig) -> Setup:
+    """Build task and model; raises ValueError (incl. TaskError) on bad input, before anything is written."""
+    if cfg.variant.startswith(variants.registry.TIMM_PREFIX):
+        pass
+    else:
+        variants.describe(cfg.variant)  # unknown name -> ValueError naming close matches, before loading data
+    world = _world(cfg)
+    device = resolve_device(cfg.device)
+    if world is not None:
+        device = distributed.device_for(world, device)
+    seed_everything(cfg.seed, cfg.deterministic)
+    task = get_task(cfg.task, device=device, seed=cfg.seed, options=task_options(cfg))
+    if task.kind == "image" and cfg.batch_size > task.num_train:
+        raise TaskError(
+            f"--batch-size {cfg.batch_size} exceeds the {task.num_train} training samples of task {task.name!r}; "
+            "use a smaller batch (or a larger --train-size for synthetic)"
+        )
+    kw = model_kwargs(cfg, task)
+    torch.manual_seed(cfg.seed)
+    model = variants.create(cfg.variant, **kw).to(device)
+    if cfg.channels_last:
+        model = model.to(memory_format=torch.channels_last)
+    if cfg.steps is not None:
+        total = cfg.steps
+    elif cfg.epochs is None and task.default_steps is not None:
+        total = task.default_steps
+    else:
+        epochs = cfg.epochs if cfg.epochs is not None else DEFAULT_EPOCHS
+        total = max(1, math.ceil(epochs * task.num_train / cfg.batch_size))
+    eval_every = cfg.eval_every or max(1, total // 10)
+    ddp = None
+    if world is not None:  # one wrapper for every step of the run: it broadcasts rank 0's weights as it wraps
+        ddp = torch.nn.parallel.DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda"
+                                                        else None)
+    return Setup(cfg, device, task, model, kw, total, eval_every, world, ddp)
+
+
+def seed_everything(seed: int, deterministic: bool) -> None:
+    torch.manual_seed(seed)
+    if deterministic:
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # cuBLAS needs it for determinism
+        torch.use_deterministic_algorithms(True)
+        torch.backends.cudnn.benchmark = False
+    else:
+        torch.use_deterministic_algorithms(False)
+
+
+def make_optimizer(cfg: RunConfig, model: torch.nn.Module) -> torch.optim.Optimizer:
+    params = [p for p in model.parameters() if p.requires_grad]
+    if cfg.optimizer == "sgd":
+        return torch.optim.SGD(params, lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay)
+    cls = torch.optim.AdamW if cfg.optimizer == "adamw" else torch.optim.Adam
+    return cls(params, lr=cfg.lr, betas=cfg.betas, weight_decay=cfg.weight_decay)
+
+
+def autocast(cfg: RunConfig, device: torch.device) -> contextlib.AbstractContextManager[Any]:
+    if cfg.precision == "fp32":
+        return contextlib.nullcontext()
+    dtype = torch.bfloat16 if cfg.precision == "bf16" else torch.float16
+    return torch.autocast(device_type=device.type, dtype=dtype)
+
+
+def after_step_hook(model: torch.nn.Module) -> Callable[[], Any] | None:
+    """The model's ``after_optimizer_step`` (see ``variants``' public API), or None: part of every training step,
+    e.g. nGPT's renormalisation of its matrices (Loshchilov et al. 2024, §2.6)."""
+    hook = getattr(model, "after_optimizer_step", None)
+    return hook if callable(hook) else None
+
+
+class StepRunner:
+    """The training step, shared by the timing phase, the memory probe and the training loop.
+
+    With ``watch_warmup_error`` (the training loop only: it syncs to the host each warm-up step, which
+    a timed phase must not) and ``cfg.warmup_until_error`` set, the warm-up ends after the first step
+    whose training batch's error is below the threshold; ``warmup_end`` is then that step count.
+    """
+
+    def __init__(self, cfg: RunConfig, s: Setup, model: torch.nn.Module, batches: Iterator[Any],
+                 watch_warmup_error: bool = False) -> None:
+        self.cfg, self.device, self.task = cfg, s.device, s.task
+        self.model = model
+        stepped = s.ddp if s.ddp is not None else model  # under torchrun the step's gradients are averaged
+        self.forward = torch.compile(stepped) if cfg.compile else stepped
+        self.opt = make_optimizer(cfg, model)
+        total = s.total_steps
+        self.steps_done = 0
+        self.warmup_end = cfg.warmup_steps  # steps of warm-up; an error threshold may end it earlier
+        self.watch_error = watch_warmup_error and cfg.warmup_until_error is not None
+        self.sched = torch.optim.lr_scheduler.LambdaLR(self.opt, lambda i: lr_factor(i, total, cfg, self.warmup_end))
+        self.scaler = torch.amp.GradScaler(s.device.type, enabled=cfg.precision == "fp16")
+        world = s.world
+        self.world = world
+        # under torchrun: every rank draws the same global batch and keeps its own shard of it
+        self.batches = batches if world is None else (distributed.shard(x, y, world) for x, y in batches)
+        self.channels_last = cfg.channels_last
+        self.after_step = after_step_hook(model)
+
+    def __call__(self) -> torch.Tensor:
+        x, y = next(self.batches)
+        if self.channels_last and x.dim() == 4:
+            x = x.contiguous(memory_format=torch.channels_last)
+        with autocast(self.cfg, self.device):
+            logits = self.forward(x)
+            loss = self.task.loss(logits, y)
+        warming = self.watch_error and self.steps_done < self.warmup_end
+        correct = self.task.correct(logits.detach(), y) if warming else None  # on the device: no sync yet
+        del logits  # not held through backward: the memory phase's peak must stay that of a plain step
+        self.opt.zero_grad(set_to_none=True)
+        self.scaler.scale(loss).backward()
+        if self.cfg.grad_clip is not None:
+            self.scaler.unscale_(self.opt)
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.grad_clip)
+        self.scaler.step(self.opt)
+        self.scaler.update()
+        if self.after_step is not None:
+            with torch.no_grad():
+                self.after_step()
+        if correct is not None:
+            self._end_warmup_below_error(correct, y)
+        self.steps_done += 1
+        self.sched.step()  # after the check: the next step's lr already follows the post-warm-up schedule
+        return loss.detach()
+
+    def _end_warmup_below_error(self, correct: torch.Tensor, y: torch.Tensor) -> None:
+        """He 2015 §4.2: warm up "until the training error is below 80%", judged on this step's batch."""
+        count = self.task.count(y)
+        if self.world is not None:  # the global batch's error: the same decision on every rank
+            correct, count = distributed.sum_across(correct), count * self.world.size
+        error = 1.0 - float(correct) / max(count, 1)  # a host sync, in warm-up steps only
+        if error < self.cfg.warmup_until_error:  # type: ignore[operator]
+            self.warmup_end = self.steps_done + 1
+
+
+def batch_generator(s: Setup, offset: int = 0) -> torch.Generator:
+    return torch.Generator(device=s.device).manual_seed(s.cfg.seed + offset)
+
+
+@dataclass
+class Record:
+    """What the run has measured so far; turned into the row and the run JSON, whatever happens."""
+
+    measurements: dict[str, Any] = field(default_factory=dict)
+    train_curve: list[dict[str, Any]] = field(default_factory=list)
+    eval_curve: list[dict[str, Any]] = field(default_factory=list)
+    probes: list[dict[str, Any]] = field(default_factory=list)
+    steps_done: int = 0
+    train_time_s: float = 0.0
+    steps_to_target: int | None = None
+    time_to_target_s: float | None = None
+    warmup_ended_at: int | None = None  # steps of warm-up made (0: none); None if the run stopped inside it
+    status: str = "ok"
+    error: str = ""
+
+
+def measure_phases(s: Setup, rec: Record) -> None:
+    """FLOPs, throughput and memory, each on the model's own state, which is restored afterwards.
+
+    A phase that fails (a CPU memory probe killed for memory, say) is recorded with its error and
+    the run goes on to train: a missing measurement must not cost the convergence result.
+    """
+    cfg, model, device = s.cfg, s.model, s.device
+    # On the host, so the CUDA memory phase does not count a second copy of the weights.
+    snapshot = {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
+    rng = torch.get_rng_state()
+
+    def flops() -> dict[str, Any]:
+        x, y = next(s.task.train_batches(cfg.batch_size, batch_generator(s, 1)))
+
+        def forward() -> torch.Tensor:
+            with autocast(cfg, device):
+                return s.task.loss(model(x), y)
+
+        fwd, train_step = measure.count_flops(forward, device)
+        model.zero_grad(set_to_none=True)
+        # per_step (forward + backward) is what a training step computes: MFU divides it by the step time.
+        return {"per_step": train_step, "train_per_sample": train_step / cfg.batch_size,
+                "fwd_per_step": fwd, "fwd_per_sample": fwd / cfg.batch_size, "method": "torch.utils.flop_counter"}
+
+    def throughput() -> dict[str, Any]:
+        runner = StepRunner(cfg, s, model, s.task.train_batches(cfg.batch_size, batch_generator(s, 2)))
+        times = measure.time_steps(runner, device, cfg.timing_warmup, cfg.timing_repeats, cfg.timing_steps)
+        med = measure.median(times)
+        rec.measurements["peak_flops"], rec.measurements["peak_source"] = measure.peak_flops(device, cfg.precision)
+        return {
+            "step_times_ms": times, "median_step_ms": med, "samples_per_s": cfg.batch_size / (med / 1e3),
+            "warmup_steps": cfg.timing_warmup, "repeats": cfg.timing_repeats, "steps_per_repeat": cfg.timing_steps,
+        }  # fmt: skip
+
+    def memory() -> dict[str, Any]:
+        if device.type == "cuda":
+            runner = StepRunner(cfg, s, model, s.task.train_batches(cfg.batch_size, batch_generator(s, 3)))
+            return measure.cuda_peak_memory(runner, device)
+        if device.type == "cpu" and s.world is not None:
+            return {"peak_mb": None, "method": "not measured under torchrun on the CPU (the probe is one process)"}
+        if device.type == "cpu":
+            # the child loads the plugins loaded here, so a plugin's variant is measured as a shipped one is
+            return measure.cpu_peak_memory_subprocess(cfg.to_dict(), [p.reload for p in plugins.loaded()])
+        return {"peak_mb": None, "method": f"unsupported on {device.type}"}
+
+    phases = {"flops": flops, "throughput": throughput, "memory": memory}
+    try:
+        for name in (p for p in phases if p in cfg.measure):
+            try:
+                rec.measurements[name] = phases[name]()
+            except Exception as exc:  # recorded; training still runs
+                rec.measurements[name] = {"error": f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}"}
+                model.zero_grad(set_to_none=True)
+    finally:
+        model.load_state_dict(snapshot)
+        model.zero_grad(set_to_none=True)
+        torch.set_rng_state(rng)
+
+
+@torch.no_grad()
+def eval_pass(
+    model: torch.nn.Module,
+    task: Task,
+    batches: Iterable[Any],
+    amp: Callable[[], contextlib.AbstractContextManager[Any]] = contextlib.nullcontext,
+) -> tuple[float, float]:
+    """Count-weighted mean loss and accuracy of ``model`` over one pass of ``batches``, in eval mode (the model's
+    mode is restored afterwards, also on an error); the forward runs inside ``amp()`` (autocast), the loss on
+    fp32 logits. The sums stay on the device: one host sync at the end. (nan, nan) when there are no batches.
+    Shared by training's evaluations and :mod:`bench.analysis.lesion`."""
+    was_training = model.training
+    model.eval()
+    loss_sum: Any = 0.0
+    correct: Any = 0
+    count = 0
+    try:
+        for x, y in batches:
+            with amp():
+                logits = model(x)
+            n = task.count(y)
+            low = logits.dtype in (torch.float16, torch.bfloat16)
+            loss_sum = loss_sum + task.loss(logits.float() if low else logits, y) * n
+            correct = correct + task.correct(logits, y)
+            count += n
+    finally:
+        model.train(was_training)
+    if count == 0:
+        return float("nan"), float("nan")
+    return float(loss_sum) / count, float(correct) / count
+
+
+def evaluate(s: Setup, model: torch.nn.Module, batches: Iterator[Any]) -> tuple[float, float]:
+    """Mean loss and accuracy over one pass of ``batches`` under the run's precision (:func:`eval_pass`)."""
+    return eval_pass(model, s.task, batches, lambda: autocast(s.cfg, s.device))
+
+
+def train(s: Setup, rec: Record, progress: bool, probe: Callable[..., list[dict[str, Any]]] | None) -> None:
+    cfg, model, device, task = s.cfg, s.model, s.device, s.task
+    torch.manual_seed(cfg.seed + 4)  # dropout / drop-path stream, independent of what measuring consumed
+    model.train()
+    runner = StepRunner(cfg, s, model, task.train_batches(cfg.batch_size, batch_generator(s)), watch_warmup_error=True)
+    probe_batch = next(iter(task.train_eval_batches(cfg.batch_size))) if probe else None
+    losses = torch.empty(s.total_steps, device=device)
+    lrs: list[float] = []
+    first_loss: float | None = None
+    checked = 0  # losses[:checked] were already checked for divergence
+    check_every = max(1, min(s.eval_every, 25))
+    bar = Progress(s.total_steps, cfg.run_id, enabled=progress)  # a bar on a terminal, else a line every 30 s
+    try:
+        for step in range(s.total_steps):
+            if probe and step % cfg.probe_every == 0:  # type: ignore[operator]
+                t_sync = time.perf_counter()  # queued training kernels finish here: training time, not probe time
+                measure.synchronize(device)
+                rec.train_time_s += time.perf_counter() - t_sync
+                rec.probes += probe(model, *probe_batch, task.loss, step)  # type: ignore[misc]
+            t0 = time.perf_counter()
+            lrs.append(float(runner.sched.get_last_lr()[0]))
+            losses[step] = runner()
+            done = step + 1
+            rec.steps_done = done
+            # One host sync per check, not per step: the loss values stay on the device until then.
+            if done - checked >= check_every or done % s.eval_every == 0 or done == s.total_steps:
+                if s.world is not None:  # the curve is the global batch's loss: the mean of the ranks' shards
+                    losses[checked:done] = distributed.mean_across(losses[checked:done])
+                chunk = losses[checked:done]
+                measure.synchronize(device)
+                rec.train_time_s += time.perf_counter() - t0
+                if first_loss is None:
+                    first_loss = float(losses[0])
+                try:
+                    _check_divergence(chunk, checked, first_loss, cfg.diverge_factor)
+                except Diverged as exc:
+                    rec.steps_done = exc.step  # the row and the curve end at the first bad step
+                    raise
+                checked = done
+                bar.update(done, loss=f"{float(chunk[-1]):.3f}")
+            else:
+                rec.train_time_s += time.perf_counter() - t0
+            if done % s.eval_every == 0 or done == s.total_steps:
+                _eval_point(s, rec, done)
+        if probe and s.total_steps % cfg.probe_every == 0:  # type: ignore[operator]
+            rec.probes += probe(model, *probe_batch, task.loss, s.total_steps)  # type: ignore[misc]
+    finally:
+        bar.close()
+        n = rec.steps_done
+        rec.warmup_ended_at = runner.warmup_end if runner.warmup_end <= n else None
+        values = losses[:n].tolist()
+        rec.train_curve = [
+            {"step": i + 1, "loss": v if math.isfinite(v) else None, "lr": lrs[i]} for i, v in enumerate(values)
+        ]
+
+
+def _check_divergence(chunk: torch.Tensor, start: int, first: float, factor: float) -> None:
+    """Raise :class:`Diverged` at the first non-finite loss, or the first above ``factor`` x the first loss."""
+    bad = ~torch.isfinite(chunk)
+    if bool(bad.any()):
+        i = int(bad.nonzero()[0])
+        raise Diverged(start + i + 1, f"loss became {float(chunk[i])} at step {start + i + 1}")
+    limit = factor * first if math.isfinite(first) else math.inf
+    over = chunk > limit
+    if bool(over.any()):
+        i = int(over.nonzero()[0])
+        raise Diverged(
+            start + i + 1, f"loss {float(chunk[i]):.4g} exceeded {factor:g} x first-step loss {first:.4g} "
+            f"at step {start + i + 1}"
+        )
+
+
+def _eval_point(s: Setup, rec: Record, step: int) -> None:
+    val_loss, val_acc = evaluate(s, s.model, s.task.val_batches(s.cfg.batch_size))
+    tr_loss, tr_acc = evaluate(s, s.model, s.task.train_eval_batches(s.cfg.batch_size))
+    point = {
+        "step": step, "epoch": step * s.cfg.batch_size / s.task.num_train if s.task.num_train else None,
+        "train_time_s": rec.train_time_s, "train_loss": tr_loss, "train_acc": tr_acc,
+        "val_loss": val_loss, "val_acc": val_acc, **s.task.extra_metrics(val_loss),
+    }  # fmt: skip
+    rec.eval_curve.append(point)
+    if s.cfg.target is not None and rec.steps_to_target is None and val_acc >= s.cfg.target:
+        rec.steps_to_target, rec.time_to_target_s = step, rec.train_time_s

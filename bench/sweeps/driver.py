@@ -1,0 +1,282 @@
+"""The sweep's driver: it hands a study's runs to an executor and writes each row as it comes back.
+
+:func:`run_sweep` hands the runs to an executor (:mod:`bench.sweeps.executors`: ``local``, each run in a process of
+its own, ``--jobs`` at a time; ``ray``), writes each row as it comes back (the driver is the one writer of the
+results directory), and prints one line per run with the sweep's counts and an ETA. Resuming is the default and
+survives anything: a run counts as done only once its row says ``ok``, so after a Ctrl-C, a ``SIGTERM`` or a
+``SIGKILL`` of the driver the same command runs exactly the runs without one (their leftover partial files are
+removed first).
+
+Cost is measured once per model configuration (:func:`bench.runs.measure.cost_key`): the first run of each key
+measures throughput, memory and FLOPs, the others reuse its figures (the row's ``cost_source`` names it) and
+only train; the other runs of a key wait until the figures exist, while runs of other keys fill the slots.
+``measure_every_run`` (``--measure-every-run``) measures in every run. An executor that places runs on several
+machines (:attr:`bench.sweeps.executors.Executor.machine_of`) reuses figures only between runs of one machine.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import glob
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from bench.runs import plugins
+from bench.runs.config import RunConfig
+from bench.runs.env import machine_id
+from bench.runs.measure import complete, cost_key
+from bench.runs.progress import LiveLine
+from bench.runs.results import ResultsStore
+from bench.runs.runner import Reuse, record, unfinished_run
+from bench.sweeps.executors import Event, Executor, Job
+
+
+class RunsRefused(Exception):
+    """Some runs of a sweep were refused as bad input (a dataset not on this machine), after the others were
+    recorded: not "nothing written", so not the ValueError of bad input."""
+
+
+# Called with each run JSON as the driver records it (e.g. to log it to an experiment tracker).
+OnRecord = Callable[[Mapping[str, Any]], Any]
+
+
+def run_sweep(configs: Sequence[RunConfig], results_dir: str | Path, executor: Executor, *, resume: bool = True,
+              measure_every_run: bool = False, progress: bool = True, command: str | None = None,
+              on_record: OnRecord | None = None) -> list[str]:
+    """Run ``configs`` on ``executor``, writing one row per run as it ends; returns the run ids written.
+
+    With ``resume`` the runs whose row says ``ok`` are skipped (and their figures reused); a run that failed,
+    was killed or never ran runs again. A run refused as bad input (a dataset not on this machine) gets no row,
+    the sweep goes on, and a ValueError at the end names them. ``command`` is the command line that resumes
+    this sweep, printed after an interruption and under the summary of failed runs. ``on_record`` is called with
+    each run JSON once it is written (the Python API logs it to experiment trackers there).
+    """
+    store = ResultsStore(results_dir)
+    store.preflight()  # a broken results directory is bad input: refused before the first run
+    driver = _Driver(list(configs), store, executor, measure_every_run, progress, command, on_record)
+    driver.skip_recorded(resume)
+    with _sigterm_as_interrupt():
+        driver.run()
+    return driver.summarise()
+
+
+@contextlib.contextmanager
+def _sigterm_as_interrupt() -> Iterator[None]:
+    """SIGTERM stops a sweep as Ctrl-C does (workers stopped, how to resume printed); main thread only."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+class _Driver:
+    """The state of one sweep: what is pending, in flight and done, and whose cost figures to reuse."""
+
+    def __init__(self, configs: list[RunConfig], store: ResultsStore, executor: Executor, measure_every_run: bool,
+                 progress: bool, command: str | None, on_record: OnRecord | None = None) -> None:
+        self.configs, self.store, self.executor, self.command = configs, store, executor, command
+        self.on_record = on_record
+        self.measure_every_run = measure_every_run
+        self.quiet = not progress  # the summary, refused and failed runs are printed all the same
+        self.bars = progress and executor.slots == 1 and sys.stderr.isatty()
+        # A status line at the bottom of the terminal (done / running / failed / remaining, ETA, elapsed), redrawn
+        # each second; not under a run's own progress bar (one job on a terminal), nor in a log file.
+        self.live = LiveLine(sys.stdout, enabled=progress and not self.bars)
+        self.plugin_specs = tuple(p.reload for p in plugins.loaded())
+        self.n = len(configs)
+        self.pending: list[tuple[int, RunConfig]] = []
+        self.sources: dict[str, Reuse] = {}  # cost key -> the figures its runs reuse
+        self.measuring: dict[str, int] = {}  # cost key -> index of the run measuring it now
+        self.last: dict[int, dict[str, Any]] = {}  # index -> data of the run's latest setup/measured event
+        self.started: dict[int, float] = {}
+        self.written: list[str] = []
+        self.ok = 0
+        self.failed: list[tuple[int, str, str, str]] = []  # index, run id, status, error
+        self.refused: list[tuple[int, str]] = []
+        self.t0 = time.perf_counter()
+
+    # -- before the first run --------------------------------------------------------------------------------
+    def skip_recorded(self, resume: bool) -> None:
+        """Skip the runs with an ok row (with ``resume``); reuse their figures; clear the others' partial files."""
+        board = self.store.load_leaderboard()
+        done = set(board.loc[board["status"] == "ok", "run_id"]) if resume and not board.empty else set()
+        for i, cfg in enumerate(self.configs, 1):
+            if cfg.run_id in done:
+                if not self.quiet:
+                    print(f"[{i}/{self.n}] {cfg.run_id}: already recorded, skipped", flush=True)
+                self.ok += 1
+                self._reuse_recorded(cfg)
+            else:
+                self.pending.append((i, cfg))
+        self._clean_partial_files({cfg.run_id for _, cfg in self.pending}, set(board["run_id"]))
+
+    def _reuse_recorded(self, cfg: RunConfig) -> None:
+        """Take a recorded run's cost figures for its configuration, if it measured (or reused) them all."""
+        key = cost_key(cfg)
+        if self.measure_every_run or not cfg.measure or key in self.sources:
+            return
+        try:
+            run = self.store.load_run(cfg.run_id)
+        except (ValueError, OSError):
+            return  # a row without its JSON: the next run of the configuration measures again
+        measurements = run.get("measurements") or {}
+        if complete(measurements, cfg.measure):
+            env = run.get("env") or {}
+            machine = machine_id(env) if env.get("hostname") else None
+            self.sources[key] = Reuse(run.get("cost_source") or cfg.run_id, measurements, machine)
+
+    def _clean_partial_files(self, pending: set[str], with_row: set[str]) -> None:
+        """Remove what a driver killed while writing left of runs still to run: temporary files, and a run JSON
+        written just before it died whose row never was (so no reader pairs it with another run's row)."""
+        if not self.store.runs_dir.is_dir():
+            return
+        for run_id in pending:
+            for tmp in self.store.runs_dir.glob(f".{glob.escape(run_id)}.json.*.tmp"):
+                tmp.unlink(missing_ok=True)
+            if run_id not in with_row:
+                (self.store.runs_dir / f"{run_id}.json").unlink(missing_ok=True)
+
+    # -- the loop --------------------------------------------------------------------------------------------
+    def run(self) -> None:
+        try:
+            while self.pending or self.executor.in_flight():
+                self._fill_slots()
+                if not self.executor.in_flight():  # every pending run waits for figures nobody is measuring
+                    raise RuntimeError(f"sweep stalled with {len(self.pending)} runs pending (a bug in resbench)")
+                self.live.show(self._status())
+                for event in self.executor.wait(timeout=1.0 if self.live.on else None):
+                    self._on(event)
+            self.live.close()
+            self.executor.stop()  # nothing is in flight: this releases what the executor holds (a Ray connection)
+        except KeyboardInterrupt:
+            self.live.close()
+            stopped = self.executor.stop()
+            names = ", ".join(job.config.run_id for job in stopped)
+            what = f"stopped {len(stopped)} running run(s) ({names}), nothing of them written" if stopped else \
+                "no run was in flight"
+            print(f"interrupted: {what}; {self.ok} of {self.n} runs have an ok row", file=sys.stderr, flush=True)
+            if self.command:
+                print(f"resume with: {self.command}  (runs with an ok row are skipped)", file=sys.stderr, flush=True)
+            raise
+        except BaseException:
+            self.live.close()
+            self.executor.stop()
+            raise
+
+    def _fill_slots(self) -> None:
+        while len(self.executor.in_flight()) < self.executor.slots:
+            job = self._next_job()
+            if job is None:
+                return  # the rest wait for cost figures being measured now
+            self.started[job.index] = time.perf_counter()
+            where = self.executor.submit(job)
+            if self.executor.slots > 1:
+                self._line(job.index, job.config.run_id, f"started ({where})")
+
+    def _next_job(self) -> Job | None:
+        """The first pending run that can start: its figures are known, or nobody is measuring them."""
+        for pos, (i, cfg) in enumerate(self.pending):
+            reuse = None
+            if cfg.measure and not self.measure_every_run:
+                key = cost_key(cfg)
+                if key in self.sources:
+                    reuse = self.sources[key]
+                elif key in self.measuring:
+                    continue
+                else:
+                    self.measuring[key] = i
+            del self.pending[pos]
+            return Job(i, cfg, reuse, progress=self.bars, plugins=self.plugin_specs)
+        return None
+
+    def _on(self, event: Event) -> None:
+        job, cfg = event.job, event.job.config
+        key = cost_key(cfg)
+        if event.kind in ("setup", "measured"):
+            self.last[job.index] = event.data
+            if event.kind == "measured" and self.measuring.get(key) == job.index:
+                del self.measuring[key]
+                if complete(event.data["measurements"], cfg.measure):
+                    self.sources[key] = Reuse(cfg.run_id, event.data["measurements"], event.data.get("machine"))
+            return
+        if self.measuring.get(key) == job.index:
+            del self.measuring[key]  # it ended before measuring: the next run of its configuration measures
+        wall = time.perf_counter() - self.started.pop(job.index)
+        last = self.last.pop(job.index, None)
+        if event.kind == "refused":
+            self.refused.append((job.index, cfg.run_id))
+            self._line(job.index, cfg.run_id, f"not run: {event.data['error']}", always=True)
+            return
+        if event.kind == "finished":
+            run_json = event.data["run_json"]
+        else:
+            run_json = unfinished_run(cfg, event.data["status"], event.data["error"], wall, last,
+                                      event.data.get("placement"))
+        stored = record(self.store, run_json)
+        if self.on_record is not None:
+            self.on_record(stored)
+        self.written.append(cfg.run_id)
+        row = run_json["row"]
+        if row["status"] == "ok":
+            self.ok += 1
+        else:
+            self.failed.append((job.index, cfg.run_id, row["status"], row["error"]))
+        acc = row.get("final_val_acc")
+        text = row["status"] + (f": {row['error']}" if row["status"] != "ok" and row["error"] else "")
+        self._line(job.index, cfg.run_id, text + (f", val acc {acc:.4f}" if isinstance(acc, float) else "")
+                   + f", {row['wall_time_s']:.1f} s")
+
+    # -- what a person watches -------------------------------------------------------------------------------
+    def _line(self, index: int, run_id: str, text: str, always: bool = False) -> None:
+        if self.quiet and not always:
+            return
+        self.live.print(f"[{index}/{self.n}] {run_id}: {text} | {self._counts()}")
+
+    def _status(self) -> str:
+        """The live line: the counts, the ETA and the time the sweep has run."""
+        return f"sweep: {self._counts()}, elapsed {_clock(time.perf_counter() - self.t0)}"
+
+    def _counts(self) -> str:
+        running = len(self.executor.in_flight())
+        ended_here = len(self.written) + len(self.refused)
+        if ended_here and (self.pending or running):
+            per_run = (time.perf_counter() - self.t0) / ended_here  # wall time per run with this many slots
+            eta = _clock(per_run * (len(self.pending) + running))
+        else:
+            eta = "-" if not (self.pending or running) else "?"
+        return (f"done {self.ok}, running {running}, failed {len(self.failed) + len(self.refused)}, "
+                f"remaining {len(self.pending)}, ETA {eta}")
+
+    def summarise(self) -> list[str]:
+        """Print the sweep's tally and its failed runs with the command that reruns them; raise if any was refused."""
+        print(f"sweep done in {_clock(time.perf_counter() - self.t0)}: {self.ok} of {self.n} runs ok, "
+              f"{len(self.failed)} failed, {len(self.refused)} not run", flush=True)
+        if self.failed:
+            print("failed runs:")
+            for index, run_id, status, error in sorted(self.failed):
+                print(f"  [{index}/{self.n}] {run_id}: {status}{': ' + error if error else ''}")
+            if self.command:
+                print(f"rerun just these (runs with an ok row are skipped): {self.command}", flush=True)
+        if self.refused:
+            ids = [run_id for _, run_id in sorted(self.refused)]
+            raise RunsRefused(f"{len(ids)} of {self.n} runs were not run (bad input, see above): {ids}; the other "
+                              f"runs' rows are recorded in {self.store.root}")
+        return self.written
+
+
+def _clock(seconds: float) -> str:
+    return str(datetime.timedelta(seconds=round(seconds)))

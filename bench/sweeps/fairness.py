@@ -1,0 +1,239 @@
+"""Fair comparisons: a comparison varies one thing.
+
+Two models that differ in more than the axis under study (initialisation, width, parameter count)
+confound a ranking. This module finds such differences without knowing any variant by name:
+
+- :func:`model_facts` — what the registry says of a model as it would be built: its axes
+  (``variants.describe``), its resolved keyword arguments (``init``, ``width``, ``d_model``, ...) and,
+  built on the meta device, its parameter count.
+- :func:`weight_profile` — what a built model *is*: per weight role (the parameter's qualified name
+  with layer indices replaced by ``*``; a fused ``qkv`` weight split into q, k and v) the number of
+  tensors and the standard deviation of their entries, the positions of its norm layers, and its
+  residual scalars and gates.
+- :func:`diff_models` (``bench diff A B``) — the two side by side, every row tagged with the axis it
+  belongs to, so the summary says *what* differs (``placement``, ``init``, ``params`` ...).
+- :func:`check_grid` — the guard ``bench sweep`` / ``bench reproduce`` runs before the first run:
+  within every group of a study's grid that shares all grid values but the variant, the variants may
+  differ only along the axes the study declares in ``vary``, and in parameter count by at most
+  ``param_tolerance`` (relative). Anything else is refused, naming the field and the two variants.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+import variants
+from bench.runs.config import RunConfig
+from bench.runs.train import resolved_kwargs
+from variants.combinators import Gate, Scaled
+
+# Two weight stds within this relative difference (or within 4 standard errors of a sample std, for small
+# tensors) are the same scheme, not another init.
+STD_TOLERANCE = 0.01
+DEFAULT_PARAM_TOLERANCE = 0.01
+# The keyword arguments the guard compares between variants (where both builders take them): the init, the
+# width and the regularisation. Others (a gate's bias, a shortcut type, a unit ordering) are options of the
+# variant's own combinator or body, which its axes already name; `bench diff` shows them all.
+CONFOUNDS = ("init", "width", "d_model", "d_ff", "n_heads", "growth_rate", "bias", "dropout", "drop_path_rate")
+_NORMS = (nn.LayerNorm, nn.modules.batchnorm._NormBase, nn.GroupNorm, nn.RMSNorm)
+_WEIGHTED = (nn.Linear, nn.modules.conv._ConvNd, nn.Embedding)
+
+
+@dataclass(frozen=True)
+class Facts:
+    """A model as the registry describes it (no weights needed)."""
+
+    variant: str
+    family: str
+    axes: Mapping[str, str]
+    kwargs: Mapping[str, Any]
+    params: int
+
+
+def _overrides(depth: int | None, model_args: Mapping[str, Any] | None) -> dict[str, Any]:
+    return {**({"depth": depth} if depth is not None else {}), **dict(model_args or {})}
+
+
+def model_facts(variant: str, depth: int | None = None, model_args: Mapping[str, Any] | None = None,
+                model: nn.Module | None = None) -> Facts:
+    """Axes, resolved kwargs and parameter count of ``variant``: of ``model`` when given (built with these
+    overrides), else of one built on the meta device (no memory, no data)."""
+    over = _overrides(depth, model_args)
+    if model is None:
+        with torch.device("meta"):
+            model = variants.create(variant, **over)
+    desc = variants.describe(variant)
+    return Facts(variant, desc["family"], dict(desc["axes"]), resolved_kwargs(variant, over),
+                 sum(p.numel() for p in model.parameters()))
+
+
+def _role(name: str) -> str:
+    return re.sub(r"(^|\.)\d+(?=\.|$)", r"\1*", name)
+
+
+def weight_profile(model: nn.Module) -> dict[str, Any]:
+    """Weight roles (count and std), norm positions, residual scalars and gates of a built model."""
+    pooled: dict[str, list[torch.Tensor]] = defaultdict(list)
+    norms: dict[str, int] = defaultdict(int)
+    scalars: dict[str, list[float]] = defaultdict(list)
+    for name, module in model.named_modules():
+        role = _role(name)
+        if isinstance(module, _NORMS):
+            norms[role] += 1
+        elif isinstance(module, _WEIGHTED):
+            w = module.weight.detach().float()
+            if name.rsplit(".", 1)[-1] == "qkv" and w.shape[0] % 3 == 0:  # fused q|k|v rows: three roles
+                for part, rows in zip("qkv", w.chunk(3), strict=True):
+                    pooled[f"{role}[{part}]"].append(rows)
+            else:
+                pooled[role].append(w)
+        if isinstance(module, Scaled):
+            alpha = module.alpha
+            scalars[f"{role} alpha"].append(alpha.detach().float().mean().item() if isinstance(alpha, torch.Tensor)
+                                            else float(alpha))
+            scalars[f"{role} beta"].append(module.beta.detach().float().mean().item())
+        elif isinstance(module, Gate):
+            bias = getattr(module.gate.proj, "bias", None)
+            if bias is not None:
+                scalars[f"{role} gate bias"].append(bias.detach().float().mean().item())
+    stds = {r: (len(ws), sum(w.numel() for w in ws), torch.cat([w.flatten() for w in ws]).std().item())
+            for r, ws in pooled.items()}
+    return {"weights": stds, "norms": dict(norms), "scalars": {k: sum(v) / len(v) for k, v in scalars.items()}}
+
+
+@dataclass(frozen=True)
+class DiffRow:
+    """One compared quantity: the axis it belongs to, its name, both values, and whether they differ."""
+
+    axis: str
+    key: str
+    a: Any
+    b: Any
+    differs: bool
+
+
+def _rel(a: float, b: float) -> float:
+    scale = max(abs(a), abs(b))
+    return 0.0 if scale == 0 else abs(a - b) / scale
+
+
+def _fact_rows(fa: Facts, fb: Facts, param_tolerance: float) -> list[DiffRow]:
+    rows = [DiffRow("family", "family", fa.family, fb.family, fa.family != fb.family)]
+    for axis in sorted(set(fa.axes) | set(fb.axes)):
+        va, vb = fa.axes.get(axis, "-"), fb.axes.get(axis, "-")
+        rows.append(DiffRow(axis, f"axes.{axis}", va, vb, va != vb))
+    for key in sorted(set(fa.kwargs) & set(fb.kwargs)):  # a kwarg only one builder takes belongs to its axis
+        va, vb = fa.kwargs[key], fb.kwargs[key]
+        rows.append(DiffRow(key, key, va, vb, va != vb))
+    rows.append(DiffRow("params", "parameters", fa.params, fb.params, _rel(fa.params, fb.params) > param_tolerance))
+    return rows
+
+
+def _std_noise(numel: int) -> float:
+    """Four standard errors of a sample standard deviation over ``numel`` entries, relative: 4/√(2n)."""
+    return 4.0 / math.sqrt(2.0 * max(numel, 1))
+
+
+def _profile_rows(pa: Mapping[str, Any], pb: Mapping[str, Any]) -> list[DiffRow]:
+    rows = []
+    wa, wb = pa["weights"], pb["weights"]
+    for role in sorted(set(wa) | set(wb)):
+        (ca, na, sa), (cb, nb, sb) = wa.get(role, (0, 0, math.nan)), wb.get(role, (0, 0, math.nan))
+        same = ca == cb and _rel(sa, sb) <= max(STD_TOLERANCE, _std_noise(min(na, nb)))
+        # A role only one model has (a gate's projection) is a difference of layers, not of initialisation.
+        rows.append(DiffRow("init" if ca == cb else "layers", f"std {role}", f"{sa:.4g} (x{ca})" if ca else "-",
+                            f"{sb:.4g} (x{cb})" if cb else "-", not same))
+    na, nb = pa["norms"], pb["norms"]
+    for role in sorted(set(na) | set(nb)):
+        ca, cb = na.get(role, 0), nb.get(role, 0)
+        rows.append(DiffRow("placement", f"norm {role}", ca or "-", cb or "-", ca != cb))
+    sa, sb = pa["scalars"], pb["scalars"]
+    for key in sorted(set(sa) | set(sb)):
+        va, vb = sa.get(key), sb.get(key)
+        same = va is not None and vb is not None and math.isclose(va, vb, rel_tol=1e-6)
+        rows.append(DiffRow("combinator", key, "-" if va is None else f"{va:.4g}",
+                            "-" if vb is None else f"{vb:.4g}", not same))
+    return rows
+
+
+def diff_models(a: str, b: str, depth: int | None = None, model_args: Mapping[str, Any] | None = None,
+                seed: int = 0, param_tolerance: float = DEFAULT_PARAM_TOLERANCE) -> list[DiffRow]:
+    """Every compared quantity of variants ``a`` and ``b`` built with the same overrides and seed (on the CPU)."""
+    facts: list[Facts] = []
+    profiles = []
+    for name in (a, b):
+        torch.manual_seed(seed)
+        model = variants.create(name, **_overrides(depth, model_args))
+        facts.append(model_facts(name, depth, model_args, model))
+        profiles.append(weight_profile(model))
+    return _fact_rows(facts[0], facts[1], param_tolerance) + _profile_rows(*profiles)
+
+
+def format_diff(a: str, b: str, rows: Sequence[DiffRow], show_all: bool = False) -> str:
+    """A side-by-side table (only the differing rows unless ``show_all``) and a one-line summary of the axes."""
+    shown = [r for r in rows if r.differs or show_all]
+    width = max([len(r.key) for r in shown] + [len("quantity")])
+    wa = max([len(str(r.a)) for r in shown] + [len(a)])
+    lines = [f"{'quantity':<{width}}  {a:<{wa}}  {b}"]
+    lines += [f"{r.key:<{width}}  {r.a!s:<{wa}}  {r.b!s}{'   <- differs' if r.differs and show_all else ''}"
+              for r in shown]
+    axes = sorted({r.axis for r in rows if r.differs})
+    lines.append(f"{a} and {b} differ in: {', '.join(axes)}" if axes else f"{a} and {b} do not differ")
+    return "\n".join(lines)
+
+
+# -- the study guard ------------------------------------------------------------------------------
+
+
+def _group_key(cfg: RunConfig) -> str:
+    """Everything of a config except the variant and the seed: configs with one key are compared with each other."""
+    d = cfg.to_dict()
+    for name in ("variant", "seed"):
+        d.pop(name)
+    return json.dumps(d, sort_keys=True, default=str)
+
+
+def check_grid(configs: Iterable[RunConfig], vary: Sequence[str], param_tolerance: float = DEFAULT_PARAM_TOLERANCE,
+               study: str = "study") -> None:
+    """Refuse (ValueError) a grid whose variants differ in an undeclared way; see the module docstring.
+
+    Compared: the axes, the keyword arguments in :data:`CONFOUNDS` that both builders take, and the
+    parameter count. Other keyword arguments belong to a variant's own combinator or body.
+    """
+    groups: dict[str, dict[str, Facts]] = defaultdict(dict)
+    for cfg in configs:
+        if cfg.variant.startswith("timm:"):
+            continue  # timm models carry no axes: nothing to compare them by
+        group = groups[_group_key(cfg)]
+        if cfg.variant not in group:
+            group[cfg.variant] = model_facts(cfg.variant, cfg.depth, cfg.model_overrides())
+    known = {"params"}
+    for group in groups.values():
+        for f in group.values():
+            known |= set(f.axes) | set(f.kwargs)
+    unknown = sorted(set(vary) - known)
+    if unknown:
+        raise ValueError(f"study {study!r}: `vary` names {unknown}, which no model of the grid has; "
+                         f"choose from {sorted(known)}")
+    for group in groups.values():
+        first, *others = group.values()
+        for other in others:
+            for row in _fact_rows(first, other, param_tolerance):
+                guarded = row.key.startswith("axes.") or row.axis in (*CONFOUNDS, "params")
+                if row.differs and guarded and row.axis not in vary:
+                    what = "parameter counts differ by more than the tolerance" if row.axis == "params" else ""
+                    raise ValueError(
+                        f"study {study!r} varies {list(vary) or 'nothing'}, but {first.variant} and "
+                        f"{other.variant} (depth {first.kwargs.get('depth')}) also differ in {row.axis!r}: "
+                        f"{row.a!r} vs {row.b!r}{f' ({what}: {param_tolerance:g})' if what else ''}; "
+                        f"declare it in the study's `vary` (or `param_tolerance`) or make the models match"
+                    )

@@ -1,0 +1,314 @@
+"""Studies: a TOML file naming a grid of runs, validated as a whole when it is loaded.
+
+A study is data, not code (``docs/study-files.md`` lists every key)::
+
+    name = "degradation"
+    description = "..."
+    [base]            # RunConfig fields shared by every run
+    task = "digits"
+    [grid]            # the cartesian product of these lists
+    variant = ["plain", "resnet"]
+    depth = [20, 56]
+    seed = [0, 1, 2]
+    [presets.quick]   # overrides of base (and grid lists) for a named preset
+    epochs = 5
+    vary = ["combinator"]       # the axes the variants of the grid may differ in (bench.sweeps.fairness)
+    param_tolerance = 0.01      # and by how much (relative) their parameter counts may differ
+    [[claims]]        # what the paper says, checked by `bench report` (bench.analysis.claims)
+
+Before the first run every model of the grid is built on the meta device, and a grid whose
+variants differ in more than ``vary`` says is refused (:func:`bench.sweeps.fairness.check_grid`).
+:meth:`Study.with_variants` (``--add-variant NAME``) appends the user's own variants to a study's grid;
+the same guard then applies to them.
+
+A study file may also name the ``plugins`` its variants come from (paths relative to the file, or module
+names): every command that reads the study loads them. Its claims and analysis are validated when the file is
+loaded, before any run: a malformed claim is refused then, not after the compute is spent.
+
+The sweep's driver, which runs the grid on an executor, is :mod:`bench.sweeps.driver`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+import variants
+from bench.analysis.claims import AXES, TABLES, Claim, parse_claims
+from bench.analysis.options import check_options
+from bench.analysis.studyfile import find_study, read_study_file
+from bench.runs import plugins
+from bench.runs.config import FIELD_DEFAULTS, RunConfig, build
+from bench.runs.results import COLUMNS
+from bench.runs.tasks import TaskError
+from bench.runs.tasks import get as get_task
+from bench.runs.train import model_kwargs, task_options
+from bench.sweeps.fairness import DEFAULT_PARAM_TOLERANCE, check_grid
+
+KEYS = ("name", "description", "claim", "base", "grid", "presets", "vary", "param_tolerance", "claims", "analysis",
+        "plugins")  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Study:
+    name: str
+    description: str
+    base: dict[str, Any]
+    grid: dict[str, list[Any]]
+    presets: dict[str, dict[str, Any]] = field(default_factory=dict)
+    vary: tuple[str, ...] = ()
+    param_tolerance: float = DEFAULT_PARAM_TOLERANCE
+    claims: list[Claim] = field(default_factory=list)  # validated when the file was loaded
+    added: tuple[str, ...] = ()  # variants appended to the grid by the user (--add-variant), not by the file
+    analysis: dict[str, Any] = field(default_factory=dict)  # what runs after the grid (bench.analysis), if anything
+    plugins: tuple[str, ...] = ()  # the plugin specs its variants need, file paths resolved against the study file
+    path: Path | None = None  # the file it was loaded from
+
+    def analysis_options(self, preset: str | None = None) -> dict[str, Any]:
+        """The study's ``[analysis]`` table with the preset's ``analysis`` overrides applied ({} if none)."""
+        over = self.presets.get(preset, {}).get("analysis", {}) if preset else {}
+        return {**self.analysis, **over} if self.analysis else {}
+
+    def with_variants(self, names: Sequence[str]) -> Study:
+        """This study with ``names`` appended to its grid's ``variant`` list (and to every preset's own list).
+
+        The study's ``vary`` and ``param_tolerance`` still apply to the grid it then makes (see :meth:`configs`).
+        """
+        if not names:
+            return self
+        for name in names:
+            try:
+                variants.describe(name)
+            except ValueError as exc:
+                raise ValueError(f"cannot add variant {name!r} to study {self.name!r}: {exc}; a variant of your "
+                                 "own is registered by its plugin: add --plugin FILE.py (or set RESBENCH_PLUGINS)"
+                                 ) from None
+        twice = sorted({n for n in names if list(names).count(n) > 1})
+        if twice:
+            raise ValueError(f"variant(s) {twice} added to study {self.name!r} more than once")
+
+        def extend(current: Any, where: str) -> list[Any]:
+            listed = list(current) if isinstance(current, list) else [current]
+            present = [n for n in names if n in listed]
+            if present:
+                raise ValueError(f"study {self.name!r} already runs variant(s) {present} ({where}); "
+                                 "add only variants it does not have")
+            return [*listed, *names]
+
+        if not self.grid and self.analysis.get("kind") == "gradcorr":  # a study of models at init: no grid
+            listed = list(self.analysis.get("variants", []))
+            if present := [n for n in names if n in listed]:
+                raise ValueError(f"study {self.name!r} already measures variant(s) {present}; add only variants it "
+                                 "does not have")
+            analysis = {**self.analysis, "variants": [*listed, *names]}
+            return dataclasses.replace(self, analysis=analysis, added=(*self.added, *names))
+        base, grid = dict(self.base), dict(self.grid)
+        if "variant" in grid:
+            grid["variant"] = extend(grid["variant"], "in its grid")
+        elif "variant" in base:
+            grid["variant"] = extend(base.pop("variant"), "in its base")
+        else:
+            grid["variant"] = list(names)
+        presets = {p: {**o, "variant": extend(o["variant"], f"in preset {p!r}")} if "variant" in o else o
+                   for p, o in self.presets.items()}
+        return dataclasses.replace(self, base=base, grid=grid, presets=presets, added=(*self.added, *names))
+
+    def configs(self, preset: str | None = None) -> list[RunConfig]:
+        """Every run of the grid (under ``preset``), validated before any of them starts."""
+        if preset is not None and preset not in self.presets:
+            avail = ", ".join(sorted(self.presets)) or "none"
+            raise ValueError(f"study {self.name!r} has no preset {preset!r}; presets: {avail}")
+        over = dict(self.presets.get(preset, {})) if preset else {}
+        over.pop("analysis", None)  # the analysis's own options (analysis_options), not run fields
+        if not self.grid and self.analysis:
+            self._check_models(preset)
+            return []  # an analysis of models at initialisation: no training runs
+        grid = {k: over.pop(k) if k in over else v for k, v in self.grid.items()}
+        bad = [k for k, v in grid.items() if not isinstance(v, list) or not v]
+        if bad:
+            raise ValueError(f"study {self.name!r}: grid entries must be non-empty lists (also in presets): {bad}")
+        base = {**self.base, **over}
+        out = []
+        keys = list(grid)
+        for values in itertools.product(*(grid[k] for k in keys)):
+            kw = {**base, **dict(zip(keys, values, strict=False)), "study": self.name, "preset": preset}
+            try:
+                out.append(build(kw))
+            except (TypeError, ValueError) as exc:
+                raise ValueError(f"study {self.name!r}{f' (preset {preset})' if preset else ''}: {exc}") from None
+        _check_variants(out)
+        self._check_fair(out)
+        return out
+
+    def _check_models(self, preset: str | None) -> None:
+        """The models a study without runs measures (``gradcorr``'s variants x depths) pass the same checks as a
+        grid's: valid names and depths, and no difference beyond ``vary`` (:func:`bench.sweeps.fairness.check_grid`)."""
+        opts = check_options(self.analysis_options(preset))
+        if opts["kind"] != "gradcorr":
+            raise ValueError(f"study {self.name!r}: a {opts['kind']} analysis needs trained runs: give it a [grid]")
+        models = [RunConfig(variant=v, depth=d, task=opts["task"], study=self.name, preset=preset)
+                  for v in opts["variants"] for d in opts["depths"]]  # fmt: skip
+        _check_variants(models)
+        self._check_fair(models)
+
+    def _check_fair(self, configs: list[RunConfig]) -> None:
+        """:func:`bench.sweeps.fairness.check_grid` on ``configs``; when it fails because of the variants the user added
+        (the study passes without them), the error says so and how to proceed."""
+        try:
+            check_grid(configs, self.vary, self.param_tolerance, self.name)
+        except ValueError as exc:
+            if not self.added:
+                raise
+            # Is the study fine without the user's variants? Then theirs is what differs in an undeclared way.
+            check_grid([c for c in configs if c.variant not in self.added], self.vary, self.param_tolerance, self.name)
+            raise ValueError(
+                f"{exc}. The variant(s) you added ({', '.join(self.added)}) must differ from the study's own only "
+                f"in what it varies ({', '.join(self.vary) or 'nothing'}): build it from the same kind of units "
+                "and defaults, since its axes are read from the model it builds (`python -m bench diff A B "
+                "--plugin FILE.py` shows every difference), or compare along another axis in a copy of the study file "
+                "with it added to `vary` "
+                "(`python -m bench sweep COPY.toml --add-variant ...`)"
+            ) from None
+
+
+def _check_variants(configs: list[RunConfig]) -> None:
+    """Unknown names, invalid depths and bad model arguments fail before the first run starts.
+
+    Each distinct model is built on the meta device (no memory, no data): the builders check
+    depth rules and arguments there exactly as they will in the run. A variant a plugin registered
+    is also built on the CPU and run forward on a batch of its task (:func:`bench.runs.plugins.check_forward`).
+    """
+    seen: set[tuple[Any, ...]] = set()
+    for cfg in configs:
+        key = (cfg.variant, cfg.depth, cfg.model_args)
+        if cfg.variant.startswith("timm:") or key in seen:
+            continue
+        seen.add(key)
+        kw = {**({"depth": cfg.depth} if cfg.depth is not None else {}), **cfg.model_overrides()}
+        with plugins.blame(cfg.variant), torch.device("meta"):
+            variants.create(cfg.variant, **kw)
+    _check_plugin_forwards([c for c in configs if plugins.plugin_of(c.variant) is not None])
+
+
+def _check_plugin_forwards(configs: list[RunConfig]) -> None:
+    """One CPU forward per distinct (plugin variant, model arguments, task) on a real batch of the task.
+
+    A task that cannot be built here (a dataset not downloaded) is skipped: its runs are refused one by one
+    (with the same check in :func:`bench.runs.runner.execute`) while the sweep goes on.
+    """
+    tasks: dict[tuple[Any, ...], Any] = {}
+    seen: set[tuple[Any, ...]] = set()
+    with torch.random.fork_rng(devices=[]):
+        for cfg in configs:
+            task_key = (cfg.task, task_options(cfg))
+            key = (cfg.variant, cfg.depth, cfg.model_args, task_key)
+            if key in seen:
+                continue
+            seen.add(key)
+            if task_key not in tasks:
+                try:
+                    tasks[task_key] = get_task(cfg.task, device="cpu", seed=cfg.seed, options=task_options(cfg))
+                except TaskError:
+                    tasks[task_key] = None
+            task = tasks[task_key]
+            if task is None:
+                continue
+            torch.manual_seed(cfg.seed)
+            with plugins.blame(cfg.variant):
+                model = variants.create(cfg.variant, **model_kwargs(cfg, task))
+            plugins.check_forward(cfg.variant, model, task)
+
+
+def load_study(ref: str | Path, results_dir: str | Path | None = None) -> Study:
+    """The study ``ref`` names (a file, or a shipped study's name: :func:`bench.analysis.studyfile.find_study`),
+    every key validated; bad input raises ValueError naming the file and the key."""
+    path = find_study(ref, results_dir)
+    data = read_study_file(path)
+    unknown = set(data) - set(KEYS)
+    if unknown:
+        raise ValueError(f"study file {path}: unknown top-level key(s) {sorted(unknown)}; keys: {', '.join(KEYS)}")
+    grid = data.get("grid", {})
+    bad = [k for k, v in grid.items() if not isinstance(v, list) or not v]
+    if bad:
+        raise ValueError(f"study file {path}: grid entries must be non-empty lists: {bad}")
+    vary = data.get("vary", [])
+    if not isinstance(vary, list) or not all(isinstance(v, str) for v in vary):
+        raise ValueError(f"study file {path}: `vary` must be a list of axis names, e.g. vary = [\"placement\"]")
+    tol = data.get("param_tolerance", DEFAULT_PARAM_TOLERANCE)
+    if isinstance(tol, bool) or not isinstance(tol, (int, float)) or not 0 <= tol < 1:
+        raise ValueError(f"study file {path}: `param_tolerance` must be a fraction in [0, 1), got {tol!r}")
+    presets = data.get("presets", {})
+    if not isinstance(presets, dict) or not all(isinstance(o, dict) for o in presets.values()):
+        raise ValueError(f"study file {path}: `presets` must be tables, e.g. [presets.quick]")
+    analysis = data.get("analysis", {})
+    if not isinstance(analysis, dict) or (analysis and "kind" not in analysis):
+        raise ValueError(f"study file {path}: `analysis` must be a table with a kind, e.g. [analysis] "
+                         'kind = "lesion"')
+    for preset in [None, *presets] if analysis else []:
+        over = presets.get(preset, {}).get("analysis", {}) if preset else {}
+        try:
+            check_options({**analysis, **over})
+        except ValueError as exc:
+            raise ValueError(f"study file {path}: [analysis]{f' (preset {preset})' if preset else ''}: {exc}") \
+                from None
+    specs = data.get("plugins", [])
+    if not isinstance(specs, list) or not all(isinstance(s, str) and s.strip() for s in specs):
+        raise ValueError(f"study file {path}: `plugins` must be a list of plugin files or modules, e.g. "
+                         'plugins = ["my_norm.py"]')
+    claims = parse_claims(data.get("claims", []), f"study file {path}")  # malformed claims: refused now
+    _check_claim_fields(claims, data, path)
+    return Study(
+        name=data.get("name", path.stem), description=data.get("description", ""), base=data.get("base", {}),
+        grid=grid, presets=presets, vary=tuple(vary), param_tolerance=float(tol), claims=claims,
+        analysis=analysis, plugins=tuple(_plugin_spec(s, path) for s in specs), path=path,
+    )  # fmt: skip
+
+
+def study_plugins(ref: str | Path, results_dir: str | Path | None = None) -> list[str]:
+    """The plugin specs the study ``ref`` names (file paths resolved against the study file), read before the study
+    itself is validated: its variants exist only once they are loaded. [] when there is no such study (the command
+    then says so itself)."""
+    try:
+        path = find_study(ref, results_dir)
+        specs = read_study_file(path).get("plugins", [])
+    except ValueError:
+        return []
+    return [_plugin_spec(s, path) for s in specs if isinstance(s, str) and s.strip()] if isinstance(specs, list) else []
+
+
+def _plugin_spec(spec: str, study: Path) -> str:
+    """A plugin spec of a study file: a file path is read relative to the study file; a module name as it is."""
+    if spec.endswith(".py") or "/" in spec:
+        return str((study.parent / spec).resolve())
+    return spec
+
+
+def _check_claim_fields(claims: Sequence[Claim], data: dict[str, Any], path: Path) -> None:
+    """Every field a leaderboard claim filters, groups or compares by is one runs record: a leaderboard column, a
+    run-config field, a variant axis, or a model argument of one of the study's variants (claims about an analysis
+    table filter on its own columns). A misspelt field would otherwise make the claim inconclusive at report
+    time, after the compute is spent."""
+    grids = [data.get("grid", {}), *(o for o in data.get("presets", {}).values())]
+    names = {str(v) for g in grids for v in (g.get("variant") if isinstance(g.get("variant"), list) else [])}
+    names |= {str(data.get("base", {}).get("variant"))} - {"None"}
+    known = {*COLUMNS, *FIELD_DEFAULTS, *AXES, "train_error", "val_error"}
+    for name in names:
+        try:
+            known |= set(variants.describe(name)["defaults"])
+        except ValueError:
+            return  # a variant this process does not know (a plugin not loaded yet): its arguments are unknown
+    for claim in claims:
+        if claim.table in TABLES:
+            continue
+        named = [*claim.where, *(f for f in (claim.for_each, claim.compare, claim.x) if f)]
+        unknown = [f for f in named if f not in known]
+        if unknown:
+            raise ValueError(f"study file {path}: claim {claim.id!r} names field(s) {unknown} that no run records; "
+                             "fields: leaderboard columns, run-config fields, axes "
+                             f"({', '.join(AXES)}) or the variants' model arguments")
