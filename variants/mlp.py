@@ -126,8 +126,8 @@ def plain_mlp(spec: MlpSpec) -> nn.Module:
 
 @register("highway_mlp", family="mlp", paper=SRIVASTAVA, spec=MlpSpec(width=50))
 def highway_mlp(spec: MlpSpec, *, gate_bias: float = -2.0) -> nn.Module:
-    """:class:`~variants.blocks.HighwayUnit` layers ``y = T·H(x) + (1-T)·x``, ``H = act(norm(W_H·x))``,
-    ``T = sigmoid(W_T·x + b_T)``."""
+    """:class:`~variants.blocks.HighwayUnit` layers ``y = T(x)·H(x) + (1-T(x))·x``, ``H = act(norm(W_H·x))``,
+    ``T(x) = sigmoid(W_T·x + b_T)``: every layer keeps the width, so the carry (which the gate reads) is x."""
 
     def unit(rate: float) -> nn.Module:
         gate = linear(spec.width, spec.width, "sigmoid")  # drawn before H, as it always has been
