@@ -23,6 +23,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .blocks import POSTACT, HighwayUnit, ResidualUnit
+from .checks import choice, real
 from .combinators import Add, Combinator, Gate, NoShortcut, Scaled, TransformGate
 from .layers import CifarSpec, Slot, build_cifar, conv1x1, conv3x3, make_shortcut
 from .registry import register, register_preset
@@ -92,8 +93,8 @@ def resnet(spec: CifarSpec, *, shortcut_variant: str = "identity", gate_bias: fl
     ``shortcut_variant`` picks a He 2016 Table 1 treatment; ``gate_bias`` is the initial gate bias of the
     two gating treatments (He 2016 §3.1 searched 0..-10 and found -6 best for exclusive gating).
     """
-    if shortcut_variant not in SHORTCUT_VARIANTS:
-        raise ValueError(f"shortcut_variant must be one of {tuple(SHORTCUT_VARIANTS)}, got {shortcut_variant!r}")
+    choice("shortcut_variant", shortcut_variant, SHORTCUT_VARIANTS)
+    real("gate_bias", gate_bias)
     make_sc, make_combine = SHORTCUT_VARIANTS[shortcut_variant]
     unit = POSTACT[spec.block]
 
@@ -147,8 +148,8 @@ def highway(spec: CifarSpec, *, gate_bias: float = -3.0, unit: str = "two_conv")
     "exclusive_gating")``).
     """
     what = "CIFAR Highway net"
-    if unit not in HIGHWAY_UNITS:
-        raise ValueError(f"highway unit must be one of {HIGHWAY_UNITS}, got {unit!r}")
+    choice("unit", unit, HIGHWAY_UNITS)
+    real("gate_bias", gate_bias)
     if unit == "srivastava":
         if (spec.block, spec.shortcut) != ("basic", "A"):
             raise ValueError(

@@ -169,9 +169,9 @@ class Laurel(Combinator):
 
     def __init__(self, d_model: int, form: str = "rw+lr", rank: int = 4) -> None:
         super().__init__()
-        if form not in self.FORMS:
+        if not isinstance(form, str) or form not in self.FORMS:
             raise ValueError(f"LAuReL form must be one of {self.FORMS}, got {form!r}")
-        if int(rank) != rank or rank < 1:
+        if isinstance(rank, bool) or not isinstance(rank, int) or rank < 1:
             raise ValueError(f"LAuReL rank must be a positive integer, got {rank!r}")
         self.form = form
         self.weights = nn.Parameter(torch.zeros(2)) if "rw" in form else None  # (a, b): α = 2σ(a), β = 2σ(b)

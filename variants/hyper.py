@@ -47,6 +47,7 @@ import torch
 from torch import nn
 
 from .blocks import NormFactory, ResidualUnit
+from .checks import positive_int
 from .combinators import Add, Combinator
 from .registry import register
 from .transformer import DEFAULT_INIT, LN_EPS, Recipe, Stream, TransformerLM
@@ -192,12 +193,6 @@ class HyperUnit(ResidualUnit):
         return self.combine(h, self.drop_path(self.body(self.norm_in(self.join.read(h, w)))), w)
 
 
-def _positive_int(name: str, value: object, what: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name} ({what}) must be a positive integer, got {value!r}")
-    return value
-
-
 def _unused_add(*_: int) -> Combinator:
     return Add()  # the recipe's per-sublayer join, unused: a HyperUnit builds its own (it needs the sublayer index)
 
@@ -226,7 +221,7 @@ def hyper_connections(
     ffn: str = "gelu", n: int = 4, dynamic: bool = True,
 ) -> TransformerLM:
     """Hyper-Connections with expansion rate ``n`` (the paper's default 4); ``dynamic``: DHC (True) or SHC."""
-    _positive_int("n", n, "the expansion rate, the number of residual streams")
+    positive_int("n", n, "the expansion rate, the number of residual streams")
     if not isinstance(dynamic, bool):
         raise ValueError(f"dynamic must be True (dynamic hyper-connections) or False (static), got {dynamic!r}")
     return _lm(HC_PAPER, n, lambda index, make_norm: HyperConnection(n, d_model, index, make_norm if dynamic else None),
@@ -241,8 +236,8 @@ def mhc(
     ffn: str = "gelu", n: int = 4, sinkhorn_iters: int = SINKHORN_ITERS,
 ) -> TransformerLM:
     """mHC with expansion rate ``n`` (the paper's 4) and ``sinkhorn_iters`` Sinkhorn-Knopp steps (its t_max, 20)."""
-    _positive_int("n", n, "the expansion rate, the number of residual streams")
-    _positive_int("sinkhorn_iters", sinkhorn_iters, "Sinkhorn-Knopp iterations, the paper's t_max")
+    positive_int("n", n, "the expansion rate, the number of residual streams")
+    positive_int("sinkhorn_iters", sinkhorn_iters, "Sinkhorn-Knopp iterations, the paper's t_max")
     return _lm(MHC_PAPER, n, lambda index, make_norm: ManifoldHyperConnection(n, d_model, index, sinkhorn_iters),
                dict(depth=depth, d_model=d_model, n_heads=n_heads, d_ff=d_ff, vocab_size=vocab_size, max_len=max_len,
                     dropout=dropout, bias=bias, init=init, norm=norm, ffn=ffn))

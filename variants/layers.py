@@ -24,6 +24,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .checks import check_positive, rate
+
 
 def he_init_(conv: nn.Conv2d) -> nn.Conv2d:
     """He-normal weights (fan-out, ReLU gain); zero bias. (Nothing to draw on the meta device.)"""
@@ -56,7 +58,7 @@ INIT_SCHEMES: dict[str, Callable[[torch.Tensor], object] | None] = {
 
 def check_init(init: str) -> None:
     """Raise ``ValueError`` naming the schemes unless ``init`` is one of :data:`INIT_SCHEMES`."""
-    if init not in INIT_SCHEMES:
+    if not isinstance(init, str) or init not in INIT_SCHEMES:
         raise ValueError(f"unknown init {init!r}; choose one of: {', '.join(INIT_SCHEMES)}")
 
 
@@ -200,13 +202,6 @@ class ConvNet(nn.Module):
         return self.head(self.stages(self.stem(x)))
 
 
-def check_positive(**values: int) -> None:
-    """Raise ``ValueError`` unless every value is a positive int (``num_classes``, ``in_chans``, ``width``...)."""
-    for name, value in values.items():
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name} must be a positive integer, got {value!r}")
-
-
 def cifar_depth(depth: int, block: str, what: str = "CIFAR ResNet") -> int:
     """Units per stage of a 3-stage CIFAR net: depth = 6n+2 (basic) or 9n+2 (bottleneck), He 2015 §4.2 / He 2016."""
     if block not in BLOCKS:
@@ -239,11 +234,10 @@ def group_stages(units: Sequence[nn.Module], plan: Sequence[tuple[int, ...]]) ->
     return stages
 
 
-def drop_path_rates(rate: float, n_blocks: int) -> list[float]:
+def drop_path_rates(drop_path_rate: float, n_blocks: int) -> list[float]:
     """The linear decay rule of Huang 2016 §3: block ``l`` of ``L`` drops with ``p_l = l/L · rate``."""
-    if not 0.0 <= rate < 1.0:
-        raise ValueError(f"drop_path_rate must be in [0, 1), got {rate}")
-    return [rate * (i + 1) / n_blocks for i in range(n_blocks)]
+    p = rate("drop_path_rate", drop_path_rate)
+    return [p * (i + 1) / n_blocks for i in range(n_blocks)]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -271,8 +265,7 @@ class CifarSpec:
             raise ValueError(f"block must be one of {BLOCKS}, got {self.block!r}")
         if self.shortcut not in SHORTCUTS:
             raise ValueError(f"shortcut must be one of {SHORTCUTS} (He 2015 §3.3), got {self.shortcut!r}")
-        if not 0.0 <= self.drop_path_rate < 1.0:
-            raise ValueError(f"drop_path_rate must be in [0, 1), got {self.drop_path_rate}")
+        rate("drop_path_rate", self.drop_path_rate)
         if not isinstance(self.init, str):
             raise ValueError(f"init must be the name of a scheme, got {self.init!r}")
 

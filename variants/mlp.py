@@ -25,8 +25,9 @@ import torch
 from torch import nn
 
 from .blocks import HighwayUnit, PostActivation, PreNorm, ResidualUnit
+from .checks import check_positive, choice, real
 from .combinators import Add, NoShortcut
-from .layers import check_init, check_positive, drop_path_rates, init_weights_
+from .layers import check_init, drop_path_rates, init_weights_
 from .registry import register, register_preset
 
 SRIVASTAVA = "Srivastava et al. 2015, Training Very Deep Networks, §3.1 / Fig. 1"
@@ -68,10 +69,8 @@ class MlpSpec:
                 f"MLP depth must be an integer >= 1 (hidden layers: 1 plain + depth-1 units), got {self.depth!r}")
         check_positive(width=self.width, num_classes=self.num_classes, in_chans=self.in_chans,
                        image_size=self.image_size)
-        if self.activation not in ACTIVATIONS:
-            raise ValueError(f"activation must be one of {tuple(ACTIVATIONS)}, got {self.activation!r}")
-        if self.norm not in NORMS:
-            raise ValueError(f"norm must be one of {tuple(NORMS)}, got {self.norm!r}")
+        choice("activation", self.activation, ACTIVATIONS)
+        choice("norm", self.norm, NORMS)
         check_init(self.init)
         drop_path_rates(self.drop_path_rate, 1)  # validates the rate
 
@@ -128,6 +127,8 @@ def plain_mlp(spec: MlpSpec) -> nn.Module:
 def highway_mlp(spec: MlpSpec, *, gate_bias: float = -2.0) -> nn.Module:
     """:class:`~variants.blocks.HighwayUnit` layers ``y = T(x)·H(x) + (1-T(x))·x``, ``H = act(norm(W_H·x))``,
     ``T(x) = sigmoid(W_T·x + b_T)``: every layer keeps the width, so the carry (which the gate reads) is x."""
+
+    real("gate_bias", gate_bias)
 
     def unit(rate: float) -> nn.Module:
         gate = linear(spec.width, spec.width, "sigmoid")  # drawn before H, as it always has been

@@ -46,6 +46,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .blocks import NormFactory, PostNorm, ResidualUnit, sublayer
+from .checks import choice, flag, positive_int, rate
 from .combinators import COMBINATORS, Combinator, Laurel, Scaled
 from .registry import register
 
@@ -522,13 +523,11 @@ class TransformerLM(nn.Module):
     ) -> None:
         super().__init__()
         validate_sizes(depth=depth, d_model=d_model, n_heads=n_heads, d_ff=d_ff, vocab_size=vocab_size,
-                  max_len=max_len, dropout=dropout)
-        if init not in INITS:
-            raise ValueError(f"unknown init {init!r}; choose one of: {', '.join(INITS)}")
-        if norm not in NORMS:
-            raise ValueError(f"unknown norm {norm!r}; choose one of: {', '.join(NORMS)}")
-        if ffn not in FFNS:
-            raise ValueError(f"unknown ffn {ffn!r}; choose one of: {', '.join(FFNS)}")
+                       max_len=max_len, dropout=dropout)
+        flag("bias", bias)
+        for axis, value, known in (("init", init, INITS), ("norm", norm, NORMS), ("ffn", ffn, FFNS)):
+            if not isinstance(value, str) or value not in known:
+                raise ValueError(f"unknown {axis} {value!r}; choose one of: {', '.join(known)}")
         self.max_len = max_len
         self.tok_emb = nn.Embedding(vocab_size, d_model)
         self.pos_emb = nn.Embedding(max_len, d_model)
@@ -594,15 +593,13 @@ def check_token_ids(idx: torch.Tensor, max_len: int) -> int:
     return int(t)
 
 
-def validate_sizes(**kw: float) -> None:
-    """The family's checks of a builder's sizes and dropout (ValueError naming the argument)."""
-    for key in ("depth", "d_model", "n_heads", "d_ff", "vocab_size", "max_len"):
-        if int(kw[key]) != kw[key] or kw[key] < 1:
-            raise ValueError(f"{key} must be a positive integer, got {kw[key]!r}")
-    if kw["d_model"] % kw["n_heads"]:
-        raise ValueError(f"d_model ({kw['d_model']}) must be divisible by n_heads ({kw['n_heads']})")
-    if not 0.0 <= kw["dropout"] < 1.0:
-        raise ValueError(f"dropout must be in [0, 1), got {kw['dropout']}")
+def validate_sizes(**kw: object) -> None:
+    """The family's checks of a builder's sizes and dropout (ValueError naming the argument and what it wants)."""
+    sizes = {key: positive_int(key, kw[key]) for key in ("depth", "d_model", "n_heads", "d_ff", "vocab_size",
+                                                          "max_len")}
+    if sizes["d_model"] % sizes["n_heads"]:
+        raise ValueError(f"d_model ({sizes['d_model']}) must be divisible by n_heads ({sizes['n_heads']})")
+    rate("dropout", kw["dropout"])
 
 
 def transformer_flops_per_token(depth: int, d_model: int, d_ff: int, n_ctx: int, vocab_size: int) -> int:
@@ -665,6 +662,8 @@ def laurel(*, form: str = "rw+lr", rank: int = 4, depth: int = 6, d_model: int =
     """Pre-LN with every residual join a :class:`~variants.combinators.Laurel` of ``form`` (rw, lr, rw+lr) and
     ``rank``. The paper counts one LAuReL per layer (2N(4D+1) extra weights in LLM-1B) without saying which
     residual it wraps; here each of the 2N joins gets its own (4·D·r + 2 weights each, still < 1% of the model)."""
+    choice("LAuReL form", form, Laurel.FORMS)
+    positive_int("LAuReL rank", rank)
     recipe = Recipe(LAUREL_PAPER, _same("pre"), lambda depth, d: Laurel(d, form=form, rank=rank))
     return TransformerLM(recipe, depth=depth, d_model=d_model, n_heads=n_heads, d_ff=d_ff, vocab_size=vocab_size,
                          max_len=max_len, dropout=dropout, bias=bias, init=init, norm=norm, ffn=ffn)
