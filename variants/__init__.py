@@ -10,6 +10,10 @@ stays stable across releases:
 
 - the registry: :func:`register` (a decorator; ``spec=`` gives the builder a validated spec), :func:`register_preset`,
   :func:`list_variants`, :func:`create`, :func:`describe`, :func:`unregister` and :class:`DuplicateVariantError`;
+- where the formulas are: :func:`formula` (``formula(name) -> dict``: the layer, unit and combinator classes of a
+  variant, each with the first paragraph of its docstring, its formula, and the file and line of its ``forward``)
+  and :func:`catalogue` (``catalogue(names=None) -> str``: every registered variant as one Markdown page, grouped
+  by family, deterministic: what ``docs/variants.md`` holds);
 - joins: :class:`Combinator` (subclass it: ``forward(x, fx)`` joins the shortcut ``x`` and the branch output
   ``fx``; a class attribute ``axis`` names it), the shipped ones in :data:`COMBINATORS`, :class:`TransformGate`;
 - units (``variants.blocks``): :class:`ResidualUnit` (``combine(shortcut(x), F(x))``; subclass it to place
@@ -43,6 +47,7 @@ from .blocks import (
     SandwichNorm,
 )
 from .combinators import COMBINATORS, Combinator, TransformGate
+from .formulas import catalogue, formula
 from .layers import CifarSpec, Slot, build_cifar, conv_branch, make_shortcut
 from .registry import DuplicateVariantError, create, describe, list_variants, register, register_preset, unregister
 
@@ -66,9 +71,11 @@ __all__ = [
     "Slot",
     "TransformGate",
     "build_cifar",
+    "catalogue",
     "conv_branch",
     "create",
     "describe",
+    "formula",
     "list_variants",
     "make_shortcut",
     "register",

@@ -134,7 +134,9 @@ class PostActBasic(PostActivation):
 
 
 class PostActBottleneck(PostActBasic):
-    """He et al. 2015, Fig. 5 (right): the branch is 1×1 (``width``)-BN-ReLU-3×3-BN-ReLU-1×1 (``4·width``)-BN.
+    """``y = ReLU(shortcut(x) + BN(W3·ReLU(BN(W2·ReLU(BN(W1·x))))))``: He et al. 2015, Fig. 5 (right).
+
+    W1 is 1×1 (``width``), W2 3×3, W3 1×1 (``4·width``).
 
     ``stride_at`` is the convolution that subsamples: 0 (the first 1×1, He 2015/2016's CIFAR code) or 1
     (the 3×3, torchvision's "ResNet v1.5").
@@ -187,8 +189,10 @@ class PreActBasic(ResidualUnit):
 
 
 class PreActBottleneck(PreActBasic):
-    """He et al. 2016 (ResNet-164/1001): the branch is BN-ReLU-1×1 (``width``, subsamples)-BN-ReLU-3×3-BN-ReLU-
-    1×1 (``4·width``)."""
+    """``y = shortcut(x) + W3·ReLU(BN(W2·ReLU(BN(W1·ReLU(BN(x))))))``: He et al. 2016 (ResNet-164/1001).
+
+    W1 is 1×1 (``width``, subsamples), W2 3×3, W3 1×1 (``4·width``); the shortcut reads ``ReLU(BN(x))`` where
+    :class:`PreActBasic` says."""
 
     expansion = 4
 

@@ -25,7 +25,7 @@ from torch import nn
 
 
 class Combinator(nn.Module):
-    """Base class: ``forward(x, fx)`` joins shortcut ``x`` and branch output ``fx``.
+    """``y = combine(x, F(x))``: the base class; ``forward(x, fx)`` joins shortcut ``x`` and branch output ``fx``.
 
     ``axis`` (a class attribute) is the name the variant's ``combinator`` axis reports; a subclass without
     one reports its class name.
@@ -100,7 +100,7 @@ class Gate(Combinator):
 
 
 class Concat(Combinator):
-    """DenseNet: concatenate shortcut and branch along the channel dimension (dim 1)."""
+    """``y = [x, F(x)]``: DenseNet's join, shortcut and branch concatenated along the channel dimension (dim 1)."""
 
     axis = "concat"
 
@@ -152,8 +152,9 @@ class Scaled(Combinator):
 
 
 class Laurel(Combinator):
-    """Menghani et al. 2025, "LAuReL: Learned Augmented Residual Layer" (ICML), eq. 5 (RW+LR):
-    ``y = α·F(x) + β·(x + B·A·x)`` on the last (feature) dimension.
+    """``y = α·F(x) + β·(x + B·A·x)`` on the last (feature) dimension: Menghani et al. 2025, eq. 5 (RW+LR).
+
+    "LAuReL: Learned Augmented Residual Layer" (ICML 2025), in three forms:
 
     - ``"rw"`` (§2.1) keeps the learned weights ``α``, ``β`` only; the paper bounds them with "softmax or
       sigmoid" and gives no init: here ``α = 2σ(a)``, ``β = 2σ(b)`` with ``a = b = 0``, so the join starts as

@@ -50,7 +50,7 @@ from .blocks import NormFactory, ResidualUnit
 from .checks import positive_int
 from .combinators import Add, Combinator
 from .registry import register
-from .transformer import DEFAULT_INIT, LN_EPS, Recipe, Stream, TransformerLM
+from .transformer import DEFAULT_INIT, LN_EPS, Design, Stream, TransformerLM
 
 GATE_INIT = 0.01  # s_α, s_β (HC Algorithm 2) and α^pre, α^post, α^res (mHC App. A.1)
 SINKHORN_ITERS = 20  # mHC's t_max (§4.2, App. A.1)
@@ -75,7 +75,8 @@ class HyperStream(Stream):
 
 
 class HyperJoin(Combinator):
-    """A multi-stream join: ``forward(h, fx)`` writes the branch output fx (..., d) into the streams h (..., n, d);
+    """``H ← join(H, fx)``: a multi-stream join writes the branch output fx (..., d) into the streams H (..., n, d).
+
     :meth:`read` is the other half, the branch's input. Both take the sublayer's :meth:`weights` of h (computed
     once by :class:`HyperUnit`; from h again when not given)."""
 
@@ -88,8 +89,10 @@ class HyperJoin(Combinator):
 
 
 class HyperConnection(HyperJoin):
-    """Zhu et al. 2025, Hyper-Connections, of the k-th sublayer (``index``): static parameters B, A_m, A_r
-    (Eq. 1) initialised by Eq. 14; with ``norm`` (DHC) the dynamic terms of Eqs. 10–13 from ``H̄ = norm(H)``."""
+    """``Ĥ = Bᵀ·T(h_0) + A_rᵀ·H`` with ``h_0 = A_mᵀ·H``: Zhu et al. 2025, Hyper-Connections (Eqs. 3–5).
+
+    One per sublayer, the k-th (``index``): static parameters B, A_m, A_r (Eq. 1) initialised by Eq. 14; with
+    ``norm`` (DHC) the dynamic terms of Eqs. 10–13 from ``H̄ = norm(H)``."""
 
     axis = "hyper"
 
@@ -138,7 +141,9 @@ def sinkhorn_knopp(logits: torch.Tensor, iters: int = SINKHORN_ITERS) -> torch.T
 
 
 class ManifoldHyperConnection(HyperJoin):
-    """Xie et al. 2025, mHC, of the k-th sublayer (``index``): ``φ`` (n·d × n, n, n²) and the gates ``α`` project
+    """``x_{l+1} = H_res·x_l + H_postᵀ·F(H_pre·x_l)``: Xie et al. 2025, mHC (Eq. 3).
+
+    One per sublayer, the k-th (``index``): ``φ`` (n·d × n, n, n²) and the gates ``α`` project
     the RMS-normalised flattened token (Eq. 7); sigmoid, 2·sigmoid and Sinkhorn-Knopp place H_pre, H_post and
     H_res on their manifolds (Eq. 8). Init: φ = 0, α = 0.01, biases as in the module docstring."""
 
@@ -194,18 +199,18 @@ class HyperUnit(ResidualUnit):
 
 
 def _unused_add(*_: int) -> Combinator:
-    return Add()  # the recipe's per-sublayer join, unused: a HyperUnit builds its own (it needs the sublayer index)
+    return Add()  # the design's per-sublayer join, unused: a HyperUnit builds its own (it needs the sublayer index)
 
 
 def _lm(paper: str, n: int, join: Callable[[int, NormFactory], HyperJoin], trunk: dict[str, Any]) -> TransformerLM:
     """The family's LM (its defaults and validation) around n streams and Pre-LN sublayers joined by ``join(index,
     norm)`` — index 2i is layer i's attention, 2i + 1 its feed-forward."""
-    recipe = Recipe(
+    design = Design(
         paper, lambda depth: ["pre"] * depth, _unused_add,
         unit=lambda index, placement, body, combine, norm: HyperUnit(body, join(index, norm), norm),
         stream=lambda norm: HyperStream(n),
     )
-    return TransformerLM(recipe, **trunk)
+    return TransformerLM(design, **trunk)
 
 
 HC_PAPER = ("Zhu et al. 2025, Hyper-Connections (ICLR 2025, arXiv 2409.19606): n streams, static/dynamic HC "

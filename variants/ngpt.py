@@ -168,7 +168,7 @@ class HypersphereUnit(ResidualUnit):
 
 
 class Layer(nn.Module):
-    """One nGPT layer: the attention update (eq. 10) then the MLP update (eq. 11)."""
+    """``h = ffn(attn(h))``: one nGPT layer, the attention update (eq. 10) then the MLP update (eq. 11)."""
 
     def __init__(self, d_model: int, n_heads: int, d_ff: int, dropout: float) -> None:
         super().__init__()

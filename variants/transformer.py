@@ -200,7 +200,7 @@ class ScaleNorm(nn.Module):
         return self.g * x / torch.linalg.vector_norm(x, dim=-1, keepdim=True).clamp_min(self.eps)
 
 
-# The norm-type axis: what every norm of the stack is (its placement is the recipe's).
+# The norm-type axis: what every norm of the stack is (its placement is the design's).
 NORMS: dict[str, Callable[[int, bool], nn.Module]] = {
     "layernorm": lambda d, bias: nn.LayerNorm(d, eps=LN_EPS, bias=bias),  # Ba et al. 2016
     "rmsnorm": lambda d, bias: nn.RMSNorm(d, eps=LN_EPS),  # Zhang & Sennrich 2019: x / rms(x) · g, no mean, no bias
@@ -211,8 +211,12 @@ FFNS: dict[str, Callable[[int, int, float, bool], nn.Module]] = {"gelu": FeedFor
 
 
 class Block(nn.Module):
-    """One Transformer layer: two residual sublayers (``variants.blocks.PostNorm``, ``PreNorm`` ...), attention
-    then feed-forward: ``x = ffn(attn(x))``."""
+    """``x = ffn(attn(x))``: one Transformer layer, its attention sublayer then its feed-forward sublayer.
+
+    Each sublayer is a residual unit whose ``forward`` is its placement's formula (``variants.blocks.PostNorm``,
+    ``PreNorm`` ...), its join a combinator: under Pre-LN ``attn(x) = x + Attn(LN(x))`` and ``ffn(h) = h +
+    FFN(LN(h))``, so the residual stream reads ``x ← h + FFN(LN(h))``, ``h = x + Attn(LN(x))``, layer after
+    layer (:func:`variants.formula` lists the three classes with their files and lines)."""
 
     def __init__(self, attn: ResidualUnit, ffn: ResidualUnit) -> None:
         super().__init__()
@@ -224,8 +228,9 @@ class Block(nn.Module):
 
 
 class B2TBlock(Block):
-    """Takase et al. 2023, "B2T Connection: Serving Stability and Performance in Deep Transformers", Fig. 1(c):
-    a Post-LN layer whose input also skips to the last norm, ``h = LN(x + Attn(x))``, ``y = LN(h + FFN(h) + x)``.
+    """``h = LN(x + Attn(x))``, ``y = LN(h + FFN(h) + x)``: a Post-LN layer whose input also skips to the last norm.
+
+    Takase et al. 2023, "B2T Connection: Serving Stability and Performance in Deep Transformers", Fig. 1(c).
 
     The feed-forward sublayer is a :class:`~variants.blocks.PostNorm`; the bottom-to-top term ``+ x`` enters
     inside its norm, next to its own residual join (which probes see as usual)."""
@@ -424,7 +429,7 @@ UnitFactory = Callable[[int, str, nn.Module, Combinator, NormFactory], ResidualU
 
 
 @dataclass(frozen=True)
-class Recipe:
+class Design:
     """A named variant: per-layer placements (one for both sublayers, or an (attention, feed-forward) pair) and a
     combinator factory (given depth); ``init`` pins a scheme only where the paper *is* an initialisation
     (DeepNet, T-Fixup), else the family default :data:`DEFAULT_INIT` applies."""
@@ -451,61 +456,61 @@ def _add(depth: int, d_model: int) -> Combinator:
     return COMBINATORS["add"]()
 
 
-RECIPES: dict[str, Recipe] = {
-    "postln": Recipe(
+DESIGNS: dict[str, Design] = {
+    "postln": Design(
         "Vaswani et al. 2017, Attention Is All You Need", _same("post"), _add,
     ),
-    "preln": Recipe(
+    "preln": Design(
         "Xiong et al. 2020, On Layer Normalization in the Transformer Architecture; Radford et al. 2019, GPT-2",
         _same("pre"), _add,
     ),
-    "sandwich": Recipe(
+    "sandwich": Design(
         "Ding et al. 2021, CogView (Sandwich-LN); Kim et al. 2025, Peri-LN: Revisiting Layer Normalization "
         "in the Transformer Architecture", _same("sandwich"), _add,
     ),
-    "deepnorm": Recipe(
+    "deepnorm": Design(
         "Wang et al. 2022, DeepNet: Scaling Transformers to 1,000 Layers", _same("post"),
         lambda depth, d: COMBINATORS["scaled"](alpha=deepnorm_alpha_beta(depth)[0]), init="deepnorm",
     ),
-    "rezero_lm": Recipe(
+    "rezero_lm": Design(
         "Bachlechner et al. 2020, ReZero is All You Need: Fast Convergence at Large Depth", _same("none"),
         lambda depth, d: COMBINATORS["scaled"](alpha=1.0, beta=0.0, learnable_beta=True),
         one_scale_per_layer=True,  # the paper's "single additional learned parameter per layer"
     ),
-    "b2t": Recipe(
+    "b2t": Design(
         "Takase et al. 2023, B2T Connection: Serving Stability and Performance in Deep Transformers, Fig. 1(c)",
         _same("post"), _add, block=B2TBlock,
     ),
-    "denseformer": Recipe(
+    "denseformer": Design(
         "Pagliardini et al. 2024, DenseFormer: Enhancing Information Flow in Transformers via Depth Weighted "
         "Averaging (DWA after every block, all earlier outputs)", _same("pre"), _add, dense=True,
     ),
-    "admin": Recipe(
+    "admin": Design(
         "Liu et al. 2020, Understanding the Difficulty of Training Transformers (Admin, §4.3): Post-LN, "
         "x_i = LN(ω_i ⊙ x_{i-1} + f_i(x_{i-1})), ω_i from a profiling pass at init", _same("post"),
         lambda depth, d: Scaled(alpha=1.0, alpha_shape=(d,), channel_dim=-1), init="admin",
     ),
-    "resi_dual": Recipe(
+    "resi_dual": Design(
         "Xie et al. 2023, ResiDual: Transformer with Dual Residual Connections (Pre-Post-LN, §3.2)", _same("post"),
         _add, unit=lambda index, placement, body, combine, norm: DualPostNorm(body, combine, norm),
         stream=DualStream,
     ),
     # HybridNorm's layer, x' = x + Attn_QKVNorm(x), y = N(x') + FFN(N(x')), regrouped around the same two joins:
     # a Post-Norm attention sublayer N(x + Attn(x)) and an un-normalised FFN sublayer a + FFN(a); a final norm.
-    "hybridnorm": Recipe(
+    "hybridnorm": Design(
         "Zhuo et al. 2025, HybridNorm: Towards Stable and Efficient Transformer Training via Hybrid Normalization "
         "(QKV-Norm in attention, Post-Norm in the FFN; §3.1)", lambda depth: [("post", "none")] * depth, _add,
         attention=QKVNormAttention, final_norm=True,
     ),
-    "value_residual": Recipe(
+    "value_residual": Design(
         "Zhou et al. 2024, Value Residual Learning (ResFormer, eq. 6, λ1 = λ2 = 0.5; Pre-LN base)", _same("pre"),
         _add, attention=ValueResidualAttention,
     ),
-    "t_fixup": Recipe(
+    "t_fixup": Design(
         "Huang et al. 2020, Improving Transformer Optimization Through Better Initialization (T-Fixup, "
         "Algorithm 1, decoder): no LayerNorm", _same("none"), _add, init="t_fixup",
     ),
-    "mixln": Recipe(
+    "mixln": Design(
         "Li et al. 2024, Mix-LN: Unleashing the Power of Deeper Layers by Combining Pre-LN and Post-LN",
         lambda depth: ["post"] * mixln_post_layers(depth) + ["pre"] * (depth - mixln_post_layers(depth)),
         _add,
@@ -517,7 +522,7 @@ class TransformerLM(nn.Module):
     """Decoder-only LM: ``(B, T)`` token ids -> ``(B, T, vocab_size)`` logits; head tied to the token embedding."""
 
     def __init__(
-        self, recipe: Recipe, *, depth: int, d_model: int, n_heads: int, d_ff: int, vocab_size: int,
+        self, design: Design, *, depth: int, d_model: int, n_heads: int, d_ff: int, vocab_size: int,
         max_len: int, dropout: float, bias: bool, init: str = DEFAULT_INIT, norm: str = "layernorm",
         ffn: str = "gelu",
     ) -> None:
@@ -533,29 +538,29 @@ class TransformerLM(nn.Module):
         self.pos_emb = nn.Embedding(max_len, d_model)
         self.drop = nn.Dropout(dropout)
         make_norm = partial(NORMS[norm], d_model, bias)
-        placements = [(p, p) if isinstance(p, str) else p for p in recipe.placements(depth)]
+        placements = [(p, p) if isinstance(p, str) else p for p in design.placements(depth)]
         layers: list[Block] = []
         first: CausalSelfAttention | None = None
         for i, (p_attn, p_ffn) in enumerate(placements):
-            attn = recipe.attention.make(d_model, n_heads, dropout, bias, first=first,
+            attn = design.attention.make(d_model, n_heads, dropout, bias, first=first,
                                          head_norm=lambda d: NORMS[norm](d, bias))
             first = attn if first is None else first
-            layers.append(recipe.block(
-                recipe.unit(2 * i, p_attn, attn, recipe.combinator(depth, d_model), make_norm),
-                recipe.unit(2 * i + 1, p_ffn, FFNS[ffn](d_model, d_ff, dropout, bias),
-                            recipe.combinator(depth, d_model), make_norm),
+            layers.append(design.block(
+                design.unit(2 * i, p_attn, attn, design.combinator(depth, d_model), make_norm),
+                design.unit(2 * i + 1, p_ffn, FFNS[ffn](d_model, d_ff, dropout, bias),
+                            design.combinator(depth, d_model), make_norm),
             ))
         self.blocks = nn.ModuleList(layers)
-        self.stream = recipe.stream(make_norm)
+        self.stream = design.stream(make_norm)
         # DenseFormer's averages: one after each block, over the embeddings and every block output so far.
-        self.dwa = nn.ModuleList(DepthWeightedAverage(i + 2) for i in range(depth)) if recipe.dense else None
-        if recipe.one_scale_per_layer:
+        self.dwa = nn.ModuleList(DepthWeightedAverage(i + 2) for i in range(depth)) if design.dense else None
+        if design.one_scale_per_layer:
             for blk in self.blocks:  # two Scaled modules (probes see both joins), one parameter
                 assert isinstance(blk, Block)
                 blk.ffn.combine.beta = blk.attn.combine.beta
         # A final LN is needed exactly when the last layer leaves the stream un-normalised by a
         # residual add after a norm (pre/sandwich); post-LN ends normalised, ReZero has no LN by design.
-        final = recipe.final_norm if recipe.final_norm is not None else placements[-1][1] in ("pre", "sandwich")
+        final = design.final_norm if design.final_norm is not None else placements[-1][1] in ("pre", "sandwich")
         self.norm = make_norm() if final else nn.Identity()
         for module in self.modules():
             if isinstance(module, nn.Linear) and module.bias is not None:
@@ -615,24 +620,24 @@ def transformer_flops_per_token(depth: int, d_model: int, d_ff: int, n_ctx: int,
     return 6 * matmul_weights + 12 * depth * n_ctx * d_model
 
 
-def _builder(recipe: Recipe, depth: int = 6, d_model: int = 128, n_heads: int = 4, d_ff: int = 512,
+def _builder(design: Design, depth: int = 6, d_model: int = 128, n_heads: int = 4, d_ff: int = 512,
              vocab_size: int = 256, max_len: int = 256) -> Callable[..., TransformerLM]:
     """A constructor with explicit keyword defaults (the registry reads them from the signature)."""
 
     def build(*, depth: int = depth, d_model: int = d_model, n_heads: int = n_heads, d_ff: int = d_ff,
               vocab_size: int = vocab_size, max_len: int = max_len, dropout: float = 0.0,
-              bias: bool = True, init: str = recipe.init or DEFAULT_INIT, norm: str = "layernorm",
+              bias: bool = True, init: str = design.init or DEFAULT_INIT, norm: str = "layernorm",
               ffn: str = "gelu") -> TransformerLM:
-        return TransformerLM(recipe, depth=depth, d_model=d_model, n_heads=n_heads, d_ff=d_ff,
+        return TransformerLM(design, depth=depth, d_model=d_model, n_heads=n_heads, d_ff=d_ff,
                              vocab_size=vocab_size, max_len=max_len, dropout=dropout, bias=bias, init=init,
                              norm=norm, ffn=ffn)
 
     return build
 
 
-for _name, _recipe in RECIPES.items():
-    _pinned: dict[str, Any] = {"init": _recipe.init} if _recipe.init else {}  # the paper is the init: not overridable
-    register(_name, family="transformer", paper=_recipe.paper, **_pinned)(_builder(_recipe))
+for _name, _design in DESIGNS.items():
+    _pinned: dict[str, Any] = {"init": _design.init} if _design.init else {}  # the paper is the init: not overridable
+    register(_name, family="transformer", paper=_design.paper, **_pinned)(_builder(_design))
 
 # GPT-2 small (124,439,808 parameters): the trunk and GPT-2's init are pinned; vocab_size/max_len default to
 # GPT-2's 50257/1024 but stay overridable so the preset also runs on the byte-level tasks.
@@ -640,7 +645,7 @@ register(
     "gpt2_small", family="transformer", paper="Radford et al. 2019, Language Models are Unsupervised Multitask "
     "Learners (GPT-2 small)", depth=12, d_model=768, n_heads=12, d_ff=3072, bias=True,
     init="gpt2",
-)(_builder(RECIPES["preln"], depth=12, d_model=768, n_heads=12, d_ff=3072, vocab_size=50257, max_len=1024))
+)(_builder(DESIGNS["preln"], depth=12, d_model=768, n_heads=12, d_ff=3072, vocab_size=50257, max_len=1024))
 
 # The block of LLaMA (Touvron et al. 2023, §2.2): Pre-norm with RMSNorm, a SwiGLU feed-forward, no biases; its
 # rotary position encoding is not part of the residual design and is not reproduced (learned positions, as
@@ -649,7 +654,7 @@ register(
     "llama_like", family="transformer", paper="Touvron et al. 2023, LLaMA: Open and Efficient Foundation Language "
     "Models, §2.2 (pre-normalisation with RMSNorm, Zhang & Sennrich 2019; SwiGLU, Shazeer 2020)",
     norm="rmsnorm", ffn="swiglu", bias=False,
-)(_builder(RECIPES["preln"]))
+)(_builder(DESIGNS["preln"]))
 
 LAUREL_PAPER = ("Menghani et al. 2025, LAuReL: Learned Augmented Residual Layer (ICML), eq. 5 (RW+LR, r = 4 as its "
                 "LLM-1B); one LAuReL join per residual sublayer of a Pre-LN stack")
@@ -664,6 +669,6 @@ def laurel(*, form: str = "rw+lr", rank: int = 4, depth: int = 6, d_model: int =
     residual it wraps; here each of the 2N joins gets its own (4·D·r + 2 weights each, still < 1% of the model)."""
     choice("LAuReL form", form, Laurel.FORMS)
     positive_int("LAuReL rank", rank)
-    recipe = Recipe(LAUREL_PAPER, _same("pre"), lambda depth, d: Laurel(d, form=form, rank=rank))
-    return TransformerLM(recipe, depth=depth, d_model=d_model, n_heads=n_heads, d_ff=d_ff, vocab_size=vocab_size,
+    design = Design(LAUREL_PAPER, _same("pre"), lambda depth, d: Laurel(d, form=form, rank=rank))
+    return TransformerLM(design, depth=depth, d_model=d_model, n_heads=n_heads, d_ff=d_ff, vocab_size=vocab_size,
                          max_len=max_len, dropout=dropout, bias=bias, init=init, norm=norm, ffn=ffn)
