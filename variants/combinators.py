@@ -23,6 +23,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from . import axes
+
 
 class Combinator(nn.Module):
     """``y = combine(x, F(x))``: the base class; ``forward(x, fx)`` joins shortcut ``x`` and branch output ``fx``.
@@ -202,3 +204,4 @@ COMBINATORS: dict[str, type[Combinator]] = {
     "scaled": Scaled,
     "laurel": Laurel,
 }
+axes.ship("combinator", COMBINATORS)

@@ -22,7 +22,7 @@ from torch.utils.checkpoint import checkpoint
 
 from .checks import check_positive, flag, rate
 from .combinators import Concat
-from .layers import ConvNet, check_init, conv1x1, conv3x3, drop_path_rates, init_weights_
+from .layers import ConvNet, InitArg, check_init, conv1x1, conv3x3, drop_path_rates, init_weights_
 from .registry import register, register_preset
 
 HUANG = "Huang et al. 2017, Densely Connected Convolutional Networks, Table 2"
@@ -120,7 +120,7 @@ def densenet(
     drop_rate: float = 0.0,
     drop_path_rate: float = 0.0,
     memory_efficient: bool = False,
-    init: str = "kaiming",
+    init: InitArg = "kaiming",
 ) -> nn.Module:
     """CIFAR DenseNet (``bc=True``: DenseNet-BC). ``drop_rate`` is Huang's dropout (0.2 without augmentation);
     ``drop_path_rate`` drops a layer's new feature maps per sample (linear decay). ``init`` is one of

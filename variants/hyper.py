@@ -46,14 +46,16 @@ from typing import Any, cast
 import torch
 from torch import nn
 
+from . import axes
 from .blocks import NormFactory, ResidualUnit
 from .checks import positive_int
 from .combinators import Add, Combinator
 from .registry import register
-from .transformer import DEFAULT_INIT, LN_EPS, Design, Stream, TransformerLM
+from .transformer import DEFAULT_INIT, LN_EPS, Design, FfnArg, InitArg, NormArg, Stream, TransformerLM
 
 GATE_INIT = 0.01  # s_α, s_β (HC Algorithm 2) and α^pre, α^post, α^res (mHC App. A.1)
 SINKHORN_ITERS = 20  # mHC's t_max (§4.2, App. A.1)
+axes.ship("combinator", ["hyper", "mhc"])
 MHC_INIT_GAP = 3.0  # our bias scale for mHC's H_pre and H_res: σ(3) = 0.95; H_res's diagonal 0.87 at n = 4
 
 Weights = tuple[torch.Tensor, torch.Tensor, torch.Tensor]  # (read-in, stream mixing, write-out) of one sublayer
@@ -222,8 +224,8 @@ MHC_PAPER = ("Xie et al. 2025, mHC: Manifold-Constrained Hyper-Connections (Deep
 @register("hyper_connections", family="transformer", paper=HC_PAPER)
 def hyper_connections(
     *, depth: int = 6, d_model: int = 128, n_heads: int = 4, d_ff: int = 512, vocab_size: int = 256,
-    max_len: int = 256, dropout: float = 0.0, bias: bool = True, init: str = DEFAULT_INIT, norm: str = "layernorm",
-    ffn: str = "gelu", n: int = 4, dynamic: bool = True,
+    max_len: int = 256, dropout: float = 0.0, bias: bool = True, init: str | InitArg = DEFAULT_INIT,
+    norm: str | NormArg = "layernorm", ffn: str | FfnArg = "gelu", n: int = 4, dynamic: bool = True,
 ) -> TransformerLM:
     """Hyper-Connections with expansion rate ``n`` (the paper's default 4); ``dynamic``: DHC (True) or SHC."""
     positive_int("n", n, "the expansion rate, the number of residual streams")
@@ -237,8 +239,8 @@ def hyper_connections(
 @register("mhc", family="transformer", paper=MHC_PAPER)
 def mhc(
     *, depth: int = 6, d_model: int = 128, n_heads: int = 4, d_ff: int = 512, vocab_size: int = 256,
-    max_len: int = 256, dropout: float = 0.0, bias: bool = True, init: str = DEFAULT_INIT, norm: str = "layernorm",
-    ffn: str = "gelu", n: int = 4, sinkhorn_iters: int = SINKHORN_ITERS,
+    max_len: int = 256, dropout: float = 0.0, bias: bool = True, init: str | InitArg = DEFAULT_INIT,
+    norm: str | NormArg = "layernorm", ffn: str | FfnArg = "gelu", n: int = 4, sinkhorn_iters: int = SINKHORN_ITERS,
 ) -> TransformerLM:
     """mHC with expansion rate ``n`` (the paper's 4) and ``sinkhorn_iters`` Sinkhorn-Knopp steps (its t_max, 20)."""
     positive_int("n", n, "the expansion rate, the number of residual streams")

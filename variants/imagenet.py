@@ -14,7 +14,7 @@ from torch import nn
 
 from .blocks import POSTACT
 from .checks import check_positive, flag, is_int
-from .layers import ConvNet, check_init, drop_path_rates, init_weights_
+from .layers import ConvNet, InitArg, check_init, drop_path_rates, init_weights_
 from .registry import register, register_preset
 
 HE2015 = "He et al. 2015, Deep Residual Learning for Image Recognition, Table 1"
@@ -44,7 +44,7 @@ def resnet_imagenet(
     width: int = 64,
     zero_init_residual: bool = False,
     drop_path_rate: float = 0.0,
-    init: str = "kaiming",
+    init: InitArg = "kaiming",
 ) -> nn.Module:
     """He 2015 ImageNet ResNet of ``depth`` in {18, 34, 50, 101, 152}: :class:`~variants.blocks.PostActBasic` or
     ``PostActBottleneck`` units with projection shortcuts (option B); ``width`` is the first stage's width.

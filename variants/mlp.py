@@ -24,10 +24,11 @@ from typing import Literal, cast
 import torch
 from torch import nn
 
+from . import axes
 from .blocks import HighwayUnit, PostActivation, PreNorm, ResidualUnit
 from .checks import check_positive, choice, real
 from .combinators import Add, NoShortcut
-from .layers import check_init, drop_path_rates, init_weights_
+from .layers import InitArg, check_init, drop_path_rates, init_weights_
 from .registry import register, register_preset
 
 SRIVASTAVA = "Srivastava et al. 2015, Training Very Deep Networks, §3.1 / Fig. 1"
@@ -39,6 +40,7 @@ NORMS: dict[str, Callable[[int], nn.Module]] = {
     "batch": nn.BatchNorm1d,
     "layer": nn.LayerNorm,
 }
+axes.ship("norm", NORMS)  # and a norm registered with variants.register_norm, or a factory passed as norm=
 
 
 def linear(cin: int, cout: int, activation: str) -> nn.Linear:
@@ -59,9 +61,9 @@ class MlpSpec:
     in_chans: int = 1
     image_size: int = 28
     activation: str = "relu"
-    norm: str = "none"
+    norm: str | Callable[..., nn.Module] = "none"  # a name of NORMS, a registered norm, or a norm factory
     drop_path_rate: float = 0.0
-    init: str = "kaiming"
+    init: InitArg = "kaiming"
 
     def __post_init__(self) -> None:
         if isinstance(self.depth, bool) or not isinstance(self.depth, int) or self.depth < 1:
@@ -70,15 +72,23 @@ class MlpSpec:
         check_positive(width=self.width, num_classes=self.num_classes, in_chans=self.in_chans,
                        image_size=self.image_size)
         choice("activation", self.activation, ACTIVATIONS)
-        choice("norm", self.norm, NORMS)
+        self.norm_factory()
         check_init(self.init)
         drop_path_rates(self.drop_path_rate, 1)  # validates the rate
 
     def act(self) -> nn.Module:
         return ACTIVATIONS[self.activation]()
 
+    def norm_factory(self) -> tuple[str, Callable[..., nn.Module]]:
+        """``(name, factory)`` of ``norm``: the stack's own (:data:`NORMS`), a registered one, or the factory given."""
+        return axes.lookup("norm", self.norm, NORMS, message=lambda known: (
+            f"norm must be one of {tuple(known)} or a norm factory, got {self.norm!r}"))
+
     def nrm(self) -> nn.Module:
-        return NORMS[self.norm](self.width)
+        name, factory = self.norm_factory()
+        if name in NORMS and factory is NORMS[name]:
+            return factory(self.width)
+        return axes.tagged(axes.make_norm(factory, self.width, True), "norm", name)
 
     def hidden(self) -> nn.Linear:
         """One width × width layer, initialised for the activation."""

@@ -41,6 +41,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from . import axes
 from .blocks import ResidualUnit
 from .combinators import Combinator
 from .registry import register
@@ -48,6 +49,8 @@ from .transformer import check_token_ids, swiglu_hidden, validate_sizes
 
 ALPHA_INIT = 0.05  # §2.6 item 3: α_A,init = α_M,init = 0.05
 ROPE_BASE = 10000.0  # RoFormer §3.2.2: θ_i = 10000^(-2(i-1)/d)
+axes.ship("init", ["ngpt"])
+axes.ship("combinator", ["nlerp"])
 
 
 def unit(x: torch.Tensor, dim: int = -1) -> torch.Tensor:

@@ -26,6 +26,8 @@ from typing import Any, NamedTuple
 import torch
 from torch import nn
 
+from . import axes
+
 Builder = Callable[..., nn.Module]
 
 TIMM_PREFIX = "timm:"
@@ -76,8 +78,10 @@ def register(
 
     ``spec``: a dataclass instance (e.g. ``CifarSpec(depth=110)``) the builder takes as its positional
     argument; its fields become keyword arguments of the variant, defaulting to this instance's values.
-    ``axes``: labels for what the derived axes cannot see (a unit class outside ``variants.blocks``); a
-    derived value always wins.
+    ``axes``: what the variant's axes are meant to be. Each is checked against the axes derived from the model
+    the defaults build (:func:`derive_axes`) when the variant is first described: a declared axis the derivation
+    also reports must agree with it, else ``ValueError`` naming the axis and both values; an axis the
+    derivation cannot see (a model without a :class:`~variants.combinators.Combinator`) is reported as declared.
     """
     if spec is not None and not (dataclasses.is_dataclass(spec) and not isinstance(spec, type)):
         raise TypeError(f"spec must be a dataclass instance (e.g. CifarSpec(depth=56)), got {spec!r}")
@@ -191,17 +195,16 @@ def _join(values: list[str]) -> str:
     return ", ".join(dict.fromkeys(values))
 
 
-_NORM_TYPES: tuple[tuple[type[nn.Module], str], ...] = (
-    (nn.LayerNorm, "layernorm"), (nn.RMSNorm, "rmsnorm"), (nn.modules.batchnorm._BatchNorm, "batchnorm"),
-    (nn.GroupNorm, "groupnorm"),
-)
+# What derive_axes reports: no plugin may register a norm under one of these names.
+axes.ship("norm", [name for _, name in axes.NORM_TYPES] + ["none"])
 
 
-def _norm_type(module: nn.Module) -> str | None:
-    named = getattr(type(module), "norm_axis", None)  # a norm class of its own names itself (ScaleNorm)
+def _combinator_axis(combinator: nn.Module) -> str:
+    named = getattr(type(combinator), "axis", None)
     if isinstance(named, str):
         return named
-    return next((name for cls, name in _NORM_TYPES if isinstance(module, cls)), None)
+    registered = [n for n, cls in axes.registered("combinator").items() if cls is type(combinator)]
+    return registered[0] if registered else type(combinator).__name__
 
 
 def derive_axes(model: nn.Module) -> dict[str, str]:
@@ -216,18 +219,20 @@ def derive_axes(model: nn.Module) -> dict[str, str]:
         return {}
     placements = [p for m in model.modules() if isinstance(p := getattr(m, "placement", None), str)]
     kinds = {type(m).__name__ for m in model.modules()}
+    ffns = [n for m in model.modules() if isinstance(n := m.__dict__.get("ffn_axis"), str)]  # a registered body
     if any("Attention" in k for k in kinds):
         body = "attention+swiglu" if any("SwiGLU" in k for k in kinds) else "attention+ffn"
+        body = f"attention+{_join(ffns)}" if ffns else body
     elif any(isinstance(m, nn.modules.conv._ConvNd) for m in model.modules()):
         body = "conv"
     else:
         body = "mlp"
-    norms = [n for m in model.modules() if (n := _norm_type(m)) is not None]
-    axes = {"combinator": _join([getattr(c, "axis", type(c).__name__) for c in combinators]), "body": body,
-            "norm": _join(norms) or "none"}
+    norms = [n for m in model.modules() if (n := axes.norm_type(m)) is not None]
+    out = {"combinator": _join([_combinator_axis(c) for c in combinators]), "body": body,
+           "norm": _join(norms) or "none"}
     if placements:
-        axes["placement"] = _join(placements)
-    return axes
+        out["placement"] = _join(placements)
+    return out
 
 
 _CONTAINERS = (nn.Sequential, nn.ModuleList, nn.ModuleDict)
@@ -275,7 +280,13 @@ def _built(spec: VariantSpec) -> Built:
     if spec.name not in _BUILT:
         with torch.device("meta"):  # shapes only: no memory, no random draws
             model = spec.build(dict(spec.fixed))
-        _BUILT[spec.name] = Built({**spec.axes, **derive_axes(model)}, sum(p.numel() for p in model.parameters()),
+        derived = derive_axes(model)
+        for axis, declared in spec.axes.items():
+            if axis in derived and derived[axis] != declared:
+                raise ValueError(f"variant {spec.name!r} declares {axis}={declared!r}, but the model its defaults "
+                                 f"build has {axis}={derived[axis]!r} (derived from its modules); declare "
+                                 f"{derived[axis]!r} or leave the axis out")
+        _BUILT[spec.name] = Built({**spec.axes, **derived}, sum(p.numel() for p in model.parameters()),
                                   derive_anatomy(model))
     return _BUILT[spec.name]
 

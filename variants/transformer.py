@@ -8,6 +8,9 @@ Bengio 2010, the init of Vaswani et al. 2017 and of Xiong et al. 2020's experime
 ``preln`` differs only in where LayerNorm sits. Variants whose paper *is* an init pin theirs: ``deepnorm``
 (DeepNet's β-scaled Xavier) and the ``gpt2_small`` preset (GPT-2's N(0, 0.02) with 1/√(2N) residual
 projections). ``--model-arg init=gpt2|normal|xavier|deepnorm`` picks another scheme for any other variant.
+Norm type (``norm``) and feed-forward body (``ffn``) are axes too; a plugin adds values to all three with
+``variants.register_norm``/``register_ffn``/``register_init`` and builds its own variant on the family's
+defaults with :func:`build_transformer` and :class:`TransformerSpec`.
 
 - ``postln``: ``x ← LN(x + F(x))``, no final LN — Vaswani et al. 2017, "Attention Is All You Need".
 - ``preln``: ``x ← x + F(LN(x))``, final LN — Xiong et al. 2020, "On Layer Normalization in the
@@ -35,6 +38,7 @@ input token (loss far above ln V), an artifact that would confound the placement
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -45,7 +49,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .blocks import NormFactory, PostNorm, ResidualUnit, sublayer
+from . import axes
+from .blocks import PLACEMENTS, NormFactory, PostNorm, ResidualUnit, sublayer
 from .checks import choice, flag, positive_int, rate
 from .combinators import COMBINATORS, Combinator, Laurel, Scaled
 from .registry import register
@@ -208,6 +213,12 @@ NORMS: dict[str, Callable[[int, bool], nn.Module]] = {
 }
 # The feed-forward body: GPT-2's GELU MLP or Shazeer's SwiGLU.
 FFNS: dict[str, Callable[[int, int, float, bool], nn.Module]] = {"gelu": FeedForward, "swiglu": SwiGLU}
+# A plugin adds to both with variants.register_norm / register_ffn (variants.axes), or passes a factory directly:
+NormArg = Callable[..., nn.Module]  # factory(d) or factory(d, bias=...): one norm of width d
+FfnArg = Callable[..., nn.Module]  # factory(d_model, d_ff, dropout, bias): the feed-forward body
+InitArg = Callable[[torch.Tensor], object]  # draw(weight): fills one weight in place
+axes.ship("norm", NORMS)
+axes.ship("ffn", FFNS)
 
 
 class Block(nn.Module):
@@ -314,26 +325,37 @@ def mixln_post_layers(depth: int) -> int:
 # --- initialisation schemes (linear layers only; biases start at 0, LayerNorms at weight 1 / bias 0) ---
 
 
+def linears(body: nn.Module) -> list[nn.Linear]:
+    """The ``nn.Linear`` layers of a sublayer body in module order: q|k|v then the output projection for the
+    attention, fc1 then fc2 for the shipped feed-forward bodies (a registered one: whatever it holds). The last is
+    the projection back into the residual stream."""
+    return [m for m in body.modules() if isinstance(m, nn.Linear)]
+
+
 def _init_gpt2(model: TransformerLM) -> None:
     """GPT-2 / Megatron: N(0, 0.02); residual output projections N(0, 0.02/√(2N)) (GPT-2 §2.3, N layers)."""
     resid_std = 0.02 / math.sqrt(2 * len(model.blocks))
     for attn, ffn in model.bodies():
-        for lin, std in ((attn.qkv, 0.02), (attn.proj, resid_std), (ffn.fc1, 0.02), (ffn.fc2, resid_std)):
-            nn.init.normal_(lin.weight, std=std)
+        for lins in (linears(attn), linears(ffn)):
+            for i, lin in enumerate(lins):
+                nn.init.normal_(lin.weight, std=resid_std if i == len(lins) - 1 else 0.02)
+
+
+def _init_draw(model: TransformerLM, draw: Callable[[torch.Tensor], object]) -> None:
+    """``draw`` on every linear weight of every sublayer body, attention then feed-forward, layer by layer."""
+    for attn, ffn in model.bodies():
+        for lin in (*linears(attn), *linears(ffn)):
+            draw(lin.weight)
 
 
 def _init_normal(model: TransformerLM) -> None:
     """LLaMA-style N(0, 0.02) everywhere, no depth scaling (the setup Mix-LN trains in)."""
-    for attn, ffn in model.bodies():
-        for lin in (attn.qkv, attn.proj, ffn.fc1, ffn.fc2):
-            nn.init.normal_(lin.weight, std=0.02)
+    _init_draw(model, lambda w: nn.init.normal_(w, std=0.02))
 
 
 def _init_xavier(model: TransformerLM) -> None:
     """Xavier-uniform (Glorot 2010), as tensor2tensor/PyTorch ``nn.Transformer`` (fused q|k|v like ``in_proj``)."""
-    for attn, ffn in model.bodies():
-        for lin in (attn.qkv, attn.proj, ffn.fc1, ffn.fc2):
-            nn.init.xavier_uniform_(lin.weight)
+    _init_draw(model, nn.init.xavier_uniform_)
 
 
 def _init_deepnorm(model: TransformerLM) -> None:
@@ -344,7 +366,7 @@ def _init_deepnorm(model: TransformerLM) -> None:
         with torch.no_grad():
             for rows, gain in ((slice(0, d), 1.0), (slice(d, 2 * d), 1.0), (slice(2 * d, 3 * d), beta)):
                 nn.init.xavier_normal_(attn.qkv.weight[rows], gain=gain)  # q, k, v each a d×d matrix
-        for lin in (attn.proj, ffn.fc1, ffn.fc2):
+        for lin in (attn.proj, *linears(ffn)):
             nn.init.xavier_normal_(lin.weight, gain=beta)
 
 
@@ -368,7 +390,7 @@ def _init_t_fixup(model: TransformerLM) -> None:
         model.tok_emb.weight.mul_(scale)
         for attn, ffn in model.bodies():
             attn.qkv.weight[2 * d:].mul_(scale)  # v (rows 2d:3d of the fused q|k|v)
-            for lin in (attn.proj, ffn.fc1, ffn.fc2):
+            for lin in (attn.proj, *linears(ffn)):
                 lin.weight.mul_(scale)
 
 
@@ -418,9 +440,40 @@ INITS: dict[str, Callable[[TransformerLM], None]] = {
     "t_fixup": _init_t_fixup,
     "admin": _init_admin,
 }
+axes.ship("init", INITS)
 # One default for every placement (Xiong et al. 2020 ran Post-LN and Pre-LN under Xavier): a comparison of
 # placements must not also compare initialisations.
 DEFAULT_INIT = "xavier"
+
+
+def resolve_init(init: object) -> tuple[str, Callable[[TransformerLM], None]]:
+    """``(name, scheme)`` of an ``init`` argument: a name of :data:`INITS`, a registered init (``variants.
+    register_init``) or a draw ``(weight) -> Any`` passed directly; either draw fills every sublayer's linear
+    weights (:func:`_init_draw`)."""
+    name, value = axes.lookup("init", init, INITS, message=lambda known: (
+        f"unknown init {init!r}; choose one of: {', '.join(known)} (or pass a draw (weight) -> None)"))
+    if isinstance(init, str) and init in INITS:
+        return name, cast(Callable[[TransformerLM], None], value)
+    return name, partial(_init_draw, draw=cast(InitArg, value))
+
+
+def resolve_norm(norm: object, bias: bool) -> tuple[str, Callable[[int], nn.Module]]:
+    """``(name, make)`` of a ``norm`` argument (a name of :data:`NORMS`, a registered norm or a factory):
+    ``make(d)`` builds one norm of width d, tagged with the name where it is not one of :data:`NORMS`."""
+    name, factory = axes.lookup("norm", norm, NORMS, message=lambda known: (
+        f"unknown norm {norm!r}; choose one of: {', '.join(known)} (or pass a norm factory)"))
+    if name in NORMS and factory is NORMS[name]:
+        return name, lambda d: factory(d, bias)
+    return name, lambda d: axes.tagged(axes.make_norm(factory, d, bias), "norm", name)
+
+
+def resolve_ffn(ffn: object) -> tuple[str, Callable[[int, int, float, bool], nn.Module]]:
+    """``(name, make)`` of an ``ffn`` argument (a name of :data:`FFNS`, a registered body or a factory)."""
+    name, factory = axes.lookup("ffn", ffn, FFNS, message=lambda known: (
+        f"unknown ffn {ffn!r}; choose one of: {', '.join(known)} (or pass a factory (d_model, d_ff, dropout, bias))"))
+    if name in FFNS and factory is FFNS[name]:
+        return name, factory
+    return name, lambda *args: axes.tagged(factory(*args), "ffn", name)
 
 
 # A sublayer's unit from (index over all sublayers, placement, body, combinator, norm factory); the default is
@@ -523,31 +576,30 @@ class TransformerLM(nn.Module):
 
     def __init__(
         self, design: Design, *, depth: int, d_model: int, n_heads: int, d_ff: int, vocab_size: int,
-        max_len: int, dropout: float, bias: bool, init: str = DEFAULT_INIT, norm: str = "layernorm",
-        ffn: str = "gelu",
+        max_len: int, dropout: float, bias: bool, init: str | InitArg = DEFAULT_INIT,
+        norm: str | NormArg = "layernorm", ffn: str | FfnArg = "gelu",
     ) -> None:
         super().__init__()
         validate_sizes(depth=depth, d_model=d_model, n_heads=n_heads, d_ff=d_ff, vocab_size=vocab_size,
                        max_len=max_len, dropout=dropout)
         flag("bias", bias)
-        for axis, value, known in (("init", init, INITS), ("norm", norm, NORMS), ("ffn", ffn, FFNS)):
-            if not isinstance(value, str) or value not in known:
-                raise ValueError(f"unknown {axis} {value!r}; choose one of: {', '.join(known)}")
+        _, scheme = resolve_init(init)
+        _, norm_of_width = resolve_norm(norm, bias)
+        _, make_ffn = resolve_ffn(ffn)
         self.max_len = max_len
         self.tok_emb = nn.Embedding(vocab_size, d_model)
         self.pos_emb = nn.Embedding(max_len, d_model)
         self.drop = nn.Dropout(dropout)
-        make_norm = partial(NORMS[norm], d_model, bias)
+        make_norm = partial(norm_of_width, d_model)
         placements = [(p, p) if isinstance(p, str) else p for p in design.placements(depth)]
         layers: list[Block] = []
         first: CausalSelfAttention | None = None
         for i, (p_attn, p_ffn) in enumerate(placements):
-            attn = design.attention.make(d_model, n_heads, dropout, bias, first=first,
-                                         head_norm=lambda d: NORMS[norm](d, bias))
+            attn = design.attention.make(d_model, n_heads, dropout, bias, first=first, head_norm=norm_of_width)
             first = attn if first is None else first
             layers.append(design.block(
                 design.unit(2 * i, p_attn, attn, design.combinator(depth, d_model), make_norm),
-                design.unit(2 * i + 1, p_ffn, FFNS[ffn](d_model, d_ff, dropout, bias),
+                design.unit(2 * i + 1, p_ffn, make_ffn(d_model, d_ff, dropout, bias),
                             design.combinator(depth, d_model), make_norm),
             ))
         self.blocks = nn.ModuleList(layers)
@@ -567,12 +619,12 @@ class TransformerLM(nn.Module):
                 nn.init.zeros_(module.bias)
         nn.init.normal_(self.tok_emb.weight, std=0.02)
         nn.init.normal_(self.pos_emb.weight, std=0.01)
-        INITS[init](self)
+        scheme(self)
 
-    def bodies(self) -> list[tuple[CausalSelfAttention, FeedForward]]:
+    def bodies(self) -> list[tuple[CausalSelfAttention, nn.Module]]:
         """The (attention, feed-forward) branch modules of every layer, for the init schemes."""
         blocks = cast(list[Block], list(self.blocks))
-        return [cast(tuple[CausalSelfAttention, FeedForward], (b.attn.body, b.ffn.body)) for b in blocks]
+        return [(cast(CausalSelfAttention, b.attn.body), b.ffn.body) for b in blocks]
 
     def forward(self, idx: torch.Tensor) -> torch.Tensor:
         t = check_token_ids(idx, self.max_len)
@@ -626,13 +678,78 @@ def _builder(design: Design, depth: int = 6, d_model: int = 128, n_heads: int = 
 
     def build(*, depth: int = depth, d_model: int = d_model, n_heads: int = n_heads, d_ff: int = d_ff,
               vocab_size: int = vocab_size, max_len: int = max_len, dropout: float = 0.0,
-              bias: bool = True, init: str = design.init or DEFAULT_INIT, norm: str = "layernorm",
-              ffn: str = "gelu") -> TransformerLM:
+              bias: bool = True, init: str | InitArg = design.init or DEFAULT_INIT,
+              norm: str | NormArg = "layernorm", ffn: str | FfnArg = "gelu") -> TransformerLM:
         return TransformerLM(design, depth=depth, d_model=d_model, n_heads=n_heads, d_ff=d_ff,
                              vocab_size=vocab_size, max_len=max_len, dropout=dropout, bias=bias, init=init,
                              norm=norm, ffn=ffn)
 
     return build
+
+
+@dataclass(frozen=True, kw_only=True)
+class TransformerSpec:
+    """The trunk of every Transformer LM of the family, with its defaults, validated on construction.
+
+    What a plugin builds a variant on (:func:`build_transformer`), registering it with ``spec=TransformerSpec(
+    ...)`` so each field is a keyword argument of the variant (``--model-arg d_model=256``) defaulting to the
+    registered instance's value. ``init``, ``norm`` and ``ffn`` take a name (the family's own, :data:`INITS`,
+    :data:`NORMS`, :data:`FFNS`, or one registered with ``variants.register_init``/``register_norm``/
+    ``register_ffn``) or the draw/factory itself.
+    """
+
+    depth: int = 6  # layers, each an attention sublayer then a feed-forward sublayer
+    d_model: int = 128  # width of the residual stream
+    n_heads: int = 4  # attention heads (d_model must divide by it)
+    d_ff: int = 512  # feed-forward width (SwiGLU: 2/3 of it, swiglu_hidden)
+    vocab_size: int = 256  # tokens (byte-level tasks: 256)
+    max_len: int = 256  # longest sequence (rows of the learned position table)
+    dropout: float = 0.0  # on attention probabilities and each sublayer's output
+    bias: bool = True  # biases in every linear layer and LayerNorm
+    init: str | InitArg = DEFAULT_INIT  # the scheme; a design that *is* an init (DeepNet) needs its own here
+    norm: str | NormArg = "layernorm"  # the norm type of every norm in the stack (its placement is the design's)
+    ffn: str | FfnArg = "gelu"  # the feed-forward body
+
+    def __post_init__(self) -> None:
+        validate_sizes(depth=self.depth, d_model=self.d_model, n_heads=self.n_heads, d_ff=self.d_ff,
+                       vocab_size=self.vocab_size, max_len=self.max_len, dropout=self.dropout)
+        flag("bias", self.bias)
+        resolve_init(self.init)
+        resolve_norm(self.norm, self.bias)
+        resolve_ffn(self.ffn)
+
+
+def design_of(design: str | Design) -> Design:
+    """A :class:`Design`: one given, a name of :data:`DESIGNS` (``"preln"``, ``"b2t"`` ...), or a norm placement of
+    ``variants.blocks.PLACEMENTS`` (``"pre"``, ``"post"``, ``"sandwich"``, ``"peri"``, ``"none"``) with identity
+    joins on every sublayer."""
+    if isinstance(design, Design):
+        return design
+    if isinstance(design, str) and design in DESIGNS:
+        return DESIGNS[design]
+    if isinstance(design, str) and design in PLACEMENTS:
+        return Design(f"{design} placement", _same(design), _add)
+    raise ValueError(f"design must be a Design, one of {tuple(DESIGNS)} or a placement of {tuple(PLACEMENTS)}, "
+                     f"got {design!r}")
+
+
+def build_transformer(design: str | Design, spec: TransformerSpec | None = None, /, **overrides: Any) -> TransformerLM:
+    """The family's LM of ``design`` (:func:`design_of`: a :class:`Design`, a name of :data:`DESIGNS` or a placement)
+    on ``spec`` (default: :class:`TransformerSpec`'s defaults, the family's), with ``overrides`` replacing spec
+    fields: ``build_transformer("sandwich", norm="dyt")``. A plugin registers a variant on it without copying a
+    default::
+
+        @variants.register("sandwich_dyt", family="transformer", paper="...", spec=variants.TransformerSpec(norm="dyt"))
+        def sandwich_dyt(spec):
+            return variants.build_transformer("sandwich", spec)
+
+    A design whose paper is an initialisation (``deepnorm``, ``admin``, ``t_fixup``) must be given that ``init``.
+    """
+    resolved = design_of(design)
+    spec = dataclasses.replace(spec or TransformerSpec(), **overrides)
+    if resolved.init is not None and spec.init != resolved.init:
+        raise ValueError(f"design {design!r} is its initialisation: init must be {resolved.init!r}, got {spec.init!r}")
+    return TransformerLM(resolved, **{f.name: getattr(spec, f.name) for f in dataclasses.fields(spec)})
 
 
 for _name, _design in DESIGNS.items():
@@ -663,7 +780,8 @@ LAUREL_PAPER = ("Menghani et al. 2025, LAuReL: Learned Augmented Residual Layer 
 @register("laurel", family="transformer", paper=LAUREL_PAPER)
 def laurel(*, form: str = "rw+lr", rank: int = 4, depth: int = 6, d_model: int = 128, n_heads: int = 4,
            d_ff: int = 512, vocab_size: int = 256, max_len: int = 256, dropout: float = 0.0, bias: bool = True,
-           init: str = DEFAULT_INIT, norm: str = "layernorm", ffn: str = "gelu") -> TransformerLM:
+           init: str | InitArg = DEFAULT_INIT, norm: str | NormArg = "layernorm",
+           ffn: str | FfnArg = "gelu") -> TransformerLM:
     """Pre-LN with every residual join a :class:`~variants.combinators.Laurel` of ``form`` (rw, lr, rw+lr) and
     ``rank``. The paper counts one LAuReL per layer (2N(4D+1) extra weights in LLM-1B) without saying which
     residual it wraps; here each of the 2N joins gets its own (4·D·r + 2 weights each, still < 1% of the model)."""
