@@ -169,6 +169,35 @@ def test_highway_formula_and_gate_bias() -> None:
     assert all(torch.all(un.combine.gate.proj.bias == -6.0) for un in units(custom))
 
 
+def _bn(x: torch.Tensor, bn: nn.BatchNorm2d) -> torch.Tensor:
+    return F.batch_norm(x, bn.running_mean, bn.running_var, bn.weight, bn.bias, training=False, eps=bn.eps)
+
+
+@pytest.mark.parametrize("shortcut", ["A", "B"])
+def test_highway_gate_reads_the_reshaped_carry(shortcut: str) -> None:
+    """Where a stage starts the two-conv unit computes y = T(s)·H(x) + (1 - T(s))·s with s = shortcut(x): the gate
+    reads the carry, zero-padded and subsampled (A) or projected (B), as the docstrings say. Written out on
+    float64 from the weights, not from the unit's submodules."""
+    torch.manual_seed(0)
+    model = eval64(variants.create("highway", depth=8, width=4, shortcut=shortcut))
+    u = units(model)[1]  # first unit of stage 2: 4 -> 8 channels, stride 2
+    conv1, bn1, _, conv2, bn2, _ = u.body
+    with torch.no_grad():  # a non-zero gate weight and bias, so a gate that read anything else would show
+        u.combine.gate.proj.weight.normal_(0, 0.5)
+        u.combine.gate.proj.bias.copy_(torch.linspace(-1.0, 1.0, 8, dtype=torch.float64))
+    x = torch.randn(2, 4, 6, 6, dtype=torch.float64)
+    if shortcut == "A":
+        s = F.pad(x[:, :, ::2, ::2], (0, 0, 0, 0, 0, 4))
+    else:
+        proj, bn_p = u.shortcut
+        s = _bn(F.conv2d(x, proj.weight, stride=2), bn_p)
+    h = F.relu(_bn(F.conv2d(F.relu(_bn(F.conv2d(x, conv1.weight, stride=2, padding=1), bn1)), conv2.weight,
+                            padding=1), bn2))
+    t = torch.sigmoid(F.conv2d(s, u.combine.gate.proj.weight, u.combine.gate.proj.bias))
+    assert s.shape == h.shape == (2, 8, 3, 3)
+    assert torch.allclose(u(x), t * h + (1 - t) * s, atol=1e-12)
+
+
 def test_presets_use_the_adapted_two_conv_unit() -> None:
     assert {variants.describe(f"highway{d}")["defaults"]["unit"] for d in (20, 32, 44, 56, 110)} == {"two_conv"}
     # Derived from the units: H ends in BN-ReLU inside the branch, no norm or activation around the gated join.

@@ -8,8 +8,29 @@ layer, in the family's file).
 The public API — what a plugin (``python -m bench ... --plugin FILE.py``, see ``bench.plugins``) may use; it
 stays stable across releases:
 
-- the registry: :func:`register` (a decorator; ``spec=`` gives the builder a validated spec), :func:`register_preset`,
-  :func:`list_variants`, :func:`create`, :func:`describe`, :func:`unregister` and :class:`DuplicateVariantError`;
+- the registry: :func:`register` (a decorator; ``spec=`` gives the builder a validated spec; ``axes=`` declares
+  axes, checked against the derived ones when the variant is first described), :func:`register_preset`,
+  :func:`list_variants`, :func:`create`, :func:`describe` (family, paper, axes, parameter count, defaults, and
+  ``unit``/``layer``: the classes whose ``forward`` is the residual formula), :func:`unregister` and
+  :class:`DuplicateVariantError`;
+- where the formulas are: :func:`formula` (``formula(name) -> dict``: the layer, unit and combinator classes of a
+  variant, each with the first paragraph of its docstring, its formula, and the file and line of its ``forward``)
+  and :func:`catalogue` (``catalogue(names=None) -> str``: every registered variant as one Markdown page, grouped
+  by family, deterministic: what ``docs/variants.md`` holds);
+- the named axes' extension points (``variants.axes``): :func:`register_norm` (``factory(d)`` or
+  ``factory(d, bias=...)``, e.g. a class ``DyT(d)``), :func:`register_ffn` (``factory(d_model, d_ff, dropout,
+  bias)``), :func:`register_init` (``draw(weight)``, in place) and :func:`register_combinator` (a
+  :class:`Combinator` subclass), each ``register_x(name, value)`` or a decorator ``@register_x(name)``; a
+  registered name is accepted by every family taking that axis (``--model-arg norm=dyt`` in every Transformer
+  placement and the MLP) and reported under that name by :func:`describe`; ``norm=``/``ffn=``/``init=`` also take
+  the factory or draw itself. :func:`registered_axis_values` (``(axis, name)`` pairs, of one ``module=`` if given)
+  and :func:`unregister_axis_value` unload what a plugin registered; a duplicate name raises;
+- builders of the families, so a variant is built from a family's defaults instead of copies of them:
+  :func:`build_transformer` (``build_transformer(design, spec=None, /, **overrides)``: a :class:`Design`, a
+  name of the Transformer designs such as ``"preln"``, or a placement ``"pre"``/``"post"``/``"sandwich"``, on a
+  :class:`TransformerSpec` — depth, d_model, n_heads, d_ff, vocab_size, max_len, dropout, bias, init, norm, ffn),
+  :func:`build_mlp` on an :class:`MlpSpec` (depth, width, classes, input channels, image size, activation, norm,
+  stochastic depth, init) around a unit factory given its drop-path rate, and :func:`build_cifar` below;
 - joins: :class:`Combinator` (subclass it: ``forward(x, fx)`` joins the shortcut ``x`` and the branch output
   ``fx``; a class attribute ``axis`` names it), the shipped ones in :data:`COMBINATORS`, :class:`TransformGate`;
 - units (``variants.blocks``): :class:`ResidualUnit` (``combine(shortcut(x), F(x))``; subclass it to place
@@ -28,6 +49,14 @@ A variant's axes are derived from the units and combinators it builds (see :func
 """
 
 from . import cifar, densenet, hyper, imagenet, mlp, ngpt, normfree, preact, resnext, transformer, wrn  # noqa: F401  (families)
+from .axes import (
+    register_combinator,
+    register_ffn,
+    register_init,
+    register_norm,
+    registered_axis_values,
+    unregister_axis_value,
+)
 from .blocks import (
     POSTACT,
     PREACT,
@@ -43,8 +72,11 @@ from .blocks import (
     SandwichNorm,
 )
 from .combinators import COMBINATORS, Combinator, TransformGate
+from .formulas import catalogue, formula
 from .layers import CifarSpec, Slot, build_cifar, conv_branch, make_shortcut
+from .mlp import MlpSpec, build_mlp
 from .registry import DuplicateVariantError, create, describe, list_variants, register, register_preset, unregister
+from .transformer import Design, TransformerSpec, build_transformer
 
 __all__ = [
     "COMBINATORS",
@@ -52,8 +84,10 @@ __all__ = [
     "PREACT",
     "CifarSpec",
     "Combinator",
+    "Design",
     "DuplicateVariantError",
     "HighwayUnit",
+    "MlpSpec",
     "PostActBasic",
     "PostActBottleneck",
     "PostActivation",
@@ -65,13 +99,24 @@ __all__ = [
     "SandwichNorm",
     "Slot",
     "TransformGate",
+    "TransformerSpec",
     "build_cifar",
+    "build_mlp",
+    "build_transformer",
+    "catalogue",
     "conv_branch",
     "create",
     "describe",
+    "formula",
     "list_variants",
     "make_shortcut",
     "register",
+    "register_combinator",
+    "register_ffn",
+    "register_init",
+    "register_norm",
     "register_preset",
+    "registered_axis_values",
     "unregister",
+    "unregister_axis_value",
 ]

@@ -20,7 +20,7 @@ class                   ``forward``                                            p
 :class:`PostActivation` ``act(combine(shortcut(x), F(x)))``, F ends in a norm  He et al. 2015 (ResNet)
 :class:`PostActBasic`   ``ReLU(shortcut(x) + BN(W2·ReLU(BN(W1·x))))``          He et al. 2015, Fig. 2 left
 :class:`PreActBasic`    ``h = ReLU(BN(x)); shortcut(·) + W2·ReLU(BN(W1·h))``   He et al. 2016, Fig. 1(b)
-:class:`HighwayUnit`    ``T(x)·H(x) + (1 - T(x))·x``                           Srivastava et al. 2015
+:class:`HighwayUnit`    ``T(s)·H(x) + (1 - T(s))·s``, ``s = shortcut(x)``      Srivastava et al. 2015
 :class:`PostNorm`       ``norm(combine(x, F(x)))``                             Vaswani et al. 2017 (Post-LN)
 :class:`PreNorm`        ``combine(x, F(norm(x)))``                             Xiong et al. 2020 (Pre-LN), GPT-2
 :class:`SandwichNorm`   ``combine(x, norm'(F(norm(x))))``                      Ding et al. 2021; Kim et al. 2025
@@ -134,7 +134,9 @@ class PostActBasic(PostActivation):
 
 
 class PostActBottleneck(PostActBasic):
-    """He et al. 2015, Fig. 5 (right): the branch is 1×1 (``width``)-BN-ReLU-3×3-BN-ReLU-1×1 (``4·width``)-BN.
+    """``y = ReLU(shortcut(x) + BN(W3·ReLU(BN(W2·ReLU(BN(W1·x))))))``: He et al. 2015, Fig. 5 (right).
+
+    W1 is 1×1 (``width``), W2 3×3, W3 1×1 (``4·width``).
 
     ``stride_at`` is the convolution that subsamples: 0 (the first 1×1, He 2015/2016's CIFAR code) or 1
     (the 3×3, torchvision's "ResNet v1.5").
@@ -187,8 +189,10 @@ class PreActBasic(ResidualUnit):
 
 
 class PreActBottleneck(PreActBasic):
-    """He et al. 2016 (ResNet-164/1001): the branch is BN-ReLU-1×1 (``width``, subsamples)-BN-ReLU-3×3-BN-ReLU-
-    1×1 (``4·width``)."""
+    """``y = shortcut(x) + W3·ReLU(BN(W2·ReLU(BN(W1·ReLU(BN(x))))))``: He et al. 2016 (ResNet-164/1001).
+
+    W1 is 1×1 (``width``, subsamples), W2 3×3, W3 1×1 (``4·width``); the shortcut reads ``ReLU(BN(x))`` where
+    :class:`PreActBasic` says."""
 
     expansion = 4
 
@@ -205,11 +209,15 @@ PREACT: dict[str, type[PreActBasic]] = {"basic": PreActBasic, "bottleneck": PreA
 
 
 class HighwayUnit(ResidualUnit):
-    """Srivastava et al. 2015, eq. 3: ``y = T(x)·H(x) + (1 - T(x))·x`` with ``T(x) = sigmoid(gate(x) + b_T)``.
+    """Srivastava et al. 2015, eq. 3, on the carry ``s = shortcut(x)``: ``y = T(s)·H(x) + (1 - T(s))·s``.
 
-    ``body`` is H (ending in its nonlinearity), ``gate`` the transform gate's affine map (its bias is set
-    to ``gate_bias``: negative, so the unit starts near the carry ``x``); the join is a
-    :class:`~variants.combinators.Gate`, where the formula is computed. ``shortcut`` shapes the carry.
+    ``T(s) = sigmoid(W_T·s + b_T)``: ``gate`` is the transform gate's affine map (W_T, b_T), ``b_T`` starts at
+    ``gate_bias`` (negative, so the unit starts near the carry); ``body`` is H (ending in its nonlinearity). The
+    join is a :class:`~variants.combinators.Gate`, which receives the shortcut's output and the branch's, so
+    the gate reads the carry ``s``, not the unit's input: where ``shortcut`` is the identity (the default)
+    ``s = x`` and this is eq. 3 as printed, ``T(x)·H(x) + (1 - T(x))·x``; where the unit changes the shape,
+    ``s`` is the paper's x̂ (§2: x sub-sampled or zero-padded to the output's size; He 2015's option B
+    projects it) and T reads that same x̂.
     """
 
     def __init__(

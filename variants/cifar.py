@@ -7,8 +7,9 @@
 - He, Zhang, Ren & Sun 2016, "Identity Mappings in Deep Residual Networks", Table 1 / Fig. 2: the
   shortcut treatments (constant scaling, gating, 1×1 conv, dropout) as ``resnet(shortcut_variant=...)``.
 - Srivastava, Greff & Schmidhuber 2015, "Training Very Deep Networks": ``highway`` units
-  ``y = T(x)·H(x) + (1 - T(x))·x`` on the same stages, either the two-conv unit adapted to these stages
-  (the default, used by every ``highway<depth>`` preset) or the paper's own layer (``unit="srivastava"``).
+  ``y = T(s)·H(x) + (1 - T(s))·s`` on the same stages, ``s = shortcut(x)`` the carry (``x`` itself but where
+  a unit changes the shape), either the two-conv unit adapted to these stages (the default, used by every
+  ``highway<depth>`` preset) or the paper's own layer (``unit="srivastava"``).
 
 Every builder takes ``init`` (``variants.layers.INIT_SCHEMES``; default ``kaiming``, He 2015's own).
 """
@@ -22,6 +23,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .blocks import POSTACT, HighwayUnit, ResidualUnit
+from .checks import choice, real
 from .combinators import Add, Combinator, Gate, NoShortcut, Scaled, TransformGate
 from .layers import CifarSpec, Slot, build_cifar, conv1x1, conv3x3, make_shortcut
 from .registry import register, register_preset
@@ -91,8 +93,8 @@ def resnet(spec: CifarSpec, *, shortcut_variant: str = "identity", gate_bias: fl
     ``shortcut_variant`` picks a He 2016 Table 1 treatment; ``gate_bias`` is the initial gate bias of the
     two gating treatments (He 2016 §3.1 searched 0..-10 and found -6 best for exclusive gating).
     """
-    if shortcut_variant not in SHORTCUT_VARIANTS:
-        raise ValueError(f"shortcut_variant must be one of {tuple(SHORTCUT_VARIANTS)}, got {shortcut_variant!r}")
+    choice("shortcut_variant", shortcut_variant, SHORTCUT_VARIANTS)
+    real("gate_bias", gate_bias)
     make_sc, make_combine = SHORTCUT_VARIANTS[shortcut_variant]
     unit = POSTACT[spec.block]
 
@@ -123,13 +125,14 @@ def srivastava_layers(depth: int) -> int:
 
 @register("highway", family="highway", paper=SRIVASTAVA, spec=CifarSpec(depth=56))
 def highway(spec: CifarSpec, *, gate_bias: float = -3.0, unit: str = "two_conv") -> nn.Module:
-    """:class:`~variants.blocks.HighwayUnit` units ``y = T(x)·H(x) + (1-T(x))·x`` on He 2015's CIFAR stages;
-    ``unit`` picks the unit.
+    """:class:`~variants.blocks.HighwayUnit` units ``y = T(s)·H(x) + (1-T(s))·s``, ``s = shortcut(x)``, on He 2015's
+    CIFAR stages; ``unit`` picks the unit.
 
     - ``"two_conv"`` (default; every ``highway<depth>`` preset uses it): an adaptation to the ResNet's
       units, H = conv-BN-ReLU-conv-BN-ReLU (a ``block`` branch that ends, as Srivastava's H does, in its
-      nonlinearity), T a 1×1-conv sigmoid gate reading the (``shortcut`` A/B-shaped) carry path. Depth
-      6n+2 (basic) / 9n+2 (bottleneck), as the ResNets.
+      nonlinearity), T a 1×1-conv sigmoid gate reading the carry ``s`` (x, or where a stage starts x shaped
+      by ``shortcut`` A/B: zero-padded or projected), as the carry term does. Depth 6n+2 (basic) / 9n+2
+      (bottleneck), as the ResNets.
     - ``"srivastava"``: the paper's convolutional highway layer (§2-3), H = ReLU(conv3×3(x) + b_H) and
       T = sigmoid(conv3×3(x) + b_T), both reading the layer input with the same receptive field, no BN.
       The first layer of stages 2 and 3 is a plain layer ReLU(conv3×3/2(x) + b) that changes the
@@ -145,8 +148,8 @@ def highway(spec: CifarSpec, *, gate_bias: float = -3.0, unit: str = "two_conv")
     "exclusive_gating")``).
     """
     what = "CIFAR Highway net"
-    if unit not in HIGHWAY_UNITS:
-        raise ValueError(f"highway unit must be one of {HIGHWAY_UNITS}, got {unit!r}")
+    choice("unit", unit, HIGHWAY_UNITS)
+    real("gate_bias", gate_bias)
     if unit == "srivastava":
         if (spec.block, spec.shortcut) != ("basic", "A"):
             raise ValueError(

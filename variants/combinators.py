@@ -2,13 +2,17 @@
 
 Every combinator is a module whose ``forward(x, fx)`` takes the shortcut ``x`` and the branch
 output ``fx``. Probes in the harness hook these modules (their inputs are the shortcut and the
-branch, their output the residual stream), so no variant needs probe-specific code.
+branch, their output the residual stream), so no variant needs probe-specific code. In the formulas
+below ``x`` is what the join receives: a unit's carry ``shortcut(x)`` (``x`` itself where the shortcut
+is the identity), and ``F(x)`` the branch output.
 
 - ``none``: plain network, ``y = F(x)``.
 - ``add``: ResNet identity shortcut, ``y = x + F(x)`` (He et al. 2015, "Deep Residual Learning").
 - ``gate``: Highway, ``y = T(x)·F(x) + (1 - T(x))·x`` with the transform-gate bias initialised
-  negative (Srivastava et al. 2015, "Training Very Deep Networks"); ``mode="shortcut_only"`` is
-  He et al. 2016 Table 1's shortcut-only gating, ``y = F(x) + (1 - T(x))·x``.
+  negative (Srivastava et al. 2015, "Training Very Deep Networks"); the gate T reads the carry the
+  join receives, so in a unit whose shortcut reshapes, T reads ``shortcut(x)`` (see
+  ``variants.blocks.HighwayUnit``); ``mode="shortcut_only"`` is He et al. 2016 Table 1's
+  shortcut-only gating, ``y = F(x) + (1 - T(x))·x``.
 - ``concat``: DenseNet, ``y = [x, F(x)]`` along channels (Huang et al. 2017).
 - ``scaled``: ``y = α·x + β·F(x)``: ReZero/SkipInit (β a learnable scalar starting at 0),
   LayerScale (β per channel, small init), DeepNorm (α fixed > 1), He 2016's constant scaling.
@@ -19,9 +23,11 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from . import axes
+
 
 class Combinator(nn.Module):
-    """Base class: ``forward(x, fx)`` joins shortcut ``x`` and branch output ``fx``.
+    """``y = combine(x, F(x))``: the base class; ``forward(x, fx)`` joins shortcut ``x`` and branch output ``fx``.
 
     ``axis`` (a class attribute) is the name the variant's ``combinator`` axis reports; a subclass without
     one reports its class name.
@@ -52,6 +58,8 @@ class Add(Combinator):
 class TransformGate(nn.Module):
     """Highway transform gate ``T(x) = sigmoid(proj(x))``; ``proj``'s bias starts at ``bias_init``.
 
+    ``x`` is what :class:`Gate` hands it: the join's shortcut input, i.e. a unit's carry ``shortcut(x)``.
+
     A negative bias makes the block start close to the carry (identity) behaviour, which is what
     lets very deep Highway nets train (Srivastava 2015 §2.2 suggests -1 to -3; He 2016 §3.1 found -6
     best for its exclusive gating).
@@ -70,7 +78,11 @@ class TransformGate(nn.Module):
 
 
 class Gate(Combinator):
-    """Highway combination ``T·F(x) + (1-T)·x`` (``mode="highway"``) or ``F(x) + (1-T)·x`` (``"shortcut_only"``)."""
+    """Highway join ``y = T(x)·F(x) + (1 - T(x))·x`` (``mode="highway"``) or ``y = F(x) + (1 - T(x))·x``.
+
+    ``mode="shortcut_only"`` is the second (He et al. 2016, Table 1). ``T = gate`` (a :class:`TransformGate`)
+    reads ``x``, the shortcut input of the join: in a unit whose shortcut reshapes, that is ``shortcut(x)``.
+    """
 
     axis = "gate"
 
@@ -90,7 +102,7 @@ class Gate(Combinator):
 
 
 class Concat(Combinator):
-    """DenseNet: concatenate shortcut and branch along the channel dimension (dim 1)."""
+    """``y = [x, F(x)]``: DenseNet's join, shortcut and branch concatenated along the channel dimension (dim 1)."""
 
     axis = "concat"
 
@@ -142,8 +154,9 @@ class Scaled(Combinator):
 
 
 class Laurel(Combinator):
-    """Menghani et al. 2025, "LAuReL: Learned Augmented Residual Layer" (ICML), eq. 5 (RW+LR):
-    ``y = α·F(x) + β·(x + B·A·x)`` on the last (feature) dimension.
+    """``y = α·F(x) + β·(x + B·A·x)`` on the last (feature) dimension: Menghani et al. 2025, eq. 5 (RW+LR).
+
+    "LAuReL: Learned Augmented Residual Layer" (ICML 2025), in three forms:
 
     - ``"rw"`` (§2.1) keeps the learned weights ``α``, ``β`` only; the paper bounds them with "softmax or
       sigmoid" and gives no init: here ``α = 2σ(a)``, ``β = 2σ(b)`` with ``a = b = 0``, so the join starts as
@@ -159,9 +172,9 @@ class Laurel(Combinator):
 
     def __init__(self, d_model: int, form: str = "rw+lr", rank: int = 4) -> None:
         super().__init__()
-        if form not in self.FORMS:
+        if not isinstance(form, str) or form not in self.FORMS:
             raise ValueError(f"LAuReL form must be one of {self.FORMS}, got {form!r}")
-        if int(rank) != rank or rank < 1:
+        if isinstance(rank, bool) or not isinstance(rank, int) or rank < 1:
             raise ValueError(f"LAuReL rank must be a positive integer, got {rank!r}")
         self.form = form
         self.weights = nn.Parameter(torch.zeros(2)) if "rw" in form else None  # (a, b): α = 2σ(a), β = 2σ(b)
@@ -191,3 +204,4 @@ COMBINATORS: dict[str, type[Combinator]] = {
     "scaled": Scaled,
     "laurel": Laurel,
 }
+axes.ship("combinator", COMBINATORS)

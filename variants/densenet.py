@@ -20,8 +20,9 @@ from timm.layers import DropPath
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
+from .checks import check_positive, flag, rate
 from .combinators import Concat
-from .layers import ConvNet, check_init, check_positive, conv1x1, conv3x3, drop_path_rates, init_weights_
+from .layers import ConvNet, InitArg, check_init, conv1x1, conv3x3, drop_path_rates, init_weights_
 from .registry import register, register_preset
 
 HUANG = "Huang et al. 2017, Densely Connected Convolutional Networks, Table 2"
@@ -119,18 +120,17 @@ def densenet(
     drop_rate: float = 0.0,
     drop_path_rate: float = 0.0,
     memory_efficient: bool = False,
-    init: str = "kaiming",
+    init: InitArg = "kaiming",
 ) -> nn.Module:
     """CIFAR DenseNet (``bc=True``: DenseNet-BC). ``drop_rate`` is Huang's dropout (0.2 without augmentation);
     ``drop_path_rate`` drops a layer's new feature maps per sample (linear decay). ``init`` is one of
     ``variants.layers.INIT_SCHEMES``; ``kaiming`` (default) is the He-normal draw of Huang et al.'s code."""
-    if not isinstance(bc, bool):
-        raise ValueError(f"bc must be True or False, got {bc!r}")
+    flag("bc", bc)
     n = layers_per_block(depth, bc)
     check_positive(growth_rate=growth_rate, num_classes=num_classes, in_chans=in_chans)
     check_init(init)
-    if not 0.0 <= drop_rate < 1.0:
-        raise ValueError(f"drop_rate must be in [0, 1), got {drop_rate}")
+    rate("drop_rate", drop_rate)
+    flag("memory_efficient", memory_efficient)
     rates = iter(drop_path_rates(drop_path_rate, 3 * n))
     channels = 2 * growth_rate if bc else 16
     stem = conv3x3(in_chans, channels)

@@ -46,13 +46,16 @@ from typing import Any, cast
 import torch
 from torch import nn
 
+from . import axes
 from .blocks import NormFactory, ResidualUnit
+from .checks import positive_int
 from .combinators import Add, Combinator
 from .registry import register
-from .transformer import DEFAULT_INIT, LN_EPS, Recipe, Stream, TransformerLM
+from .transformer import DEFAULT_INIT, LN_EPS, Design, FfnArg, InitArg, NormArg, Stream, TransformerLM
 
 GATE_INIT = 0.01  # s_α, s_β (HC Algorithm 2) and α^pre, α^post, α^res (mHC App. A.1)
 SINKHORN_ITERS = 20  # mHC's t_max (§4.2, App. A.1)
+axes.ship("combinator", ["hyper", "mhc"])
 MHC_INIT_GAP = 3.0  # our bias scale for mHC's H_pre and H_res: σ(3) = 0.95; H_res's diagonal 0.87 at n = 4
 
 Weights = tuple[torch.Tensor, torch.Tensor, torch.Tensor]  # (read-in, stream mixing, write-out) of one sublayer
@@ -74,7 +77,8 @@ class HyperStream(Stream):
 
 
 class HyperJoin(Combinator):
-    """A multi-stream join: ``forward(h, fx)`` writes the branch output fx (..., d) into the streams h (..., n, d);
+    """``H ← join(H, fx)``: a multi-stream join writes the branch output fx (..., d) into the streams H (..., n, d).
+
     :meth:`read` is the other half, the branch's input. Both take the sublayer's :meth:`weights` of h (computed
     once by :class:`HyperUnit`; from h again when not given)."""
 
@@ -87,8 +91,10 @@ class HyperJoin(Combinator):
 
 
 class HyperConnection(HyperJoin):
-    """Zhu et al. 2025, Hyper-Connections, of the k-th sublayer (``index``): static parameters B, A_m, A_r
-    (Eq. 1) initialised by Eq. 14; with ``norm`` (DHC) the dynamic terms of Eqs. 10–13 from ``H̄ = norm(H)``."""
+    """``Ĥ = Bᵀ·T(h_0) + A_rᵀ·H`` with ``h_0 = A_mᵀ·H``: Zhu et al. 2025, Hyper-Connections (Eqs. 3–5).
+
+    One per sublayer, the k-th (``index``): static parameters B, A_m, A_r (Eq. 1) initialised by Eq. 14; with
+    ``norm`` (DHC) the dynamic terms of Eqs. 10–13 from ``H̄ = norm(H)``."""
 
     axis = "hyper"
 
@@ -137,7 +143,9 @@ def sinkhorn_knopp(logits: torch.Tensor, iters: int = SINKHORN_ITERS) -> torch.T
 
 
 class ManifoldHyperConnection(HyperJoin):
-    """Xie et al. 2025, mHC, of the k-th sublayer (``index``): ``φ`` (n·d × n, n, n²) and the gates ``α`` project
+    """``x_{l+1} = H_res·x_l + H_postᵀ·F(H_pre·x_l)``: Xie et al. 2025, mHC (Eq. 3).
+
+    One per sublayer, the k-th (``index``): ``φ`` (n·d × n, n, n²) and the gates ``α`` project
     the RMS-normalised flattened token (Eq. 7); sigmoid, 2·sigmoid and Sinkhorn-Knopp place H_pre, H_post and
     H_res on their manifolds (Eq. 8). Init: φ = 0, α = 0.01, biases as in the module docstring."""
 
@@ -192,25 +200,19 @@ class HyperUnit(ResidualUnit):
         return self.combine(h, self.drop_path(self.body(self.norm_in(self.join.read(h, w)))), w)
 
 
-def _positive_int(name: str, value: object, what: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name} ({what}) must be a positive integer, got {value!r}")
-    return value
-
-
 def _unused_add(*_: int) -> Combinator:
-    return Add()  # the recipe's per-sublayer join, unused: a HyperUnit builds its own (it needs the sublayer index)
+    return Add()  # the design's per-sublayer join, unused: a HyperUnit builds its own (it needs the sublayer index)
 
 
 def _lm(paper: str, n: int, join: Callable[[int, NormFactory], HyperJoin], trunk: dict[str, Any]) -> TransformerLM:
     """The family's LM (its defaults and validation) around n streams and Pre-LN sublayers joined by ``join(index,
     norm)`` — index 2i is layer i's attention, 2i + 1 its feed-forward."""
-    recipe = Recipe(
+    design = Design(
         paper, lambda depth: ["pre"] * depth, _unused_add,
         unit=lambda index, placement, body, combine, norm: HyperUnit(body, join(index, norm), norm),
         stream=lambda norm: HyperStream(n),
     )
-    return TransformerLM(recipe, **trunk)
+    return TransformerLM(design, **trunk)
 
 
 HC_PAPER = ("Zhu et al. 2025, Hyper-Connections (ICLR 2025, arXiv 2409.19606): n streams, static/dynamic HC "
@@ -222,11 +224,11 @@ MHC_PAPER = ("Xie et al. 2025, mHC: Manifold-Constrained Hyper-Connections (Deep
 @register("hyper_connections", family="transformer", paper=HC_PAPER)
 def hyper_connections(
     *, depth: int = 6, d_model: int = 128, n_heads: int = 4, d_ff: int = 512, vocab_size: int = 256,
-    max_len: int = 256, dropout: float = 0.0, bias: bool = True, init: str = DEFAULT_INIT, norm: str = "layernorm",
-    ffn: str = "gelu", n: int = 4, dynamic: bool = True,
+    max_len: int = 256, dropout: float = 0.0, bias: bool = True, init: str | InitArg = DEFAULT_INIT,
+    norm: str | NormArg = "layernorm", ffn: str | FfnArg = "gelu", n: int = 4, dynamic: bool = True,
 ) -> TransformerLM:
     """Hyper-Connections with expansion rate ``n`` (the paper's default 4); ``dynamic``: DHC (True) or SHC."""
-    _positive_int("n", n, "the expansion rate, the number of residual streams")
+    positive_int("n", n, "the expansion rate, the number of residual streams")
     if not isinstance(dynamic, bool):
         raise ValueError(f"dynamic must be True (dynamic hyper-connections) or False (static), got {dynamic!r}")
     return _lm(HC_PAPER, n, lambda index, make_norm: HyperConnection(n, d_model, index, make_norm if dynamic else None),
@@ -237,12 +239,12 @@ def hyper_connections(
 @register("mhc", family="transformer", paper=MHC_PAPER)
 def mhc(
     *, depth: int = 6, d_model: int = 128, n_heads: int = 4, d_ff: int = 512, vocab_size: int = 256,
-    max_len: int = 256, dropout: float = 0.0, bias: bool = True, init: str = DEFAULT_INIT, norm: str = "layernorm",
-    ffn: str = "gelu", n: int = 4, sinkhorn_iters: int = SINKHORN_ITERS,
+    max_len: int = 256, dropout: float = 0.0, bias: bool = True, init: str | InitArg = DEFAULT_INIT,
+    norm: str | NormArg = "layernorm", ffn: str | FfnArg = "gelu", n: int = 4, sinkhorn_iters: int = SINKHORN_ITERS,
 ) -> TransformerLM:
     """mHC with expansion rate ``n`` (the paper's 4) and ``sinkhorn_iters`` Sinkhorn-Knopp steps (its t_max, 20)."""
-    _positive_int("n", n, "the expansion rate, the number of residual streams")
-    _positive_int("sinkhorn_iters", sinkhorn_iters, "Sinkhorn-Knopp iterations, the paper's t_max")
+    positive_int("n", n, "the expansion rate, the number of residual streams")
+    positive_int("sinkhorn_iters", sinkhorn_iters, "Sinkhorn-Knopp iterations, the paper's t_max")
     return _lm(MHC_PAPER, n, lambda index, make_norm: ManifoldHyperConnection(n, d_model, index, sinkhorn_iters),
                dict(depth=depth, d_model=d_model, n_heads=n_heads, d_ff=d_ff, vocab_size=vocab_size, max_len=max_len,
                     dropout=dropout, bias=bias, init=init, norm=norm, ffn=ffn))

@@ -13,7 +13,8 @@ from __future__ import annotations
 from torch import nn
 
 from .blocks import POSTACT
-from .layers import ConvNet, check_init, check_positive, drop_path_rates, init_weights_
+from .checks import check_positive, flag, is_int
+from .layers import ConvNet, InitArg, check_init, drop_path_rates, init_weights_
 from .registry import register, register_preset
 
 HE2015 = "He et al. 2015, Deep Residual Learning for Image Recognition, Table 1"
@@ -43,17 +44,18 @@ def resnet_imagenet(
     width: int = 64,
     zero_init_residual: bool = False,
     drop_path_rate: float = 0.0,
-    init: str = "kaiming",
+    init: InitArg = "kaiming",
 ) -> nn.Module:
     """He 2015 ImageNet ResNet of ``depth`` in {18, 34, 50, 101, 152}: :class:`~variants.blocks.PostActBasic` or
     ``PostActBottleneck`` units with projection shortcuts (option B); ``width`` is the first stage's width.
 
     ``init`` is one of ``variants.layers.INIT_SCHEMES``; ``kaiming`` (default) is torchvision's draw. The
     zero-initialised BNs of ``zero_init_residual`` stay zero under every scheme (schemes draw weights only)."""
-    if depth not in LAYOUTS or isinstance(depth, bool):
+    if not is_int(depth) or depth not in LAYOUTS:
         raise ValueError(f"ImageNet ResNet depth must be one of {tuple(LAYOUTS)} (He 2015 Table 1), got {depth!r}")
     check_positive(num_classes=num_classes, in_chans=in_chans, width=width)
     check_init(init)
+    flag("zero_init_residual", zero_init_residual)
     block, counts = LAYOUTS[depth]
     rates = iter(drop_path_rates(drop_path_rate, sum(counts)))
     unit = POSTACT[block]

@@ -24,6 +24,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from . import axes
+from .checks import check_positive, rate
+
 
 def he_init_(conv: nn.Conv2d) -> nn.Conv2d:
     """He-normal weights (fan-out, ReLU gain); zero bias. (Nothing to draw on the meta device.)"""
@@ -54,19 +57,31 @@ INIT_SCHEMES: dict[str, Callable[[torch.Tensor], object] | None] = {
 }
 
 
-def check_init(init: str) -> None:
-    """Raise ``ValueError`` naming the schemes unless ``init`` is one of :data:`INIT_SCHEMES`."""
-    if init not in INIT_SCHEMES:
-        raise ValueError(f"unknown init {init!r}; choose one of: {', '.join(INIT_SCHEMES)}")
+# The schemes of variants whose paper is an initialisation (variants.normfree), pinned by name.
+PAPER_INITS = ("rezero", "skipinit", "fixup")
+axes.ship("init", [*INIT_SCHEMES, *PAPER_INITS])
+InitArg = str | Callable[[torch.Tensor], object]  # a scheme's name, or a draw that fills one weight in place
+
+
+def resolve_init(init: object) -> Callable[[torch.Tensor], object] | None:
+    """The draw of ``init``: one of :data:`INIT_SCHEMES` (None: keep what the constructors drew), a scheme
+    registered with ``variants.register_init``, or a draw passed directly; else ``ValueError`` naming them."""
+    _, draw = axes.lookup("init", init, INIT_SCHEMES, message=lambda known: (
+        f"unknown init {init!r}; choose one of: {', '.join(known)} (or pass a draw (weight) -> None)"))
+    return draw
+
+
+def check_init(init: object) -> None:
+    """Raise ``ValueError`` naming the schemes unless ``init`` is a scheme :func:`resolve_init` knows."""
+    resolve_init(init)
 
 
 ModuleT = TypeVar("ModuleT", bound=nn.Module)
 
 
-def init_weights_(model: ModuleT, init: str) -> ModuleT:
-    """Re-draw every Conv2d/Linear weight of ``model`` under scheme ``init`` (see :data:`INIT_SCHEMES`)."""
-    check_init(init)
-    draw = INIT_SCHEMES[init]
+def init_weights_(model: ModuleT, init: InitArg) -> ModuleT:
+    """Re-draw every Conv2d/Linear weight of ``model`` under scheme ``init`` (see :func:`resolve_init`)."""
+    draw = resolve_init(init)
     if draw is not None and not any(p.is_meta for p in model.parameters()):
         with torch.no_grad():
             for m in model.modules():
@@ -75,7 +90,7 @@ def init_weights_(model: ModuleT, init: str) -> ModuleT:
     return model
 
 
-def check_paper_init(init: str, scheme: str, what: str) -> None:
+def check_paper_init(init: object, scheme: str, what: str) -> None:
     """For a variant whose paper *is* its initialisation: ``init`` can only name that scheme."""
     if init != scheme:
         raise ValueError(f"{what}'s initialisation is its paper's own scheme: init must be {scheme!r}, got {init!r}")
@@ -200,13 +215,6 @@ class ConvNet(nn.Module):
         return self.head(self.stages(self.stem(x)))
 
 
-def check_positive(**values: int) -> None:
-    """Raise ``ValueError`` unless every value is a positive int (``num_classes``, ``in_chans``, ``width``...)."""
-    for name, value in values.items():
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name} must be a positive integer, got {value!r}")
-
-
 def cifar_depth(depth: int, block: str, what: str = "CIFAR ResNet") -> int:
     """Units per stage of a 3-stage CIFAR net: depth = 6n+2 (basic) or 9n+2 (bottleneck), He 2015 §4.2 / He 2016."""
     if block not in BLOCKS:
@@ -239,11 +247,10 @@ def group_stages(units: Sequence[nn.Module], plan: Sequence[tuple[int, ...]]) ->
     return stages
 
 
-def drop_path_rates(rate: float, n_blocks: int) -> list[float]:
+def drop_path_rates(drop_path_rate: float, n_blocks: int) -> list[float]:
     """The linear decay rule of Huang 2016 §3: block ``l`` of ``L`` drops with ``p_l = l/L · rate``."""
-    if not 0.0 <= rate < 1.0:
-        raise ValueError(f"drop_path_rate must be in [0, 1), got {rate}")
-    return [rate * (i + 1) / n_blocks for i in range(n_blocks)]
+    p = rate("drop_path_rate", drop_path_rate)
+    return [p * (i + 1) / n_blocks for i in range(n_blocks)]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -263,7 +270,7 @@ class CifarSpec:
     block: str = "basic"
     shortcut: str = "A"  # He 2015 §3.3: A zero-pads, B projects where the shape changes, C always projects
     drop_path_rate: float = 0.0
-    init: str = "kaiming"  # a scheme of INIT_SCHEMES, or the paper's own where the variant pins it
+    init: InitArg = "kaiming"  # a scheme (resolve_init), or the paper's own where the variant pins it
 
     def __post_init__(self) -> None:
         check_positive(width=self.width, num_classes=self.num_classes, in_chans=self.in_chans)
@@ -271,10 +278,9 @@ class CifarSpec:
             raise ValueError(f"block must be one of {BLOCKS}, got {self.block!r}")
         if self.shortcut not in SHORTCUTS:
             raise ValueError(f"shortcut must be one of {SHORTCUTS} (He 2015 §3.3), got {self.shortcut!r}")
-        if not 0.0 <= self.drop_path_rate < 1.0:
-            raise ValueError(f"drop_path_rate must be in [0, 1), got {self.drop_path_rate}")
-        if not isinstance(self.init, str):
-            raise ValueError(f"init must be the name of a scheme, got {self.init!r}")
+        rate("drop_path_rate", self.drop_path_rate)
+        if not isinstance(self.init, str) and not callable(self.init):
+            raise ValueError(f"init must be the name of a scheme or a draw (weight) -> None, got {self.init!r}")
 
     @property
     def expansion(self) -> int:
@@ -303,7 +309,7 @@ def build_cifar(
     what: str = "CIFAR ResNet",
     stem: Callable[[int, int], nn.Module] = post_act_stem,
     head_pre: Callable[[int], nn.Module] = lambda features: nn.Identity(),
-    init: str | None = None,
+    init: InitArg | None = None,
     n: int | None = None,
     stem_width: int | None = None,
 ) -> ConvNet:

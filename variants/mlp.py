@@ -24,9 +24,11 @@ from typing import Literal, cast
 import torch
 from torch import nn
 
+from . import axes
 from .blocks import HighwayUnit, PostActivation, PreNorm, ResidualUnit
+from .checks import check_positive, choice, real
 from .combinators import Add, NoShortcut
-from .layers import check_init, check_positive, drop_path_rates, init_weights_
+from .layers import InitArg, check_init, drop_path_rates, init_weights_
 from .registry import register, register_preset
 
 SRIVASTAVA = "Srivastava et al. 2015, Training Very Deep Networks, §3.1 / Fig. 1"
@@ -38,6 +40,7 @@ NORMS: dict[str, Callable[[int], nn.Module]] = {
     "batch": nn.BatchNorm1d,
     "layer": nn.LayerNorm,
 }
+axes.ship("norm", NORMS)  # and a norm registered with variants.register_norm, or a factory passed as norm=
 
 
 def linear(cin: int, cout: int, activation: str) -> nn.Linear:
@@ -58,9 +61,9 @@ class MlpSpec:
     in_chans: int = 1
     image_size: int = 28
     activation: str = "relu"
-    norm: str = "none"
+    norm: str | Callable[..., nn.Module] = "none"  # a name of NORMS, a registered norm, or a norm factory
     drop_path_rate: float = 0.0
-    init: str = "kaiming"
+    init: InitArg = "kaiming"
 
     def __post_init__(self) -> None:
         if isinstance(self.depth, bool) or not isinstance(self.depth, int) or self.depth < 1:
@@ -68,18 +71,24 @@ class MlpSpec:
                 f"MLP depth must be an integer >= 1 (hidden layers: 1 plain + depth-1 units), got {self.depth!r}")
         check_positive(width=self.width, num_classes=self.num_classes, in_chans=self.in_chans,
                        image_size=self.image_size)
-        if self.activation not in ACTIVATIONS:
-            raise ValueError(f"activation must be one of {tuple(ACTIVATIONS)}, got {self.activation!r}")
-        if self.norm not in NORMS:
-            raise ValueError(f"norm must be one of {tuple(NORMS)}, got {self.norm!r}")
+        choice("activation", self.activation, ACTIVATIONS)
+        self.norm_factory()
         check_init(self.init)
         drop_path_rates(self.drop_path_rate, 1)  # validates the rate
 
     def act(self) -> nn.Module:
         return ACTIVATIONS[self.activation]()
 
+    def norm_factory(self) -> tuple[str, Callable[..., nn.Module]]:
+        """``(name, factory)`` of ``norm``: the stack's own (:data:`NORMS`), a registered one, or the factory given."""
+        return axes.lookup("norm", self.norm, NORMS, message=lambda known: (
+            f"norm must be one of {tuple(known)} or a norm factory, got {self.norm!r}"))
+
     def nrm(self) -> nn.Module:
-        return NORMS[self.norm](self.width)
+        name, factory = self.norm_factory()
+        if name in NORMS and factory is NORMS[name]:
+            return factory(self.width)
+        return axes.tagged(axes.make_norm(factory, self.width, True), "norm", name)
 
     def hidden(self) -> nn.Linear:
         """One width × width layer, initialised for the activation."""
@@ -126,8 +135,10 @@ def plain_mlp(spec: MlpSpec) -> nn.Module:
 
 @register("highway_mlp", family="mlp", paper=SRIVASTAVA, spec=MlpSpec(width=50))
 def highway_mlp(spec: MlpSpec, *, gate_bias: float = -2.0) -> nn.Module:
-    """:class:`~variants.blocks.HighwayUnit` layers ``y = T·H(x) + (1-T)·x``, ``H = act(norm(W_H·x))``,
-    ``T = sigmoid(W_T·x + b_T)``."""
+    """:class:`~variants.blocks.HighwayUnit` layers ``y = T(x)·H(x) + (1-T(x))·x``, ``H = act(norm(W_H·x))``,
+    ``T(x) = sigmoid(W_T·x + b_T)``: every layer keeps the width, so the carry (which the gate reads) is x."""
+
+    real("gate_bias", gate_bias)
 
     def unit(rate: float) -> nn.Module:
         gate = linear(spec.width, spec.width, "sigmoid")  # drawn before H, as it always has been

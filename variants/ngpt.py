@@ -41,6 +41,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from . import axes
 from .blocks import ResidualUnit
 from .combinators import Combinator
 from .registry import register
@@ -48,6 +49,8 @@ from .transformer import check_token_ids, swiglu_hidden, validate_sizes
 
 ALPHA_INIT = 0.05  # §2.6 item 3: α_A,init = α_M,init = 0.05
 ROPE_BASE = 10000.0  # RoFormer §3.2.2: θ_i = 10000^(-2(i-1)/d)
+axes.ship("init", ["ngpt"])
+axes.ship("combinator", ["nlerp"])
 
 
 def unit(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
@@ -168,7 +171,7 @@ class HypersphereUnit(ResidualUnit):
 
 
 class Layer(nn.Module):
-    """One nGPT layer: the attention update (eq. 10) then the MLP update (eq. 11)."""
+    """``h = ffn(attn(h))``: one nGPT layer, the attention update (eq. 10) then the MLP update (eq. 11)."""
 
     def __init__(self, d_model: int, n_heads: int, d_ff: int, dropout: float) -> None:
         super().__init__()

@@ -30,6 +30,7 @@ import torch
 from torch import nn
 
 from .blocks import PREACT, PostActivation, ResidualUnit
+from .checks import real
 from .combinators import Scaled
 from .layers import (
     CifarSpec,
@@ -75,12 +76,14 @@ def _scalar_skip(spec: CifarSpec, alpha_init: float, what: str, pre: tuple[str, 
 @register("rezero", family="normfree", paper=BACHLECHNER, spec=CifarSpec(depth=56, init="rezero"), init="rezero")
 def rezero(spec: CifarSpec, *, alpha_init: float = 0.0) -> nn.Module:
     """ReZero CIFAR ResNet: ``y = x + α·conv(ReLU(conv(x)))``, α learnable from ``alpha_init`` = 0."""
+    real("alpha_init", alpha_init)
     return _scalar_skip(spec, alpha_init, "ReZero ResNet", (), nn.Identity, "rezero")
 
 
 @register("skipinit", family="normfree", paper=DE_SMITH, spec=CifarSpec(depth=56, init="skipinit"), init="skipinit")
 def skipinit(spec: CifarSpec, *, alpha_init: float = 0.0) -> nn.Module:
     """SkipInit: pre-activation units without BN, ``y = x + α·conv(ReLU(conv(ReLU(x))))``, α from 0."""
+    real("alpha_init", alpha_init)
     return _scalar_skip(spec, alpha_init, "SkipInit ResNet", ("relu",), nn.ReLU, "skipinit")
 
 
@@ -146,7 +149,7 @@ def layerscale(spec: CifarSpec, *, init_scale: float | None = None) -> nn.Module
 
     ``init`` draws the convs and the classifier (``variants.layers.INIT_SCHEMES``); β keeps ``init_scale``."""
     n_units = unit_count(spec.depth, spec.block, "LayerScale ResNet")
-    eps = cait_init(n_units) if init_scale is None else float(init_scale)
+    eps = cait_init(n_units) if init_scale is None else real("init_scale", init_scale, "None: CaiT's rule")
     unit = PREACT[spec.block]
 
     def scale(cout: int) -> Scaled:

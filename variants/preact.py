@@ -17,6 +17,7 @@ import torch
 from torch import nn
 
 from .blocks import PREACT, ResidualUnit, add
+from .checks import choice
 from .combinators import Combinator
 from .layers import EXPANSION, CifarSpec, Slot, build_cifar, conv3x3, conv_branch, make_shortcut, ops
 from .registry import register, register_preset
@@ -91,8 +92,7 @@ def preact(spec: CifarSpec, *, order: str = "full_preact") -> nn.Module:
 
     ``init`` is one of ``variants.layers.INIT_SCHEMES``; ``kaiming`` (the default) is the He-normal fan-out
     draw of the paper's released Torch code."""
-    if order not in ORDERS:
-        raise ValueError(f"order must be one of {tuple(ORDERS)} (He 2016 Fig. 4), got {order!r}")
+    choice("order", order, ORDERS, "He 2016 Fig. 4")
     row = ORDERS[order]
 
     def unit(s: Slot) -> nn.Module:

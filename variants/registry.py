@@ -21,10 +21,12 @@ import fnmatch
 import inspect
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 from torch import nn
+
+from . import axes
 
 Builder = Callable[..., nn.Module]
 
@@ -76,8 +78,10 @@ def register(
 
     ``spec``: a dataclass instance (e.g. ``CifarSpec(depth=110)``) the builder takes as its positional
     argument; its fields become keyword arguments of the variant, defaulting to this instance's values.
-    ``axes``: labels for what the derived axes cannot see (a unit class outside ``variants.blocks``); a
-    derived value always wins.
+    ``axes``: what the variant's axes are meant to be. Each is checked against the axes derived from the model
+    the defaults build (:func:`derive_axes`) when the variant is first described: a declared axis the derivation
+    also reports must agree with it, else ``ValueError`` naming the axis and both values; an axis the
+    derivation cannot see (a model without a :class:`~variants.combinators.Combinator`) is reported as declared.
     """
     if spec is not None and not (dataclasses.is_dataclass(spec) and not isinstance(spec, type)):
         raise TypeError(f"spec must be a dataclass instance (e.g. CifarSpec(depth=56)), got {spec!r}")
@@ -166,8 +170,24 @@ def create(name: str, **overrides: Any) -> nn.Module:
     return spec.build({**spec.fixed, **overrides})
 
 
-# name -> (axes, parameter count) of the model its defaults build, from one meta-device build per process.
-_BUILT: dict[str, tuple[dict[str, str], int]] = {}
+class Anatomy(NamedTuple):
+    """The classes a built model's residual stream is made of, each in order of first appearance."""
+
+    units: tuple[type[nn.Module], ...]  # whose ``forward`` is a residual unit: the module that holds a combinator
+    layers: tuple[type[nn.Module], ...]  # what composes several units into one layer (a Transformer ``Block``)
+    combinators: tuple[type[nn.Module], ...]  # how shortcut and branch join
+
+
+class Built(NamedTuple):
+    """What one meta-device build of a variant's defaults says about it."""
+
+    axes: dict[str, str]
+    params: int
+    anatomy: Anatomy
+
+
+# name -> what the model its defaults build is, from one meta-device build per process.
+_BUILT: dict[str, Built] = {}
 
 
 def _join(values: list[str]) -> str:
@@ -175,17 +195,16 @@ def _join(values: list[str]) -> str:
     return ", ".join(dict.fromkeys(values))
 
 
-_NORM_TYPES: tuple[tuple[type[nn.Module], str], ...] = (
-    (nn.LayerNorm, "layernorm"), (nn.RMSNorm, "rmsnorm"), (nn.modules.batchnorm._BatchNorm, "batchnorm"),
-    (nn.GroupNorm, "groupnorm"),
-)
+# What derive_axes reports: no plugin may register a norm under one of these names.
+axes.ship("norm", [name for _, name in axes.NORM_TYPES] + ["none"])
 
 
-def _norm_type(module: nn.Module) -> str | None:
-    named = getattr(type(module), "norm_axis", None)  # a norm class of its own names itself (ScaleNorm)
+def _combinator_axis(combinator: nn.Module) -> str:
+    named = getattr(type(combinator), "axis", None)
     if isinstance(named, str):
         return named
-    return next((name for cls, name in _NORM_TYPES if isinstance(module, cls)), None)
+    registered = [n for n, cls in axes.registered("combinator").items() if cls is type(combinator)]
+    return registered[0] if registered else type(combinator).__name__
 
 
 def derive_axes(model: nn.Module) -> dict[str, str]:
@@ -200,26 +219,87 @@ def derive_axes(model: nn.Module) -> dict[str, str]:
         return {}
     placements = [p for m in model.modules() if isinstance(p := getattr(m, "placement", None), str)]
     kinds = {type(m).__name__ for m in model.modules()}
+    ffns = [n for m in model.modules() if isinstance(n := m.__dict__.get("ffn_axis"), str)]  # a registered body
     if any("Attention" in k for k in kinds):
         body = "attention+swiglu" if any("SwiGLU" in k for k in kinds) else "attention+ffn"
+        body = f"attention+{_join(ffns)}" if ffns else body
     elif any(isinstance(m, nn.modules.conv._ConvNd) for m in model.modules()):
         body = "conv"
     else:
         body = "mlp"
-    norms = [n for m in model.modules() if (n := _norm_type(m)) is not None]
-    axes = {"combinator": _join([getattr(c, "axis", type(c).__name__) for c in combinators]), "body": body,
-            "norm": _join(norms) or "none"}
+    norms = [n for m in model.modules() if (n := axes.norm_type(m)) is not None]
+    out = {"combinator": _join([_combinator_axis(c) for c in combinators]), "body": body,
+           "norm": _join(norms) or "none"}
     if placements:
-        axes["placement"] = _join(placements)
-    return axes
+        out["placement"] = _join(placements)
+    return out
 
 
-def _built(spec: VariantSpec) -> tuple[dict[str, str], int]:
+_CONTAINERS = (nn.Sequential, nn.ModuleList, nn.ModuleDict)
+
+
+def derive_anatomy(model: nn.Module) -> Anatomy:
+    """The unit, layer and combinator classes of a built model (:class:`Anatomy`).
+
+    A *unit* is the module that holds a :class:`~variants.combinators.Combinator` (through containers such as
+    ``nn.Sequential`` if need be): its ``forward`` is the residual formula. A *layer* is a unit's direct parent
+    where that is neither a container nor the model itself, i.e. a class that composes units (a Transformer
+    ``Block``: attention unit, then feed-forward unit); a CNN's units sit in plain ``nn.Sequential`` stages, so
+    it has none."""
+    from .combinators import Combinator
+
+    parents: dict[int, nn.Module] = {}
+    for parent in model.modules():
+        for child in parent.children():
+            parents.setdefault(id(child), parent)
+    units: dict[type[nn.Module], None] = {}
+    layers: dict[type[nn.Module], None] = {}
+    combinators: dict[type[nn.Module], None] = {}
+    for module in model.modules():
+        if not isinstance(module, Combinator):
+            continue
+        combinators[type(module)] = None
+        unit = parents.get(id(module))
+        while unit is not None and isinstance(unit, _CONTAINERS):
+            unit = parents.get(id(unit))
+        if unit is None:
+            continue
+        units[type(unit)] = None
+        layer = parents.get(id(unit))
+        if layer is not None and layer is not model and not isinstance(layer, _CONTAINERS):
+            layers[type(layer)] = None
+    return Anatomy(tuple(units), tuple(layers), tuple(combinators))
+
+
+def qualified_name(cls: type) -> str:
+    """``module.QualName`` of a class: ``variants.blocks.PreNorm``."""
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def _built(spec: VariantSpec) -> Built:
     if spec.name not in _BUILT:
         with torch.device("meta"):  # shapes only: no memory, no random draws
             model = spec.build(dict(spec.fixed))
-        _BUILT[spec.name] = ({**spec.axes, **derive_axes(model)}, sum(p.numel() for p in model.parameters()))
+        derived = derive_axes(model)
+        for axis, declared in spec.axes.items():
+            if axis in derived and derived[axis] != declared:
+                raise ValueError(f"variant {spec.name!r} declares {axis}={declared!r}, but the model its defaults "
+                                 f"build has {axis}={derived[axis]!r} (derived from its modules); declare "
+                                 f"{derived[axis]!r} or leave the axis out")
+        _BUILT[spec.name] = Built({**spec.axes, **derived}, sum(p.numel() for p in model.parameters()),
+                                  derive_anatomy(model))
     return _BUILT[spec.name]
+
+
+def anatomy(name: str) -> Anatomy:
+    """The :class:`Anatomy` of the model ``name``'s defaults build (empty for a timm model)."""
+    if name.startswith(TIMM_PREFIX):
+        return Anatomy((), (), ())
+    return _built(_lookup(name)).anatomy
+
+
+def _names(classes: tuple[type, ...]) -> str | None:
+    return ", ".join(qualified_name(c) for c in classes) or None
 
 
 def describe(name: str) -> dict[str, Any]:
@@ -229,21 +309,27 @@ def describe(name: str) -> dict[str, Any]:
     takes no ``init``, e.g. timm models); ``init_pinned`` is True where the variant fixes it (a paper that
     *is* an initialisation, such as Fixup or DeepNet), so ``create(name, init=other)`` raises. ``module`` is
     the module that defines the builder (a shipped family's, or a plugin's). ``axes`` are derived from the
-    model the defaults build (:func:`derive_axes`), ``params`` is its parameter count; both come from one
-    build on the meta device per name and process.
+    model the defaults build (:func:`derive_axes`), ``params`` is its parameter count; ``unit`` is the qualified
+    name of the class whose ``forward`` is its residual unit and ``layer`` that of the class composing several
+    units into a layer, None where there is none (:func:`derive_anatomy`; names joined by ", " where a model
+    mixes classes). All come from one build on the meta device per name and process; see
+    :func:`variants.formula` for the formulas themselves.
     """
     if name.startswith(TIMM_PREFIX):
         return {"name": name, "family": "timm", "paper": "timm (PyTorch Image Models)", "axes": {}, "defaults": {},
-                "fixed": {}, "init": None, "init_pinned": False, "module": "timm", "params": None}
+                "fixed": {}, "init": None, "init_pinned": False, "module": "timm", "params": None, "unit": None,
+                "layer": None}
     spec = _lookup(name)
     defaults = spec.defaults()
-    axes, params = _built(spec)
+    built = _built(spec)
     return {
         "name": spec.name,
         "family": spec.family,
         "paper": spec.paper,
-        "axes": dict(axes),
-        "params": params,
+        "axes": dict(built.axes),
+        "params": built.params,
+        "unit": _names(built.anatomy.units),
+        "layer": _names(built.anatomy.layers),
         "defaults": defaults,
         "fixed": dict(spec.fixed),
         "init": defaults.get("init"),

@@ -14,7 +14,8 @@ from __future__ import annotations
 from torch import nn
 
 from .blocks import PostActivation, add
-from .layers import CifarSpec, Slot, build_cifar, check_positive, conv1x1, he_init_, make_shortcut
+from .checks import check_positive
+from .layers import CifarSpec, Slot, build_cifar, conv1x1, he_init_, make_shortcut
 from .registry import register, register_preset
 
 XIE = "Xie et al. 2017, Aggregated Residual Transformations for Deep Neural Networks"

@@ -8,6 +8,9 @@ Bengio 2010, the init of Vaswani et al. 2017 and of Xiong et al. 2020's experime
 ``preln`` differs only in where LayerNorm sits. Variants whose paper *is* an init pin theirs: ``deepnorm``
 (DeepNet's β-scaled Xavier) and the ``gpt2_small`` preset (GPT-2's N(0, 0.02) with 1/√(2N) residual
 projections). ``--model-arg init=gpt2|normal|xavier|deepnorm`` picks another scheme for any other variant.
+Norm type (``norm``) and feed-forward body (``ffn``) are axes too; a plugin adds values to all three with
+``variants.register_norm``/``register_ffn``/``register_init`` and builds its own variant on the family's
+defaults with :func:`build_transformer` and :class:`TransformerSpec`.
 
 - ``postln``: ``x ← LN(x + F(x))``, no final LN — Vaswani et al. 2017, "Attention Is All You Need".
 - ``preln``: ``x ← x + F(LN(x))``, final LN — Xiong et al. 2020, "On Layer Normalization in the
@@ -35,6 +38,7 @@ input token (loss far above ln V), an artifact that would confound the placement
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -45,7 +49,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .blocks import NormFactory, PostNorm, ResidualUnit, sublayer
+from . import axes
+from .blocks import PLACEMENTS, NormFactory, PostNorm, ResidualUnit, sublayer
+from .checks import choice, flag, positive_int, rate
 from .combinators import COMBINATORS, Combinator, Laurel, Scaled
 from .registry import register
 
@@ -199,7 +205,7 @@ class ScaleNorm(nn.Module):
         return self.g * x / torch.linalg.vector_norm(x, dim=-1, keepdim=True).clamp_min(self.eps)
 
 
-# The norm-type axis: what every norm of the stack is (its placement is the recipe's).
+# The norm-type axis: what every norm of the stack is (its placement is the design's).
 NORMS: dict[str, Callable[[int, bool], nn.Module]] = {
     "layernorm": lambda d, bias: nn.LayerNorm(d, eps=LN_EPS, bias=bias),  # Ba et al. 2016
     "rmsnorm": lambda d, bias: nn.RMSNorm(d, eps=LN_EPS),  # Zhang & Sennrich 2019: x / rms(x) · g, no mean, no bias
@@ -207,11 +213,21 @@ NORMS: dict[str, Callable[[int, bool], nn.Module]] = {
 }
 # The feed-forward body: GPT-2's GELU MLP or Shazeer's SwiGLU.
 FFNS: dict[str, Callable[[int, int, float, bool], nn.Module]] = {"gelu": FeedForward, "swiglu": SwiGLU}
+# A plugin adds to both with variants.register_norm / register_ffn (variants.axes), or passes a factory directly:
+NormArg = Callable[..., nn.Module]  # factory(d) or factory(d, bias=...): one norm of width d
+FfnArg = Callable[..., nn.Module]  # factory(d_model, d_ff, dropout, bias): the feed-forward body
+InitArg = Callable[[torch.Tensor], object]  # draw(weight): fills one weight in place
+axes.ship("norm", NORMS)
+axes.ship("ffn", FFNS)
 
 
 class Block(nn.Module):
-    """One Transformer layer: two residual sublayers (``variants.blocks.PostNorm``, ``PreNorm`` ...), attention
-    then feed-forward: ``x = ffn(attn(x))``."""
+    """``x = ffn(attn(x))``: one Transformer layer, its attention sublayer then its feed-forward sublayer.
+
+    Each sublayer is a residual unit whose ``forward`` is its placement's formula (``variants.blocks.PostNorm``,
+    ``PreNorm`` ...), its join a combinator: under Pre-LN ``attn(x) = x + Attn(LN(x))`` and ``ffn(h) = h +
+    FFN(LN(h))``, so the residual stream reads ``x ← h + FFN(LN(h))``, ``h = x + Attn(LN(x))``, layer after
+    layer (:func:`variants.formula` lists the three classes with their files and lines)."""
 
     def __init__(self, attn: ResidualUnit, ffn: ResidualUnit) -> None:
         super().__init__()
@@ -223,8 +239,9 @@ class Block(nn.Module):
 
 
 class B2TBlock(Block):
-    """Takase et al. 2023, "B2T Connection: Serving Stability and Performance in Deep Transformers", Fig. 1(c):
-    a Post-LN layer whose input also skips to the last norm, ``h = LN(x + Attn(x))``, ``y = LN(h + FFN(h) + x)``.
+    """``h = LN(x + Attn(x))``, ``y = LN(h + FFN(h) + x)``: a Post-LN layer whose input also skips to the last norm.
+
+    Takase et al. 2023, "B2T Connection: Serving Stability and Performance in Deep Transformers", Fig. 1(c).
 
     The feed-forward sublayer is a :class:`~variants.blocks.PostNorm`; the bottom-to-top term ``+ x`` enters
     inside its norm, next to its own residual join (which probes see as usual)."""
@@ -308,26 +325,37 @@ def mixln_post_layers(depth: int) -> int:
 # --- initialisation schemes (linear layers only; biases start at 0, LayerNorms at weight 1 / bias 0) ---
 
 
+def linears(body: nn.Module) -> list[nn.Linear]:
+    """The ``nn.Linear`` layers of a sublayer body in module order: q|k|v then the output projection for the
+    attention, fc1 then fc2 for the shipped feed-forward bodies (a registered one: whatever it holds). The last is
+    the projection back into the residual stream."""
+    return [m for m in body.modules() if isinstance(m, nn.Linear)]
+
+
 def _init_gpt2(model: TransformerLM) -> None:
     """GPT-2 / Megatron: N(0, 0.02); residual output projections N(0, 0.02/√(2N)) (GPT-2 §2.3, N layers)."""
     resid_std = 0.02 / math.sqrt(2 * len(model.blocks))
     for attn, ffn in model.bodies():
-        for lin, std in ((attn.qkv, 0.02), (attn.proj, resid_std), (ffn.fc1, 0.02), (ffn.fc2, resid_std)):
-            nn.init.normal_(lin.weight, std=std)
+        for lins in (linears(attn), linears(ffn)):
+            for i, lin in enumerate(lins):
+                nn.init.normal_(lin.weight, std=resid_std if i == len(lins) - 1 else 0.02)
+
+
+def _init_draw(model: TransformerLM, draw: Callable[[torch.Tensor], object]) -> None:
+    """``draw`` on every linear weight of every sublayer body, attention then feed-forward, layer by layer."""
+    for attn, ffn in model.bodies():
+        for lin in (*linears(attn), *linears(ffn)):
+            draw(lin.weight)
 
 
 def _init_normal(model: TransformerLM) -> None:
     """LLaMA-style N(0, 0.02) everywhere, no depth scaling (the setup Mix-LN trains in)."""
-    for attn, ffn in model.bodies():
-        for lin in (attn.qkv, attn.proj, ffn.fc1, ffn.fc2):
-            nn.init.normal_(lin.weight, std=0.02)
+    _init_draw(model, lambda w: nn.init.normal_(w, std=0.02))
 
 
 def _init_xavier(model: TransformerLM) -> None:
     """Xavier-uniform (Glorot 2010), as tensor2tensor/PyTorch ``nn.Transformer`` (fused q|k|v like ``in_proj``)."""
-    for attn, ffn in model.bodies():
-        for lin in (attn.qkv, attn.proj, ffn.fc1, ffn.fc2):
-            nn.init.xavier_uniform_(lin.weight)
+    _init_draw(model, nn.init.xavier_uniform_)
 
 
 def _init_deepnorm(model: TransformerLM) -> None:
@@ -338,7 +366,7 @@ def _init_deepnorm(model: TransformerLM) -> None:
         with torch.no_grad():
             for rows, gain in ((slice(0, d), 1.0), (slice(d, 2 * d), 1.0), (slice(2 * d, 3 * d), beta)):
                 nn.init.xavier_normal_(attn.qkv.weight[rows], gain=gain)  # q, k, v each a d×d matrix
-        for lin in (attn.proj, ffn.fc1, ffn.fc2):
+        for lin in (attn.proj, *linears(ffn)):
             nn.init.xavier_normal_(lin.weight, gain=beta)
 
 
@@ -362,7 +390,7 @@ def _init_t_fixup(model: TransformerLM) -> None:
         model.tok_emb.weight.mul_(scale)
         for attn, ffn in model.bodies():
             attn.qkv.weight[2 * d:].mul_(scale)  # v (rows 2d:3d of the fused q|k|v)
-            for lin in (attn.proj, ffn.fc1, ffn.fc2):
+            for lin in (attn.proj, *linears(ffn)):
                 lin.weight.mul_(scale)
 
 
@@ -412,9 +440,40 @@ INITS: dict[str, Callable[[TransformerLM], None]] = {
     "t_fixup": _init_t_fixup,
     "admin": _init_admin,
 }
+axes.ship("init", INITS)
 # One default for every placement (Xiong et al. 2020 ran Post-LN and Pre-LN under Xavier): a comparison of
 # placements must not also compare initialisations.
 DEFAULT_INIT = "xavier"
+
+
+def resolve_init(init: object) -> tuple[str, Callable[[TransformerLM], None]]:
+    """``(name, scheme)`` of an ``init`` argument: a name of :data:`INITS`, a registered init (``variants.
+    register_init``) or a draw ``(weight) -> Any`` passed directly; either draw fills every sublayer's linear
+    weights (:func:`_init_draw`)."""
+    name, value = axes.lookup("init", init, INITS, message=lambda known: (
+        f"unknown init {init!r}; choose one of: {', '.join(known)} (or pass a draw (weight) -> None)"))
+    if isinstance(init, str) and init in INITS:
+        return name, cast(Callable[[TransformerLM], None], value)
+    return name, partial(_init_draw, draw=cast(InitArg, value))
+
+
+def resolve_norm(norm: object, bias: bool) -> tuple[str, Callable[[int], nn.Module]]:
+    """``(name, make)`` of a ``norm`` argument (a name of :data:`NORMS`, a registered norm or a factory):
+    ``make(d)`` builds one norm of width d, tagged with the name where it is not one of :data:`NORMS`."""
+    name, factory = axes.lookup("norm", norm, NORMS, message=lambda known: (
+        f"unknown norm {norm!r}; choose one of: {', '.join(known)} (or pass a norm factory)"))
+    if name in NORMS and factory is NORMS[name]:
+        return name, lambda d: factory(d, bias)
+    return name, lambda d: axes.tagged(axes.make_norm(factory, d, bias), "norm", name)
+
+
+def resolve_ffn(ffn: object) -> tuple[str, Callable[[int, int, float, bool], nn.Module]]:
+    """``(name, make)`` of an ``ffn`` argument (a name of :data:`FFNS`, a registered body or a factory)."""
+    name, factory = axes.lookup("ffn", ffn, FFNS, message=lambda known: (
+        f"unknown ffn {ffn!r}; choose one of: {', '.join(known)} (or pass a factory (d_model, d_ff, dropout, bias))"))
+    if name in FFNS and factory is FFNS[name]:
+        return name, factory
+    return name, lambda *args: axes.tagged(factory(*args), "ffn", name)
 
 
 # A sublayer's unit from (index over all sublayers, placement, body, combinator, norm factory); the default is
@@ -423,7 +482,7 @@ UnitFactory = Callable[[int, str, nn.Module, Combinator, NormFactory], ResidualU
 
 
 @dataclass(frozen=True)
-class Recipe:
+class Design:
     """A named variant: per-layer placements (one for both sublayers, or an (attention, feed-forward) pair) and a
     combinator factory (given depth); ``init`` pins a scheme only where the paper *is* an initialisation
     (DeepNet, T-Fixup), else the family default :data:`DEFAULT_INIT` applies."""
@@ -450,61 +509,61 @@ def _add(depth: int, d_model: int) -> Combinator:
     return COMBINATORS["add"]()
 
 
-RECIPES: dict[str, Recipe] = {
-    "postln": Recipe(
+DESIGNS: dict[str, Design] = {
+    "postln": Design(
         "Vaswani et al. 2017, Attention Is All You Need", _same("post"), _add,
     ),
-    "preln": Recipe(
+    "preln": Design(
         "Xiong et al. 2020, On Layer Normalization in the Transformer Architecture; Radford et al. 2019, GPT-2",
         _same("pre"), _add,
     ),
-    "sandwich": Recipe(
+    "sandwich": Design(
         "Ding et al. 2021, CogView (Sandwich-LN); Kim et al. 2025, Peri-LN: Revisiting Layer Normalization "
         "in the Transformer Architecture", _same("sandwich"), _add,
     ),
-    "deepnorm": Recipe(
+    "deepnorm": Design(
         "Wang et al. 2022, DeepNet: Scaling Transformers to 1,000 Layers", _same("post"),
         lambda depth, d: COMBINATORS["scaled"](alpha=deepnorm_alpha_beta(depth)[0]), init="deepnorm",
     ),
-    "rezero_lm": Recipe(
+    "rezero_lm": Design(
         "Bachlechner et al. 2020, ReZero is All You Need: Fast Convergence at Large Depth", _same("none"),
         lambda depth, d: COMBINATORS["scaled"](alpha=1.0, beta=0.0, learnable_beta=True),
         one_scale_per_layer=True,  # the paper's "single additional learned parameter per layer"
     ),
-    "b2t": Recipe(
+    "b2t": Design(
         "Takase et al. 2023, B2T Connection: Serving Stability and Performance in Deep Transformers, Fig. 1(c)",
         _same("post"), _add, block=B2TBlock,
     ),
-    "denseformer": Recipe(
+    "denseformer": Design(
         "Pagliardini et al. 2024, DenseFormer: Enhancing Information Flow in Transformers via Depth Weighted "
         "Averaging (DWA after every block, all earlier outputs)", _same("pre"), _add, dense=True,
     ),
-    "admin": Recipe(
+    "admin": Design(
         "Liu et al. 2020, Understanding the Difficulty of Training Transformers (Admin, §4.3): Post-LN, "
         "x_i = LN(ω_i ⊙ x_{i-1} + f_i(x_{i-1})), ω_i from a profiling pass at init", _same("post"),
         lambda depth, d: Scaled(alpha=1.0, alpha_shape=(d,), channel_dim=-1), init="admin",
     ),
-    "resi_dual": Recipe(
+    "resi_dual": Design(
         "Xie et al. 2023, ResiDual: Transformer with Dual Residual Connections (Pre-Post-LN, §3.2)", _same("post"),
         _add, unit=lambda index, placement, body, combine, norm: DualPostNorm(body, combine, norm),
         stream=DualStream,
     ),
     # HybridNorm's layer, x' = x + Attn_QKVNorm(x), y = N(x') + FFN(N(x')), regrouped around the same two joins:
     # a Post-Norm attention sublayer N(x + Attn(x)) and an un-normalised FFN sublayer a + FFN(a); a final norm.
-    "hybridnorm": Recipe(
+    "hybridnorm": Design(
         "Zhuo et al. 2025, HybridNorm: Towards Stable and Efficient Transformer Training via Hybrid Normalization "
         "(QKV-Norm in attention, Post-Norm in the FFN; §3.1)", lambda depth: [("post", "none")] * depth, _add,
         attention=QKVNormAttention, final_norm=True,
     ),
-    "value_residual": Recipe(
+    "value_residual": Design(
         "Zhou et al. 2024, Value Residual Learning (ResFormer, eq. 6, λ1 = λ2 = 0.5; Pre-LN base)", _same("pre"),
         _add, attention=ValueResidualAttention,
     ),
-    "t_fixup": Recipe(
+    "t_fixup": Design(
         "Huang et al. 2020, Improving Transformer Optimization Through Better Initialization (T-Fixup, "
         "Algorithm 1, decoder): no LayerNorm", _same("none"), _add, init="t_fixup",
     ),
-    "mixln": Recipe(
+    "mixln": Design(
         "Li et al. 2024, Mix-LN: Unleashing the Power of Deeper Layers by Combining Pre-LN and Post-LN",
         lambda depth: ["post"] * mixln_post_layers(depth) + ["pre"] * (depth - mixln_post_layers(depth)),
         _add,
@@ -516,59 +575,56 @@ class TransformerLM(nn.Module):
     """Decoder-only LM: ``(B, T)`` token ids -> ``(B, T, vocab_size)`` logits; head tied to the token embedding."""
 
     def __init__(
-        self, recipe: Recipe, *, depth: int, d_model: int, n_heads: int, d_ff: int, vocab_size: int,
-        max_len: int, dropout: float, bias: bool, init: str = DEFAULT_INIT, norm: str = "layernorm",
-        ffn: str = "gelu",
+        self, design: Design, *, depth: int, d_model: int, n_heads: int, d_ff: int, vocab_size: int,
+        max_len: int, dropout: float, bias: bool, init: str | InitArg = DEFAULT_INIT,
+        norm: str | NormArg = "layernorm", ffn: str | FfnArg = "gelu",
     ) -> None:
         super().__init__()
         validate_sizes(depth=depth, d_model=d_model, n_heads=n_heads, d_ff=d_ff, vocab_size=vocab_size,
-                  max_len=max_len, dropout=dropout)
-        if init not in INITS:
-            raise ValueError(f"unknown init {init!r}; choose one of: {', '.join(INITS)}")
-        if norm not in NORMS:
-            raise ValueError(f"unknown norm {norm!r}; choose one of: {', '.join(NORMS)}")
-        if ffn not in FFNS:
-            raise ValueError(f"unknown ffn {ffn!r}; choose one of: {', '.join(FFNS)}")
+                       max_len=max_len, dropout=dropout)
+        flag("bias", bias)
+        _, scheme = resolve_init(init)
+        _, norm_of_width = resolve_norm(norm, bias)
+        _, make_ffn = resolve_ffn(ffn)
         self.max_len = max_len
         self.tok_emb = nn.Embedding(vocab_size, d_model)
         self.pos_emb = nn.Embedding(max_len, d_model)
         self.drop = nn.Dropout(dropout)
-        make_norm = partial(NORMS[norm], d_model, bias)
-        placements = [(p, p) if isinstance(p, str) else p for p in recipe.placements(depth)]
+        make_norm = partial(norm_of_width, d_model)
+        placements = [(p, p) if isinstance(p, str) else p for p in design.placements(depth)]
         layers: list[Block] = []
         first: CausalSelfAttention | None = None
         for i, (p_attn, p_ffn) in enumerate(placements):
-            attn = recipe.attention.make(d_model, n_heads, dropout, bias, first=first,
-                                         head_norm=lambda d: NORMS[norm](d, bias))
+            attn = design.attention.make(d_model, n_heads, dropout, bias, first=first, head_norm=norm_of_width)
             first = attn if first is None else first
-            layers.append(recipe.block(
-                recipe.unit(2 * i, p_attn, attn, recipe.combinator(depth, d_model), make_norm),
-                recipe.unit(2 * i + 1, p_ffn, FFNS[ffn](d_model, d_ff, dropout, bias),
-                            recipe.combinator(depth, d_model), make_norm),
+            layers.append(design.block(
+                design.unit(2 * i, p_attn, attn, design.combinator(depth, d_model), make_norm),
+                design.unit(2 * i + 1, p_ffn, make_ffn(d_model, d_ff, dropout, bias),
+                            design.combinator(depth, d_model), make_norm),
             ))
         self.blocks = nn.ModuleList(layers)
-        self.stream = recipe.stream(make_norm)
+        self.stream = design.stream(make_norm)
         # DenseFormer's averages: one after each block, over the embeddings and every block output so far.
-        self.dwa = nn.ModuleList(DepthWeightedAverage(i + 2) for i in range(depth)) if recipe.dense else None
-        if recipe.one_scale_per_layer:
+        self.dwa = nn.ModuleList(DepthWeightedAverage(i + 2) for i in range(depth)) if design.dense else None
+        if design.one_scale_per_layer:
             for blk in self.blocks:  # two Scaled modules (probes see both joins), one parameter
                 assert isinstance(blk, Block)
                 blk.ffn.combine.beta = blk.attn.combine.beta
         # A final LN is needed exactly when the last layer leaves the stream un-normalised by a
         # residual add after a norm (pre/sandwich); post-LN ends normalised, ReZero has no LN by design.
-        final = recipe.final_norm if recipe.final_norm is not None else placements[-1][1] in ("pre", "sandwich")
+        final = design.final_norm if design.final_norm is not None else placements[-1][1] in ("pre", "sandwich")
         self.norm = make_norm() if final else nn.Identity()
         for module in self.modules():
             if isinstance(module, nn.Linear) and module.bias is not None:
                 nn.init.zeros_(module.bias)
         nn.init.normal_(self.tok_emb.weight, std=0.02)
         nn.init.normal_(self.pos_emb.weight, std=0.01)
-        INITS[init](self)
+        scheme(self)
 
-    def bodies(self) -> list[tuple[CausalSelfAttention, FeedForward]]:
+    def bodies(self) -> list[tuple[CausalSelfAttention, nn.Module]]:
         """The (attention, feed-forward) branch modules of every layer, for the init schemes."""
         blocks = cast(list[Block], list(self.blocks))
-        return [cast(tuple[CausalSelfAttention, FeedForward], (b.attn.body, b.ffn.body)) for b in blocks]
+        return [(cast(CausalSelfAttention, b.attn.body), b.ffn.body) for b in blocks]
 
     def forward(self, idx: torch.Tensor) -> torch.Tensor:
         t = check_token_ids(idx, self.max_len)
@@ -594,15 +650,13 @@ def check_token_ids(idx: torch.Tensor, max_len: int) -> int:
     return int(t)
 
 
-def validate_sizes(**kw: float) -> None:
-    """The family's checks of a builder's sizes and dropout (ValueError naming the argument)."""
-    for key in ("depth", "d_model", "n_heads", "d_ff", "vocab_size", "max_len"):
-        if int(kw[key]) != kw[key] or kw[key] < 1:
-            raise ValueError(f"{key} must be a positive integer, got {kw[key]!r}")
-    if kw["d_model"] % kw["n_heads"]:
-        raise ValueError(f"d_model ({kw['d_model']}) must be divisible by n_heads ({kw['n_heads']})")
-    if not 0.0 <= kw["dropout"] < 1.0:
-        raise ValueError(f"dropout must be in [0, 1), got {kw['dropout']}")
+def validate_sizes(**kw: object) -> None:
+    """The family's checks of a builder's sizes and dropout (ValueError naming the argument and what it wants)."""
+    sizes = {key: positive_int(key, kw[key]) for key in ("depth", "d_model", "n_heads", "d_ff", "vocab_size",
+                                                          "max_len")}
+    if sizes["d_model"] % sizes["n_heads"]:
+        raise ValueError(f"d_model ({sizes['d_model']}) must be divisible by n_heads ({sizes['n_heads']})")
+    rate("dropout", kw["dropout"])
 
 
 def transformer_flops_per_token(depth: int, d_model: int, d_ff: int, n_ctx: int, vocab_size: int) -> int:
@@ -618,24 +672,89 @@ def transformer_flops_per_token(depth: int, d_model: int, d_ff: int, n_ctx: int,
     return 6 * matmul_weights + 12 * depth * n_ctx * d_model
 
 
-def _builder(recipe: Recipe, depth: int = 6, d_model: int = 128, n_heads: int = 4, d_ff: int = 512,
+def _builder(design: Design, depth: int = 6, d_model: int = 128, n_heads: int = 4, d_ff: int = 512,
              vocab_size: int = 256, max_len: int = 256) -> Callable[..., TransformerLM]:
     """A constructor with explicit keyword defaults (the registry reads them from the signature)."""
 
     def build(*, depth: int = depth, d_model: int = d_model, n_heads: int = n_heads, d_ff: int = d_ff,
               vocab_size: int = vocab_size, max_len: int = max_len, dropout: float = 0.0,
-              bias: bool = True, init: str = recipe.init or DEFAULT_INIT, norm: str = "layernorm",
-              ffn: str = "gelu") -> TransformerLM:
-        return TransformerLM(recipe, depth=depth, d_model=d_model, n_heads=n_heads, d_ff=d_ff,
+              bias: bool = True, init: str | InitArg = design.init or DEFAULT_INIT,
+              norm: str | NormArg = "layernorm", ffn: str | FfnArg = "gelu") -> TransformerLM:
+        return TransformerLM(design, depth=depth, d_model=d_model, n_heads=n_heads, d_ff=d_ff,
                              vocab_size=vocab_size, max_len=max_len, dropout=dropout, bias=bias, init=init,
                              norm=norm, ffn=ffn)
 
     return build
 
 
-for _name, _recipe in RECIPES.items():
-    _pinned: dict[str, Any] = {"init": _recipe.init} if _recipe.init else {}  # the paper is the init: not overridable
-    register(_name, family="transformer", paper=_recipe.paper, **_pinned)(_builder(_recipe))
+@dataclass(frozen=True, kw_only=True)
+class TransformerSpec:
+    """The trunk of every Transformer LM of the family, with its defaults, validated on construction.
+
+    What a plugin builds a variant on (:func:`build_transformer`), registering it with ``spec=TransformerSpec(
+    ...)`` so each field is a keyword argument of the variant (``--model-arg d_model=256``) defaulting to the
+    registered instance's value. ``init``, ``norm`` and ``ffn`` take a name (the family's own, :data:`INITS`,
+    :data:`NORMS`, :data:`FFNS`, or one registered with ``variants.register_init``/``register_norm``/
+    ``register_ffn``) or the draw/factory itself.
+    """
+
+    depth: int = 6  # layers, each an attention sublayer then a feed-forward sublayer
+    d_model: int = 128  # width of the residual stream
+    n_heads: int = 4  # attention heads (d_model must divide by it)
+    d_ff: int = 512  # feed-forward width (SwiGLU: 2/3 of it, swiglu_hidden)
+    vocab_size: int = 256  # tokens (byte-level tasks: 256)
+    max_len: int = 256  # longest sequence (rows of the learned position table)
+    dropout: float = 0.0  # on attention probabilities and each sublayer's output
+    bias: bool = True  # biases in every linear layer and LayerNorm
+    init: str | InitArg = DEFAULT_INIT  # the scheme; a design that *is* an init (DeepNet) needs its own here
+    norm: str | NormArg = "layernorm"  # the norm type of every norm in the stack (its placement is the design's)
+    ffn: str | FfnArg = "gelu"  # the feed-forward body
+
+    def __post_init__(self) -> None:
+        validate_sizes(depth=self.depth, d_model=self.d_model, n_heads=self.n_heads, d_ff=self.d_ff,
+                       vocab_size=self.vocab_size, max_len=self.max_len, dropout=self.dropout)
+        flag("bias", self.bias)
+        resolve_init(self.init)
+        resolve_norm(self.norm, self.bias)
+        resolve_ffn(self.ffn)
+
+
+def design_of(design: str | Design) -> Design:
+    """A :class:`Design`: one given, a name of :data:`DESIGNS` (``"preln"``, ``"b2t"`` ...), or a norm placement of
+    ``variants.blocks.PLACEMENTS`` (``"pre"``, ``"post"``, ``"sandwich"``, ``"peri"``, ``"none"``) with identity
+    joins on every sublayer."""
+    if isinstance(design, Design):
+        return design
+    if isinstance(design, str) and design in DESIGNS:
+        return DESIGNS[design]
+    if isinstance(design, str) and design in PLACEMENTS:
+        return Design(f"{design} placement", _same(design), _add)
+    raise ValueError(f"design must be a Design, one of {tuple(DESIGNS)} or a placement of {tuple(PLACEMENTS)}, "
+                     f"got {design!r}")
+
+
+def build_transformer(design: str | Design, spec: TransformerSpec | None = None, /, **overrides: Any) -> TransformerLM:
+    """The family's LM of ``design`` (:func:`design_of`: a :class:`Design`, a name of :data:`DESIGNS` or a placement)
+    on ``spec`` (default: :class:`TransformerSpec`'s defaults, the family's), with ``overrides`` replacing spec
+    fields: ``build_transformer("sandwich", norm="dyt")``. A plugin registers a variant on it without copying a
+    default::
+
+        @variants.register("sandwich_dyt", family="transformer", paper="...", spec=variants.TransformerSpec(norm="dyt"))
+        def sandwich_dyt(spec):
+            return variants.build_transformer("sandwich", spec)
+
+    A design whose paper is an initialisation (``deepnorm``, ``admin``, ``t_fixup``) must be given that ``init``.
+    """
+    resolved = design_of(design)
+    spec = dataclasses.replace(spec or TransformerSpec(), **overrides)
+    if resolved.init is not None and spec.init != resolved.init:
+        raise ValueError(f"design {design!r} is its initialisation: init must be {resolved.init!r}, got {spec.init!r}")
+    return TransformerLM(resolved, **{f.name: getattr(spec, f.name) for f in dataclasses.fields(spec)})
+
+
+for _name, _design in DESIGNS.items():
+    _pinned: dict[str, Any] = {"init": _design.init} if _design.init else {}  # the paper is the init: not overridable
+    register(_name, family="transformer", paper=_design.paper, **_pinned)(_builder(_design))
 
 # GPT-2 small (124,439,808 parameters): the trunk and GPT-2's init are pinned; vocab_size/max_len default to
 # GPT-2's 50257/1024 but stay overridable so the preset also runs on the byte-level tasks.
@@ -643,7 +762,7 @@ register(
     "gpt2_small", family="transformer", paper="Radford et al. 2019, Language Models are Unsupervised Multitask "
     "Learners (GPT-2 small)", depth=12, d_model=768, n_heads=12, d_ff=3072, bias=True,
     init="gpt2",
-)(_builder(RECIPES["preln"], depth=12, d_model=768, n_heads=12, d_ff=3072, vocab_size=50257, max_len=1024))
+)(_builder(DESIGNS["preln"], depth=12, d_model=768, n_heads=12, d_ff=3072, vocab_size=50257, max_len=1024))
 
 # The block of LLaMA (Touvron et al. 2023, §2.2): Pre-norm with RMSNorm, a SwiGLU feed-forward, no biases; its
 # rotary position encoding is not part of the residual design and is not reproduced (learned positions, as
@@ -652,7 +771,7 @@ register(
     "llama_like", family="transformer", paper="Touvron et al. 2023, LLaMA: Open and Efficient Foundation Language "
     "Models, §2.2 (pre-normalisation with RMSNorm, Zhang & Sennrich 2019; SwiGLU, Shazeer 2020)",
     norm="rmsnorm", ffn="swiglu", bias=False,
-)(_builder(RECIPES["preln"]))
+)(_builder(DESIGNS["preln"]))
 
 LAUREL_PAPER = ("Menghani et al. 2025, LAuReL: Learned Augmented Residual Layer (ICML), eq. 5 (RW+LR, r = 4 as its "
                 "LLM-1B); one LAuReL join per residual sublayer of a Pre-LN stack")
@@ -661,10 +780,13 @@ LAUREL_PAPER = ("Menghani et al. 2025, LAuReL: Learned Augmented Residual Layer 
 @register("laurel", family="transformer", paper=LAUREL_PAPER)
 def laurel(*, form: str = "rw+lr", rank: int = 4, depth: int = 6, d_model: int = 128, n_heads: int = 4,
            d_ff: int = 512, vocab_size: int = 256, max_len: int = 256, dropout: float = 0.0, bias: bool = True,
-           init: str = DEFAULT_INIT, norm: str = "layernorm", ffn: str = "gelu") -> TransformerLM:
+           init: str | InitArg = DEFAULT_INIT, norm: str | NormArg = "layernorm",
+           ffn: str | FfnArg = "gelu") -> TransformerLM:
     """Pre-LN with every residual join a :class:`~variants.combinators.Laurel` of ``form`` (rw, lr, rw+lr) and
     ``rank``. The paper counts one LAuReL per layer (2N(4D+1) extra weights in LLM-1B) without saying which
     residual it wraps; here each of the 2N joins gets its own (4·D·r + 2 weights each, still < 1% of the model)."""
-    recipe = Recipe(LAUREL_PAPER, _same("pre"), lambda depth, d: Laurel(d, form=form, rank=rank))
-    return TransformerLM(recipe, depth=depth, d_model=d_model, n_heads=n_heads, d_ff=d_ff, vocab_size=vocab_size,
+    choice("LAuReL form", form, Laurel.FORMS)
+    positive_int("LAuReL rank", rank)
+    design = Design(LAUREL_PAPER, _same("pre"), lambda depth, d: Laurel(d, form=form, rank=rank))
+    return TransformerLM(design, depth=depth, d_model=d_model, n_heads=n_heads, d_ff=d_ff, vocab_size=vocab_size,
                          max_len=max_len, dropout=dropout, bias=bias, init=init, norm=norm, ffn=ffn)

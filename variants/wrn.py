@@ -16,7 +16,8 @@ import dataclasses
 from torch import nn
 
 from .blocks import PreActBasic
-from .layers import CifarSpec, Slot, build_cifar, check_positive, conv3x3
+from .checks import check_positive, rate
+from .layers import CifarSpec, Slot, build_cifar, conv3x3
 from .registry import register, register_preset
 
 ZAGORUYKO = "Zagoruyko & Komodakis 2016, Wide Residual Networks"
@@ -52,8 +53,7 @@ def wrn(spec: CifarSpec, *, widen_factor: int = 10, dropout: float = 0.0) -> nn.
     check_positive(widen_factor=widen_factor)
     if spec.block != "basic":
         raise ValueError(f"Wide ResNets here are built of B(3,3) units: block must be 'basic', got {spec.block!r}")
-    if not 0.0 <= dropout < 1.0:
-        raise ValueError(f"dropout must be in [0, 1), got {dropout}")
+    rate("dropout", dropout)
     wide = dataclasses.replace(spec, width=spec.width * widen_factor)
 
     def unit(s: Slot) -> nn.Module:

@@ -1,0 +1,187 @@
+"""Where each variant's formula is written: ``describe(name)["unit"]``/``["layer"]``, :func:`variants.formula` and
+:func:`variants.catalogue`, all read from the classes a variant builds."""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import re
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from _nets import write
+from torch import nn
+
+import variants
+from variants import blocks, combinators, formulas, registry, transformer
+
+NAMES = variants.list_variants()
+ROOT = Path(variants.__file__).resolve().parent.parent
+# A code span holding an equation or an update: ``y = x + F(x)``, ``h ← Norm(...)``.
+FORMULA = re.compile(r"``[^`]*[=←][^`]*``")
+UNITLESS: set[str] = set()  # shipped variants without any residual unit: none
+
+
+def _class(qualified: str) -> type:
+    module, _, name = qualified.rpartition(".")
+    return getattr(importlib.import_module(module), name)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_every_variant_names_its_unit(name: str) -> None:
+    d = variants.describe(name)
+    assert (d["unit"] is None) == (name in UNITLESS), name
+    f = variants.formula(name)
+    assert d["unit"] == ", ".join(e["class"] for e in f["unit"])
+    assert d["layer"] == (", ".join(e["class"] for e in f["layer"]) or None)
+    assert f["combinator"], name
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_formula_points_at_each_forward(name: str) -> None:
+    for role in ("layer", "unit", "combinator"):
+        for e in variants.formula(name)[role]:
+            path = ROOT / e["file"]
+            assert not Path(e["file"]).is_absolute() and path.is_file(), e
+            assert "def forward" in path.read_text().splitlines()[e["line"] - 1], e
+            cls = _class(e["class"])
+            assert isinstance(cls, type) and issubclass(cls, nn.Module)
+            assert FORMULA.search(e["formula"]), e
+
+
+@pytest.mark.parametrize(("name", "layer", "unit", "combinator"), [
+    ("preln", "variants.transformer.Block", "variants.blocks.PreNorm", "variants.combinators.Add"),
+    ("postln", "variants.transformer.Block", "variants.blocks.PostNorm", "variants.combinators.Add"),
+    ("sandwich", "variants.transformer.Block", "variants.blocks.SandwichNorm", "variants.combinators.Add"),
+    ("b2t", "variants.transformer.B2TBlock", "variants.blocks.PostNorm", "variants.combinators.Add"),
+    ("resi_dual", "variants.transformer.Block", "variants.transformer.DualPostNorm", "variants.combinators.Add"),
+    ("mixln", "variants.transformer.Block", "variants.blocks.PostNorm, variants.blocks.PreNorm",
+     "variants.combinators.Add"),
+    ("ngpt", "variants.ngpt.Layer", "variants.ngpt.HypersphereUnit", "variants.ngpt.NLerp"),
+    ("resnet", None, "variants.blocks.PostActBasic", "variants.combinators.Add"),
+    ("resnet50", None, "variants.blocks.PostActBottleneck", "variants.combinators.Add"),
+    ("preact", None, "variants.blocks.PreActBasic", "variants.combinators.Add"),
+    ("preact_resnet164", None, "variants.blocks.PreActBottleneck", "variants.combinators.Add"),
+    ("highway", None, "variants.blocks.HighwayUnit", "variants.combinators.Gate"),
+    ("highway_mlp", None, "variants.blocks.HighwayUnit", "variants.combinators.Gate"),
+    ("densenet", None, "variants.densenet.DenseLayer", "variants.combinators.Concat"),
+    ("plain", None, "variants.blocks.PostActBasic", "variants.combinators.NoShortcut"),
+    ("plain_mlp", None, "variants.blocks.ResidualUnit", "variants.combinators.NoShortcut"),
+    ("fixup", None, "variants.normfree.FixupUnit", "variants.combinators.Scaled"),
+])
+def test_exact_classes(name: str, layer: str | None, unit: str, combinator: str) -> None:
+    d, f = variants.describe(name), variants.formula(name)
+    assert (d["layer"], d["unit"]) == (layer, unit)
+    assert ", ".join(e["class"] for e in f["combinator"]) == combinator
+
+
+def test_preln_shows_the_whole_residual_stream() -> None:
+    f = variants.formula("preln")
+    assert [e["formula"].split(":")[0] for role in ("layer", "unit", "combinator") for e in f[role]] == [
+        "``x = ffn(attn(x))``", "Pre-LN, Xiong et al. 2020 and GPT-2; He et al. 2016's pre-activation",
+        "Identity shortcut, ``y = x + F(x)``.",
+    ]
+    assert "``y = combine(x, F(norm(x)))``" in f["unit"][0]["formula"]
+    assert f["layer"][0]["file"] == "variants/transformer.py" and f["unit"][0]["file"] == "variants/blocks.py"
+    assert "x = ffn(attn(x))" in (transformer.Block.__doc__ or "").splitlines()[0]
+    line = (ROOT / "variants/blocks.py").read_text().splitlines()[f["unit"][0]["line"]:][:2]
+    assert "self.combine(x, self.drop_path(self.body(self.norm_in(x))))" in "".join(line)
+
+
+def _subclasses(base: type) -> list[type]:
+    out, todo = [], [base]
+    while todo:
+        cls = todo.pop()
+        out.append(cls)
+        todo += cls.__subclasses__()
+    return [c for c in out if c.__module__.split(".")[0] == "variants"]
+
+
+SHIPPED = sorted({*_subclasses(blocks.ResidualUnit), *_subclasses(combinators.Combinator), transformer.Block,
+                  transformer.B2TBlock, _class("variants.ngpt.Layer"), _class("variants.densenet.DenseLayer")},
+                 key=registry.qualified_name)
+
+
+@pytest.mark.parametrize("cls", SHIPPED, ids=registry.qualified_name)
+def test_every_unit_layer_and_combinator_states_its_formula_first(cls: type) -> None:
+    first = (cls.__doc__ or "").strip().splitlines()[0] if cls.__doc__ else ""
+    assert FORMULA.search(first), f"{registry.qualified_name(cls)}: {first!r}"
+
+
+def test_unit_of_a_plugin_and_of_a_model_without_units(tmp_path: Path, clean_plugins: None) -> None:
+    path = write(tmp_path / "elsewhere" / "my_units.py", '''
+        import torch
+        from torch import nn
+
+        import variants
+
+
+        class Halfway(variants.ResidualUnit):
+            """``y = combine(x, F(x) / 2)``: a unit of a plugin."""
+
+            def forward(self, x: torch.Tensor) -> torch.Tensor:
+                return self.combine(x, self.body(x) / 2)
+
+
+        @variants.register("my_halfway", family="toy", paper="none")
+        def my_halfway(width: int = 4) -> nn.Module:
+            return nn.Sequential(Halfway(nn.Linear(width, width), variants.COMBINATORS["add"]()))
+
+
+        @variants.register("my_plain", family="toy", paper="none")
+        def my_plain(width: int = 4) -> nn.Module:
+            return nn.Sequential(nn.Linear(width, width), nn.ReLU())
+        ''')
+    spec = importlib.util.spec_from_file_location("my_units", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["my_units"] = module
+    try:
+        spec.loader.exec_module(module)
+        assert variants.describe("my_halfway")["unit"] == "my_units.Halfway"
+        e = variants.formula("my_halfway")["unit"][0]
+        assert e["file"] == "my_units.py" and e["formula"] == "``y = combine(x, F(x) / 2)``: a unit of a plugin."
+        assert variants.describe("my_plain")["unit"] is None and variants.describe("my_plain")["layer"] is None
+        assert variants.formula("my_plain") == {"name": "my_plain", "layer": [], "unit": [], "combinator": []}
+        page = variants.catalogue(["my_halfway", "my_plain"])
+        assert str(tmp_path) not in page and "(../my_units.py#L" in page
+    finally:
+        variants.unregister("my_halfway")
+        variants.unregister("my_plain")
+        sys.modules.pop("my_units", None)
+
+
+def test_timm_has_no_unit() -> None:
+    assert variants.describe("timm:resnet18")["unit"] is None
+    assert variants.formula("timm:resnet18") == {"name": "timm:resnet18", "layer": [], "unit": [], "combinator": []}
+
+
+def test_catalogue_is_deterministic_and_complete() -> None:
+    page = variants.catalogue()
+    assert page == variants.catalogue()
+    assert not re.search(r"0x[0-9a-f]{6,}", page) and str(ROOT) not in page
+    families = re.findall(r"^## (\S+)$", page, flags=re.M)
+    assert families == sorted({variants.describe(n)["family"] for n in NAMES})
+    rows = re.findall(r"^\| `([^`]+)` \|", page, flags=re.M)
+    assert sorted(rows) == NAMES
+    assert "| `preln` | " in page and "| `Block` | `PreNorm` | `Add` |" in page
+    e = variants.formula("preln")["unit"][0]
+    assert f"- unit `variants.blocks.PreNorm` ([variants/blocks.py:{e['line']}](../variants/blocks.py#L{e['line']}))" \
+        in page
+    assert f"{variants.describe('resnet56')['params']:,}" in page
+
+
+def test_transformer_designs_keep_every_name_and_default() -> None:
+    assert not hasattr(transformer, "Recipe") and not hasattr(transformer, "RECIPES")
+    assert list(transformer.DESIGNS) == ["postln", "preln", "sandwich", "deepnorm", "rezero_lm", "b2t", "denseformer",
+                                         "admin", "resi_dual", "hybridnorm", "value_residual", "t_fixup", "mixln"]
+    assert all(variants.describe(n)["family"] == "transformer" for n in transformer.DESIGNS)
+    with torch.device("meta"):
+        assert isinstance(variants.create("preln"), transformer.TransformerLM)
+
+
+def test_source_path_outside_the_checkout_is_its_name(tmp_path: Path) -> None:
+    assert formulas.source_path(str(ROOT / "variants" / "blocks.py")) == "variants/blocks.py"
+    assert formulas.source_path(str(tmp_path / "x" / "plugin.py")) == "plugin.py"
