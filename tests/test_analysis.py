@@ -11,10 +11,9 @@ import pytest
 import torch
 from _nets import toy, write
 
-from bench.analysis import analyses as analysis
-from bench.analysis.options import check_options
 from bench.analysis import lesion
 from bench.analysis.claims import parse_claim
+from bench.analysis.options import check_options
 from bench.cli import main
 from bench.runs import checkpoints
 from bench.runs.config import RunConfig

@@ -1,4 +1,5 @@
-"""bench.analysis.claims: the claim vocabulary (every parse error), each verdict branch on hand-built runs, probe quantities."""
+"""bench.analysis.claims: the claim vocabulary (every parse error), each verdict branch on hand-built runs, probe
+quantities."""
 
 from __future__ import annotations
 

@@ -169,7 +169,8 @@ def test_sweep_runs_a_study_file_and_resumes(tmp_path: Path, capsys: pytest.Capt
     [
         ('name = "x"\n[grid]\nvariant = "resnet"\n', "grid entries must be non-empty lists"),
         ('name = "x"\n[grid]\nvariant = ["resnett"]\n', "unknown variant 'resnett'"),
-        ('name = "x"\n[base]\ncolour = 1\n[grid]\nvariant = ["resnet"]\n', r"unknown run-config field\(s\) \['colour'\]"),
+        ('name = "x"\n[base]\ncolour = 1\n[grid]\nvariant = ["resnet"]\n',
+         r"unknown run-config field\(s\) \['colour'\]"),
         ('name = "x"\nextra = 1\n', r"unknown top-level key\(s\) \['extra'\]"),
         ("name = \n", "is not valid TOML"),
     ],

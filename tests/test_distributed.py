@@ -1,4 +1,5 @@
-"""One run across processes (bench/runs/distributed.py): torchrun + DistributedDataParallel on gloo, against one process."""
+"""One run across processes (bench/runs/distributed.py): torchrun + DistributedDataParallel on gloo, against one
+process."""
 
 from __future__ import annotations
 

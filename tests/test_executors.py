@@ -1,4 +1,5 @@
-"""Executors and the sweep driver (bench.sweeps.executors, bench.sweeps.study.run_sweep): isolated, parallel, resumable sweeps.
+"""Executors and the sweep driver (bench.sweeps.executors, bench.sweeps.driver.run_sweep): isolated, parallel,
+resumable sweeps.
 
 Real processes throughout: a run that kills itself with SIGKILL (a plugin variant whose forward does it on one
 seed), a driver stopped with SIGINT and another killed with SIGKILL from outside, then resumed. Also: cost

@@ -1,4 +1,5 @@
-"""bench.analysis.gradcorr: input-gradient correlations along a line (Balduzzi et al. 2017), pinned on hand computations."""
+"""bench.analysis.gradcorr: input-gradient correlations along a line (Balduzzi et al. 2017), pinned on hand
+computations."""
 
 from __future__ import annotations
 

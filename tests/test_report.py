@@ -1,4 +1,5 @@
-"""bench.reports.report: REPORT.md content from fake results directories — table numbers, and declared claims' verdicts."""
+"""bench.reports.report: REPORT.md content from fake results directories — table numbers, and declared claims'
+verdicts."""
 
 from __future__ import annotations
 

@@ -1,9 +1,10 @@
 """Why residual networks train, measured after (or instead of) training: the ``lesion``, ``gradcorr`` and
 ``landscape`` commands, and the step a study runs after its grid.
 
-- ``lesion`` (:mod:`bench.analysis.lesion`; Veit et al. 2016): delete units of trained runs, one at a time and k at once.
-- ``gradcorr`` (:mod:`bench.analysis.gradcorr`; Balduzzi et al. 2017): input-gradient correlation along a line of inputs,
-  at initialisation — no training, no runs.
+- ``lesion`` (:mod:`bench.analysis.lesion`; Veit et al. 2016): delete units of trained runs, one at a time and k
+  at once.
+- ``gradcorr`` (:mod:`bench.analysis.gradcorr`; Balduzzi et al. 2017): input-gradient correlation along a line of
+  inputs, at initialisation — no training, no runs.
 - ``landscape`` (:mod:`bench.analysis.landscape`; Li et al. 2018): the loss of trained runs on filter-normalised random
   directions through their weights.
 
@@ -50,9 +51,8 @@ def _run_fields(run: dict[str, Any]) -> dict[str, Any]:
 def label(fields: dict[str, Any], seed: bool = False) -> str:
     """``variant-depth`` (and `` s<seed>`` with ``seed``) of a table row's run fields: the series of a figure."""
     depth = fields.get("depth")
-    has_depth = depth is not None and not (isinstance(depth, float) and math.isnan(depth))
-    return f"{fields.get('variant')}{f'-{int(depth)}' if has_depth else ''}" + (f" s{fields.get('seed')}" if seed
-                                                                                   else "")
+    shown = f"-{int(depth)}" if isinstance(depth, (int, float)) and not math.isnan(depth) else ""
+    return f"{fields.get('variant')}{shown}" + (f" s{fields.get('seed')}" if seed else "")
 
 
 def run_lesion(results_dir: str | Path, run_ids: Sequence[str], *, drop: Sequence[int], draws: int, batch_size: int,

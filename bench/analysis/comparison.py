@@ -1,11 +1,11 @@
 """``bench compare``: chosen metrics per configuration, side by side, each against a named baseline variant.
 
-One row per configuration (seeds pooled, nothing else: :mod:`bench.analysis.stats`' rules) and metric, with the mean, the
-95% t CI half-width and the number of counted runs; every row whose variant is not the baseline is compared with
-the baseline's configuration that matches it in every field the variant does not itself fix:
+One row per configuration (seeds pooled, nothing else: :mod:`bench.analysis.stats`' rules) and metric, with the
+mean, the 95% t CI half-width and the number of counted runs; every row whose variant is not the baseline is
+compared with the baseline's configuration that matches it in every field the variant does not itself fix:
 
-- **Matching.** The fields that tell configurations apart (:func:`bench.analysis.stats.by_configuration`: variant, depth,
-  task and every other differing one) except the variant and the fields each variant holds at one value of its
+- **Matching.** The fields that tell configurations apart (:func:`bench.analysis.stats.by_configuration`: variant,
+  depth, task and every other differing one) except the variant and the fields each variant holds at one value of its
   own (a pinned init, say, which comes with the variant). A row with no matching baseline is left uncompared.
 - **Test.** Welch's t-test (unequal variances, two-sided) of the runs' values, ``diff = mean - mean(baseline)``;
   at least two counted runs a side, else no p-value.

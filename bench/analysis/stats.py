@@ -261,7 +261,7 @@ def two_groups(values: Sequence[float] | np.ndarray, baseline: Sequence[float] |
     x, base = (np.asarray(v, dtype=float) for v in (values, baseline))
     x, base = x[np.isfinite(x)], base[np.isfinite(base)]
     s, b = t_ci(x), t_ci(base)
-    out = TwoGroups(s["n"], s["mean"], s["ci"], b["n"], b["mean"], b["ci"], s["mean"] - b["mean"])
+    out = TwoGroups(int(s["n"]), s["mean"], s["ci"], int(b["n"]), b["mean"], b["ci"], s["mean"] - b["mean"])
     va, vb = (x.var(ddof=1) / x.size, base.var(ddof=1) / base.size) if out.enough else (0.0, 0.0)
     if va + vb <= 0:  # fewer than two runs a side, or two constant sides: no test to make
         return out

@@ -18,6 +18,9 @@ def cmd_list(ns: argparse.Namespace) -> int:
     names = variants.list_variants(ns.pattern)
     if not names:
         raise ValueError(f"no variant matches {ns.pattern!r}; try `python -m bench list` for all")
+    if ns.catalogue:
+        print(variants.catalogue(names), end="")
+        return 0
     width = max(len(n) for n in names)
     for name in names:
         with plugins.blame(name):  # counted on the meta device, without allocating (gpt2_small, resnet1202)
@@ -29,14 +32,20 @@ def cmd_list(ns: argparse.Namespace) -> int:
 
 
 def cmd_show_variant(ns: argparse.Namespace) -> int:
+    """The variant's paper, size and axes, then its residual stream from the outside in: the layer that composes
+    its units, each unit's formula, the join of shortcut and branch — each with the file and line of its forward."""
     with plugins.blame(ns.name):
         desc = variants.describe(ns.name)
-        parts = variants.formula(ns.name) if hasattr(variants, "formula") else {}
-    print(f"{ns.name}: {desc['family']}, {desc['params']:,} parameters — {desc['paper']}")
-    print("axes: " + ", ".join(f"{k} {v}" for k, v in desc["axes"].items()))
-    for role, part in parts.items():
-        if part:
-            print(f"{role}: {part['name']} ({part['file']}:{part['line']})\n    {part['formula']}")
+        parts = variants.formula(ns.name)
+    size = f"{desc['params']:,} parameters" if desc["params"] is not None else "size set by its library"
+    print(f"{ns.name} ({desc['family']}, {size}): {desc['paper']}")
+    if desc["axes"]:
+        print("axes: " + ", ".join(f"{k} {v}" for k, v in sorted(desc["axes"].items())))
+    for role in ("layer", "unit", "combinator"):
+        for part in parts.get(role) or ():
+            print(f"{role}: {part['class']}  ({part['file']}:{part['line']})\n    {part['formula']}")
+    if not any(parts.get(role) for role in ("layer", "unit", "combinator")):
+        print("no residual unit: this model's formula is its own forward (a timm model, or a net without joins)")
     return 0
 
 

@@ -117,6 +117,9 @@ def _plugin_option(p: argparse.ArgumentParser) -> None:
 def _list(sub: Sub) -> None:
     q = sub.add_parser("list", help="list registered variants: name, family, parameters at the default size")
     q.add_argument("pattern", nargs="?", default="*", help="fnmatch pattern, e.g. 'resnet*' (default: all)")
+    q.add_argument("--catalogue", action="store_true",
+                   help="print the Markdown catalogue of the variants instead: paper, parameters, axes and where each "
+                        "formula is written (docs/variants.md is this output)")
     _handler(q, "models:cmd_list")
 
 

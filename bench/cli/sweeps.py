@@ -27,6 +27,7 @@ def cmd_sweep(ns: argparse.Namespace) -> int:
 
 
 def cmd_reproduce(ns: argparse.Namespace) -> int:
-    api.sweep(shipped_study(ns.name), results_dir=ns.results_dir, options=options_from_args(ns), report=True,  # figures, REPORT.md
+    # then its figures and REPORT.md
+    api.sweep(shipped_study(ns.name), results_dir=ns.results_dir, options=options_from_args(ns), report=True,
               command=_resume_command(ns, ns.name), verb="reproducing")
     return 0

@@ -67,7 +67,8 @@ def _stat_cell(s: pd.Series, scale: float, fmt: str) -> str:
         return MISSING
     if s["n"] == 1:
         return f"{fmt_number(s['mean'] * scale, fmt)} (n=1)"
-    return f"{fmt_number(s['mean'] * scale, fmt)} ± {fmt_number(s['std'] * scale, fmt)} (±{fmt_number(s['ci'] * scale, fmt)})"
+    mean, std, ci = (fmt_number(s[k] * scale, fmt) for k in ("mean", "std", "ci"))
+    return f"{mean} ± {std} (±{ci})"
 
 
 def leaderboard_table(board: pd.DataFrame, runs: Sequence[Mapping[str, Any]] | None = None) -> str:
@@ -177,10 +178,11 @@ def _run_commands(board: pd.DataFrame, results_dir: Path) -> list[str]:
     solo: dict[str, list[RunConfig]] = {}
     for run in runs:
         if not (run.get("config") or {}).get("study"):
-            row = run.get("row") or {}
+            fields = run.get("row") or {}
             cfg = config_from_dict(run["config"]) if run.get("config") else RunConfig(  # a JSON without its config
-                variant=str(row.get("variant")), depth=row.get("depth"), task=str(row.get("task")), seed=row["seed"])
-            solo.setdefault(run.get("row", {}).get("config_hash") or cfg.config_hash(), []).append(cfg)
+                variant=str(fields.get("variant")), depth=fields.get("depth"), task=str(fields.get("task")),
+                seed=fields["seed"])
+            solo.setdefault(fields.get("config_hash") or cfg.config_hash(), []).append(cfg)
     for key in sorted(solo, key=lambda k: (solo[k][0].run_id, k)):
         cfgs = solo[key]
         seeds = " ".join(str(s) for s in sorted({c.seed for c in cfgs}))
@@ -188,8 +190,8 @@ def _run_commands(board: pd.DataFrame, results_dir: Path) -> list[str]:
         plugins = _plugin_flags([r for r in runs if r["run_id"] in {c.run_id for c in cfgs}])
         world = cfgs[0].world_size
         head = f"torchrun --nproc-per-node {world} -m bench run" if world > 1 else "python -m bench run"
-        run = f"{head} {shlex.join([*argv, *plugins, '--results-dir', str(results_dir)])}"
-        lines.append(f"for seed in {seeds}; do {run} --seed $seed; done")
+        command = f"{head} {shlex.join([*argv, *plugins, '--results-dir', str(results_dir)])}"
+        lines.append(f"for seed in {seeds}; do {command} --seed $seed; done")
     return lines
 
 

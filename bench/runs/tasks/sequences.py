@@ -144,7 +144,8 @@ def text_file(device: torch.device, seed: int, options: TaskOptions) -> Task:
 
 
 def bundled_text(device: torch.device, seed: int, options: TaskOptions) -> Task:
-    """``tinytext``: the generated corpus of :mod:`bench.runs.tasks.tinytext` (fixed, whatever ``seed``), no download."""
+    """``tinytext``: the generated corpus of :mod:`bench.runs.tasks.tinytext` (fixed, whatever ``seed``), no
+    download."""
     corpus = tinytext.generate()
     info = {
         "source": f"bench/data/tinytext.py (seed {tinytext.DEFAULT_SEED})",

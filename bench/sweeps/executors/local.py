@@ -198,8 +198,8 @@ class LocalExecutor:
 
     def wait(self, timeout: float | None = None) -> list[Event]:
         if self._unlaunched:
-            events, self._unlaunched = self._unlaunched, []
-            return events
+            unlaunched, self._unlaunched = self._unlaunched, []
+            return unlaunched
         if not self._workers:
             return []
         # A job has ended when its end of the results pipe closes (it sent its result, or it died): never read from

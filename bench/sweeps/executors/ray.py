@@ -4,9 +4,9 @@
 machine of yours, KubeRay, Anyscale; resbench starts no cluster — without ``--address`` Ray starts a local one on
 this machine) and submits every run as a task asking for ``--cpus-per-run`` CPUs and ``--gpus-per-run`` GPUs; the
 cluster's scheduler places it. ``--jobs`` runs are in flight at a time. The task runs
-:func:`bench.sweeps.executors.base.execute_job` in a Ray worker process (torch limited to the CPUs it asked for; the plugins the
-driver loaded loaded again there) and returns its events — the run's ``setup`` and ``measured`` reports, then
-``finished`` with the run JSON, or ``refused`` for bad input — to the driver, which alone writes the results
+:func:`bench.sweeps.executors.base.execute_job` in a Ray worker process (torch limited to the CPUs it asked for; the
+plugins the driver loaded loaded again there) and returns its events — the run's ``setup`` and ``measured`` reports,
+then ``finished`` with the run JSON, or ``refused`` for bad input — to the driver, which alone writes the results
 directory, as with the local executor.
 
 A worker process or node that dies under a run (``SIGKILL``, the OOM killer, a lost node) yields a ``failed``
