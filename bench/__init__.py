@@ -19,6 +19,8 @@ __all__ = ["Results", "Run", "compare", "load", "run", "sweep", "track"]
 
 
 def __getattr__(name: str) -> Any:
+    if name == "api":
+        return importlib.import_module("bench.api")
     if name in __all__:
         return getattr(importlib.import_module("bench.api"), name)
     raise AttributeError(f"module 'bench' has no attribute {name!r}")

@@ -30,6 +30,7 @@ import pandas as pd
 
 from bench.analysis.comparison import compare_table
 from bench.analysis.stats import aggregate, by_configuration
+from bench.analysis.studyfile import PLUGIN_ORIGIN, study_plugins
 from bench.reports.analysis_step import for_study
 from bench.reports.plotdata import curves_frame, load_frames, probes_frame
 from bench.reports.report import write_report
@@ -44,7 +45,7 @@ from bench.sweeps.driver import run_sweep
 from bench.sweeps.executors import check_options, make_executor, prestart
 from bench.sweeps.options import FIELDS as OPTION_FIELDS
 from bench.sweeps.options import SweepOptions
-from bench.sweeps.study import Study, load_study, study_plugins
+from bench.sweeps.study import Study, load_study
 
 
 @dataclass(frozen=True)
@@ -156,7 +157,7 @@ def sweep(study: str | Path, *, results_dir: str | Path = DEFAULT_RESULTS, optio
         options = dataclasses.replace(options, **option_fields)
     check_options(options)
     prestart(options)
-    plugins.load_plugins(study_plugins(study))  # the variants a study of your own names, before it is validated
+    plugins.load_plugins(study_plugins(study), PLUGIN_ORIGIN)  # the variants a study names, before it is checked
     spec = load_study(study).with_variants(list(options.add_variants))
     configs = spec.configs(options.preset)  # checked for confounds, plugins run forward: before anything runs
     executor = make_executor(configs, options)  # starts nothing (Ray connects at the first run)

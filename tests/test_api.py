@@ -98,3 +98,22 @@ def test_the_readme_notebook_example_runs_as_written(tmp_path: Path, monkeypatch
     assert set(res.runs["status"]) == {"ok"} and {r["config"]["preset"] for r in res.records} == {"smoke"}
     run = namespace["run"]
     assert isinstance(run, bench.Run) and run.path.is_file() and run.row["variant"] == "preln"
+
+
+def test_a_run_id_does_not_depend_on_the_order_of_the_model_arguments() -> None:
+    """The same configuration is one run however its model arguments were ordered (a dict, a command line)."""
+    a = bench.api.config("preln", task="tinytext", model_args={"d_model": 64, "n_heads": 4})
+    b = bench.api.config("preln", task="tinytext", model_args={"n_heads": 4, "d_model": 64})
+    c = bench.api.config("preln", task="tinytext", model_args=[["n_heads", 4], ["d_model", 64]])
+    assert a == b == c and a.run_id == b.run_id == c.run_id == "preln-tinytext-5528664f-s0"  # the sorted one's id
+    with pytest.raises(ValueError, match=r"model argument\(s\) \['d_model'\] given more than once"):
+        bench.api.config("preln", model_args=[("d_model", 64), ("d_model", 32)])
+
+
+def test_the_api_applies_a_recipe_and_refuses_an_unknown_one() -> None:
+    """As --recipe does: the recipe's values under the fields given; a misspelt recipe is bad input."""
+    cfg = bench.api.config("resnet20", recipe="he2015_cifar", epochs=1)
+    assert (cfg.schedule, cfg.milestones, cfg.steps, cfg.epochs) == ("step", (0.5, 0.75), None, 1)
+    assert bench.api.config("resnet20", recipe="he2015_cifar").steps == 64000
+    with pytest.raises(ValueError, match="unknown recipe 'no_such_recipe'; choose one of: he2015_cifar"):
+        bench.api.config("resnet20", recipe="no_such_recipe")

@@ -593,3 +593,16 @@ def test_a_slope_needs_three_runs_even_at_two_x_values():
     c = claim(kind="slope", x="depth", expect_range=[-1, 1])
     r = one(c, board(runs("preln", 6, [1.0]), runs("preln", 12, [0.5])))
     assert r.verdict == "inconclusive" and r.note == "2 run(s) at 2 depth value(s): too few for a slope"
+
+
+def test_claims_filter_on_the_axes_each_run_recorded_not_on_the_registry_now():
+    """A run JSON keeps its variant's family and axes: a report made without the run's plugin loaded (an unknown
+    name) still filters on them, and a variant edited since does not relabel the runs recorded before."""
+    mine = runs("my_plugin_net", 20, [0.10, 0.11, 0.12]) + runs("resnet", 20, [0.30, 0.31, 0.29])
+    recorded = [{"run_id": r["run_id"], "axes": {"family": "toy", "combinator": "gate" if r["variant"] != "resnet"
+                                                 else "add", "placement": "post-activation"}} for r in mine]
+    c = claim(where={"placement": "post-activation"}, compare="combinator", a="add", b="gate", expect="less")
+    result = one(c, board(mine), run_jsons=recorded)
+    assert result.verdict == "agrees" and [g.n for g in result.groups] == [3, 3]
+    without = one(c, board(mine))  # runs recorded before run JSONs kept their axes: the registry's, where known
+    assert without.verdict == "inconclusive" and "no runs with combinator=gate" in without.note

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import csv
 import re
+import shlex
 import subprocess
 import sys
 import tarfile
@@ -11,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from bench.cli import main
+from bench.runs.config import RunConfig
 from bench.runs.results import ResultsStore
 
 FAST = ["--steps", "2", "--batch-size", "64", "--eval-every", "2", "--measure", "--quiet"]
@@ -267,3 +270,78 @@ def test_sweep_and_reproduce_take_add_variant() -> None:
     for command in (["sweep", "s.toml"], ["reproduce", "degradation"]):
         ns = build_parser().parse_args([*command, "--add-variant", "a", "--add-variant", "b"])
         assert ns.add_variants == ["a", "b"]
+
+
+def test_a_malformed_claim_is_refused_when_the_study_is_loaded(tmp_path: Path, capsys: pytest.CaptureFixture[str]
+                                                                ) -> None:
+    """Before any run, not at report time after the compute is spent."""
+    study = tmp_path / "claims.toml"
+    study.write_text('name = "c"\n[base]\nsteps = 1\nbatch_size = 16\nmeasure = []\n[grid]\nvariant = ["resnet"]\n'
+                     'depth = [8]\n[[claims]]\nmetric = "nosuch"\n')
+    code, _, err = run_cli(["sweep", str(study), "--results-dir", str(tmp_path / "res")], capsys)
+    assert code == 2 and "claim #1: missing field(s) ['id', 'paper', 'text', 'compare', 'a', 'b', 'expect']" in err
+    assert not (tmp_path / "res").exists()
+    study.write_text('name = "c"\n[grid]\nvariant = ["resnet"]\ndepth = [8]\n[[claims]]\nid = "x"\npaper = "p"\n'
+                     'text = "t"\nmetric = "final_val_acc"\ncompare = "dpeth"\na = "min"\nb = "max"\nexpect = "less"\n')
+    code, _, err = run_cli(["sweep", str(study), "--results-dir", str(tmp_path / "res")], capsys)
+    assert code == 2 and "claim 'x' names field(s) ['dpeth'] that no run records" in err
+
+
+def test_a_library_error_is_a_bug_with_its_traceback_not_an_error_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`error:` and exit status 2 are for resbench's own messages about bad input; a ValueError raised inside a
+    library (here int() on a bad string, as a bug of ours would) propagates with its traceback."""
+    from bench.cli import models
+
+    monkeypatch.setattr(models.variants, "list_variants", lambda pattern: [int("not a number")])
+    with pytest.raises(ValueError, match="invalid literal for int"):
+        main(["list"])
+
+
+def test_bad_values_name_what_is_wrong(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run_cli(["run", "--variant", "preln", "--task", "copy", "--model-arg", "d_model=abc",
+                            "--results-dir", str(tmp_path)], capsys)
+    assert code == 2 and "d_model must be a positive integer, got 'abc'" in err
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    (runs / "resnet-d8-digits-0123abcd-s0.json").write_text('{"run_id": "resnet-d8', encoding="utf-8")
+    for command in (["show", "resnet-d8"], ["lesion", "resnet-d8"]):
+        code, _, err = run_cli([*command, "--results-dir", str(tmp_path)], capsys)
+        assert code == 2 and f"run JSON {runs / 'resnet-d8-digits-0123abcd-s0.json'} cannot be read" in err, command
+
+
+def test_list_into_a_closed_pipe_exits_quietly() -> None:
+    """`bench list | head -1`: the reader leaves early; no BrokenPipeError traceback."""
+    done = subprocess.run(f"{shlex.quote(sys.executable)} -m bench list | head -1", shell=True, capture_output=True,
+                          text=True, cwd=Path(__file__).resolve().parent.parent)
+    assert done.stdout.count("\n") == 1 and "Traceback" not in done.stderr and "BrokenPipe" not in done.stderr
+
+
+def test_an_unknown_variant_says_which_plugins_are_loaded(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run_cli(["run", "--variant", "preln_dyt", "--results-dir", str(tmp_path)], capsys)
+    assert code == 2 and "unknown variant 'preln_dyt'" in err
+    assert "plugins loaded: none; a variant of your own is registered by its plugin: give --plugin FILE.py" in err
+
+
+def test_compare_pairs_a_baseline_from_another_study_and_shows_missing_values_as_the_leaderboard(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A baseline recorded in study A serves study B of the same results directory when the configurations match
+    in everything but the study; a missing value reads `—` in both tables."""
+    store = ResultsStore(tmp_path)
+    for study, variant, values in (("a", "preln", [2.0, 2.1, 2.2]), ("b", "postln", [2.5, 2.6, 2.4])):
+        for seed, value in enumerate(values):
+            cfg = RunConfig(variant=variant, depth=2, task="copy", seed=seed, study=study)
+            row = {"run_id": cfg.run_id, "config_hash": cfg.config_hash(), "variant": variant, "depth": 2,
+                   "task": "copy", "seed": seed, "status": "ok", "final_val_loss": value, "study": study,
+                   "batch_size": cfg.batch_size, "lr": cfg.lr, "optimizer": cfg.optimizer}
+            store.append(row, {"run_id": cfg.run_id, "row": row, "config": cfg.to_dict()})
+    code, out, err = run_cli(["compare", "--results-dir", str(tmp_path), "--study", "b", "--baseline", "preln",
+                              "--format", "csv"], capsys)
+    assert code == 0, err
+    post = [r for r in csv.DictReader(out.splitlines()) if r["variant"] == "postln"]
+    assert len(post) == 1 and float(post[0]["diff"]) == pytest.approx(0.4) and post[0]["p"] != ""
+    code, out, err = run_cli(["compare", "--results-dir", str(tmp_path), "--study", "b", "--baseline", "preln",
+                              "--baseline-study", "nope"], capsys)
+    assert code == 2 and "no runs of study 'nope'" in err
+    code, out, _ = run_cli(["leaderboard", "--results-dir", str(tmp_path), "--metrics", "final_val_loss",
+                            "peak_mem_mb"], capsys)
+    assert code == 0 and "NaN" not in out and "nan" not in out and "—" in out

@@ -364,7 +364,7 @@ def test_placements_split_the_cores_and_deal_out_gpus() -> None:
 def test_a_leaderboard_without_cost_source_loads_and_is_rewritten_with_it(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.setattr(results, "_noticed", set())
-    old = [c for c in COLUMNS if c not in ("cost_source", "world_size")]  # before either was a column
+    old = [c for c in COLUMNS if c not in ("cost_source", "world_size", "norm")]  # before any was a column
     assert tuple(old) == schema.COLUMNS_V2
     with (tmp_path / "leaderboard.csv").open("w", newline="") as f:
         w = csv.DictWriter(f, old, lineterminator="\n")
@@ -374,7 +374,48 @@ def test_a_leaderboard_without_cost_source_loads_and_is_rewritten_with_it(
     df = store.load_leaderboard()
     assert list(df.columns) == list(COLUMNS) and df["cost_source"].isna().all() and df["step_time_ms"][0] == 3.5
     assert (df["world_size"] == 1).all()  # every run was one process then
-    assert "(cost_source left empty, world_size 1)" in capsys.readouterr().err
+    assert "(cost_source left empty, world_size 1, norm left empty)" in capsys.readouterr().err
     store.append({"run_id": "b", "status": "killed", "cost_source": "a"}, {})
     rows = board(tmp_path)
     assert tuple(rows[0]) == COLUMNS and [(r["run_id"], r["cost_source"]) for r in rows] == [("a", ""), ("b", "a")]
+
+
+def _fork_servers(driver_pid: int) -> list[int]:
+    """The multiprocessing fork servers the driver started (its children whose command line names one)."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            ppid = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+            cmdline = (stat.parent / "cmdline").read_bytes()
+        except (OSError, ValueError, IndexError):
+            continue
+        if ppid == driver_pid and b"forkserver" in cmdline:
+            found.append(int(stat.parent.name))
+    return found
+
+
+@pytest.mark.slow  # a driver started from scratch, its fork server started three times: about 40 s
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc to find the fork server")
+def test_a_sweep_survives_its_fork_server_killed_while_runs_launch_and_run(tmp_path: Path) -> None:
+    """The process that starts runs (a large one, with torch imported: the one an OOM killer picks) killed again
+    and again — before a launch, during one, and under runs it started — costs at most the run being launched,
+    never the sweep: no traceback, one row per run."""
+    plugin = write(tmp_path / "slow.py", SLOW.format(pause=0.05))
+    res = tmp_path / "res"
+    driver = Driver(["sweep", str(study(tmp_path, "slow", seeds=4, steps=20)), "--plugin", str(plugin),
+                     "--results-dir", str(res)])
+    killed: set[int] = set()
+    while driver.proc.poll() is None:
+        for pid in _fork_servers(driver.proc.pid):
+            if pid not in killed and len(killed) < 3:  # each new server as soon as it appears, three times
+                os.kill(pid, signal.SIGKILL)
+                killed.add(pid)
+        time.sleep(0.01)
+    driver.reader.join(timeout=10)
+    out = "".join(driver.lines)
+    assert len(killed) == 3, out
+    assert driver.proc.returncode == 0 and "Traceback" not in out, out
+    rows = board(res)
+    assert sorted(int(r["seed"]) for r in rows) == [0, 1, 2, 3], out
+    assert {r["status"] for r in rows} <= {"ok", "killed"} and any(r["status"] == "ok" for r in rows), out
+    assert "sweep done in" in out

@@ -24,9 +24,9 @@ def test_postln_vs_preln_differ_in_placement_only() -> None:
     assert {r.axis for r in rows if r.differs} == {"placement"}
     diff = _differing(rows)
     assert diff["axes.placement"] == ("post", "pre")
-    assert diff["norm blocks.*.ffn.norm_out"] == (12, "-")
-    assert diff["norm blocks.*.ffn.norm_in"] == ("-", 12)
-    assert diff["norm norm"] == ("-", 1)  # Pre-LN's final LayerNorm
+    assert diff["norm blocks.*.ffn.norm_out"] == ("layernorm (x12)", "-")
+    assert diff["norm blocks.*.ffn.norm_in"] == ("-", "layernorm (x12)")
+    assert diff["norm norm"] == ("-", "layernorm (x1)")  # Pre-LN's final LayerNorm
     stds = {r.key: (r.a, r.b) for r in rows if r.key.startswith("std ")}
     # Same default init (Xavier), same seed: identical stds, q/k/v of the fused projection apart.
     assert {"std blocks.*.attn.body.qkv[q]", "std blocks.*.attn.body.qkv[v]", "std blocks.*.ffn.body.fc2"} <= set(stds)
@@ -50,7 +50,7 @@ def test_weight_profile_pools_roles_and_counts_norms() -> None:
     nn.init.constant_(model[0].weight, 1.0)
     nn.init.constant_(model[2].weight, -1.0)
     prof = weight_profile(model)
-    assert prof["norms"] == {"*": 1}
+    assert prof["norms"] == {"*": ["layernorm"]}
     count, numel, std = prof["weights"]["*"]
     assert (count, numel) == (2, 20_000)
     # One std over the pooled entries (10,000 at +1, 10,000 at -1; ddof=1), not the mean of the tensors' stds (0).
@@ -217,3 +217,22 @@ def test_guard_parameter_tolerance_is_relative_to_the_larger_count(monkeypatch: 
             check_grid(configs, [], tolerance, study="t")
     else:
         check_grid(configs, [], tolerance, study="t")
+
+
+def test_a_norm_only_difference_is_reported_as_the_norm_axis_only() -> None:
+    """Another norm type at the same places is the norm axis, not a placement: the summary line says exactly the
+    axes of the rows its table shows (here RMSNorm for LayerNorm; a plugin's registered norm reads the same)."""
+    import variants
+
+    variants.register_preset("preln_rms_for_test", "preln", norm="rmsnorm")
+    try:
+        rows = diff_models("preln", "preln_rms_for_test", depth=2, model_args={"d_model": 32, "n_heads": 2})
+    finally:
+        variants.unregister("preln_rms_for_test")
+    norm_rows = [r for r in rows if r.key.startswith("norm ") and r.differs]
+    assert norm_rows and {r.axis for r in norm_rows} == {"norm"}
+    assert all(r.a.startswith("layernorm") and r.b.startswith("rmsnorm") for r in norm_rows)
+    shown = sorted({r.axis for r in rows if r.differs})
+    assert "placement" not in shown and "norm" in shown
+    summary = format_diff("preln", "preln_rms_for_test", rows).splitlines()[-1]
+    assert summary == f"preln and preln_rms_for_test differ in: {', '.join(shown)}"

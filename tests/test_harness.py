@@ -406,3 +406,18 @@ def test_git_sha_is_dirty_for_code_changes_but_not_for_the_results_directory(tmp
     (tmp_path / "code.py").write_text("x = 2\n")
     assert git_sha(tmp_path) == f"{sha}-dirty"
     assert git_sha(tmp_path / "results" / "nowhere") == "unknown"
+
+
+def test_cost_figures_measured_on_another_machine_are_not_reused() -> None:
+    """A sweep spread over a cluster (Ray) may hand a run the figures another node measured: they describe that
+    node only, so the run measures its own; figures of this machine are reused as before."""
+    from bench.runs.env import environment, machine_id
+
+    c = cfg(steps=1, measure=("flops",))
+    here = machine_id(environment(torch.device("cpu")))
+    theirs = {"flops": {"per_step": 1.0, "train_per_sample": 1.0, "fwd_per_step": 1.0, "fwd_per_sample": 1.0,
+                        "method": "elsewhere"}}
+    elsewhere = run_mod.run_config(c, reuse=run_mod.Reuse("other-run", theirs, machine="node-7/NVIDIA H200"))
+    assert elsewhere["cost_source"] == c.run_id and elsewhere["measurements"]["flops"]["method"] != "elsewhere"
+    local = run_mod.run_config(c, reuse=run_mod.Reuse("other-run", theirs, machine=here))
+    assert local["cost_source"] == "other-run" and local["measurements"] == theirs

@@ -159,7 +159,8 @@ BAD = {
                r"plugin '{p}' failed to load: RuntimeError: boom \(bad\.py:\d+\)"),
     "shipped-name": (toy("resnet20"), r"plugin '{p}' registers variant 'resnet20', which resbench's own variant "
                                       r"'resnet20' \(variants\.cifar\) already has; pick another name"),
-    "nothing": ("import variants\n", r"plugin '{p}' registered no variant: it must call variants\.register"),
+    "nothing": ("import variants\n", r"plugin '{p}' registered nothing: it must call variants\.register\(\.\.\.\) "
+                                     r"\(a variant\) or variants\.register_norm"),
     # Digits have 1 channel: a net built for 3 fails the forward check.
     "forward": (toy().replace("build_cifar(spec,", "build_cifar(variants.CifarSpec(depth=8, in_chans=3),"),
                 r"plugin '{p}': variant 'toy_half' fails a forward on a batch of task 'digits' \(input shape "
@@ -364,3 +365,15 @@ def test_readme_plugin_and_command(tmp_path: Path, monkeypatch: pytest.MonkeyPat
         n = {v: sum(p.numel() for p in variants.create(v, depth=56).parameters()) for v in ("resnet", variant)}
     assert n[variant] - n["resnet"] == 1008 and round(1008 / n["resnet"], 3) == 0.001
     assert "the gate's 1,008 parameters, 0.1%" in " ".join((REPO / "README.md").read_text().split())
+
+
+def test_a_plugin_variant_gets_its_cost_figures(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The CPU memory probe runs in a child process of its own: the plugin is loaded there too, so a plugin's run
+    has a peak-memory figure like a shipped variant's (and `perf scaling` passes the plugin on likewise)."""
+    plugin = write(tmp_path / "toy.py", toy())
+    code, _, err = cli(["run", "--variant", "toy_half", "--plugin", str(plugin), "--steps", "1", "--batch-size", "8",
+                        "--measure", "memory", "--quiet", "--results-dir", str(tmp_path / "res")], capsys)
+    assert code == 0, err
+    run = ResultsStore(tmp_path / "res").load_runs()[0]
+    assert "error" not in run["measurements"]["memory"], run["measurements"]["memory"]
+    assert run["row"]["peak_mem_mb"] > 0 and run["row"]["mem_method"] == "cpu_rss_peak_minus_baseline_subprocess"

@@ -3,7 +3,9 @@ verdicts."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
+import shlex
 import statistics
 from pathlib import Path
 
@@ -372,3 +374,27 @@ def test_study_report_and_probe_table_files(tmp_path: Path) -> None:
         [run["run_id"], 0, 0, "grad_norm", 2.5]
     ]
     assert not (root / "REPORT.md").exists()
+
+
+def test_the_reproduce_lines_rebuild_each_run_outside_a_study(tmp_path):
+    """Every option a run was made with is in its command (not only variant, depth, task and warm-up), and a run
+    without a depth (a timm model) is listed like any other; each line parses back to the run's config."""
+    from bench.cli import build_parser, config_from_args
+
+    store = ResultsStore(tmp_path)
+    tuned = RunConfig(variant="preln", depth=2, task="copy", lr=3e-4, steps=7, optimizer="adamw",
+                      model_args=(("d_model", 32), ("n_heads", 2)))
+    timm = RunConfig(variant="timm:resnet18", task="digits", steps=3)
+    for cfg in (tuned, dataclasses.replace(tuned, seed=1), timm):
+        row = {"run_id": cfg.run_id, "config_hash": cfg.config_hash(), "variant": cfg.variant, "depth": cfg.depth,
+               "task": cfg.task, "seed": cfg.seed, "status": "ok", "final_train_acc": 0.5}
+        store.append(row, {"run_id": cfg.run_id, "row": row, "config": cfg.to_dict(), "curves": {}, "probes": []})
+    text = write_report(tmp_path).read_text()
+    loops = [line for line in text.splitlines() if line.startswith("for seed in")]
+    assert len(loops) == 2, loops
+    for line, cfg, seeds in zip(loops, (tuned, timm), ("0 1", "0"), strict=True):
+        assert line.startswith(f"for seed in {seeds}; do python -m bench run ")
+        argv = shlex.split(line.split("; do ", 1)[1].removesuffix("; done"))[4:]
+        assert argv[-2:] == ["--seed", "$seed"]
+        ns = build_parser().parse_args(["run", *argv[:-2]])
+        assert config_from_args(ns) == cfg and ns.results_dir == str(tmp_path)

@@ -45,11 +45,13 @@ stays stable across releases:
 - the training hook: a model may define ``after_optimizer_step()``; the harness calls it under ``torch.no_grad()``
   after every optimiser step (nGPT puts its matrices back on the unit sphere there).
 
-A variant's axes are derived from the units and combinators it builds (see :func:`describe`).
+A variant's axes are derived from the units and combinators it builds (see :func:`describe`; :func:`derive_axes`
+reads them off any built model, e.g. one built with ``norm=`` another norm).
 """
 
 from . import cifar, densenet, hyper, imagenet, mlp, ngpt, normfree, preact, resnext, transformer, wrn  # noqa: F401  (families)
 from .axes import (
+    norm_type,
     register_combinator,
     register_ffn,
     register_init,
@@ -75,7 +77,16 @@ from .combinators import COMBINATORS, Combinator, TransformGate
 from .formulas import catalogue, formula
 from .layers import CifarSpec, Slot, build_cifar, conv_branch, make_shortcut
 from .mlp import MlpSpec, build_mlp
-from .registry import DuplicateVariantError, create, describe, list_variants, register, register_preset, unregister
+from .registry import (
+    DuplicateVariantError,
+    create,
+    derive_axes,
+    describe,
+    list_variants,
+    register,
+    register_preset,
+    unregister,
+)
 from .transformer import Design, TransformerSpec, build_transformer
 
 __all__ = [
@@ -106,10 +117,12 @@ __all__ = [
     "catalogue",
     "conv_branch",
     "create",
+    "derive_axes",
     "describe",
     "formula",
     "list_variants",
     "make_shortcut",
+    "norm_type",
     "register",
     "register_combinator",
     "register_ffn",

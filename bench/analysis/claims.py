@@ -32,7 +32,9 @@ groups compared are filters on recorded fields. Fields of a claim:
 Rules of the verdicts (``agrees`` / ``disagrees`` / ``inconclusive``):
 
 - **Which runs count.** For a leaderboard metric the runs with status ``ok`` and a finite value; for a probe
-  quantity every run that recorded it (a probe at step s was taken before any later divergence).
+  quantity every run that recorded it (a probe at step s was taken before any later divergence). A cost figure
+  (throughput, memory, FLOPs) a sweep measured once and copied into its other seeds' rows counts once: a group of
+  such copies has n = 1 and its claim is inconclusive.
 - **Seeds pool only with seeds.** Within a claim (and ``for_each`` value), runs are split by every
   configuration field that varies inside one compared group, so a group's mean is always over the seeds of
   one configuration; a group whose runs still differ in ``config_hash`` (in a field recorded nowhere else)
@@ -70,7 +72,7 @@ import pandas as pd
 from scipy import stats as sps
 
 import variants
-from bench.analysis.stats import CONFIG_KEY, MIN_RUNS, config_table, t_ci, two_groups, with_config_hash
+from bench.analysis.stats import CONFIG_KEY, MIN_RUNS, config_table, observations, t_ci, two_groups, with_config_hash
 from bench.runs.results import COLUMNS
 
 KINDS = ("compare", "slope", "value")
@@ -359,9 +361,10 @@ def _present(column: pd.Series) -> list[Any]:
 
 
 def _counted(rows: pd.DataFrame, claim: Claim) -> np.ndarray:
-    """The values that count (module docstring: "Which runs count"); non-finite ones are left out later."""
+    """The values that count (module docstring: "Which runs count"): a cost figure measured once and copied into
+    the other seeds' rows counts once (:func:`bench.analysis.stats.observations`)."""
     counted = rows if claim.probe else rows[rows["status"] == "ok"]
-    return counted["_value"].to_numpy(dtype=float)
+    return observations(counted, claim.metric, "_value")
 
 
 def _group(label: str, rows: pd.DataFrame, claim: Claim) -> Group:

@@ -8,7 +8,8 @@ compared with the baseline's configuration that matches it in every field the va
   depth, task and every other differing one) except the variant and the fields each variant holds at one value of its
   own (a pinned init, say, which comes with the variant). A row with no matching baseline is left uncompared.
 - **Test.** Welch's t-test (unequal variances, two-sided) of the runs' values, ``diff = mean - mean(baseline)``;
-  at least two counted runs a side, else no p-value.
+  at least two counted runs a side, else no p-value. A cost figure a sweep measured once and copied into its other
+  seeds' rows counts once (:func:`bench.analysis.stats.observations`): ``n = 1``, no p-value from copies.
 - **Multiple comparisons.** Holm's step-down correction (Holm 1979, "A simple sequentially rejective multiple
   test procedure") over every p-value of the table, all metrics together: ``p_holm`` controls the family-wise
   error rate of the whole table.
@@ -25,7 +26,15 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from bench.analysis.stats import CONFIG_KEY, DEFAULT_BY, aggregate_long, by_configuration, two_groups, with_config_hash
+from bench.analysis.stats import (
+    CONFIG_KEY,
+    DEFAULT_BY,
+    aggregate_long,
+    by_configuration,
+    observations,
+    two_groups,
+    with_config_hash,
+)
 
 COLUMNS = ("metric", "n", "mean", "ci", "diff", "p", "p_holm")
 
@@ -45,9 +54,7 @@ def holm(pvalues: Sequence[float]) -> np.ndarray:
 
 
 def _values(df: pd.DataFrame, metric: str) -> np.ndarray:
-    ok = df[df["status"] == "ok"]
-    values = pd.to_numeric(ok[metric], errors="coerce").to_numpy(dtype=float)
-    return values[np.isfinite(values)]
+    return observations(df[df["status"] == "ok"], metric)
 
 
 def compare_table(

@@ -17,6 +17,10 @@ Rules (the report and the plots rely on them):
   the ``by`` columns shown, so two configurations that differ only in, say, warm-up never share a mean.
   :func:`differing_fields` names the configuration fields that differ between the groups of a frame and
   :func:`with_config_columns` adds them as columns, so a table can show what tells its rows apart.
+- **A figure measured once is one observation.** A sweep measures throughput, memory and FLOPs once per model
+  configuration and copies the figures into its other seeds' rows (:data:`bench.runs.schema.COST_COLUMNS`; the
+  row's ``cost_source`` names the run that measured): :func:`observations` counts each measurement once, so
+  copies never narrow a CI nor feed a test (``n = 1``: no spread, no p-value).
 - **Comparing two groups** (:func:`two_groups`, the one comparison behind ``bench compare``, the claims and
   :func:`compare`): ``diff = mean(variant) - mean(baseline)``; Welch's t-test (unequal variances, two-sided) and
   each side's CI need at least :data:`MIN_RUNS` counted runs a side (one run has no spread), and no p-value comes
@@ -35,6 +39,7 @@ import pandas as pd
 from scipy import stats as sps
 
 from bench.runs.config import FIELD_DEFAULTS, NOT_HASHED, RUN_ID_PATTERN
+from bench.runs.schema import COST_COLUMNS
 
 DEFAULT_BY: tuple[str, ...] = ("variant", "depth", "task")
 DEFAULT_METRICS: tuple[str, ...] = (
@@ -95,6 +100,19 @@ def t_halfwidth(std: Any, n: Any, level: float = 0.95) -> Any:
     with np.errstate(invalid="ignore", divide="ignore"):
         out = np.where(n > 1, sps.t.ppf(0.5 + level / 2, np.maximum(n - 1, 1)) * std / np.sqrt(n), math.nan)
     return float(out) if out.ndim == 0 else out
+
+
+def observations(rows: pd.DataFrame, metric: str, column: str | None = None) -> np.ndarray:
+    """The finite values of ``metric`` in ``rows`` (read from ``column``, default the metric's own), one per
+    measurement: for a cost column (:data:`~bench.runs.schema.COST_COLUMNS`) the rows that share a ``cost_source``
+    hold copies of one figure and count once (rows without one each measured their own)."""
+    values = pd.to_numeric(rows[column or metric], errors="coerce")
+    if metric in COST_COLUMNS and "cost_source" in rows.columns:
+        source = rows["cost_source"].astype(object)
+        own = source.isna() | (source.astype(str) == "")
+        values = values[own | ~source.duplicated()]
+    out = values.to_numpy(dtype=float)
+    return out[np.isfinite(out)]
 
 
 def t_ci(values: Sequence[float] | np.ndarray, level: float = 0.95) -> dict[str, float]:
@@ -184,8 +202,7 @@ def aggregate_long(
         }
         for metric in metrics:
             source = group if metric in TARGET_METRICS else ok
-            values = pd.to_numeric(source[metric], errors="coerce").to_numpy(dtype=float)
-            out.append(base | {"metric": metric} | t_ci(values))
+            out.append(base | {"metric": metric} | t_ci(observations(source, metric)))
     return pd.DataFrame(out, columns=[*by, *AGG_COLUMNS])
 
 

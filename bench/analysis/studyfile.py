@@ -5,7 +5,8 @@ A sweep copies the file it ran into ``<results>/studies/<name>.toml``, so a resu
 its runs were checked against; :func:`find_study` looks there first when it is given a results directory.
 
 Its keys (grid, presets, claims, analysis, plugins ...) are validated by :func:`bench.sweeps.study.load_study`;
-this module only finds and parses the file, so the claims and the reports can read it without the sweep's code.
+this module only finds and parses the file (and the plugins it names, which must be loaded before its variants can
+be checked), so the claims and the reports can read it without the sweep's code.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
 STUDIES_DIR = Path(__file__).resolve().parent.parent / "studies"
+PLUGIN_ORIGIN = "study file"  # the origin of the plugins a study file names, as bench.runs.plugins records it
 
 
 def shipped_studies() -> list[str]:
@@ -67,3 +69,22 @@ def read_study_file(path: str | Path) -> dict[str, Any]:
         raise ValueError(f"study file {path} is not valid TOML: {exc}") from None
     except UnicodeDecodeError as exc:
         raise ValueError(f"study file {path} is not UTF-8 text ({exc.reason})") from None
+
+
+def study_plugins(ref: str | Path, results_dir: str | Path | None = None) -> list[str]:
+    """The plugin specs the study ``ref`` names (file paths resolved against the study file), read before the study
+    itself is validated: its variants exist only once they are loaded. [] when there is no such study (the command
+    then says so itself)."""
+    try:
+        path = find_study(ref, results_dir)
+        specs = read_study_file(path).get("plugins", [])
+    except ValueError:
+        return []
+    return [plugin_spec(s, path) for s in specs if isinstance(s, str) and s.strip()] if isinstance(specs, list) else []
+
+
+def plugin_spec(spec: str, study: Path) -> str:
+    """A plugin spec of a study file: a file path is read relative to the study file; a module name as it is."""
+    if spec.endswith(".py") or "/" in spec:
+        return str((study.parent / spec).resolve())
+    return spec

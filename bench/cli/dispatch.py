@@ -10,9 +10,9 @@ import traceback
 from pathlib import Path
 
 import variants
+from bench.analysis.studyfile import PLUGIN_ORIGIN, study_plugins
 from bench.runs import plugins
 from bench.sweeps.driver import RunsRefused
-from bench.sweeps.study import study_plugins
 
 EXIT_USAGE = 2
 _OWN = (Path(variants.__file__).resolve().parent, Path(__file__).resolve().parent.parent)  # variants/, bench/
@@ -23,7 +23,8 @@ def dispatch(ns: argparse.Namespace) -> int:
     handler = getattr(importlib.import_module(f"bench.cli.{module}"), name)
     before = plugins.loaded()
     try:
-        plugins.load_all([*(getattr(ns, "plugins", None) or []), *study_plugins_of(ns)])
+        plugins.load_all(getattr(ns, "plugins", None) or [])
+        plugins.load_plugins(study_plugins_of(ns), PLUGIN_ORIGIN)
         return int(handler(ns))
     except RunsRefused as exc:  # some runs were recorded, others refused as bad input: not "nothing written"
         print(f"error: {exc}", file=sys.stderr)

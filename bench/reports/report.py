@@ -24,7 +24,7 @@ import pandas as pd
 
 from bench.analysis.claims import evaluate_claims, parse_claims
 from bench.analysis.stats import CONFIG_KEY, aggregate_long, by_configuration, group_keys
-from bench.analysis.studyfile import find_study, is_shipped, read_study_file, shipped_studies
+from bench.analysis.studyfile import PLUGIN_ORIGIN, find_study, is_shipped, read_study_file, shipped_studies
 from bench.reports import plots
 from bench.reports.analysis_step import report_lines
 from bench.reports.markdown import MISSING, TALLY_WORDS, claim_lines, fmt_number, markdown_table
@@ -150,8 +150,10 @@ def _study_presets(results_dir: Path) -> dict[str, list[str | None]]:
 
 
 def _plugin_flags(runs: Sequence[Mapping[str, Any]]) -> list[str]:
-    """``--plugin SPEC`` for every plugin the runs recorded (as the user gave it), in order of first use."""
-    specs = dict.fromkeys(str(p["spec"]) for r in runs for p in r.get("plugins") or () if p.get("spec"))
+    """``--plugin SPEC`` for every plugin the runs recorded (as the user gave it), in order of first use; not the
+    ones a study file named (its command loads them again)."""
+    specs = dict.fromkeys(str(p["spec"]) for r in runs for p in r.get("plugins") or ()
+                          if p.get("spec") and p.get("origin") != PLUGIN_ORIGIN)
     return [a for spec in specs for a in ("--plugin", spec)]
 
 

@@ -55,3 +55,17 @@ def machine_id(env: dict[str, Any]) -> str:
     """``host/device name`` of an :func:`environment`: cost figures measured on one machine describe that machine
     only (a sweep spread over a cluster must not copy one node's throughput into another node's row)."""
     return f"{env.get('hostname')}/{env.get('device_name')}"
+
+
+def changed_since(sha: str, path: Path, root: Path = REPO_ROOT) -> bool | None:
+    """Whether ``path`` (a file of this repository) changed in a commit after ``sha`` (its ``-dirty`` mark
+    ignored), as git tells; None where git cannot (outside a checkout, an unknown commit)."""
+    sha = sha.split("-")[0]
+    if not sha or sha == "unknown":
+        return None
+    try:
+        done = subprocess.run(["git", "log", "-1", "--format=%H", f"{sha}..HEAD", "--", str(path)], cwd=root,
+                              capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return bool(done.stdout.strip()) if done.returncode == 0 else None

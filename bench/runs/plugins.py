@@ -63,6 +63,7 @@ class Plugin:
     file: str  # its source file, resolved
     sha256: str  # of that file's bytes when it was loaded
     variants: tuple[str, ...]  # the names it registered
+    axis_values: tuple[tuple[str, str], ...] = ()  # the (axis, name) values it registered: a norm, an init ...
 
     @property
     def reload(self) -> str:
@@ -72,7 +73,8 @@ class Plugin:
     def record(self) -> dict[str, Any]:
         """What a run JSON stores of this plugin."""
         return {"spec": self.spec, "reload": self.reload, "kind": self.kind, "origin": self.origin,
-                "module": self.module, "file": self.file, "sha256": self.sha256, "variants": list(self.variants)}
+                "module": self.module, "file": self.file, "sha256": self.sha256, "variants": list(self.variants),
+                "axis_values": [list(v) for v in self.axis_values]}
 
 
 @dataclass(frozen=True)
@@ -143,10 +145,12 @@ def _find_duplicate(exc: BaseException) -> variants.DuplicateVariantError | None
     return None
 
 
-def _rollback(before: set[str]) -> None:
+def _rollback(before: set[str], axes_before: set[tuple[str, str]]) -> None:
     for name in sorted(set(variants.list_variants()) - before):
         if name in variants.list_variants():  # a root's presets went with it
             variants.unregister(name)
+    for axis, name in sorted(set(variants.registered_axis_values()) - axes_before):
+        variants.unregister_axis_value(axis, name)
 
 
 def _resolve(spec: str) -> tuple[str, str, Path, str]:
@@ -182,7 +186,7 @@ def _load_one(spec: str, origin: str) -> Plugin:
         return _LOADED[key].plugin
     label = _label(spec, origin)
     sha = _sha256(path)
-    before = set(variants.list_variants())
+    before, axes_before = set(variants.list_variants()), set(variants.registered_axis_values())
     imported_before = module_name in sys.modules
     try:
         if kind == "file":
@@ -199,7 +203,7 @@ def _load_one(spec: str, origin: str) -> Plugin:
             if obj is not sys.modules[module_name] and callable(obj):
                 obj()
     except Exception as exc:
-        _rollback(before)
+        _rollback(before, axes_before)
         if not imported_before:
             sys.modules.pop(module_name, None)
         dup = _find_duplicate(exc)
@@ -209,15 +213,18 @@ def _load_one(spec: str, origin: str) -> Plugin:
             raise
         raise ValueError(f"{label} failed to load: {_cause(exc, str(path))}") from None
     added = sorted(set(variants.list_variants()) - before)
-    if not added and imported_before:  # imported earlier (by the user's own code): attribute by module
+    added_axes = sorted(set(variants.registered_axis_values()) - axes_before)
+    if not added and not added_axes and imported_before:  # imported earlier (by the user's own code)
         added = [n for n in variants.list_variants() if variants.describe(n)["module"] == module_name]
-    if not added:
-        _rollback(before)
+        added_axes = variants.registered_axis_values(module=module_name)
+    if not added and not added_axes:
+        _rollback(before, axes_before)
         if not imported_before:
             sys.modules.pop(module_name, None)
-        raise ValueError(f"{label} registered no variant: it must call variants.register(...) when loaded "
-                         "(or name a function that does: module:function)")
-    plugin = Plugin(spec, kind, origin, module_name, str(path), sha, tuple(added))
+        raise ValueError(f"{label} registered nothing: it must call variants.register(...) (a variant) or "
+                         "variants.register_norm(...) / register_ffn / register_init / register_combinator (a value "
+                         "of an axis) when loaded (or name a function that does: module:function)")
+    plugin = Plugin(spec, kind, origin, module_name, str(path), sha, tuple(added), tuple(added_axes))
     _LOADED[key] = _Loaded(plugin, owns_module=not imported_before)
     return plugin
 
@@ -266,12 +273,15 @@ def load_all(specs: Iterable[str] = ()) -> list[Plugin]:
 
 
 def unload(plugin: Plugin) -> None:
-    """Unregister ``plugin``'s variants and forget it (a later load imports its file again)."""
+    """Unregister ``plugin``'s variants and axis values and forget it (a later load imports its file again)."""
     for key, entry in list(_LOADED.items()):
         if entry.plugin == plugin:
             for name in plugin.variants:
                 if name in variants.list_variants():
                     variants.unregister(name)
+            for axis, name in plugin.axis_values:
+                if (axis, name) in variants.registered_axis_values():
+                    variants.unregister_axis_value(axis, name)
             if entry.owns_module:
                 sys.modules.pop(plugin.module, None)
             del _LOADED[key]

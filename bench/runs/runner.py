@@ -136,9 +136,10 @@ def run_config(cfg: RunConfig, progress: bool = False, reuse: Reuse | None = Non
         "config": cfg.to_dict(),
         "model_kwargs": s.model_kwargs,
         "init": row["init"],
-        # The variant's family and axes as built for this run: what claims filter on, read from here rather than
-        # from the registry at report time (which may lack a plugin, or hold an edited variant).
-        "axes": variant_axes(cfg.variant),
+        # The variant's family and axes as built for this run (a --model-arg norm=... included): what claims filter
+        # on, read from here rather than from the registry at report time (which may lack a plugin, or hold an
+        # edited variant).
+        "axes": variant_axes(cfg.variant, s.model),
         "warmup_ended_at": rec.warmup_ended_at,
         "env": env,
         "task": s.task.info,
@@ -180,17 +181,15 @@ def unfinished_run(cfg: RunConfig, status: str, error: str, wall_s: float, last:
     }  # fmt: skip
 
 
-def variant_axes(variant: str) -> dict[str, Any]:
-    """``family`` and the axes ``variants.describe`` derives for ``variant`` ({} where it cannot: a timm model)."""
-    try:
-        desc = variants.describe(variant)
-    except ValueError:
-        return {}
-    return {"family": desc["family"], **desc["axes"]}
+def variant_axes(variant: str, model: torch.nn.Module) -> dict[str, Any]:
+    """``family`` and the axes of ``model``, the variant as this run built it (:func:`variants.derive_axes`, over
+    what the registry says of the variant's defaults)."""
+    desc = variants.describe(variant)
+    return {"family": desc["family"], **desc["axes"], **variants.derive_axes(model)}
 
 
-def _config_columns(cfg: RunConfig, model_kwargs: Mapping[str, Any]) -> dict[str, Any]:
-    """The row's columns that the config (and the model's resolved keywords) alone decide."""
+def _config_columns(cfg: RunConfig, model_kwargs: Mapping[str, Any], axes: Mapping[str, Any]) -> dict[str, Any]:
+    """The row's columns that the config, the model's resolved keywords and its axes decide."""
     try:
         desc = variants.describe(cfg.variant)
     except ValueError:  # not describable here (a timm model, say): what the config says is all there is
@@ -198,7 +197,8 @@ def _config_columns(cfg: RunConfig, model_kwargs: Mapping[str, Any]) -> dict[str
     return {
         "run_id": cfg.run_id, "config_hash": cfg.config_hash(), "variant": cfg.variant, "family": desc["family"],
         "depth": cfg.depth if cfg.depth is not None else desc["defaults"].get("depth"),
-        "init": init_scheme(cfg, model_kwargs) if desc["family"] is not None else "default", "task": cfg.task,
+        "init": init_scheme(cfg, model_kwargs) if desc["family"] is not None else "default",
+        "norm": axes.get("norm"), "task": cfg.task,
         "seed": cfg.seed,
         "batch_size": cfg.batch_size, "optimizer": cfg.optimizer, "lr": cfg.lr, "schedule": cfg.schedule,
         "warmup_steps": cfg.warmup_steps, "world_size": cfg.world_size, "precision": cfg.precision,
@@ -208,7 +208,11 @@ def _config_columns(cfg: RunConfig, model_kwargs: Mapping[str, Any]) -> dict[str
 
 def _bare_row(cfg: RunConfig) -> dict[str, Any]:
     """A row from the config alone, for a run that died before it had built its model."""
-    return new_row(**_config_columns(cfg, cfg.model_overrides()), device=cfg.device,
+    try:
+        axes = variants.describe(cfg.variant)["axes"]
+    except ValueError:
+        axes = {}
+    return new_row(**_config_columns(cfg, cfg.model_overrides(), axes), device=cfg.device,
                    torch_version=torch.__version__, git_sha=git_sha())
 
 
@@ -242,7 +246,8 @@ def build_row(cfg: RunConfig, s: Any, rec: Record, env: dict[str, Any], wall_s: 
     last = rec.eval_curve[-1] if rec.eval_curve and rec.status == "ok" else {}
     val_accs = [p["val_acc"] for p in rec.eval_curve if p["val_acc"] is not None and math.isfinite(p["val_acc"])]
     return new_row(
-        **_config_columns(cfg, s.model_kwargs), params=sum(p.numel() for p in s.model.parameters()),
+        **_config_columns(cfg, s.model_kwargs, variant_axes(cfg.variant, s.model)),
+        params=sum(p.numel() for p in s.model.parameters()),
         epochs=rec.steps_done * cfg.batch_size / s.task.num_train if s.task.num_train else None,
         steps=rec.steps_done, device=device or str(s.device), device_name=env["device_name"],
         status=rec.status, error=rec.error,

@@ -14,9 +14,9 @@ from bench.runs.config import RUN_ID_PATTERN
 
 # The fixed column order of leaderboard.csv; results/README.md documents each column.
 COLUMNS: tuple[str, ...] = (
-    "run_id", "config_hash", "variant", "family", "depth", "params", "init", "task", "seed", "epochs", "steps",
-    "batch_size", "optimizer", "lr", "schedule", "warmup_steps", "device", "device_name", "world_size", "precision",
-    "status", "error",
+    "run_id", "config_hash", "variant", "family", "depth", "params", "init", "norm", "task", "seed", "epochs",
+    "steps", "batch_size", "optimizer", "lr", "schedule", "warmup_steps", "device", "device_name", "world_size",
+    "precision", "status", "error",
     "final_train_loss", "final_train_acc", "final_val_loss", "final_val_acc", "best_val_acc",
     "target_acc", "steps_to_target", "time_to_target_s",
     "train_samples_per_s", "train_tokens_per_s", "step_time_ms", "peak_mem_mb", "mem_method",
@@ -24,15 +24,20 @@ COLUMNS: tuple[str, ...] = (
     "study", "torch_version", "git_sha", "created_at",
 )  # fmt: skip
 
+# The header before norm (the norm type the run's model was built with: a registered name, e.g. a plugin's dyt)
+# was a column: the column is left empty (the run JSON's axes, or the variant's defaults, say which it was).
+COLUMNS_V4: tuple[str, ...] = tuple(c for c in COLUMNS if c != "norm")
+V4_MAPPING = "norm left empty"
+
 # The header before world_size (the processes of a torchrun job that trained the run) was a column: every run
 # was one process.
-COLUMNS_V3: tuple[str, ...] = tuple(c for c in COLUMNS if c != "world_size")
-V3_MAPPING = "world_size 1"
+COLUMNS_V3: tuple[str, ...] = tuple(c for c in COLUMNS_V4 if c != "world_size")
+V3_MAPPING = "world_size 1, norm left empty"
 
 # The header before cost_source (the run whose measurement phases produced a row's throughput, memory and FLOPs)
 # was a column: every such row measured its own, or nothing when no phase ran; the column is left empty.
 COLUMNS_V2: tuple[str, ...] = tuple(c for c in COLUMNS_V3 if c != "cost_source")
-V2_MAPPING = "cost_source left empty, world_size 1"
+V2_MAPPING = "cost_source left empty, world_size 1, norm left empty"
 
 # The header before forward/train FLOPs, init and config_hash were columns. Such leaderboards still load:
 # each row is mapped onto COLUMNS on read, and the next append rewrites the file in the current schema.
@@ -47,7 +52,7 @@ COLUMNS_V1: tuple[str, ...] = (
     "study", "torch_version", "git_sha", "created_at",
 )  # fmt: skip
 V1_MAPPING = ("flops_per_sample -> train_flops_per_sample; fwd_flops_per_sample and init left empty; "
-              "config_hash taken from run_id; world_size 1")
+              "config_hash taken from run_id; world_size 1; norm left empty")
 
 
 def _from_v1(row: dict[str, str]) -> dict[str, str]:
@@ -59,7 +64,11 @@ def _from_v1(row: dict[str, str]) -> dict[str, str]:
 
 
 def _from_v2(row: dict[str, str]) -> dict[str, str]:
-    return {c: row.get(c, "") for c in COLUMNS} | {"world_size": "1"}  # every run was one process then
+    return _from_v4(row) | {"world_size": "1"}  # every run was one process then
+
+
+def _from_v4(row: dict[str, str]) -> dict[str, str]:
+    return {c: row.get(c, "") for c in COLUMNS}
 
 
 # Earlier headers that still load: header -> (what the mapping does, the row mapping).
@@ -67,6 +76,7 @@ LEGACY_SCHEMAS: dict[tuple[str, ...], tuple[str, Callable[[dict[str, str]], dict
     COLUMNS_V1: (V1_MAPPING, _from_v1),
     COLUMNS_V2: (V2_MAPPING, _from_v2),
     COLUMNS_V3: (V3_MAPPING, _from_v2),
+    COLUMNS_V4: (V4_MAPPING, _from_v4),
 }
 # "killed": the run's process was ended by a signal (a user's kill, a scheduler's) before it could return its row.
 STATUSES = ("ok", "diverged", "oom", "error", "killed")

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import functools
 import glob
 import signal
 import sys
@@ -27,13 +28,14 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import variants
 from bench.runs import plugins
 from bench.runs.config import RunConfig
-from bench.runs.env import machine_id
+from bench.runs.env import REPO_ROOT, changed_since, machine_id
 from bench.runs.measure import complete, cost_key
 from bench.runs.progress import LiveLine
 from bench.runs.results import ResultsStore
-from bench.runs.runner import Reuse, record, unfinished_run
+from bench.runs.runner import Reuse, measurement_failures, record, unfinished_run
 from bench.sweeps.executors import Event, Executor, Job
 
 
@@ -96,7 +98,7 @@ class _Driver:
         # A status line at the bottom of the terminal (done / running / failed / remaining, ETA, elapsed), redrawn
         # each second; not under a run's own progress bar (one job on a terminal), nor in a log file.
         self.live = LiveLine(sys.stdout, enabled=progress and not self.bars)
-        self.plugin_specs = tuple(p.reload for p in plugins.loaded())
+        self.plugin_specs = tuple((p.reload, p.origin) for p in plugins.loaded())
         self.n = len(configs)
         self.pending: list[tuple[int, RunConfig]] = []
         self.sources: dict[str, Reuse] = {}  # cost key -> the figures its runs reuse
@@ -107,22 +109,59 @@ class _Driver:
         self.ok = 0
         self.failed: list[tuple[int, str, str, str]] = []  # index, run id, status, error
         self.refused: list[tuple[int, str]] = []
+        self.unmeasured: list[tuple[int, str, dict[str, str]]] = []  # runs whose cost phases failed: index, id, why
         self.t0 = time.perf_counter()
 
     # -- before the first run --------------------------------------------------------------------------------
     def skip_recorded(self, resume: bool) -> None:
-        """Skip the runs with an ok row (with ``resume``); reuse their figures; clear the others' partial files."""
+        """Skip the runs with an ok row made by the code loaded now (with ``resume``); reuse their figures; clear the
+        others' partial files. A run whose plugin's source changed since is run again (its row replaced), saying
+        so; a run of a shipped variant whose module changed in git since is kept, with a warning naming it."""
         board = self.store.load_leaderboard()
         done = set(board.loc[board["status"] == "ok", "run_id"]) if resume and not board.empty else set()
+        shas = dict(zip(board["run_id"], board["git_sha"], strict=True)) if not board.empty else {}
+        stale_code: dict[str, list[str]] = {}
         for i, cfg in enumerate(self.configs, 1):
-            if cfg.run_id in done:
+            edited = self._edited_plugins(cfg) if cfg.run_id in done else []
+            if cfg.run_id in done and not edited:
                 if not self.quiet:
                     print(f"[{i}/{self.n}] {cfg.run_id}: already recorded, skipped", flush=True)
                 self.ok += 1
                 self._reuse_recorded(cfg)
+                changed = _variant_changed_since(cfg.variant, str(shas.get(cfg.run_id) or ""))
+                if changed:
+                    stale_code.setdefault(changed, []).append(cfg.run_id)
             else:
+                if edited:
+                    print(f"[{i}/{self.n}] {cfg.run_id}: recorded with another version of {', '.join(edited)}: run "
+                          "again (its row will be replaced)", flush=True)
                 self.pending.append((i, cfg))
+        for module, ids in stale_code.items():
+            print(f"warning: {len(ids)} recorded run(s) were made before a change to {module} (git log says so): "
+                  f"{', '.join(ids)}; their rows describe the code of then: rerun them with --no-resume to measure "
+                  "the code of now", file=sys.stderr, flush=True)
         self._clean_partial_files({cfg.run_id for _, cfg in self.pending}, set(board["run_id"]))
+
+    def _edited_plugins(self, cfg: RunConfig) -> list[str]:
+        """The loaded plugins the run depends on (its variant, or a value of an axis it names in its model
+        arguments) whose source differs from the one the recorded run loaded (sha256 in its run JSON)."""
+        names = {str(v) for _, v in cfg.model_args}
+        relevant = [p for p in plugins.loaded()
+                    if cfg.variant in p.variants or any(name in names for _, name in p.axis_values)]
+        if not relevant:
+            return []
+        try:
+            recorded = self.store.load_run(cfg.run_id).get("plugins") or []
+        except (ValueError, OSError):
+            return []  # a row without a readable JSON: the cost-figure reuse will measure again anyway
+
+        def same_code(p: plugins.Plugin) -> bool:  # a recorded plugin that registered what p does, with p's source
+            mine = {*p.variants, *(f"{a}:{n}" for a, n in p.axis_values)}
+            return any(r.get("sha256") == p.sha256 and mine & {*r.get("variants", ()),
+                                                              *(f"{a}:{n}" for a, n in r.get("axis_values", ()))}
+                       for r in recorded)  # fmt: skip
+
+        return [p.spec for p in relevant if not same_code(p)]
 
     def _reuse_recorded(self, cfg: RunConfig) -> None:
         """Take a recorded run's cost figures for its configuration, if it measured (or reused) them all."""
@@ -237,8 +276,13 @@ class _Driver:
             self.failed.append((job.index, cfg.run_id, row["status"], row["error"]))
         acc = row.get("final_val_acc")
         text = row["status"] + (f": {row['error']}" if row["status"] != "ok" and row["error"] else "")
+        unmeasured = measurement_failures(stored)
+        if unmeasured:
+            self.unmeasured.append((job.index, cfg.run_id, unmeasured))
         self._line(job.index, cfg.run_id, text + (f", val acc {acc:.4f}" if isinstance(acc, float) else "")
-                   + f", {row['wall_time_s']:.1f} s")
+                   + f", {row['wall_time_s']:.1f} s"
+                   + "".join(f"; {phase} not measured: {why}" for phase, why in unmeasured.items()),
+                   always=bool(unmeasured))
 
     # -- what a person watches -------------------------------------------------------------------------------
     def _line(self, index: int, run_id: str, text: str, always: bool = False) -> None:
@@ -265,6 +309,11 @@ class _Driver:
         """Print the sweep's tally and its failed runs with the command that reruns them; raise if any was refused."""
         print(f"sweep done in {_clock(time.perf_counter() - self.t0)}: {self.ok} of {self.n} runs ok, "
               f"{len(self.failed)} failed, {len(self.refused)} not run", flush=True)
+        if self.unmeasured:
+            print(f"{len(self.unmeasured)} run(s) lack a cost figure (its column is empty; the reason is in the run's "
+                  "JSON):")
+            for index, run_id, why in sorted(self.unmeasured):
+                print(f"  [{index}/{self.n}] {run_id}: " + "; ".join(f"{p} not measured: {w}" for p, w in why.items()))
         if self.failed:
             print("failed runs:")
             for index, run_id, status, error in sorted(self.failed):
@@ -276,6 +325,20 @@ class _Driver:
             raise RunsRefused(f"{len(ids)} of {self.n} runs were not run (bad input, see above): {ids}; the other "
                               f"runs' rows are recorded in {self.store.root}")
         return self.written
+
+
+@functools.cache
+def _variant_changed_since(variant: str, sha: str) -> str | None:
+    """The module of a shipped ``variant`` (its path in the repository) when git says it changed after commit
+    ``sha``; None when it did not, or git cannot tell, or the variant is a plugin's or timm's."""
+    try:
+        module = variants.describe(variant)["module"]
+    except ValueError:
+        return None
+    if not module.startswith("variants."):
+        return None
+    path = Path(variants.__file__).resolve().parent.parent / (module.replace(".", "/") + ".py")
+    return path.relative_to(REPO_ROOT).as_posix() if path.is_file() and changed_since(sha, path) else None
 
 
 def _clock(seconds: float) -> str:

@@ -44,7 +44,6 @@ DEFAULT_PARAM_TOLERANCE = 0.01
 # width and the regularisation. Others (a gate's bias, a shortcut type, a unit ordering) are options of the
 # variant's own combinator or body, which its axes already name; `bench diff` shows them all.
 CONFOUNDS = ("init", "width", "d_model", "d_ff", "n_heads", "growth_rate", "bias", "dropout", "drop_path_rate")
-_NORMS = (nn.LayerNorm, nn.modules.batchnorm._NormBase, nn.GroupNorm, nn.RMSNorm)
 _WEIGHTED = (nn.Linear, nn.modules.conv._ConvNd, nn.Embedding)
 
 
@@ -81,14 +80,15 @@ def _role(name: str) -> str:
 
 
 def weight_profile(model: nn.Module) -> dict[str, Any]:
-    """Weight roles (count and std), norm positions, residual scalars and gates of a built model."""
+    """Weight roles (count and std), norm positions and types, residual scalars and gates of a built model."""
     pooled: dict[str, list[torch.Tensor]] = defaultdict(list)
-    norms: dict[str, int] = defaultdict(int)
+    norms: dict[str, list[str]] = defaultdict(list)  # role -> the norm type of each layer in it
     scalars: dict[str, list[float]] = defaultdict(list)
     for name, module in model.named_modules():
         role = _role(name)
-        if isinstance(module, _NORMS):
-            norms[role] += 1
+        kind = variants.norm_type(module)  # torch's norms and every registered one (a plugin's DyT)
+        if kind is not None:
+            norms[role].append(kind)
         elif isinstance(module, _WEIGHTED):
             w = module.weight.detach().float()
             if name.rsplit(".", 1)[-1] == "qkv" and w.shape[0] % 3 == 0:  # fused q|k|v rows: three roles
@@ -154,8 +154,10 @@ def _profile_rows(pa: Mapping[str, Any], pb: Mapping[str, Any]) -> list[DiffRow]
                             f"{sb:.4g} (x{cb})" if cb else "-", not same))
     na, nb = pa["norms"], pb["norms"]
     for role in sorted(set(na) | set(nb)):
-        ca, cb = na.get(role, 0), nb.get(role, 0)
-        rows.append(DiffRow("placement", f"norm {role}", ca or "-", cb or "-", ca != cb))
+        ka, kb = na.get(role, []), nb.get(role, [])
+        # Norm layers at other places is a placement; the same places with another norm type is the norm axis.
+        axis = "placement" if len(ka) != len(kb) else "norm"
+        rows.append(DiffRow(axis, f"norm {role}", _norms_cell(ka), _norms_cell(kb), ka != kb))
     sa, sb = pa["scalars"], pb["scalars"]
     for key in sorted(set(sa) | set(sb)):
         va, vb = sa.get(key), sb.get(key)
@@ -163,6 +165,10 @@ def _profile_rows(pa: Mapping[str, Any], pb: Mapping[str, Any]) -> list[DiffRow]
         rows.append(DiffRow("combinator", key, "-" if va is None else f"{va:.4g}",
                             "-" if vb is None else f"{vb:.4g}", not same))
     return rows
+
+
+def _norms_cell(kinds: Sequence[str]) -> str:
+    return f"{', '.join(dict.fromkeys(kinds))} (x{len(kinds)})" if kinds else "-"
 
 
 def diff_models(a: str, b: str, depth: int | None = None, model_args: Mapping[str, Any] | None = None,

@@ -42,7 +42,7 @@ import torch
 import variants
 from bench.analysis.claims import AXES, TABLES, Claim, parse_claims
 from bench.analysis.options import check_options
-from bench.analysis.studyfile import find_study, read_study_file
+from bench.analysis.studyfile import find_study, plugin_spec, read_study_file
 from bench.runs import plugins
 from bench.runs.config import FIELD_DEFAULTS, RunConfig, build
 from bench.runs.results import COLUMNS
@@ -266,27 +266,8 @@ def load_study(ref: str | Path, results_dir: str | Path | None = None) -> Study:
     return Study(
         name=data.get("name", path.stem), description=data.get("description", ""), base=data.get("base", {}),
         grid=grid, presets=presets, vary=tuple(vary), param_tolerance=float(tol), claims=claims,
-        analysis=analysis, plugins=tuple(_plugin_spec(s, path) for s in specs), path=path,
+        analysis=analysis, plugins=tuple(plugin_spec(s, path) for s in specs), path=path,
     )  # fmt: skip
-
-
-def study_plugins(ref: str | Path, results_dir: str | Path | None = None) -> list[str]:
-    """The plugin specs the study ``ref`` names (file paths resolved against the study file), read before the study
-    itself is validated: its variants exist only once they are loaded. [] when there is no such study (the command
-    then says so itself)."""
-    try:
-        path = find_study(ref, results_dir)
-        specs = read_study_file(path).get("plugins", [])
-    except ValueError:
-        return []
-    return [_plugin_spec(s, path) for s in specs if isinstance(s, str) and s.strip()] if isinstance(specs, list) else []
-
-
-def _plugin_spec(spec: str, study: Path) -> str:
-    """A plugin spec of a study file: a file path is read relative to the study file; a module name as it is."""
-    if spec.endswith(".py") or "/" in spec:
-        return str((study.parent / spec).resolve())
-    return spec
 
 
 def _check_claim_fields(claims: Sequence[Claim], data: dict[str, Any], path: Path) -> None:

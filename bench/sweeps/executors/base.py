@@ -33,7 +33,8 @@ class Job:
     config: RunConfig
     reuse: Reuse | None = None  # cost figures of the first run of its model configuration, or measure its own
     progress: bool = False  # may draw a progress bar (one job at a time, on a terminal)
-    plugins: tuple[str, ...] = ()  # specs that load, in the run's process, the plugins loaded in the driver's
+    # (spec, origin) of each plugin loaded in the driver's process: loaded again in the run's, as it was there
+    plugins: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -78,7 +79,8 @@ def execute_job(job: Job, placement: Mapping[str, Any], report: Callable[[str, d
     the plugins the driver loaded are loaded first, bad input for this run alone is a refusal, and an exception
     outside the recorded phases (out of memory building the model, say) a failure with its place in the code."""
     try:
-        plugins.load_plugins(list(job.plugins))
+        for spec, origin in job.plugins:
+            plugins.load_plugins([spec], origin)
         run_json = run_config(job.config, progress=job.progress, reuse=job.reuse, report=report,
                               placement=placement)
     except ValueError as exc:  # bad input for this run only (e.g. a dataset not on this machine)
