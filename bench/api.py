@@ -172,7 +172,7 @@ def sweep(study: str | Path, *, results_dir: str | Path = DEFAULT_RESULTS, optio
         run_sweep(configs, results_dir, executor, resume=options.resume, measure_every_run=options.measure_every_run,
                   progress=not options.quiet,
                   command=command or f"python -m bench sweep {spec.path} --results-dir {results_dir}",
-                  on_record=_log_to(trackers, results_dir))
+                  on_record=_log_to(trackers, results_dir), requeue=options.requeue)
     if spec.analysis:  # what the study measures on its trained runs (or, with no grid, on models at init)
         print(f"{spec.analysis['kind']} analysis of study {spec.name!r}:", flush=True)
         for written in for_study(spec.name, spec.analysis_options(options.preset), results_dir,

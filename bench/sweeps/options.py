@@ -38,6 +38,8 @@ class SweepOptions:
     cpus_per_run: int = _o(1, "CPUs each run's task asks for (its torch threads)", metavar="C", executor="ray")
     retries: int = _o(0, "reruns of a task whose worker or node died (default: 0, a killed row)", metavar="K",
                       executor="ray")
+    requeue: bool = _o(False, "submit a run stopped by a preemption signal (SIGTERM, SIGUSR1) again within this sweep: "
+                              "it continues from the state it saved (without it, rerunning the sweep does)")
     measure_every_run: bool = _o(False, "measure throughput, memory and FLOPs in every run, not once per model "
                                         "configuration (the first seed's figures reused in the other seeds' rows; "
                                         "column cost_source)")
