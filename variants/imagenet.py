@@ -13,8 +13,8 @@ from __future__ import annotations
 from torch import nn
 
 from .blocks import POSTACT
-from .combinators import NoShortcut
 from .checks import check_positive, flag, is_int
+from .combinators import NoShortcut
 from .layers import ConvNet, InitArg, check_init, drop_path_rates, init_weights_
 from .registry import register, register_preset
 
