@@ -106,6 +106,7 @@ def test_a_run_stopped_by_sigterm_and_rerun_ends_exactly_as_uninterrupted(
     assert_same(recorded(tmp_path / "cut"), recorded(tmp_path / "whole"))
 
 
+@pytest.mark.slow  # three interpreters started from scratch: about 30 s
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="SIGKILL of a child process")
 def test_a_run_killed_with_sigkill_resumes_from_its_last_periodic_checkpoint(tmp_path: Path) -> None:
     spec = str(plugin(tmp_path, 16, "SIGKILL"))  # the 16th training forward (two probes among them): step 14
