@@ -364,7 +364,7 @@ def test_placements_split_the_cores_and_deal_out_gpus() -> None:
 def test_a_leaderboard_without_cost_source_loads_and_is_rewritten_with_it(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.setattr(results, "_noticed", set())
-    old = [c for c in COLUMNS if c not in ("cost_source", "world_size", "norm")]  # before any was a column
+    old = [c for c in COLUMNS if c not in ("cost_source", "world_size", "norm", *schema.DATA_COLUMNS)]  # before any
     assert tuple(old) == schema.COLUMNS_V2
     with (tmp_path / "leaderboard.csv").open("w", newline="") as f:
         w = csv.DictWriter(f, old, lineterminator="\n")
@@ -374,7 +374,7 @@ def test_a_leaderboard_without_cost_source_loads_and_is_rewritten_with_it(
     df = store.load_leaderboard()
     assert list(df.columns) == list(COLUMNS) and df["cost_source"].isna().all() and df["step_time_ms"][0] == 3.5
     assert (df["world_size"] == 1).all()  # every run was one process then
-    assert "(cost_source left empty, world_size 1, norm left empty)" in capsys.readouterr().err
+    assert "(cost_source left empty, world_size 1, norm left empty; final_val" in capsys.readouterr().err
     store.append({"run_id": "b", "status": "killed", "cost_source": "a"}, {})
     rows = board(tmp_path)
     assert tuple(rows[0]) == COLUMNS and [(r["run_id"], r["cost_source"]) for r in rows] == [("a", ""), ("b", "a")]
