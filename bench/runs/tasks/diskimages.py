@@ -144,6 +144,10 @@ class LoaderImageTask(Task):
         self.bad_seen += bad
         self.info["bad_images_in_training"] = {"count": len(self.bad_seen), "first": self.bad_seen[:SHOWN]}
 
+    def set_workers(self, workers: int) -> None:
+        """Load with ``workers`` worker processes from now on (``bench perf loader`` compares counts)."""
+        self.loader_workers = self.reader.workers = self.info["workers"] = workers
+
     def train_batches(self, batch_size: int, generator: torch.Generator) -> Iterator[Batch]:
         return self._batches(self.reader.train(batch_size, generator))
 

@@ -96,6 +96,10 @@ class TokenTask(SequenceTask):
                          default_steps=DEFAULT_STEPS, loader_workers=workers, per_rank_batches=True,
                          model_kwargs={"vocab_size": options.vocab_size, "max_len": options.seq_len})
 
+    def set_workers(self, workers: int) -> None:
+        """Load with ``workers`` worker processes from now on (``bench perf loader`` compares counts)."""
+        self.loader_workers = self.info["workers"] = workers
+
     def _loader(self, keys: Any, persistent: bool = False) -> DataLoader[Any]:
         return loading.make_loader(self.dataset, keys, workers=self.loader_workers or 0,
                                    prefetch=self.options.prefetch, device=self.device, persistent=persistent)
