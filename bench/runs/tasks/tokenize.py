@@ -113,7 +113,7 @@ def _gpt2() -> Tokenizer:
             "TIKTOKEN_CACHE_DIR=DIR, or pass --tokenizer PATH/tokenizer.json (GPT-2's from Hugging Face)")
     enc = tiktoken.get_encoding("gpt2")
     threads = os.cpu_count() or 1
-    return Tokenizer("gpt2", enc.n_vocab, enc.eot_token, lambda texts: enc.encode_ordinary_batch(texts, threads),
+    return Tokenizer("gpt2", enc.n_vocab, enc.eot_token, lambda texts: enc.encode_ordinary_batch(texts, num_threads=threads),
                      {"name": "gpt2 (tiktoken)", "vocab_size": enc.n_vocab})
 
 
@@ -151,11 +151,12 @@ def cut(text: str) -> int:
 
 
 def documents(path: Path, block: int) -> Iterator[tuple[bool, str, int]]:
-    """``(starts_document, text, bytes_read)`` pieces of ``path``: a text file's blocks (cut by :func:`cut`), or each
-    line's ``"text"`` of a ``.jsonl`` file, with how far into the file reading has come; TaskError names a file that
-    is not UTF-8, or a line that is not a JSON object with a text."""
+    """``(starts_document, text, offset)`` pieces of ``path``: a text file's blocks (cut by :func:`cut`), or each
+    line's ``"text"`` of a ``.jsonl`` file, with the byte offset in the file where the piece starts; TaskError names
+    a file that is not UTF-8, or a line that is not a JSON object with a text."""
     decoder = codecs.getincrementaldecoder("utf-8")("strict")
-    done = 0
+    done = 0  # bytes read
+    at = 0  # bytes of the file before the next piece
     carry = ""
     first = True
     line_no = 0
@@ -175,13 +176,15 @@ def documents(path: Path, block: int) -> Iterator[tuple[bool, str, int]]:
                 for line in lines + ([carry] if not raw else []):
                     line_no += 1
                     if line.strip():
-                        yield True, _jsonl_text(path, line, line_no), done
+                        yield True, _jsonl_text(path, line, line_no), at
+                    at += len(line.encode("utf-8")) + 1
             else:
-                at = len(text) if not raw else cut(text)
-                piece, carry = text[:at], text[at:]
+                end = len(text) if not raw else cut(text)
+                piece, carry = text[:end], text[end:]
                 if piece:
-                    yield first, piece, done
+                    yield first, piece, at
                     first = False
+                    at += len(piece.encode("utf-8"))
             if not raw:
                 return
 
@@ -229,6 +232,7 @@ def tokenize(inputs: list[str], out: str, tokenizer: str, *, val_fraction: float
     total = sum(p.stat().st_size for p in files)
     val_at = total * (1 - val_fraction)
     block = int(min(MAX_BLOCK, max(MIN_BLOCK, total * val_fraction / 8)))
+    created = not root.exists()
     root.mkdir(parents=True, exist_ok=True)
     stem = name or root.resolve().name
     writers = {s: tokenshards.ShardWriter(root, s, fmt, stem, shard_tokens) for s in ("train", "val")}
@@ -245,6 +249,8 @@ def tokenize(inputs: list[str], out: str, tokenizer: str, *, val_fraction: float
     except BaseException:
         for writer in writers.values():
             writer.abort()
+        if created and not any(root.iterdir()):
+            root.rmdir()
         raise
     meta["files"] = written
     (root / tokenshards.META).write_text(json.dumps(meta, indent=1) + "\n", encoding="utf-8")

@@ -29,7 +29,7 @@ HEADER_BYTES = HEADER_INTS * 4
 TOKEN = np.dtype("<u2")
 MAX_VOCAB = 1 << 16  # uint16 ids
 FORMATS = ("nanogpt", "llmc")
-CHUNK_TOKENS = 1 << 23  # 16 MiB per read of the id check
+CHUNK_TOKENS = 1 << 20  # 2 MiB per read of the id check
 META = "resbench-tokens.json"  # what `bench data tokenize` wrote there (tokenizer, vocabulary): read into the task info
 
 

@@ -75,8 +75,8 @@ def scan_shard(path: Path) -> list[int]:
     labels = []
     for key, entry in samples.items():
         if "image" not in entry or "cls" not in entry:
-            missing = f"an image member ({', '.join('.' + e for e in IMAGE_EXTENSIONS)})" if "image" not in entry \
-                else "a .cls member (its class index)"
+            missing = f"image member ({', '.join('.' + e for e in IMAGE_EXTENSIONS)})" if "image" not in entry \
+                else ".cls member (its class index)"
             raise TaskError(f"WebDataset shard {path}: sample {key!r} has no {missing}; every sample needs both")
         try:
             label = int(entry["cls"].decode().strip())
@@ -209,6 +209,9 @@ def shard_task(root: Path, device: torch.device, options: TaskOptions) -> Task:
     except ImportError:
         raise TaskError(f"{root} holds WebDataset shards; reading them needs the webdataset package: "
                         "pip install 'resbench[data]' (or pip install webdataset)") from None
+    if options.subset_per_class is not None:
+        raise TaskError("--subset-per-class applies to image folders; for WebDataset shards pass a directory holding "
+                        "fewer shards")
     started = time.perf_counter()
     found = {split: shards(root, split) for split in ("train", "val")}
     if not found["val"]:
@@ -228,9 +231,6 @@ def shard_task(root: Path, device: torch.device, options: TaskOptions) -> Task:
         "train_size": len(labels["train"]), "val_size": len(labels["val"]), "shuffle_buffer": SHUFFLE_BUFFER,
         "scan_s": round(time.perf_counter() - started, 3),
     }  # fmt: skip
-    if options.subset_per_class is not None:
-        raise TaskError("--subset-per-class applies to image folders; for WebDataset shards pass fewer shards "
-                        "(a directory holding a subset of them)")
     reader = ShardReader([str(p) for p in found["train"]], [str(p) for p in found["val"]],
                          {s: len(v) for s, v in labels.items()}, options, workers, device, info)
     task = diskimages.image_task(reader, device, info, classes, len(labels["train"]), options, workers)
