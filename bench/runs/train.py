@@ -223,8 +223,9 @@ class StepRunner:
         self.world = world
         # under torchrun: every rank draws the same global batch and keeps its own shard of it (a loader task
         # reads only its own share in the first place)
-        shard = world is not None and not s.task.per_rank_batches
-        self.batches = (distributed.shard(x, y, world) for x, y in batches) if shard else batches  # type: ignore[arg-type]
+        if world is not None and not s.task.per_rank_batches:
+            batches = (distributed.shard(x, y, world) for x, y in batches)
+        self.batches = batches
         self.channels_last = cfg.channels_last
         self.after_step = after_step_hook(model)
 
@@ -306,9 +307,11 @@ def measure_phases(s: Setup, rec: Record) -> None:
 
         fwd, train_step = measure.count_flops(forward, device)
         model.zero_grad(set_to_none=True)
-        # per_step (forward + backward) is what a training step computes: MFU divides it by the step time.
-        return {"per_step": train_step, "train_per_sample": train_step / cfg.batch_size,
-                "fwd_per_step": fwd, "fwd_per_sample": fwd / cfg.batch_size, "method": "torch.utils.flop_counter"}
+        # per_step (forward + backward) is what a training step computes: MFU divides it by the step time. Under
+        # torchrun a loader task's batch is this rank's share: the step computes the whole global batch.
+        n, scale = len(x), cfg.batch_size / len(x)
+        return {"per_step": train_step * scale, "train_per_sample": train_step / n,
+                "fwd_per_step": fwd * scale, "fwd_per_sample": fwd / n, "method": "torch.utils.flop_counter"}
 
     def throughput() -> dict[str, Any]:
         runner = StepRunner(cfg, s, model, s.task.train_batches(cfg.batch_size, batch_generator(s, 2)))
@@ -471,9 +474,11 @@ def _check_divergence(chunk: torch.Tensor, start: int, first: float, factor: flo
 
 def _eval_point(s: Setup, rec: Record, step: int) -> None:
     started = time.perf_counter()
-    cap = s.cfg.eval_batches  # a fixed subset: the first batches of each (fixed) pass
-    val_loss, val_acc = evaluate(s, s.model, itertools.islice(s.task.val_batches(s.cfg.batch_size), cap))
-    tr_loss, tr_acc = evaluate(s, s.model, itertools.islice(s.task.train_eval_batches(s.cfg.batch_size), cap))
+    val, train_eval = s.task.val_batches(s.cfg.batch_size), s.task.train_eval_batches(s.cfg.batch_size)
+    if s.cfg.eval_batches is not None:  # a fixed subset: the first batches of each (fixed) pass
+        val, train_eval = itertools.islice(val, s.cfg.eval_batches), itertools.islice(train_eval, s.cfg.eval_batches)
+    val_loss, val_acc = evaluate(s, s.model, val)
+    tr_loss, tr_acc = evaluate(s, s.model, train_eval)
     rec.eval_time_s += time.perf_counter() - started  # evaluate() ends in a host sync: the device work is counted
     point = {
         "step": step, "epoch": step * s.cfg.batch_size / s.task.num_train if s.task.num_train else None,

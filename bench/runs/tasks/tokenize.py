@@ -113,8 +113,11 @@ def _gpt2() -> Tokenizer:
             "TIKTOKEN_CACHE_DIR=DIR, or pass --tokenizer PATH/tokenizer.json (GPT-2's from Hugging Face)")
     enc = tiktoken.get_encoding("gpt2")
     threads = os.cpu_count() or 1
-    return Tokenizer("gpt2", enc.n_vocab, enc.eot_token, lambda texts: enc.encode_ordinary_batch(texts, num_threads=threads),
-                     {"name": "gpt2 (tiktoken)", "vocab_size": enc.n_vocab})
+
+    def encode(texts: list[str]) -> list[list[int]]:
+        return enc.encode_ordinary_batch(texts, num_threads=threads)
+
+    return Tokenizer("gpt2", enc.n_vocab, enc.eot_token, encode, {"name": "gpt2 (tiktoken)", "vocab_size": enc.n_vocab})
 
 
 def input_files(inputs: list[str]) -> list[Path]:
