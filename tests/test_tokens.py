@@ -274,6 +274,10 @@ def bad_set(root: Path, damage: str) -> tuple[Path, str]:
         write_llmc(root / "train.bin", np.arange(100))
         (root / "val.bin").write_bytes(b"\x00\x01")
         return root, f"{root / 'train.bin'} starts with llm.c's shard header"
+    if damage == "batch above the windows":
+        write_llmc(root / "toy_train_000000.bin", np.arange(64 * 3 + 1))  # 3 windows of 64 for a batch of 4
+        write_llmc(root / "toy_val_000000.bin", np.arange(100))
+        return root, "--batch-size 4 exceeds the 3 training samples of task 'tokens'"
     if damage == "both formats":
         llmc_set(root)
         write_nanogpt(root, np.arange(100), np.arange(100))
@@ -283,7 +287,7 @@ def bad_set(root: Path, damage: str) -> tuple[Path, str]:
 
 DAMAGES = ("nothing there", "not a directory", "wrong magic", "wrong version", "count disagrees", "short header",
            "id too large", "too few tokens", "no val shard", "odd nanogpt", "nanogpt without val",
-           "llmc named nanogpt", "both formats")
+           "llmc named nanogpt", "both formats", "batch above the windows")
 
 
 @pytest.mark.parametrize("damage", DAMAGES)
@@ -292,8 +296,8 @@ def test_a_bad_shard_set_is_one_error_line_before_anything_runs(damage: str, tmp
     root, names = bad_set(tmp_path / "data", damage)
     results = tmp_path / "results"
     code = main(["run", "--variant", "preln", "--depth", "1", "--task", "tokens", "--data-path", str(root),
-                 "--vocab-size", str(VOCAB), "--seq-len", "64", "--steps", "2", "--measure", "--quiet",
-                 "--results-dir", str(results)])
+                 "--vocab-size", str(VOCAB), "--seq-len", "64", "--batch-size", "4", "--steps", "2", "--measure",
+                 "--quiet", "--results-dir", str(results)])
     err = capsys.readouterr().err
     assert code == 2 and err.startswith("error: ") and err.count("\n") == 1, err
     assert names in err

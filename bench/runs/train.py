@@ -141,7 +141,7 @@ def setup(cfg: RunConfig) -> Setup:
         device = distributed.device_for(world, device)
     seed_everything(cfg.seed, cfg.deterministic)
     task = get_task(cfg.task, device=device, seed=cfg.seed, options=task_options(cfg, world))
-    if task.kind == "image" and cfg.batch_size > task.num_train:
+    if (task.kind == "image" or task.loader_workers is not None) and cfg.batch_size > task.num_train:
         raise TaskError(
             f"--batch-size {cfg.batch_size} exceeds the {task.num_train} training samples of task {task.name!r}; "
             "use a smaller batch (or a larger --train-size for synthetic)"
