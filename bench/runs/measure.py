@@ -58,7 +58,7 @@ StepFn = Callable[[], Any]
 COST_NEUTRAL_FIELDS: frozenset[str] = frozenset({
     "seed", "lr", "betas", "schedule", "milestones", "gamma", "warmup_steps", "warmup_kind", "warmup_factor",
     "warmup_until_error", "target", "eval_every", "probe_every", "diverge_factor", "epochs", "steps", "recipe",
-    "study", "preset", "data_dir",
+    "study", "preset", "data_dir", "eval_batches", "eval_tokens",
 })  # fmt: skip
 
 
