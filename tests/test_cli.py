@@ -192,7 +192,7 @@ def test_sweep_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Non
     code, _, err = run_cli(["reproduce", "nonexistent"], capsys)
     assert code == 2 and "shipped studies: degradation" in err
     code, _, err = run_cli(["reproduce", "degradation", "--preset", "huge"], capsys)
-    assert code == 2 and "has no preset 'huge'; presets: quick" in err
+    assert code == 2 and "has no preset 'huge'; presets: cifar10, cifar10_110, quick" in err
 
 
 def test_shipped_study_expands_to_its_grid() -> None:
@@ -246,7 +246,7 @@ def test_sweep_validates_every_model_first_and_goes_on_past_bad_data(tmp_path: P
 def test_batch_larger_than_the_training_split_is_bad_input(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code, _, err = run_cli(["run", "--variant", "resnet20", "--steps", "1", "--batch-size", "2000", "--measure",
                             "--results-dir", str(tmp_path)], capsys)
-    assert code == 2 and "the global batch 2000 (--batch-size 2000 x --grad-accum 1) exceeds the 1437 training" in err
+    assert code == 2 and "--batch-size 2000 exceeds the 1437 training samples" in err
     assert not (tmp_path / "leaderboard.csv").exists()
 
 

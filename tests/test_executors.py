@@ -364,7 +364,8 @@ def test_placements_split_the_cores_and_deal_out_gpus() -> None:
 def test_a_leaderboard_without_cost_source_loads_and_is_rewritten_with_it(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.setattr(results, "_noticed", set())
-    added = ("cost_source", "world_size", "norm", "grad_accum", "target_loss", "resumed_from_step", "restarts")
+    added = ("cost_source", "world_size", "norm", "grad_accum", "target_loss", "resumed_from_step", "restarts",
+             *schema.DATA_COLUMNS)
     old = [c for c in COLUMNS if c not in added]  # before any of them was a column
     assert tuple(old) == schema.COLUMNS_V2
     with (tmp_path / "leaderboard.csv").open("w", newline="") as f:
@@ -375,7 +376,7 @@ def test_a_leaderboard_without_cost_source_loads_and_is_rewritten_with_it(
     df = store.load_leaderboard()
     assert list(df.columns) == list(COLUMNS) and df["cost_source"].isna().all() and df["step_time_ms"][0] == 3.5
     assert (df["world_size"] == 1).all()  # every run was one process then
-    assert ("(cost_source left empty, world_size 1, norm left empty, grad_accum 1, restarts 0)"
+    assert ("(cost_source left empty, world_size 1, norm left empty; grad_accum 1, restarts 0; final_val_perplexity"
             in capsys.readouterr().err)
     store.append({"run_id": "b", "status": "killed", "cost_source": "a"}, {})
     rows = board(tmp_path)

@@ -344,7 +344,7 @@ def _scripted_eval_point(monkeypatch: pytest.MonkeyPatch, val_accs: list[float],
     task = SimpleNamespace(num_train=100, val_batches=lambda b: "val", train_eval_batches=lambda b: "train",
                            extra_metrics=lambda loss: {})
     s = SimpleNamespace(model=None, task=task, cfg=SimpleNamespace(batch_size=10, global_batch=10, target=target,
-                                                                     target_loss=None))
+                                                                     target_loss=None, eval_batches=None))
     rec = train_mod.Record()
     for step in (2, 4, 6):
         rec.train_time_s = step / 2

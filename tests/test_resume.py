@@ -73,7 +73,7 @@ def recorded(res: Path) -> dict:
     trained weights."""
     (run,) = ResultsStore(res).load_runs()
     timing = ("wall_time_s", "created_at", "train_samples_per_s", "train_tokens_per_s", "step_time_ms",
-              "achieved_tflops", "time_to_target_s",
+              "achieved_tflops", "time_to_target_s", "eval_time_s",
               "resumed_from_step", "restarts", "run_id", "git_sha", "device_name")
     row = {k: v for k, v in run["row"].items() if k not in timing}
     evals = [{k: v for k, v in p.items() if k != "train_time_s"} for p in run["curves"]["eval"]]

@@ -49,7 +49,8 @@ class RunConfig:
 
     variant: str = _f("", "registered variant name (see `bench list`), or timm:<model>")
     depth: int | None = _f(None, "network depth; default: the variant's own (presets fix it)")
-    task: str = _f("digits", "task name: digits, synthetic, cifar10, cifar100, text, tinytext, copy, reverse, recall")
+    task: str = _f("digits", "task name: digits, synthetic, cifar10, cifar100, imagefolder, text, tinytext, tokens, "
+                             "copy, reverse, recall")
     epochs: float | None = _f(None, "training length in passes over the train split (exclusive with --steps)")
     steps: int | None = _f(None, "optimiser steps to train (default: 30 epochs; 300 steps for sequence tasks)")
     batch_size: int = _f(128, "samples (sequences) per forward pass, over all processes; an optimiser step takes "
@@ -84,9 +85,24 @@ class RunConfig:
     timing_repeats: int = _f(5, "throughput phase: timed repeats (the median is reported)")
     timing_steps: int = _f(5, "throughput phase: steps per timed repeat")
     data_dir: str | None = _f(None, "dataset archive directory (cifar); default $RESBENCH_DATA, ~/.cache/resbench")
-    data_path: str | None = _f(None, "UTF-8 text file of the `text` task")
+    data_path: str | None = _f(None, "the data on disk: the `text` task's UTF-8 file, the `imagefolder` root (train/ "
+                               "and val/ class folders, or train-*.tar/val-*.tar shards), the `tokens` shard directory")
+    # -- data read from disk (imagefolder, tokens): the loader, the image tree, the vocabulary, evaluation caps ---
+    workers: int | None = _f(None, "loader tasks (imagefolder, tokens): DataLoader worker processes; 0 reads in the "
+                             "training process (default: imagefolder min(8, CPUs - 1), tokens 1)")
+    prefetch: int = _f(2, "loader tasks: batches each worker prepares ahead (DataLoader prefetch_factor)")
+    subset_per_class: int | None = _f(None, "imagefolder: only the first K images (sorted names) of each class in "
+                                      "each split, for quick runs")
+    skip_bad_images: bool = _f(False, "imagefolder: leave unreadable or truncated images out (counted in the run "
+                               "JSON) instead of refusing the dataset")
+    vocab_size: int = _f(50257, "tokens task: the model's vocabulary; every token id must be below it (GPT-2: 50257)")
+    eval_batches: int | None = _f(None, "at most N batches per evaluation pass (validation and training error): a "
+                                  "fixed subset, the same at every evaluation (default: all of it)")
+    eval_tokens: int | None = _f(None, "tokens and text tasks: tokens per evaluation pass, in fixed windows "
+                                 "(default: tokens 1,048,576; text 8,192)")
     seq_len: int = _f(128, "sequence tasks: tokens per training window")
-    image_size: int = _f(32, "synthetic task: image side")
+    image_size: int = _f(32, "image side: synthetic's images, imagefolder's training and validation crops "
+                         "(ImageNet: 224)")
     num_classes: int = _f(10, "synthetic task: number of classes")
     random_labels: bool = _f(False, "synthetic task: labels independent of the inputs")
     train_size: int = _f(4096, "generated tasks (synthetic, copy, reverse, recall): training samples")
@@ -187,6 +203,7 @@ class RunConfig:
         unknown = set(self.measure) - set(PHASES)
         if unknown:
             yield f"--measure takes {', '.join(PHASES)}, got {sorted(unknown)}"
+        yield from _data_errors(self)
 
     # -- identity ---------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
@@ -244,12 +261,16 @@ NOT_HASHED: tuple[str, ...] = (
     "seed", "measure", "timing_warmup", "timing_repeats", "timing_steps", "data_dir", "save_checkpoint",
     "checkpoint_every", "checkpoint_minutes", "keep_checkpoints",
     "global_batch_size",  # what it decides is grad_accum, which is hashed
+    "workers", "prefetch",  # how the loader runs, not what it feeds: augmentation is seeded per sample
 )  # fmt: skip
 # A run id ends in ``-<config_hash>-s<seed>`` (RunConfig.run_id): where a table lacks the hash, it is read from there.
 RUN_ID_PATTERN = re.compile(r"-([0-9a-f]{8})-s\d+$")
 SEQUENCE_FIELDS = ("betas", "milestones", "measure")
 # Fields added after results were recorded: hashed only when set, so existing run ids (and resuming) stay valid.
-_HASHED_UNLESS_DEFAULT = frozenset({"warmup_until_error", "world_size", "grad_accum", "target_loss"})
+_HASHED_UNLESS_DEFAULT = frozenset({
+    "warmup_until_error", "world_size", "grad_accum", "target_loss", "subset_per_class", "skip_bad_images",
+    "vocab_size", "eval_batches", "eval_tokens",
+})  # fmt: skip
 # Every field's default (every RunConfig field has a plain one): what a run JSON written before a field existed used.
 FIELD_DEFAULTS = {f.name: f.default for f in dataclasses.fields(RunConfig)}
 
@@ -336,6 +357,15 @@ def build(fields: Mapping[str, Any]) -> RunConfig:
         if "epochs" in fields:
             base.pop("steps", None)  # the user chose the run length in epochs instead of the recipe's steps
     return RunConfig(**{**base, **fields})
+
+
+def _data_errors(cfg: RunConfig) -> Any:
+    """What is wrong with the fields of data read from disk (loader, image tree, vocabulary, evaluation caps)."""
+    for name, low in (("workers", 0), ("prefetch", 1), ("subset_per_class", 1), ("vocab_size", 2),
+                      ("eval_batches", 1), ("eval_tokens", 1)):
+        value = getattr(cfg, name)
+        if value is not None and value < low:
+            yield f"--{name.replace('_', '-')} must be >= {low}, got {value}"
 
 
 def config_from_dict(d: Mapping[str, Any]) -> RunConfig:

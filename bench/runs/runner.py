@@ -276,6 +276,10 @@ def build_row(cfg: RunConfig, s: Any, rec: Record, env: dict[str, Any], wall_s: 
         train_tokens_per_s=samples_per_s * s.task.units_per_sample if samples_per_s and s.task.unit == "tokens"
         else None,
         step_time_ms=step_ms, peak_mem_mb=mem.get("peak_mb"), mem_method=mem.get("method"),
+        # a loader task's model step apart from its loader (bench.runs.train.model_apart), and evaluation's own time
+        model_samples_per_s=thr.get("model_samples_per_s"), input_bound_fraction=thr.get("input_bound_fraction"),
+        loader_workers=s.task.loader_workers, eval_time_s=rec.eval_time_s if rec.eval_curve else None,
+        final_val_perplexity=last.get("perplexity"),
         fwd_flops_per_sample=flops.get("fwd_per_sample"), train_flops_per_sample=flops.get("train_per_sample"),
         achieved_tflops=achieved, mfu=mfu, cost_source=cost_source, wall_time_s=wall_s,
         resumed_from_step=rec.resumed_from_step, restarts=rec.restarts,

@@ -9,6 +9,7 @@ diverges, runs out of memory or raises still produces a leaderboard row whose ``
 from __future__ import annotations
 
 import contextlib
+import itertools
 import math
 import os
 import time
@@ -54,11 +55,15 @@ def resolve_device(name: str) -> torch.device:
     return torch.device(name)
 
 
-def task_options(cfg: RunConfig) -> TaskOptions:
+def task_options(cfg: RunConfig, world: distributed.World | None = None) -> TaskOptions:
+    """The task's options from the config; under torchrun, ``world`` tells a loader task which share to read."""
     return TaskOptions(
         data_dir=cfg.data_dir, data_path=cfg.data_path, seq_len=cfg.seq_len, image_size=cfg.image_size,
         num_classes=cfg.num_classes, random_labels=cfg.random_labels, augment=cfg.augment,
         train_size=cfg.train_size, val_size=cfg.val_size,
+        workers=cfg.workers, prefetch=cfg.prefetch, subset_per_class=cfg.subset_per_class,
+        skip_bad_images=cfg.skip_bad_images, vocab_size=cfg.vocab_size, eval_batches=cfg.eval_batches,
+        eval_tokens=cfg.eval_tokens, rank=world.rank if world else 0, world_size=world.size if world else 1,
     )  # fmt: skip
 
 
@@ -135,13 +140,13 @@ def setup(cfg: RunConfig) -> Setup:
     if world is not None:
         device = distributed.device_for(world, device)
     seed_everything(cfg.seed, cfg.deterministic)
-    task = get_task(cfg.task, device=device, seed=cfg.seed, options=task_options(cfg))
-    if task.kind == "image" and cfg.global_batch > task.num_train:
-        raise TaskError(
-            f"the global batch {cfg.global_batch} (--batch-size {cfg.batch_size} x --grad-accum {cfg.grad_accum}) "
-            f"exceeds the {task.num_train} training samples of task {task.name!r}; use a smaller batch (or a larger "
-            "--train-size for synthetic)"
-        )
+    task = get_task(cfg.task, device=device, seed=cfg.seed, options=task_options(cfg, world))
+    if (task.kind == "image" or task.loader_workers is not None) and cfg.global_batch > task.num_train:
+        batch = f"--batch-size {cfg.batch_size}" if cfg.grad_accum == 1 else \
+            f"the global batch {cfg.global_batch} (--batch-size {cfg.batch_size} x --grad-accum {cfg.grad_accum})"
+        more = " (or a larger --train-size)" if task.name == "synthetic" else ""
+        raise TaskError(f"{batch} exceeds the {task.num_train} training samples of task {task.name!r}; use a smaller "
+                        f"batch{more}")
     kw = model_kwargs(cfg, task)
     torch.manual_seed(cfg.seed)
     model = variants.create(cfg.variant, **kw).to(device)
@@ -224,11 +229,12 @@ class StepRunner:
         self.scaler = torch.amp.GradScaler(s.device.type, enabled=cfg.precision == "fp16")
         world = s.world
         self.world, self.ddp = world, s.ddp
-        batches = s.task.train_batches(cfg.global_batch, generator)
-        for _ in range(skip):
-            next(batches)
-        # under torchrun: every rank draws the same global batch and keeps its own shard of it
-        self.batches = batches if world is None else (distributed.shard(x, y, world) for x, y in batches)
+        batches = s.task.train_batches_from(cfg.global_batch, generator, skip)
+        # under torchrun: every rank draws the same global batch and keeps its own shard of it (a loader task
+        # reads only its own share in the first place)
+        if world is not None and not s.task.per_rank_batches:
+            batches = (distributed.shard(x, y, world) for x, y in batches)
+        self.batches = batches
         self.channels_last = cfg.channels_last
         self.after_step = after_step_hook(model)
 
@@ -294,6 +300,7 @@ class Record:
     train_time_s: float = 0.0
     steps_to_target: int | None = None
     time_to_target_s: float | None = None
+    eval_time_s: float = 0.0  # time spent evaluating: apart from train_time_s, so from throughput and time to target
     warmup_ended_at: int | None = None  # steps of warm-up made (0: none); None if the run stopped inside it
     resumed_from_step: int | None = None  # the step this segment continued from (a rerun of an interrupted run)
     restarts: int = 0  # segments before this one
@@ -323,18 +330,23 @@ def measure_phases(s: Setup, rec: Record) -> None:
         fwd, train_step = measure.count_flops(forward, device)
         model.zero_grad(set_to_none=True)
         # per_step (forward + backward of every micro-batch) is what a training step computes: MFU divides it by the
-        # step time.
-        return {"per_step": train_step * cfg.grad_accum, "train_per_sample": train_step / cfg.batch_size,
-                "fwd_per_step": fwd, "fwd_per_sample": fwd / cfg.batch_size, "method": "torch.utils.flop_counter"}
+        # step time. Under torchrun a loader task's batch is this rank's share: the step computes the whole batch.
+        n, scale = len(x), cfg.batch_size / len(x)
+        return {"per_step": train_step * scale * cfg.grad_accum, "train_per_sample": train_step / n,
+                "fwd_per_step": fwd * scale, "fwd_per_sample": fwd / n, "method": "torch.utils.flop_counter"}
 
     def throughput() -> dict[str, Any]:
         runner = StepRunner(cfg, s, model, batch_generator(s, 2))
-        times = measure.time_steps(runner, device, cfg.timing_warmup, cfg.timing_repeats, cfg.timing_steps)
+        # a loader's workers fill their queues while idle: the warm-up drains those batches, so the timed steps wait
+        # on the loader as a long run does
+        warmup = cfg.timing_warmup + cfg.prefetch * (s.task.loader_workers or 0)
+        times = measure.time_steps(runner, device, warmup, cfg.timing_repeats, cfg.timing_steps)
         med = measure.median(times)
         rec.measurements["peak_flops"], rec.measurements["peak_source"] = measure.peak_flops(device, cfg.precision)
         return {
             "step_times_ms": times, "median_step_ms": med, "samples_per_s": cfg.global_batch / (med / 1e3),
-            "warmup_steps": cfg.timing_warmup, "repeats": cfg.timing_repeats, "steps_per_repeat": cfg.timing_steps,
+            "warmup_steps": warmup, "repeats": cfg.timing_repeats, "steps_per_repeat": cfg.timing_steps,
+            **(model_apart(cfg, runner, device, med) if s.task.loader_workers is not None else {}),
         }  # fmt: skip
 
     def memory() -> dict[str, Any]:
@@ -360,6 +372,17 @@ def measure_phases(s: Setup, rec: Record) -> None:
         model.load_state_dict(snapshot)
         model.zero_grad(set_to_none=True)
         torch.set_rng_state(rng)
+
+
+def model_apart(cfg: RunConfig, runner: StepRunner, device: torch.device, end_to_end_ms: float) -> dict[str, Any]:
+    """A loader task's model step timed apart from its loader: the same step on ``timing_steps`` batches already on
+    the device (taken from the loader, then cycled), beside the end-to-end median measured just before."""
+    runner.batches = itertools.cycle([next(runner.batches) for _ in range(cfg.timing_steps)])
+    times = measure.time_steps(runner, device, 1, cfg.timing_repeats, cfg.timing_steps)
+    med = measure.median(times)
+    return {"model_step_times_ms": times, "model_median_step_ms": med,
+            "model_samples_per_s": cfg.global_batch / (med / 1e3),
+            "input_bound_fraction": max(0.0, 1.0 - med / end_to_end_ms), "loader_workers": runner.task.loader_workers}
 
 
 @torch.no_grad()
@@ -488,7 +511,8 @@ def _state(step: int, runner: StepRunner, model: torch.nn.Module, rec: Record, l
         "scaler": runner.scaler.state_dict(), "warmup_end": runner.warmup_end, "runner_steps": runner.steps_done,
         "losses": losses[:step].cpu(), "lrs": list(lrs), "first_loss": first_loss, "rng": resume.rng_state(),
         "record": {"eval_curve": rec.eval_curve, "probes": rec.probes, "steps_to_target": rec.steps_to_target,
-                   "time_to_target_s": rec.time_to_target_s, "train_time_s": rec.train_time_s},
+                   "time_to_target_s": rec.time_to_target_s, "train_time_s": rec.train_time_s,
+                   "eval_time_s": rec.eval_time_s},
     }  # fmt: skip
 
 
@@ -525,8 +549,13 @@ def _check_divergence(chunk: torch.Tensor, start: int, first: float, factor: flo
 
 
 def _eval_point(s: Setup, rec: Record, step: int) -> None:
-    val_loss, val_acc = evaluate(s, s.model, s.task.val_batches(s.cfg.batch_size))
-    tr_loss, tr_acc = evaluate(s, s.model, s.task.train_eval_batches(s.cfg.batch_size))
+    started = time.perf_counter()
+    val, train_eval = s.task.val_batches(s.cfg.batch_size), s.task.train_eval_batches(s.cfg.batch_size)
+    if s.cfg.eval_batches is not None:  # a fixed subset: the first batches of each (fixed) pass
+        val, train_eval = itertools.islice(val, s.cfg.eval_batches), itertools.islice(train_eval, s.cfg.eval_batches)
+    val_loss, val_acc = evaluate(s, s.model, val)
+    tr_loss, tr_acc = evaluate(s, s.model, train_eval)
+    rec.eval_time_s += time.perf_counter() - started  # evaluate() ends in a host sync: the device work is counted
     point = {
         "step": step, "epoch": step * s.cfg.global_batch / s.task.num_train if s.task.num_train else None,
         "train_time_s": rec.train_time_s, "train_loss": tr_loss, "train_acc": tr_acc,
