@@ -115,13 +115,23 @@ def step_gpu_tests(ctx: Context) -> tuple[str, dict[str, Any]]:
     return summary, {}
 
 
+def _headline_size(ctx: Context) -> tuple[int, int]:
+    """Image size and batch: the headline's on a GPU, the smallest that exercises the same code on the CPU."""
+    return (224, 256) if ctx.cuda else (32, 4)
+
+
+def _timing(ctx: Context, warmup: int, repeats: int, steps: int) -> list[str]:
+    """The timing options of a step: as given on a GPU, one of each in the CPU forms (the code, not the figure)."""
+    w, r, n = (warmup, repeats, steps) if ctx.cuda else (1, 1, 1)
+    return ["--timing-warmup", str(w), "--timing-repeats", str(r), "--timing-steps", str(n)]
+
+
 def _headline_args(ctx: Context, model: str, compiled: bool) -> list[str]:
-    size, batch = (224, 256) if ctx.cuda else (64, 8)
+    size, batch = _headline_size(ctx)
     return ["run", "--variant", model, "--task", "synthetic", "--image-size", str(size), "--num-classes", "1000",
             "--batch-size", str(batch), "--train-size", str(2 * batch), "--val-size", str(batch), "--steps", "1",
             "--device", ctx.device, "--precision", "bf16", "--channels-last", "--measure", "throughput", "flops",
-            "memory", "--timing-warmup", "5", "--timing-repeats", "3", "--timing-steps", "10" if ctx.cuda else "2",
-            *(["--compile"] if compiled else []), "--quiet"]
+            "memory", *_timing(ctx, 5, 3, 10), *(["--compile"] if compiled else []), "--quiet"]
 
 
 def timm_samples_per_s(output: str) -> float:
@@ -139,7 +149,7 @@ def step_headline(ctx: Context) -> tuple[str, dict[str, Any]]:
     memory measured independently in this process."""
     figures: dict[str, Any] = {}
     compiles = [False] if ctx.quick or not ctx.cuda else [False, True]
-    repeats = 1 if ctx.quick else 3
+    repeats = 1 if ctx.quick or not ctx.cuda else 3
     for compiled in compiles:
         tag = "compiled" if compiled else "eager"
         ours, theirs = [], []
@@ -150,7 +160,7 @@ def step_headline(ctx: Context) -> tuple[str, dict[str, Any]]:
             ours.append(float(row["train_samples_per_s"]))
             figures[f"{tag}_mfu"], figures[f"{tag}_peak_mb"] = row["mfu"], row["peak_mem_mb"]
             if ctx.timm_benchmark is not None:
-                size, batch = (224, 256) if ctx.cuda else (64, 8)
+                size, batch = _headline_size(ctx)
                 out = ctx.run([PY, str(ctx.timm_benchmark), "--model", "resnet50", "--bench", "train",
                                "--batch-size", str(batch), "--img-size", str(size), "--amp", "--amp-dtype",
                                "bfloat16", "--channels-last", "--device", ctx.device,
@@ -174,7 +184,7 @@ def step_headline(ctx: Context) -> tuple[str, dict[str, Any]]:
 
 def _independent_peak(ctx: Context) -> float:
     """The peak memory of three training steps of the same model, measured here without the harness."""
-    size, batch = (224, 256) if ctx.cuda else (64, 8)
+    size, batch = _headline_size(ctx)
     code = f"""
 import torch, timm
 from bench.runs.measure import rss_mb, max_rss_mb, reset_peak_rss
@@ -204,15 +214,14 @@ def step_gpt2(ctx: Context) -> tuple[str, dict[str, Any]]:
     """GPT-2 small (124M, Pre-LN) at sequence length 1024 in bf16 on generated token shards: tokens/s and MFU."""
     shards = ctx.out / "data" / "tokens"
     seq, batch, variant = (1024, 16, "gpt2_small") if ctx.cuda else (64, 2, "preln")
-    ctx.bench("data", "synth-tokens", str(shards), "--vocab-size", "50257", "--tokens", str(4_000_000 if ctx.cuda
-                                                                                            else 200_000))
+    ctx.bench("data", "synth-tokens", str(shards), "--vocab-size", "50257", "--train-tokens",
+              str(4_000_000 if ctx.cuda else 200_000), "--val-tokens", str(262_144 if ctx.cuda else 16_384), "--quiet")
     res = ctx.out / "gpt2"
     extra = [] if ctx.cuda else ["--depth", "2", "--model-arg", "d_model=64", "--model-arg", "n_heads=2"]
     ctx.bench("run", "--variant", variant, *extra, "--task", "tokens", "--data-path", str(shards), "--seq-len",
-              str(seq), "--batch-size", str(batch), "--steps", "20", "--eval-tokens", str(16 * seq), "--device",
-              ctx.device, "--precision", "bf16", "--measure", "throughput", "flops", "--timing-warmup", "3",
-              "--timing-repeats", "3", "--timing-steps", "5" if ctx.cuda else "2", "--quiet", "--results-dir",
-              str(res))
+              str(seq), "--batch-size", str(batch), "--steps", "20" if ctx.cuda else "4", "--eval-tokens",
+              str(16 * seq if ctx.cuda else 2 * seq), "--device", ctx.device, "--precision", "bf16", "--measure",
+              "throughput", "flops", *_timing(ctx, 3, 3, 5), "--quiet", "--results-dir", str(res))
     row = rows(res)[-1]
     return f"{row['train_tokens_per_s']:,.0f} tokens/s, MFU {row['mfu']:.1%}", {
         "tokens_per_s": row["train_tokens_per_s"], "mfu": row["mfu"], "status": row["status"]}
@@ -317,18 +326,24 @@ def step_data(ctx: Context) -> tuple[str, dict[str, Any]]:
     """An ImageNet-layout folder of generated JPEGs read by a DataLoader with workers: the model's throughput,
     the end-to-end one and the share of the step spent waiting for data."""
     tree = ctx.out / "data" / "images"
-    ctx.bench("data", "synth-imagefolder", str(tree), "--classes", "10", "--per-class", "64" if ctx.cuda else "8")
+    ctx.bench("data", "synth-imagefolder", str(tree), "--classes", "10", "--train-per-class",
+              "64" if ctx.cuda else "4", "--val-per-class", "8" if ctx.cuda else "2", "--size",
+              "256" if ctx.cuda else "40", "--quiet")
     res = ctx.out / "data-run"
-    size, batch = (224, 64) if ctx.cuda else (64, 8)
+    size, batch = (224, 64) if ctx.cuda else (32, 4)
     ctx.bench("run", "--variant", "resnet18", "--task", "imagefolder", "--data-path", str(tree), "--image-size",
               str(size), "--num-classes", "10", "--batch-size", str(batch), "--workers", "4" if ctx.cuda else "2",
-              "--steps", "10", "--device", ctx.device, "--precision", "bf16", "--channels-last", "--measure",
-              "throughput", "--timing-warmup", "2", "--timing-repeats", "2", "--timing-steps", "3", "--quiet",
-              "--results-dir", str(res))
+              "--steps", "10" if ctx.cuda else "4", "--eval-batches", "2" if ctx.cuda else "1", "--device",
+              ctx.device, "--precision", "bf16", "--channels-last", "--measure", "throughput", *_timing(ctx, 2, 2, 3),
+              "--quiet", "--results-dir", str(res))
     row = rows(res)[-1]
+    loader = ctx.bench("perf", "loader", "--task", "imagefolder", "--data-path", str(tree), "--image-size", str(size),
+                       "--batch-size", str(batch), "--batches", "5" if ctx.cuda else "2", "--device", ctx.device,
+                       "--workers", *(["0", "4", "8"] if ctx.cuda else ["0", "2"])).stdout
     return (f"{row['train_samples_per_s']:,.0f} img/s end to end, model {row.get('model_samples_per_s', math.nan):,.0f}"
             f"; input-bound fraction {row.get('input_bound_fraction', math.nan):.2f}"), {
-        k: row.get(k) for k in ("train_samples_per_s", "model_samples_per_s", "input_bound_fraction", "status")}
+        **{k: row.get(k) for k in ("train_samples_per_s", "model_samples_per_s", "input_bound_fraction", "status")},
+        "perf_loader": loader.strip().splitlines()[-4:]}
 
 
 STOPPER = """
@@ -379,14 +394,15 @@ def step_resume(ctx: Context) -> tuple[str, dict[str, Any]]:
 def step_analyses(ctx: Context) -> tuple[str, dict[str, Any]]:
     """A trained run's checkpoint rebuilt for lesion and landscape on the device; probes of a 24-layer Pre-LN."""
     res = ctx.out / "analysis"
-    ctx.bench("run", "--variant", "resnet", "--depth", "20", "--task", "digits", "--device", ctx.device, "--steps",
-              "60", "--save-checkpoint", "--measure", "--quiet", "--results-dir", str(res))
+    ctx.bench("run", "--variant", "resnet", "--depth", "20" if ctx.cuda else "8", "--task", "digits", "--device",
+              ctx.device, "--steps", "60" if ctx.cuda else "10", "--save-checkpoint", "--measure", "--quiet",
+              "--results-dir", str(res))
     run_id = rows(res)[-1]["run_id"]
     ctx.bench("lesion", run_id, "--device", ctx.device, "--drop", "2", "--draws", "2", "--results-dir", str(res))
     ctx.bench("landscape", run_id, "--device", ctx.device, "--dims", "1", "--points", "5", "--samples", "128",
               "--results-dir", str(res))
-    ctx.bench("probe", "--variant", "preln", "--depth", "24", "--task", "tinytext", "--seq-len", "32",
-              "--batch-size", "8", "--device", ctx.device, "--csv", str(res / "probe-preln-d24.csv"))
+    ctx.bench("probe", "--variant", "preln", "--depth", "24" if ctx.cuda else "4", "--task", "tinytext",
+              "--seq-len", "32", "--batch-size", "8", "--device", ctx.device, "--csv", str(res / "probe-preln-d24.csv"))
     return "lesion, landscape and probes ran", {"run_id": run_id}
 
 

@@ -82,6 +82,7 @@ def test_sweep_runs_a_study_file(tmp_path: Path) -> None:
         bench.sweep("nope", results_dir=tmp_path / "r")
 
 
+@pytest.mark.slow  # a sweep, its report and plots, as the README runs them: minutes
 def test_the_readme_notebook_example_runs_as_written(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import re
 

@@ -31,6 +31,7 @@ seed = [0, 1, 2]
 '''
 
 
+@pytest.mark.slow  # every model of a study built and timed: about a minute
 def test_a_dry_run_prints_the_bill_and_records_nothing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     study = write(tmp_path / "tiny.toml", STUDY)
     code = main(["sweep", str(study), "--dry-run", "--jobs", "2", "--results-dir", str(tmp_path / "res")])
@@ -63,6 +64,7 @@ def test_each_run_pays_setup_steps_evaluations_probes_and_the_first_of_a_configu
     assert bill._steps(RunConfig(variant="a", epochs=2, batch_size=50, grad_accum=2), 1000) == 20  # global batches
 
 
+@pytest.mark.slow  # full-size stand-ins timed: about 30 s
 def test_a_task_without_its_data_is_measured_on_a_stand_in_of_the_same_shapes(tmp_path: Path) -> None:
     cfg = RunConfig(variant="resnet", depth=8, task="cifar10", data_dir=str(tmp_path / "none"), epochs=1,
                     batch_size=16, measure=())

@@ -122,8 +122,8 @@ def one(claims, df, probes=None, run_jsons=None):
             r"unknown expect 'bigger'; expect: greater, less, not_greater, not_less, similar",
         ),
         (
-            BASE | {"kind": "value", "expect": "similar", "threshold": 1},
-            r"unknown expect 'similar'; expect: greater, less, not_greater, not_less$",
+            BASE | {"kind": "value", "expect": "about", "threshold": 1},
+            r"unknown expect 'about'; expect: greater, less, not_greater, not_less, similar$",
         ),
         (
             BASE | {"compare": "d", "a": 1, "b": 2, "expect": "less", "threshold": -0.1},

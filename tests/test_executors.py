@@ -273,6 +273,7 @@ def test_driver_interrupted_then_killed_mid_sweep_resumes_with_one_row_per_confi
 # -- cost measured once per configuration ---------------------------------------------------------------------
 
 
+@pytest.mark.slow  # three sweeps with their measurement subprocesses: about 30 s
 def test_cost_is_measured_once_per_configuration_and_in_every_run_on_request(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     once, every = tmp_path / "once", tmp_path / "every"

@@ -213,9 +213,10 @@ def bad_tree(tmp_path: Path, damage: str) -> tuple[Path, str]:
         victim.write_bytes(b"")
         return root, f"image {victim} is empty"
     if damage == "loose val":
-        for f in (root / "val").glob("*/*"):
-            f.rename(root / "val" / f.name)
-        for d in (root / "val").glob("*/"):
+        folders = [d for d in (root / "val").iterdir() if d.is_dir()]
+        for d in folders:
+            for f in list(d.iterdir()):
+                f.rename(root / "val" / f.name)
             d.rmdir()
         return root, f"{root / 'val'} holds 6 images but no class folders"
     if damage == "loose train":

@@ -160,6 +160,7 @@ seed = [0, 1, 2]
 '''
 
 
+@pytest.mark.slow  # sweep drivers started from scratch: about 15 s
 def test_a_preempted_sweep_continues_its_runs_when_rerun(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """One run of the sweep is stopped by SIGTERM mid-training: no row, its state saved, the sweep says how to go
     on (exit status 75); rerun, it continues that run (its row says from which step) and skips the others."""

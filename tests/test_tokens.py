@@ -130,6 +130,7 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+@pytest.mark.slow  # two gloo processes: about 15 s
 def test_per_rank_windows_are_disjoint_under_two_gloo_processes(tmp_path: Path) -> None:
     data, results = llmc_set(tmp_path / "data"), tmp_path / "results"
     script = tmp_path / "ranks.py"
@@ -167,6 +168,7 @@ def test_per_rank_windows_are_disjoint_under_two_gloo_processes(tmp_path: Path) 
     assert rows["world_size"] == 2 and rows["status"] == "ok"
 
 
+@pytest.mark.slow  # a 200 MB shard set written and trained on: about 20 s
 def test_a_200_mb_shard_set_trains_under_an_address_space_limit_below_its_size(tmp_path: Path) -> None:
     """Two 100 MB training shards; the process may map 150 MB more than it has mapped when the run starts: enough
     for one shard at a time (a batch maps the shard it reads for that read only), not for the set. Reading the set
