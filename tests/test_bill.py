@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from pathlib import Path
 
@@ -60,8 +61,15 @@ def test_each_run_pays_setup_steps_evaluations_probes_and_the_first_of_a_configu
     other = bill.RunBill(cfg, costs, steps=100, evals=4, probe_calls=3, measures=False)
     assert first.seconds == pytest.approx(2 + 10 + 100 * 0.5 + 4 * 3 + 3 * 1) and other.seconds == first.seconds - 10
     assert first.train_flops == 1e11
-    assert bill._steps(RunConfig(variant="a", epochs=2, batch_size=100), 1000) == 20
-    assert bill._steps(RunConfig(variant="a", epochs=2, batch_size=50, grad_accum=2), 1000) == 20  # global batches
+    assert bill._steps(RunConfig(variant="a", epochs=2, batch_size=100), costs) == 20
+    assert bill._steps(RunConfig(variant="a", epochs=2, batch_size=50, grad_accum=2), costs) == 20  # global batches
+    assert bill._steps(RunConfig(variant="a", batch_size=100), costs) == 300  # 30 epochs by default
+    sequences = dataclasses.replace(costs, default_steps=300)
+    assert bill._steps(RunConfig(variant="a", batch_size=100), sequences) == 300  # the task's default run length
+    assert bill._steps(RunConfig(variant="a", epochs=1, batch_size=100), sequences) == 10
+    unknown = dataclasses.replace(costs, num_train=None)
+    with pytest.raises(ValueError, match="its synthetic data is not on this machine, so its epochs cannot be counted"):
+        bill._steps(RunConfig(variant="a", task="synthetic", epochs=1), unknown)
 
 
 @pytest.mark.slow  # full-size stand-ins timed: about 30 s
@@ -73,7 +81,7 @@ def test_a_task_without_its_data_is_measured_on_a_stand_in_of_the_same_shapes(tm
     assert (stand.task, stand.image_size, stand.num_classes) == ("synthetic", 32, 10)
     costs = bill.measure_costs(cfg, "k", threads=1)
     assert costs.stand_in == "synthetic" and costs.num_train == 50_000 and costs.step_s > 0 and costs.eval_s > 0
-    assert bill._steps(cfg, costs.num_train) == 3125  # an epoch of CIFAR-10 at batch 16
+    assert bill._steps(cfg, costs) == 3125  # an epoch of CIFAR-10 at batch 16
 
 
 @pytest.mark.slow  # a ResNet-110 timed on the CPU: about a minute
@@ -84,3 +92,15 @@ def test_a_full_scale_preset_dry_runs_on_the_cpu(capsys: pytest.CaptureFixture[s
     assert code == 0, err
     assert "resnet-d110 cifar10 (as synthetic)" in out and "total: 5 runs, 320,000 steps" in out
     assert not (tmp_path / "res").exists()
+
+
+def test_a_tokens_run_without_its_shards_is_measured_on_generated_shards_of_its_vocabulary(tmp_path: Path) -> None:
+    cfg = RunConfig(variant="preln", depth=2, task="tokens", data_path=str(tmp_path / "none"), vocab_size=1000,
+                    seq_len=16, batch_size=4, steps=50, eval_tokens=320,
+                    model_args={"d_model": 32, "n_heads": 2, "d_ff": 64}, measure=())
+    stand, num_train, name = bill._stand_in(cfg)
+    assert name == "generated shards" and num_train is None and stand.task == "tokens" and stand.vocab_size == 1000
+    costs = bill.measure_costs(cfg, "k", threads=1)
+    assert costs.stand_in == "generated shards" and costs.num_train is None and costs.step_s > 0
+    assert bill._steps(cfg, costs) == 50
+    assert bill.STAND_INS["tokens"](cfg)[2] == 20  # one evaluation reads 320 tokens: 20 windows of 16

@@ -51,20 +51,32 @@ def _layer_of(module: str) -> tuple[int, str] | None:
     return None
 
 
-@pytest.mark.slow  # a fresh interpreter importing everything, per layer: about 20 s each
-@pytest.mark.parametrize("package", [p for layer in LAYERS for p in layer])
-def test_a_layer_imports_only_the_layers_below_it(package: str) -> None:
-    level, _ = _layer_of(package)  # type: ignore[misc]
-    loaded = _imported_after(_modules(package))
-    above = sorted(m for m in loaded if (found := _layer_of(m)) is not None and found[0] >= level
-                   and found[1] != package)
-    assert not above, f"importing {package} loads {above}, which {package} must not depend on"
+def _loaded_step_by_step(packages: list[str]) -> list[set[str]]:
+    """In one fresh interpreter, ``packages`` imported one after another (every module of each): the modules
+    loaded after each."""
+    modules = [_modules(p) for p in packages]
+    code = f"import importlib, json, sys\nseen = []\nfor group in {modules!r}:\n" \
+           "    for m in group:\n        importlib.import_module(m)\n    seen.append(sorted(sys.modules))\n" \
+           "print(json.dumps(seen))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)
+    return [set(step) for step in json.loads(out.stdout.strip().splitlines()[-1])]
 
 
-@pytest.mark.slow  # a fresh interpreter: about 15 s
-def test_the_registry_never_imports_the_harness() -> None:
-    loaded = _imported_after(["variants"])
-    assert not [m for m in loaded if m == "bench" or m.startswith("bench.")]
+# Bottom up, each level's siblings in both orders: a package imported before its sibling shows it does not load it.
+ORDERS = [[p for layer in LAYERS for p in (layer if flip else layer[::-1])] for flip in (False, True)]
+
+
+@pytest.mark.slow  # a fresh interpreter importing the whole harness: about 20 s
+@pytest.mark.parametrize("order", ORDERS, ids=lambda o: "-then-".join(p.split(".")[-1] for p in o))
+def test_a_layer_imports_only_the_layers_below_it(order: list[str]) -> None:
+    """Imported bottom up, each package finds loaded only itself, what is below it, and the siblings already
+    imported; the registry (``variants``), imported first, loads nothing of the harness."""
+    loaded = _loaded_step_by_step(["variants", *order])
+    assert not [m for m in loaded[0] if m == "bench" or m.startswith("bench.")], "variants imports the harness"
+    for i, package in enumerate(order):
+        imported = set(order[: i + 1])
+        early = sorted(m for m in loaded[i + 1] if (found := _layer_of(m)) is not None and found[1] not in imported)
+        assert not early, f"importing {package} loads {early}, which {package} must not depend on"
 
 
 def test_the_command_line_answers_help_without_loading_torch() -> None:

@@ -25,27 +25,47 @@ import heapq
 import itertools
 import math
 import statistics
+import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
 
 from bench.runs import measure, probes
 from bench.runs.config import RunConfig
-from bench.runs.tasks import TaskError
+from bench.runs.tasks import TaskError, synth
+from bench.runs.tasks.tokens import DEFAULT_EVAL_TOKENS
 from bench.runs.train import Record, eval_pass, measure_phases, setup
 from bench.sweeps.executors.local import plan_placements
 from bench.sweeps.options import SweepOptions
 
+
 # Task -> for a run's config: (the stand-in's RunConfig fields, training samples of the real dataset, samples one
 # evaluation reads): the shapes a step sees, without the data. An image folder is taken for ImageNet-1k.
-STAND_INS: dict[str, Callable[[RunConfig], tuple[dict[str, Any], int, int]]] = {
+def _token_shards(cfg: RunConfig) -> dict[str, Any]:
+    """Generated token shards of the run's vocabulary, enough for a few of its batches (written once per vocabulary
+    into a directory that lasts as long as the process): the ``tokens`` task itself, on data of the same shapes."""
+    key = cfg.vocab_size
+    if key not in _SHARDS:
+        _SHARDS[key] = tempfile.TemporaryDirectory(prefix="resbench-bill-tokens-")
+        windows = 4 * cfg.batch_size + EVAL_SAMPLES
+        synth.synth_tokens(Path(_SHARDS[key].name) / "shards", train_tokens=windows * (cfg.seq_len + 1),
+                           val_tokens=(EVAL_SAMPLES + 1) * (cfg.seq_len + 1), vocab_size=cfg.vocab_size,
+                           progress=False)
+    return {"data_path": str(Path(_SHARDS[key].name) / "shards")}
+
+
+_SHARDS: dict[int, tempfile.TemporaryDirectory[str]] = {}
+STAND_INS: dict[str, Callable[[RunConfig], tuple[dict[str, Any], int | None, int]]] = {
     "cifar10": lambda c: ({"task": "synthetic", "image_size": 32, "num_classes": 10}, 50_000, 20_000),
     "cifar100": lambda c: ({"task": "synthetic", "image_size": 32, "num_classes": 100}, 50_000, 20_000),
     "imagefolder": lambda c: ({"task": "synthetic", "image_size": c.image_size, "num_classes": c.num_classes,
                                "data_path": None}, 1_281_167, 60_000),
+    # a corpus's size is the user's (the shipped presets count steps); an evaluation reads --eval-tokens
+    "tokens": lambda c: (_token_shards(c), None, (c.eval_tokens or DEFAULT_EVAL_TOKENS) // c.seq_len),
 }
 TIMED_STEPS = 20  # the training step's cost: the median over 4 repeats of 5 steps, after 2 untimed
 STEP_BUDGET = 2e10  # FLOPs of a step timed whole here; a larger step is timed on fewer samples and scaled
@@ -65,8 +85,9 @@ class Costs:
     flops_per_step: float  # forward + backward of one optimiser step
     peak_mb: float | None
     mfu: float | None  # achieved / peak of this device, in the timed steps
-    num_train: int
+    num_train: int | None  # None: a corpus not on this machine (its runs must count steps)
     stand_in: str | None  # the task it was measured on, when not the run's own
+    default_steps: int | None = None  # the task's run length when neither steps nor epochs is given
 
 
 @dataclass(frozen=True)
@@ -93,14 +114,14 @@ def _stand_in(cfg: RunConfig) -> tuple[RunConfig, int | None, str | None]:
     """``cfg`` measured as it is when its task loads here; else the stand-in of the same shapes."""
     if cfg.task not in STAND_INS:
         return cfg, None, None
-    fields, num_train, _ = STAND_INS[cfg.task](cfg)
     try:
         setup(dataclasses.replace(cfg, steps=1, epochs=None, measure=()))
         return cfg, None, None
     except TaskError:
+        fields, num_train, _ = STAND_INS[cfg.task](cfg)
         size = max(4 * cfg.batch_size, 64)
         stand = dataclasses.replace(cfg, **fields, train_size=size, val_size=size, steps=1, epochs=None)
-        return stand, num_train, str(fields["task"])
+        return stand, num_train, "generated shards" if stand.task == cfg.task else stand.task
 
 
 def measure_costs(cfg: RunConfig, key: str, threads: int) -> Costs:
@@ -153,7 +174,7 @@ def measure_costs(cfg: RunConfig, key: str, threads: int) -> Costs:
         memory = m.get("memory", {})
         peak_mb = memory.get("peak_mb")
         return Costs(key, setup_s, measure_s, step_s, eval_s, probe_s, flops, peak_mb if b == cfg.batch_size else None,
-                     mfu, real_train or s.task.num_train, stand)
+                     mfu, real_train if stand is not None else s.task.num_train, stand, s.task.default_steps)
     finally:
         torch.set_num_threads(before)
 
@@ -173,13 +194,18 @@ def _eval_seconds(s: Any, batch: int, evaluated: int | None) -> float:
     return seconds * (evaluated if evaluated is not None else counted) / max(timed, 1)
 
 
-def _steps(cfg: RunConfig, num_train: int) -> int:
-    """The optimiser steps of ``cfg`` (as bench.runs.train.setup decides them) for a training split of
-    ``num_train`` samples."""
+def _steps(cfg: RunConfig, costs: Costs) -> int:
+    """The optimiser steps of ``cfg`` as bench.runs.train.setup decides them: ``steps``, else the task's default
+    run length, else epochs (30 by default) of its training split."""
     if cfg.steps is not None:
         return cfg.steps
+    if cfg.epochs is None and costs.default_steps is not None:
+        return costs.default_steps
+    if costs.num_train is None:
+        raise ValueError(f"{cfg.run_id}: its {cfg.task} data is not on this machine, so its epochs cannot be counted; "
+                         "give the study steps (or --set data_path=...) for the bill")
     epochs = cfg.epochs if cfg.epochs is not None else 30.0
-    return max(1, math.ceil(epochs * num_train / cfg.global_batch))
+    return max(1, math.ceil(epochs * costs.num_train / cfg.global_batch))
 
 
 def bill(configs: Sequence[RunConfig], options: SweepOptions, cost_key: Any) -> list[RunBill]:
@@ -194,7 +220,7 @@ def bill(configs: Sequence[RunConfig], options: SweepOptions, cost_key: Any) -> 
             print(f"  measuring {cfg.run_id} ({threads} thread{'s' if threads > 1 else ''}) ...", flush=True)
             costs[key] = measure_costs(cfg, key, threads)
         c = costs[key]
-        steps = _steps(cfg, c.num_train)
+        steps = _steps(cfg, c)
         every = cfg.eval_every or max(1, steps // 10)
         evals = len({*range(every, steps + 1, every), steps})
         probe_calls = (steps // cfg.probe_every + (steps % cfg.probe_every == 0)) if cfg.probe_every else 0
