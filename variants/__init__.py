@@ -64,6 +64,7 @@ from . import (  # noqa: F401  (families)
     resnext,
     speedrun,
     transformer,
+    updates,
     wrn,
 )
 from .axes import (

@@ -90,14 +90,15 @@ class ValueEmbeddingAttention(CausalSelfAttention):
 
     def __init__(self, d_model: int, n_heads: int, dropout: float, bias: bool) -> None:
         super().__init__(d_model, n_heads, dropout, bias)
-        self.gate = nn.Linear(min(GATE_FEATURES, d_model), n_heads, bias=False)
-        nn.init.zeros_(self.gate.weight)
+        # W_g, a parameter rather than an nn.Linear: the init schemes draw a body's linear layers (the last as the
+        # projection into the stream), and this gate must start at 0 and is no projection.
+        self.gate: nn.Parameter | None = nn.Parameter(torch.zeros(n_heads, min(GATE_FEATURES, d_model)))
 
     def forward(self, x: torch.Tensor, ve: torch.Tensor | None = None) -> torch.Tensor:
         b, t, c = x.shape
         q, k, v = self.heads(x)
-        if ve is not None:
-            g = self.gate(x[..., :self.gate.in_features]).transpose(1, 2).unsqueeze(-1)  # (B, H, T, 1)
+        if ve is not None and self.gate is not None:
+            g = (x[..., :self.gate.shape[1]] @ self.gate.T).transpose(1, 2).unsqueeze(-1)  # (B, H, T, 1)
             v = v + g * ve.view(b, t, self.n_heads, c // self.n_heads).transpose(1, 2)
         p = self.attn_dropout if self.training else 0.0
         y = F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=True)
@@ -198,7 +199,10 @@ def speedrun(*, depth: int = 6, d_model: int = 128, n_heads: int = 4, d_ff: int 
     def unit(index: int, placement: str, body: nn.Module, combine: Combinator, norm: NormFactory) -> ResidualUnit:
         layer = index // 2
         assert isinstance(combine, SkipToEmbedding)
-        return SpeedrunUnit(body, combine, norm, table_of.get(layer) if index % 2 == 0 else None)
+        table = table_of.get(layer) if index % 2 == 0 else None
+        if isinstance(body, ValueEmbeddingAttention) and table is None:
+            body.gate = None  # type: ignore[assignment]  # no value embedding in this layer: no gate
+        return SpeedrunUnit(body, combine, norm, table)
 
     def layer(i: int, attn: ResidualUnit, ffn_unit: ResidualUnit) -> Block:
         skips = at["skip_in"] < at["skip_out"]
