@@ -50,7 +50,9 @@ reads them off any built model, e.g. one built with ``norm=`` another norm).
 """
 
 from . import (  # noqa: F401  (families)
+    airbench,
     cifar,
+    convnext,
     dense,
     densenet,
     frac,
@@ -58,9 +60,11 @@ from . import (  # noqa: F401  (families)
     imagenet,
     lm_norms,
     mlp,
+    nfnet,
     ngpt,
     normfree,
     preact,
+    repvgg,
     resnext,
     speedrun,
     transformer,
