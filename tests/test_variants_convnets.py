@@ -176,9 +176,9 @@ def test_nfnet_cifar() -> None:
     assert all(u.combine.skipinit_gain.item() == 0.0 for u in units)  # SkipInit: the branches start silent
     with pytest.raises(ValueError, match=r"CIFAR NFNet depth must be 12n\+2"):
         variants.create("nfnet_cifar", depth=20)
-    with pytest.raises(ValueError, match=r"clipping \(AGC's λ; None: no clipping\) must be positive, got -1"):
+    with pytest.raises(ValueError, match=r"clipping \(AGC's λ; 0: no clipping\) must be >= 0, got -1"):
         variants.create("nfnet_cifar", clipping=-1)
-    free = variants.create("nfnet_cifar", depth=14, clipping=None)
+    free = variants.create("nfnet_cifar", depth=14, clipping=0)
     assert not any(p._post_accumulate_grad_hooks for p in free.parameters())
 
 

@@ -106,22 +106,28 @@ def _normfree_lm(spec: TransformerSpec, alpha_init: float | None, final_norm: st
                 set_alpha(cast(nn.Module, unit.norm_in), alpha_init)
         set_alpha(model.norm, alpha_init)
     if final_norm is not None:
-        choice("final_norm", final_norm, [*NORMS, *axes.registered("norm")])
         model.norm = resolve_norm(final_norm, spec.bias)[1](spec.d_model)
     return model
+
+
+def _final_norm(value: object) -> str:
+    """A norm type's name for ``final_norm``: the family's or a registered one."""
+    return choice("final_norm", value, [*NORMS, *axes.registered("norm")])
 
 
 @register("dyt", family="transformer", paper=DYT_PAPER, spec=TransformerSpec(norm="dyt"), norm="dyt")
 def dyt(spec: TransformerSpec, *, alpha_init: float = 0.5, final_norm: str = "dyt") -> TransformerLM:
     """Pre-LN with DyT in every norm (α₀ = ``alpha_init``, the paper's 0.5); ``final_norm`` another type for the
     last norm alone (``"layernorm"``: DyT in the sublayers only)."""
-    return _normfree_lm(spec, real("alpha_init", alpha_init), None if final_norm == "dyt" else final_norm)
+    final = _final_norm(final_norm)
+    return _normfree_lm(spec, real("alpha_init", alpha_init), None if final == "dyt" else final)
 
 
 @register("derf", family="transformer", paper=DERF_PAPER, spec=TransformerSpec(norm="derf"), norm="derf")
 def derf(spec: TransformerSpec, *, alpha_init: float = 0.5, final_norm: str = "derf") -> TransformerLM:
     """Pre-LN with Derf in every norm (α₀ = ``alpha_init``, s₀ = 0); ``final_norm`` as :func:`dyt`'s."""
-    return _normfree_lm(spec, real("alpha_init", alpha_init), None if final_norm == "derf" else final_norm)
+    final = _final_norm(final_norm)
+    return _normfree_lm(spec, real("alpha_init", alpha_init), None if final == "derf" else final)
 
 
 @register("seednorm", family="transformer", paper=SEEDNORM_PAPER, spec=TransformerSpec(norm="seednorm"),

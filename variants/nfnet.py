@@ -15,7 +15,7 @@ propagation to close the performance gap in unnormalized ResNets" (ICLR 2021, ar
   channels), then squeeze-and-excite (ratio 0.5) times 2;
 - adaptive gradient clipping (§4.1): every weight's gradient rescaled unit-wise (per output row) so that
   ``‖G‖ ≤ λ·max(‖W‖, 10⁻³)``, λ = 0.01, except the classifier's. Here it is a hook each parameter runs after its
-  gradient is accumulated (``clipping=None`` removes it), so any optimiser sees clipped gradients.
+  gradient is accumulated (``clipping=0`` removes it), so any optimiser sees clipped gradients.
 
 ``nfnet_imagenet`` (preset ``nfnet_f0``, F1, F2) is layer for layer timm's ``dm_nfnet_f*`` (the same parameter
 count; timm's weights load with their names mapped), but with symmetric padding where DeepMind pads "SAME"
@@ -208,18 +208,17 @@ def nf_init_(model: nn.Module) -> nn.Module:
     return model
 
 
-def _clipping(clipping: float | None) -> float | None:
-    if clipping is None:
-        return None
-    value = real("clipping", clipping, "AGC's λ; None: no clipping")
-    if value <= 0:
-        raise ValueError(f"clipping (AGC's λ; None: no clipping) must be positive, got {clipping!r}")
-    return value
+def _clipping(clipping: float) -> float | None:
+    """AGC's λ, or None where ``clipping`` is 0 (no clipping)."""
+    value = real("clipping", clipping, "AGC's λ; 0: no clipping")
+    if value < 0:
+        raise ValueError(f"clipping (AGC's λ; 0: no clipping) must be >= 0, got {clipping!r}")
+    return value or None
 
 
 @register("nfnet_imagenet", family="nfnet", paper=f"{NFNET_PAPER}, Table 1 (NFNet-F0..F2)")
 def nfnet_imagenet(*, depths: tuple[int, ...] = F_DEPTHS["f0"], num_classes: int = 1000, in_chans: int = 3,
-                   drop_path_rate: float = 0.0, clipping: float | None = AGC_CLIPPING,
+                   drop_path_rate: float = 0.0, clipping: float = AGC_CLIPPING,
                    init: InitArg = "kaiming") -> nn.Module:
     """The ImageNet NFNet with ``depths`` units per stage (NFNet-F0: 1, 2, 6, 3), AGC at λ = ``clipping``; ``init``
     a scheme of ``variants.layers.INIT_SCHEMES`` (``kaiming``: :func:`nf_init_`, timm's)."""
@@ -251,7 +250,7 @@ def nf_cifar_units(depth: int) -> int:
 @register("nfnet_cifar", family="nfnet", paper=f"{NFNET_PAPER}; its unit on He et al. 2015's CIFAR stages",
           spec=CifarSpec(depth=26))
 def nfnet_cifar(spec: CifarSpec, *, group_size: int = 16, alpha: float = ALPHA,
-                clipping: float | None = AGC_CLIPPING) -> nn.Module:
+                clipping: float = AGC_CLIPPING) -> nn.Module:
     """:class:`NFBlock` units on the CIFAR stages (outputs 4w, 8w, 16w; bottleneck 2w, 4w, 8w in groups of
     ``group_size`` channels); a weight-standardised 3×3 stem; a final 1×1 conv to twice the width; AGC at λ =
     ``clipping``. ``init`` draws the convolutions (weight standardisation makes their scale moot)."""
