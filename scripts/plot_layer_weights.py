@@ -92,9 +92,10 @@ def main() -> None:
         way = {"mudd": "R", "dca": "Q"}.get(str(run["variant"]), "h")
         shown = frame[frame["way"].isin([way, "out"])] if way == "Q" else frame[frame["way"] == way]
         table = shown.pivot_table(index="reader", columns="source", values="weight")
-        fig, ax = plt.subplots(figsize=(1.5 + 0.3 * table.shape[1], 1.2 + 0.25 * table.shape[0]))
+        fig, ax = plt.subplots(figsize=(max(5.5, 2 + 0.3 * table.shape[1]), max(4.0, 1.5 + 0.25 * table.shape[0])))
         sns.heatmap(table, ax=ax, cmap="viridis", cbar_kws={"label": "mean weight"})
-        ax.set_title(f"{run['variant']}, depth {int(run['depth'])}, seed {ns.seed}: what each layer reads ({way})")
+        ax.set_title(f"{run['variant']}, depth {int(run['depth'])}, seed {ns.seed}:\nwhat each connection reads "
+                     f"({way} way)", fontsize=10)
         ax.set_xlabel("source (0 = embeddings)")
         ax.set_ylabel("reading connection")
         fig.tight_layout()
