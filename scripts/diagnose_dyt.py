@@ -19,8 +19,9 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
+from bench.analysis.studyfile import find_study
 from bench.runs.train import Record, setup, train
-from bench.sweeps.study import load_study, study_path
+from bench.sweeps.study import load_study
 
 Edit = Callable[[nn.Module], None]
 
@@ -49,7 +50,7 @@ CASES: list[tuple[str, str, dict[str, object], Edit | None]] = [
 
 def built(variant: str, depth: int, seed: int, changes: dict[str, object], edit: Edit | None):
     base = {(c.variant, c.depth, c.seed, dict(c.model_args).get("norm")): c
-            for c in load_study(study_path("normfree")).configs("quick")}
+            for c in load_study(find_study("normfree")).configs("quick")}
     cfg = base[("preln", depth, seed, "layernorm")]
     args = {k: v for k, v in dict(cfg.model_args).items() if k != "norm"}
     lr = float(changes.pop("lr", cfg.lr))
