@@ -37,10 +37,14 @@ from bench.reports.report import write_report
 from bench.reports.trackers import Tracker, log_all, make_trackers
 from bench.runs import distributed, plugins
 from bench.runs.config import DEFAULT_RESULTS, RunConfig, build
+from bench.runs.env import environment
+from bench.runs.measure import cost_key
 from bench.runs.progress import Progress
 from bench.runs.results import ResultsStore, atomic_write_text
 from bench.runs.runner import execute
 from bench.runs.schema import HEADLINE_METRICS as LEADERBOARD_METRICS
+from bench.runs.train import resolve_device
+from bench.sweeps.bill import accelerators, bill, render
 from bench.sweeps.driver import run_sweep
 from bench.sweeps.executors import check_options, make_executor, prestart
 from bench.sweeps.options import FIELDS as OPTION_FIELDS
@@ -159,7 +163,10 @@ def sweep(study: str | Path, *, results_dir: str | Path = DEFAULT_RESULTS, optio
     prestart(options)
     plugins.load_plugins(study_plugins(study), PLUGIN_ORIGIN)  # the variants a study names, before it is checked
     spec = load_study(study).with_variants(list(options.add_variants))
-    configs = spec.configs(options.preset)  # checked for confounds, plugins run forward: before anything runs
+    # checked for confounds, plugins run forward: before anything runs
+    configs = spec.configs(options.preset, options.fields())
+    if options.dry_run:
+        return _dry_run(spec, configs, options)
     executor = make_executor(configs, options)  # starts nothing (Ray connects at the first run)
     store = ResultsStore(results_dir)
     store.preflight()
@@ -172,7 +179,7 @@ def sweep(study: str | Path, *, results_dir: str | Path = DEFAULT_RESULTS, optio
         run_sweep(configs, results_dir, executor, resume=options.resume, measure_every_run=options.measure_every_run,
                   progress=not options.quiet,
                   command=command or f"python -m bench sweep {spec.path} --results-dir {results_dir}",
-                  on_record=_log_to(trackers, results_dir))
+                  on_record=_log_to(trackers, results_dir), requeue=options.requeue)
     if spec.analysis:  # what the study measures on its trained runs (or, with no grid, on models at init)
         print(f"{spec.analysis['kind']} analysis of study {spec.name!r}:", flush=True)
         for written in for_study(spec.name, spec.analysis_options(options.preset), results_dir,
@@ -181,6 +188,19 @@ def sweep(study: str | Path, *, results_dir: str | Path = DEFAULT_RESULTS, optio
     if report:
         print(write_report(results_dir, spec.name))  # draws the figures too
     return load(results_dir, spec.name)
+
+
+def _dry_run(spec: Study, configs: Sequence[RunConfig], options: SweepOptions) -> Results:
+    """The bill of a study's runs under ``options`` (:mod:`bench.sweeps.bill`); nothing run, nothing recorded."""
+    print(f"dry run of study {spec.name!r} ({options.preset or 'full'}): {len(configs)} runs checked; measuring what "
+          "each model configuration costs here", flush=True)
+    bills = bill(configs, options, cost_key)
+    device = environment(resolve_device(configs[0].device if configs else "auto"))["device_name"]
+    precision = configs[0].precision if configs else "fp32"
+    for line in render(bills, options, device, accelerators(precision)):
+        print(line)
+    empty = pd.DataFrame()
+    return Results(Path("."), spec.name, empty, empty, empty, [])
 
 
 def _keep_study_file(spec: Study, root: Path) -> None:

@@ -18,8 +18,8 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-from bench.sweeps.study import load_study, study_path
 from bench.runs.train import Record, setup, train
+from bench.sweeps.study import load_study, study_path
 
 Edit = Callable[[nn.Module], None]
 

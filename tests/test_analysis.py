@@ -259,6 +259,7 @@ LESION_STUDY = """
 """
 
 
+@pytest.mark.slow  # a study swept, analysed and reported: about 30 s
 def test_a_study_runs_its_analysis_and_reports_its_claims(tmp_path: Path,
                                                           capsys: pytest.CaptureFixture[str]) -> None:
     res, study = tmp_path / "res", write(tmp_path / "tinylesion.toml", LESION_STUDY)

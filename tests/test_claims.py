@@ -122,8 +122,8 @@ def one(claims, df, probes=None, run_jsons=None):
             r"unknown expect 'bigger'; expect: greater, less, not_greater, not_less, similar",
         ),
         (
-            BASE | {"kind": "value", "expect": "similar", "threshold": 1},
-            r"unknown expect 'similar'; expect: greater, less, not_greater, not_less$",
+            BASE | {"kind": "value", "expect": "about", "threshold": 1},
+            r"unknown expect 'about'; expect: greater, less, not_greater, not_less, similar$",
         ),
         (
             BASE | {"compare": "d", "a": 1, "b": 2, "expect": "less", "threshold": -0.1},
@@ -188,7 +188,7 @@ def test_load_claims_and_study_file_lookup(tmp_path: Path):
     copy.write_text('name = "degradation"\n')
     assert find_study("degradation", tmp_path) == copy  # the copy the sweep ran from wins
     assert find_study("degradation") == STUDIES_DIR / "degradation.toml"  # without a results directory: shipped
-    with pytest.raises(ValueError, match=r"no shipped study 'unheard-of'; shipped studies: degradation"):
+    with pytest.raises(ValueError, match=r"no shipped study 'unheard-of'; shipped studies: crosslayer, degradation"):
         find_study("unheard-of", tmp_path)
 
 
@@ -606,3 +606,19 @@ def test_claims_filter_on_the_axes_each_run_recorded_not_on_the_registry_now():
     assert result.verdict == "agrees" and [g.n for g in result.groups] == [3, 3]
     without = one(c, board(mine))  # runs recorded before run JSONs kept their axes: the registry's, where known
     assert without.verdict == "inconclusive" and "no runs with combinator=gate" in without.note
+
+
+def test_a_value_claim_can_say_a_published_figure_is_reproduced():
+    """expect = "similar" for one group against a paper's number: within the tolerance, give or take the CI."""
+    c = claim(kind="value", metric="val_error", expect="similar", threshold=0.0875, tolerance=0.005,
+              where={"variant": "resnet"})
+    ok = [r | {"final_val_acc": 1 - e} for r, e in zip(runs("resnet", 20, [0, 0, 0]), [0.09, 0.088, 0.091],
+                                                        strict=True)]
+    assert one(c, board(ok)).verdict == "agrees"
+    far = [r | {"final_val_acc": 1 - e} for r, e in zip(runs("resnet", 20, [0, 0, 0]), [0.20, 0.21, 0.19],
+                                                         strict=True)]
+    result = one(c, board(far))
+    assert result.verdict == "disagrees" and result.diff == pytest.approx(0.2 - 0.0875)
+    assert describe(c) == "val_error where variant=resnet: mean 0.0875 ± 0.005 (and the seed spread)"
+    with pytest.raises(ValueError, match='tolerance is for expect = "similar"'):
+        claim(kind="value", expect="less", threshold=1.0, tolerance=0.1)

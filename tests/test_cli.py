@@ -87,6 +87,7 @@ def test_unknown_option_is_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
     assert "unrecognized arguments: --learning-rate" in capsys.readouterr().err
 
 
+@pytest.mark.slow  # interpreters started from scratch: about 20 s
 def test_real_process_exit_code(tmp_path: Path) -> None:
     proc = subprocess.run([sys.executable, "-m", "bench", "run", "--variant", "nope", "--results-dir", str(tmp_path)],
                           capture_output=True, text=True, timeout=120)
@@ -190,9 +191,9 @@ def test_bad_study_files(tmp_path: Path, content: str, message: str, capsys: pyt
 def test_sweep_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert run_cli(["sweep", str(tmp_path / "none.toml")], capsys)[0] == 2
     code, _, err = run_cli(["reproduce", "nonexistent"], capsys)
-    assert code == 2 and "shipped studies: degradation" in err
+    assert code == 2 and "shipped studies: crosslayer, degradation" in err
     code, _, err = run_cli(["reproduce", "degradation", "--preset", "huge"], capsys)
-    assert code == 2 and "has no preset 'huge'; presets: quick" in err
+    assert code == 2 and "has no preset 'huge'; presets: cifar10, cifar10_110, quick" in err
 
 
 def test_shipped_study_expands_to_its_grid() -> None:
@@ -309,6 +310,7 @@ def test_bad_values_name_what_is_wrong(tmp_path: Path, capsys: pytest.CaptureFix
         assert code == 2 and f"run JSON {runs / 'resnet-d8-digits-0123abcd-s0.json'} cannot be read" in err, command
 
 
+@pytest.mark.slow  # interpreters started from scratch: about 15 s
 def test_list_into_a_closed_pipe_exits_quietly() -> None:
     """`bench list | head -1`: the reader leaves early; no BrokenPipeError traceback."""
     done = subprocess.run(f"{shlex.quote(sys.executable)} -m bench list | head -1", shell=True, capture_output=True,

@@ -46,6 +46,7 @@ def only_run(results: Path) -> dict:
     return json.loads(path.read_text())
 
 
+@pytest.mark.slow  # a torchrun job of two processes: about 30 s
 def test_two_processes_follow_the_one_process_curve(tmp_path: Path) -> None:
     one, two = tmp_path / "one", tmp_path / "two"
     done = bench(["run", *RUN, "--results-dir", str(one)])
@@ -115,6 +116,7 @@ def test_to_argv_rebuilds_the_config() -> None:
     assert RunConfig(variant="plain").to_argv() == ["--variant", "plain"]
 
 
+@pytest.mark.slow  # torchrun jobs at 1 and 2 processes: minutes
 def test_scaling_reports_throughput_and_efficiency(tmp_path: Path) -> None:
     done = bench(["perf", "scaling", *RUN[:10], "--nproc", "2", "--timing-warmup", "1", "--timing-repeats", "2",
                   "--timing-steps", "2", "--keep", str(tmp_path)])

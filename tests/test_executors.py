@@ -273,6 +273,7 @@ def test_driver_interrupted_then_killed_mid_sweep_resumes_with_one_row_per_confi
 # -- cost measured once per configuration ---------------------------------------------------------------------
 
 
+@pytest.mark.slow  # three sweeps with their measurement subprocesses: about 30 s
 def test_cost_is_measured_once_per_configuration_and_in_every_run_on_request(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     once, every = tmp_path / "once", tmp_path / "every"
@@ -364,7 +365,9 @@ def test_placements_split_the_cores_and_deal_out_gpus() -> None:
 def test_a_leaderboard_without_cost_source_loads_and_is_rewritten_with_it(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.setattr(results, "_noticed", set())
-    old = [c for c in COLUMNS if c not in ("cost_source", "world_size", "norm")]  # before any was a column
+    added = ("cost_source", "world_size", "norm", "grad_accum", "target_loss", "resumed_from_step", "restarts",
+             *schema.DATA_COLUMNS)
+    old = [c for c in COLUMNS if c not in added]  # before any of them was a column
     assert tuple(old) == schema.COLUMNS_V2
     with (tmp_path / "leaderboard.csv").open("w", newline="") as f:
         w = csv.DictWriter(f, old, lineterminator="\n")
@@ -374,7 +377,8 @@ def test_a_leaderboard_without_cost_source_loads_and_is_rewritten_with_it(
     df = store.load_leaderboard()
     assert list(df.columns) == list(COLUMNS) and df["cost_source"].isna().all() and df["step_time_ms"][0] == 3.5
     assert (df["world_size"] == 1).all()  # every run was one process then
-    assert "(cost_source left empty, world_size 1, norm left empty)" in capsys.readouterr().err
+    assert ("(cost_source left empty, world_size 1, norm left empty; grad_accum 1, restarts 0; final_val_perplexity"
+            in capsys.readouterr().err)
     store.append({"run_id": "b", "status": "killed", "cost_source": "a"}, {})
     rows = board(tmp_path)
     assert tuple(rows[0]) == COLUMNS and [(r["run_id"], r["cost_source"]) for r in rows] == [("a", ""), ("b", "a")]

@@ -148,6 +148,7 @@ def test_study_file_param_tolerance_is_a_fraction(tmp_path: Path, tol: str) -> N
         load_study(study)
 
 
+@pytest.mark.slow  # every shipped study's models built: about a minute
 def test_shipped_studies_pass_their_own_guard() -> None:
     from bench.analysis.studyfile import STUDIES_DIR
 

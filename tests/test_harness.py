@@ -282,7 +282,7 @@ def test_warmup_ends_at_the_first_batch_below_the_error(monkeypatch: pytest.Monk
         return torch.tensor(round((1 - next(errors)) * len(y)))
 
     monkeypatch.setattr(s.task, "correct", scripted)
-    runner = train_mod.StepRunner(c, s, s.model, s.task.train_batches(32, train_mod.batch_generator(s)),
+    runner = train_mod.StepRunner(c, s, s.model, train_mod.batch_generator(s),
                                   watch_warmup_error=True)
     lrs = []
     for _ in range(5):
@@ -290,7 +290,7 @@ def test_warmup_ends_at_the_first_batch_below_the_error(monkeypatch: pytest.Monk
         runner()
     assert lrs == pytest.approx([0.01, 0.01, 0.01, 0.1, 0.1])
     assert runner.warmup_end == 3 and seen == [32, 32, 32]  # no error computed once the warm-up is over
-    timing = train_mod.StepRunner(c, s, s.model, s.task.train_batches(32, train_mod.batch_generator(s)))
+    timing = train_mod.StepRunner(c, s, s.model, train_mod.batch_generator(s))
     for _ in range(3):
         timing()  # the timing phase's runner never computes the error (no host sync)
     assert timing.warmup_end == 50 and seen == [32, 32, 32]
@@ -343,7 +343,8 @@ def _scripted_eval_point(monkeypatch: pytest.MonkeyPatch, val_accs: list[float],
     monkeypatch.setattr(train_mod, "evaluate", lambda s, model, batches: (1.0, next(accs) if batches == "val" else 0.0))
     task = SimpleNamespace(num_train=100, val_batches=lambda b: "val", train_eval_batches=lambda b: "train",
                            extra_metrics=lambda loss: {})
-    s = SimpleNamespace(model=None, task=task, cfg=SimpleNamespace(batch_size=10, target=target))
+    s = SimpleNamespace(model=None, task=task, cfg=SimpleNamespace(batch_size=10, global_batch=10, target=target,
+                                                                     target_loss=None, eval_batches=None))
     rec = train_mod.Record()
     for step in (2, 4, 6):
         rec.train_time_s = step / 2
@@ -368,7 +369,7 @@ def test_warmup_goes_on_while_the_error_equals_the_threshold(monkeypatch: pytest
     s = train_mod.setup(c)
     correct = iter([8, 10])
     monkeypatch.setattr(s.task, "correct", lambda logits, y: torch.tensor(next(correct)))
-    runner = train_mod.StepRunner(c, s, s.model, s.task.train_batches(40, train_mod.batch_generator(s)),
+    runner = train_mod.StepRunner(c, s, s.model, train_mod.batch_generator(s),
                                   watch_warmup_error=True)
     runner()
     assert runner.warmup_end == 50  # 1 - 8/40 = 0.8: not below 0.8

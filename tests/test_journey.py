@@ -90,6 +90,7 @@ def board(res: Path) -> list[dict[str, str]]:
         return list(csv.DictReader(f))
 
 
+@pytest.mark.slow  # the whole journey, in subprocesses: about a minute
 def test_a_new_norm_from_plugin_to_report(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     plugin = write(tmp_path / "study" / "dyt_plugin.py", DYT)
     study = write(tmp_path / "study" / "dyt.toml", STUDY)

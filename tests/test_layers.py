@@ -51,6 +51,7 @@ def _layer_of(module: str) -> tuple[int, str] | None:
     return None
 
 
+@pytest.mark.slow  # a fresh interpreter importing everything, per layer: about 20 s each
 @pytest.mark.parametrize("package", [p for layer in LAYERS for p in layer])
 def test_a_layer_imports_only_the_layers_below_it(package: str) -> None:
     level, _ = _layer_of(package)  # type: ignore[misc]
@@ -60,6 +61,7 @@ def test_a_layer_imports_only_the_layers_below_it(package: str) -> None:
     assert not above, f"importing {package} loads {above}, which {package} must not depend on"
 
 
+@pytest.mark.slow  # a fresh interpreter: about 15 s
 def test_the_registry_never_imports_the_harness() -> None:
     loaded = _imported_after(["variants"])
     assert not [m for m in loaded if m == "bench" or m.startswith("bench.")]

@@ -155,7 +155,7 @@ def test_the_harness_calls_the_hook_after_every_optimizer_step() -> None:
         renormalise()
 
     model.after_optimizer_step = recorded  # type: ignore[method-assign]
-    runner = train_mod.StepRunner(c, s, model, s.task.train_batches(8, train_mod.batch_generator(s)))
+    runner = train_mod.StepRunner(c, s, model, train_mod.batch_generator(s))
     before = [w.detach().clone() for _, w, _ in model.sphere_weights()]
     runner()
     runner()

@@ -367,6 +367,7 @@ def test_readme_plugin_and_command(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     assert "the gate's 1,008 parameters, 0.1%" in " ".join((REPO / "README.md").read_text().split())
 
 
+@pytest.mark.slow  # measurement subprocesses of a plugin variant: about 30 s
 def test_a_plugin_variant_gets_its_cost_figures(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """The CPU memory probe runs in a child process of its own: the plugin is loaded there too, so a plugin's run
     has a peak-memory figure like a shipped variant's (and `perf scaling` passes the plugin on likewise)."""

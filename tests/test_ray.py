@@ -99,6 +99,7 @@ def head(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         os.environ["RAY_AUTH_MODE"] = saved
 
 
+@pytest.mark.slow  # a local Ray cluster started: about 30 s
 def test_a_sweep_on_a_ray_cluster_records_a_killed_worker_and_goes_on(
         head: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     plugin = write(tmp_path / "dies.py", DIES)

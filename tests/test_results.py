@@ -300,14 +300,15 @@ def test_blank_lines_hold_no_run(tmp_path: Path) -> None:
 def test_a_leaderboard_without_world_size_reads_as_one_process(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                                capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.setattr(results, "_noticed", set())
-    old = [c for c in COLUMNS if c not in ("world_size", "norm")]
+    added = ("world_size", "norm", "grad_accum", "target_loss", "resumed_from_step", "restarts", *schema.DATA_COLUMNS)
+    old = [c for c in COLUMNS if c not in added]
     assert tuple(old) == schema.COLUMNS_V3
     (tmp_path / "leaderboard.csv").write_text(",".join(old) + "\n" + ",".join(
         {"run_id": "a", "status": "ok", "batch_size": "64"}.get(c, "") for c in old) + "\n")
     store = ResultsStore(tmp_path)
     df = store.load_leaderboard()
     assert list(df.columns) == list(COLUMNS) and df["world_size"].tolist() == [1] and df["batch_size"][0] == 64
-    assert "(world_size 1, norm left empty)" in capsys.readouterr().err
+    assert "(world_size 1, norm left empty; grad_accum 1, restarts 0; final_val_perplexity" in capsys.readouterr().err
     store.append({"run_id": "b", "status": "ok", "world_size": 2}, {})
     lines = (tmp_path / "leaderboard.csv").read_text().splitlines()
     assert tuple(lines[0].split(",")) == COLUMNS
@@ -317,10 +318,40 @@ def test_a_leaderboard_without_world_size_reads_as_one_process(tmp_path: Path, m
 def test_a_leaderboard_without_norm_reads_it_empty_and_gains_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                                 capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.setattr(results, "_noticed", set())
-    old = [c for c in COLUMNS if c != "norm"]
+    old = [c for c in COLUMNS if c not in ("norm", "grad_accum", "target_loss", "resumed_from_step", "restarts",
+                                         *schema.DATA_COLUMNS)]
     assert tuple(old) == schema.COLUMNS_V4
     (tmp_path / "leaderboard.csv").write_text(",".join(old) + "\n" + ",".join(
         {"run_id": "a", "status": "ok", "world_size": "2"}.get(c, "") for c in old) + "\n")
     df = ResultsStore(tmp_path).load_leaderboard()
     assert list(df.columns) == list(COLUMNS) and df["norm"].isna().all() and df["world_size"].tolist() == [2]
-    assert "(norm left empty)" in capsys.readouterr().err
+    assert "(norm left empty; grad_accum 1, restarts 0; final_val_perplexity" in capsys.readouterr().err
+
+
+def test_a_leaderboard_before_accumulation_and_resume_reads_as_whole_batches_in_one_go(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setattr(results, "_noticed", set())
+    old = [c for c in COLUMNS if c not in ("grad_accum", "target_loss", "resumed_from_step", "restarts",
+                                           *schema.DATA_COLUMNS)]
+    assert tuple(old) == schema.COLUMNS_V5
+    (tmp_path / "leaderboard.csv").write_text(",".join(old) + "\n" + ",".join(
+        {"run_id": "a", "status": "ok", "norm": "layernorm"}.get(c, "") for c in old) + "\n")
+    df = ResultsStore(tmp_path).load_leaderboard()
+    assert df["grad_accum"].tolist() == [1] and df["restarts"].tolist() == [0] and df["norm"].tolist() == ["layernorm"]
+    assert df["resumed_from_step"].isna().all() and df["target_loss"].isna().all()
+    assert "(grad_accum 1, restarts 0; final_val_perplexity" in capsys.readouterr().err
+
+
+def test_a_leaderboard_before_the_data_columns_reads_them_empty(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setattr(results, "_noticed", set())
+    old = [c for c in COLUMNS if c not in schema.DATA_COLUMNS]
+    assert tuple(old) == schema.COLUMNS_V6
+    (tmp_path / "leaderboard.csv").write_text(",".join(old) + "\n" + ",".join(
+        {"run_id": "a", "status": "ok", "grad_accum": "4", "restarts": "2"}.get(c, "") for c in old) + "\n")
+    df = ResultsStore(tmp_path).load_leaderboard()
+    assert list(df.columns) == list(COLUMNS)
+    assert df["grad_accum"].tolist() == [4] and df["restarts"].tolist() == [2]
+    assert df[list(schema.DATA_COLUMNS)].isna().all().all()
+    assert "(final_val_perplexity, eval_time_s, model_samples_per_s, input_bound_fraction, loader_workers left empty)" \
+        in capsys.readouterr().err

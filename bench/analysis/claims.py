@@ -26,8 +26,8 @@ groups compared are filters on recorded fields. Fields of a claim:
   ``|mean(a)|`` with ``relative = true``.
 - ``slope``: ``x`` (a field) and ``expect_range = [low, high]`` for the least-squares slope of log(metric)
   against log(x) over the runs.
-- ``value``: one group's mean against the constant ``threshold``; ``expect`` as for ``compare`` but not
-  ``similar``.
+- ``value``: one group's mean against the constant ``threshold``; ``expect`` as for ``compare``; with ``similar``
+  (a published figure reproduced), ``tolerance`` is how far from it still counts as the same figure.
 
 Rules of the verdicts (``agrees`` / ``disagrees`` / ``inconclusive``):
 
@@ -55,7 +55,8 @@ Rules of the verdicts (``agrees`` / ``disagrees`` / ``inconclusive``):
   enter a log and are left out (and counted in the note).
 - **value.** ``d = mean - threshold`` (sign flipped for ``less``/``not_less``): "is it above?" is *yes* when
   ``d`` exceeds the group's CI half-width, *no* when ``d <= -half-width``, else *inconclusive* — a single
-  group has no margin of its own, so both answers must clear the seed spread.
+  group has no margin of its own, so both answers must clear the seed spread. ``similar`` agrees when
+  ``|d| <= tolerance + half-width`` (the published figure within the seed spread) and disagrees otherwise.
 """
 
 from __future__ import annotations
@@ -91,7 +92,7 @@ TABLES: dict[str, tuple[str, ...]] = {
 _FIELDS = {
     "compare": (*_COMMON, "compare", "a", "b", "expect", "threshold", "relative"),
     "slope": (*_COMMON, "x", "expect_range"),
-    "value": (*_COMMON, "expect", "threshold"),
+    "value": (*_COMMON, "expect", "threshold", "tolerance"),
 }
 _REQUIRED = {
     "compare": ("compare", "a", "b", "expect"),
@@ -121,6 +122,7 @@ class Claim:
     expect: str | None = None
     threshold: float = 0.0
     relative: bool = False
+    tolerance: float = 0.0  # value / similar: how far from the threshold still counts as the same figure
     x: str | None = None
     expect_range: tuple[float, float] | None = None
     table: str = "leaderboard"  # or the summary table of an analysis (TABLES)
@@ -188,13 +190,16 @@ def _errors(t: Mapping[str, Any]) -> Iterable[str]:
     if "count_above" in t and not _number(t["count_above"]):
         yield f"count_above must be a number, got {t['count_above']!r}"
     if "expect" in t:
-        allowed = EXPECTS if t.get("kind", "compare") == "compare" else tuple(_TESTS)
+        allowed = EXPECTS if t.get("kind", "compare") == "compare" else (*_TESTS, "similar") \
+            if t.get("kind") == "value" else tuple(_TESTS)
         if t["expect"] not in allowed:
             yield f"unknown expect {t['expect']!r}; expect: {', '.join(allowed)}"
     if "threshold" in t and not _number(t["threshold"]):
         yield f"threshold must be a number, got {t['threshold']!r}"
     elif t.get("kind", "compare") == "compare" and t.get("threshold", 0) < 0:
         yield f"threshold is a margin and must be >= 0, got {t['threshold']!r}"
+    if "tolerance" in t and (not _number(t["tolerance"]) or t["tolerance"] < 0 or t.get("expect") != "similar"):
+        yield f"tolerance is for expect = \"similar\" and must be a number >= 0, got {t['tolerance']!r}"
     if "relative" in t and not isinstance(t["relative"], bool):
         yield f"relative must be true or false, got {t['relative']!r}"
     for name in ("a", "b"):
@@ -229,7 +234,7 @@ def parse_claim(table: Any, label: str = "claim") -> Claim:
     t = dict(table)
     if "expect_range" in t:
         t["expect_range"] = tuple(float(v) for v in t["expect_range"])
-    for name in ("threshold", "count_above"):
+    for name in ("threshold", "count_above", "tolerance"):
         if name in t:
             t[name] = float(t[name])
     return Claim(**t)
@@ -434,9 +439,13 @@ def _compare(claim: Claim, context: str, part: pd.DataFrame) -> Result:
 
 def _value(claim: Claim, context: str, part: pd.DataFrame) -> Result:
     g = _group("all", part, claim)
-    sign, want = _TESTS[str(claim.expect)]
     diff = g.mean - claim.threshold
     note = "" if g.n else "no counted runs"
+    if claim.expect == "similar":  # a paper's figure reproduced: within the tolerance, give or take the seed spread
+        near = abs(diff) <= claim.tolerance + g.ci
+        verdict = "inconclusive" if g.n < MIN_RUNS or not math.isfinite(diff) else "agrees" if near else "disagrees"
+        return Result(claim, context, verdict, (g,), diff, claim.tolerance, g.ci, note)
+    sign, want = _TESTS[str(claim.expect)]
     d = sign * diff  # one group against a constant: decided only beyond its CI half-width, either way
     test = ("inconclusive" if g.n < MIN_RUNS or not math.isfinite(d) else "yes" if d > g.ci
             else "no" if d <= -g.ci else "inconclusive")  # fmt: skip
@@ -547,6 +556,8 @@ def describe(claim: Claim) -> str:
     if claim.kind == "slope":
         low, high = claim.expect_range or (math.nan, math.nan)
         return f"log-log slope of {metric} vs {claim.x}{scope}: in [{low:g}, {high:g}]"
+    if claim.kind == "value" and claim.expect == "similar":
+        return f"{metric}{scope}: mean {claim.threshold:g} ± {claim.tolerance:g} (and the seed spread)"
     if claim.kind == "value":
         return f"{metric}{scope}: mean {str(claim.expect).replace('_', ' ')} than {claim.threshold:g}"
     margin = f"{claim.threshold:g}{' x |mean(a)|' if claim.relative else ''}"

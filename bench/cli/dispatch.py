@@ -12,7 +12,8 @@ from pathlib import Path
 import variants
 from bench.analysis.studyfile import PLUGIN_ORIGIN, study_plugins
 from bench.runs import plugins
-from bench.sweeps.driver import RunsRefused
+from bench.runs.resume import EXIT_PREEMPTED, Preempted
+from bench.sweeps.driver import RunsPreempted, RunsRefused
 
 EXIT_USAGE = 2
 _OWN = (Path(variants.__file__).resolve().parent, Path(__file__).resolve().parent.parent)  # variants/, bench/
@@ -29,6 +30,10 @@ def dispatch(ns: argparse.Namespace) -> int:
     except RunsRefused as exc:  # some runs were recorded, others refused as bad input: not "nothing written"
         print(f"error: {exc}", file=sys.stderr)
         return 1
+    except (Preempted, RunsPreempted) as exc:  # not done: the state is saved, the same command continues
+        again = f"; rerun the same command to continue from step {exc.step}" if isinstance(exc, Preempted) else ""
+        print(f"preempted: {exc}{again}", file=sys.stderr)
+        return EXIT_PREEMPTED
     except ValueError as exc:
         if not is_bad_input(exc):
             raise  # a ValueError from inside a library is a bug of ours: its traceback says where

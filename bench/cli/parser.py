@@ -238,6 +238,46 @@ def _data(sub: Sub) -> None:
     d.add_argument("--url", help="fetch from this URL instead of the official one (a mirror)")
     d.add_argument("--quiet", action="store_true", help="no progress bar")
     _handler(d, "runs:cmd_data")
+    t = dsub.add_parser("tokenize", help="text files (or .jsonl, or directories of them) into token shards for the "
+                                         "tokens task, streaming")
+    t.add_argument("inputs", nargs="+", metavar="INPUT", help="text or .jsonl files, or directories (every file below)")
+    t.add_argument("--out", required=True, metavar="ROOT", help="where the shards go (a new or empty directory)")
+    t.add_argument("--tokenizer", required=True, metavar="bytes|gpt2|PATH",
+                   help="bytes (vocabulary 256), gpt2 (tiktoken's GPT-2 BPE, 50257; its files must already be on this "
+                        "machine: docs/data.md), or a Hugging Face tokenizer.json")
+    t.add_argument("--val-fraction", type=float, default=0.1,
+                   help="the last fraction of the input (by bytes) that becomes the validation split (default 0.1)")
+    t.add_argument("--format", choices=("nanogpt", "llmc"), default="nanogpt",
+                   help="nanogpt: train.bin and val.bin, raw uint16; llmc: <name>_train_NNNNNN.bin shards with llm.c's "
+                        "256-int32 header (default nanogpt)")
+    t.add_argument("--shard-tokens", type=int, default=100_000_000, help="llmc: tokens per shard (default 1e8)")
+    t.add_argument("--name", help="llmc: the shards' name prefix (default: ROOT's directory name)")
+    t.add_argument("--quiet", action="store_true", help="no progress bar")
+    _handler(t, "data:cmd_tokenize")
+    si = dsub.add_parser("synth-imagefolder", help="write a synthetic ImageNet-format dataset (JPEG/PNG class folders, "
+                                                   "or WebDataset shards) to check the pipeline without a download")
+    si.add_argument("root", metavar="ROOT", help="a new or empty directory")
+    si.add_argument("--classes", type=int, default=10, help="(default 10)")
+    si.add_argument("--train-per-class", type=int, default=100, help="(default 100)")
+    si.add_argument("--val-per-class", type=int, default=20, help="(default 20)")
+    si.add_argument("--size", type=int, default=160, help="shorter side of the images, up to 1.5x (default 160)")
+    si.add_argument("--format", choices=("folders", "webdataset"), default="folders",
+                    help="class folders, or train-NNNNNN.tar/val-NNNNNN.tar shards (default folders)")
+    si.add_argument("--shard-samples", type=int, default=1000, help="webdataset: samples per shard (default 1000)")
+    si.add_argument("--seed", type=int, default=0, help="(default 0)")
+    si.add_argument("--jobs", type=int, help="encoding processes (default: one per CPU)")
+    si.add_argument("--quiet", action="store_true", help="no progress bar")
+    _handler(si, "data:cmd_synth_imagefolder")
+    st = dsub.add_parser("synth-tokens", help="write synthetic token shards (learnable documents) for the tokens task")
+    st.add_argument("root", metavar="ROOT", help="a new or empty directory")
+    st.add_argument("--train-tokens", type=int, default=20_000_000, help="(default 2e7)")
+    st.add_argument("--val-tokens", type=int, default=1_048_576, help="(default 1048576)")
+    st.add_argument("--vocab-size", type=int, default=50257, help="(default 50257, GPT-2's)")
+    st.add_argument("--format", choices=("nanogpt", "llmc"), default="llmc", help="(default llmc)")
+    st.add_argument("--shard-tokens", type=int, default=100_000_000, help="llmc: tokens per shard (default 1e8)")
+    st.add_argument("--seed", type=int, default=0, help="(default 0)")
+    st.add_argument("--quiet", action="store_true", help="no progress bar")
+    _handler(st, "data:cmd_synth_tokens")
 
 
 def _perf(sub: Sub) -> None:
@@ -256,6 +296,23 @@ def _perf(sub: Sub) -> None:
     sc.add_argument("--keep", metavar="DIR", help="keep each count's results directory under DIR (default: a "
                                                    "temporary directory, removed)")
     _handler(sc, "runs:cmd_scaling")
+    lo = psub.add_parser("loader", help="a disk-reading task's input pipeline alone (decode, augment, copy to the "
+                                        "device), samples or tokens per second for each worker count")
+    lo.add_argument("--task", choices=("imagefolder", "tokens"), required=True)
+    lo.add_argument("--data-path", required=True, metavar="ROOT", help="as for bench run")
+    lo.add_argument("--workers", type=int, nargs="+", default=[0, 2, 4, 8], metavar="N",
+                    help="worker counts to measure (default 0 2 4 8)")
+    lo.add_argument("--batch-size", type=int, default=256, help="(default 256)")
+    lo.add_argument("--batches", type=int, default=50, help="timed batches per worker count (default 50)")
+    lo.add_argument("--image-size", type=int, default=224, help="imagefolder: training crop (default 224)")
+    lo.add_argument("--subset-per-class", type=int, help="imagefolder: as for bench run")
+    lo.add_argument("--skip-bad-images", action="store_true", help="imagefolder: as for bench run")
+    lo.add_argument("--seq-len", type=int, default=1024, help="tokens: window length (default 1024)")
+    lo.add_argument("--vocab-size", type=int, default=50257, help="tokens: (default 50257)")
+    lo.add_argument("--prefetch", type=int, default=2, help="batches each worker prepares ahead (default 2)")
+    lo.add_argument("--device", default="auto", help="where batches are copied: cpu, cuda, mps, auto (default auto)")
+    lo.add_argument("--seed", type=int, default=0, help="(default 0)")
+    _handler(lo, "data:cmd_perf_loader")
 
 
 def _positive(typ: Callable[[str], float | int]) -> Callable[[str], float | int]:

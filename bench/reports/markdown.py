@@ -56,7 +56,9 @@ def _measured(r: Result) -> str:
         ci = f"95% CI {fmt_number(r.diff - r.spread, '.3g')} … {fmt_number(r.diff + r.spread, '.3g')}"
         return f"{' · '.join(groups)}; log-log slope {fmt_number(r.diff, '.3g')} ({ci}; expected in [{lo:g}, {hi:g}])"
     if c.kind == "value":
-        return f"{' · '.join(groups)}; mean − {c.threshold:g} = {fmt_number(r.diff, '+.4g')}"
+        within = f" (tolerance {c.tolerance:g}, CI half-width {fmt_number(r.spread, '.4g')})" \
+            if c.expect == "similar" else ""
+        return f"{' · '.join(groups)}; mean − {c.threshold:g} = {fmt_number(r.diff, '+.4g')}{within}"
     margin = f"margin {fmt_number(r.threshold, '.4g')}, CI half-widths {fmt_number(r.spread, '.4g')}"
     return f"{' → '.join(groups)}; difference {fmt_number(r.diff, '+.4g')} ({margin})"
 

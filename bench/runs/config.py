@@ -49,10 +49,12 @@ class RunConfig:
 
     variant: str = _f("", "registered variant name (see `bench list`), or timm:<model>")
     depth: int | None = _f(None, "network depth; default: the variant's own (presets fix it)")
-    task: str = _f("digits", "task name: digits, synthetic, cifar10, cifar100, text, tinytext, copy, reverse, recall")
+    task: str = _f("digits", "task name: digits, synthetic, cifar10, cifar100, imagefolder, text, tinytext, tokens, "
+                             "copy, reverse, recall")
     epochs: float | None = _f(None, "training length in passes over the train split (exclusive with --steps)")
     steps: int | None = _f(None, "optimiser steps to train (default: 30 epochs; 300 steps for sequence tasks)")
-    batch_size: int = _f(128, "samples (sequences) per optimiser step; He 2015 CIFAR used 128")
+    batch_size: int = _f(128, "samples (sequences) per forward pass, over all processes; an optimiser step takes "
+                              "grad_accum of them (He 2015 CIFAR used 128)")
     optimizer: str = _f("sgd", "optimiser", choices=OPTIMIZERS)
     lr: float = _f(0.1, "peak learning rate; He 2015 CIFAR used 0.1")
     momentum: float = _f(0.9, "SGD momentum (He 2015: 0.9)")
@@ -83,9 +85,24 @@ class RunConfig:
     timing_repeats: int = _f(5, "throughput phase: timed repeats (the median is reported)")
     timing_steps: int = _f(5, "throughput phase: steps per timed repeat")
     data_dir: str | None = _f(None, "dataset archive directory (cifar); default $RESBENCH_DATA, ~/.cache/resbench")
-    data_path: str | None = _f(None, "UTF-8 text file of the `text` task")
+    data_path: str | None = _f(None, "the data on disk: the `text` task's UTF-8 file, the `imagefolder` root (train/ "
+                               "and val/ class folders, or train-*.tar/val-*.tar shards), the `tokens` shard directory")
+    # -- data read from disk (imagefolder, tokens): the loader, the image tree, the vocabulary, evaluation caps ---
+    workers: int | None = _f(None, "loader tasks (imagefolder, tokens): DataLoader worker processes; 0 reads in the "
+                             "training process (default: imagefolder min(8, CPUs - 1), tokens 1)")
+    prefetch: int = _f(2, "loader tasks: batches each worker prepares ahead (DataLoader prefetch_factor)")
+    subset_per_class: int | None = _f(None, "imagefolder: only the first K images (sorted names) of each class in "
+                                      "each split, for quick runs")
+    skip_bad_images: bool = _f(False, "imagefolder: leave unreadable or truncated images out (counted in the run "
+                               "JSON) instead of refusing the dataset")
+    vocab_size: int = _f(50257, "tokens task: the model's vocabulary; every token id must be below it (GPT-2: 50257)")
+    eval_batches: int | None = _f(None, "at most N batches per evaluation pass (validation and training error): a "
+                                  "fixed subset, the same at every evaluation (default: all of it)")
+    eval_tokens: int | None = _f(None, "tokens and text tasks: tokens per evaluation pass, in fixed windows "
+                                 "(default: tokens 1,048,576; text 8,192)")
     seq_len: int = _f(128, "sequence tasks: tokens per training window")
-    image_size: int = _f(32, "synthetic task: image side")
+    image_size: int = _f(32, "image side: synthetic's images, imagefolder's training and validation crops "
+                         "(ImageNet: 224)")
     num_classes: int = _f(10, "synthetic task: number of classes")
     random_labels: bool = _f(False, "synthetic task: labels independent of the inputs")
     train_size: int = _f(4096, "generated tasks (synthetic, copy, reverse, recall): training samples")
@@ -93,6 +110,17 @@ class RunConfig:
     augment: bool = _f(True, "image tasks: on-device pad-and-crop and flip where the task allows it")
     save_checkpoint: bool = _f(False, "keep the trained weights of an ok run as RESULTS/checkpoints/<run_id>.pt "
                                "(for `bench lesion` / `bench landscape`)")
+    checkpoint_every: int | None = _f(None, "save the whole training state every N steps into "
+                                            "RESULTS/checkpoints/<run_id>/; rerunning the same command continues "
+                                            "from the newest (a SIGTERM or SIGUSR1 always saves before it stops)")
+    checkpoint_minutes: float | None = _f(None, "also save the training state every M minutes of training")
+    keep_checkpoints: int = _f(2, "mid-run training states kept per run (the newest ones)")
+    grad_accum: int = _f(1, "micro-batches of --batch-size whose gradients one optimiser step sums: the global "
+                            "batch is batch_size x grad_accum (BatchNorm sees each micro-batch)")
+    global_batch_size: int | None = _f(None, "the global batch of one optimiser step: sets grad_accum to "
+                                             "global_batch_size / batch_size (which must divide)")
+    target_loss: float | None = _f(None, "validation loss whose first reach is recorded (steps/time), e.g. 3.28, "
+                                         "the GPT-2-small speedrun's target; exclusive with --target")
     model_args: tuple[tuple[str, Any], ...] = _f((), "extra variant keyword arguments, KEY=VALUE (repeatable)")
     recipe: str | None = _f(None, "named training recipe from a paper (see `bench recipes`)")
     world_size: int = _f(1, "processes of the torchrun job training this run (DDP; set from WORLD_SIZE by `bench run`)")
@@ -107,6 +135,15 @@ class RunConfig:
             if isinstance(value, (list, tuple)):
                 object.__setattr__(self, name, tuple(value))
         object.__setattr__(self, "model_args", _model_args(self.model_args))
+        if self.global_batch_size is not None and self.batch_size >= 1 and self.global_batch_size >= 1:
+            if self.global_batch_size % self.batch_size:
+                raise ValueError(f"--global-batch-size {self.global_batch_size} is not a multiple of --batch-size "
+                                 f"{self.batch_size}: the global batch is whole micro-batches")
+            accum = self.global_batch_size // self.batch_size
+            if self.grad_accum not in (1, accum):
+                raise ValueError(f"--global-batch-size {self.global_batch_size} / --batch-size {self.batch_size} "
+                                 f"asks for {accum} micro-batches, but --grad-accum says {self.grad_accum}")
+            object.__setattr__(self, "grad_accum", accum)
         errors = list(self._errors())
         if errors:
             raise ValueError("; ".join(errors))
@@ -123,7 +160,7 @@ class RunConfig:
         if self.depth is not None and self.depth < 1:
             yield f"--depth must be >= 1, got {self.depth}"
         for name in ("batch_size", "timing_repeats", "timing_steps", "seq_len", "image_size", "num_classes",
-                     "train_size", "val_size", "world_size"):
+                     "train_size", "val_size", "world_size", "grad_accum", "keep_checkpoints"):
             if getattr(self, name) < 1:
                 yield f"--{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}"
         for name in ("warmup_steps", "timing_warmup", "seed"):
@@ -144,10 +181,15 @@ class RunConfig:
             yield f"--milestones must be increasing fractions in (0, 1), got {list(self.milestones)}"
         if self.target is not None and not 0 < self.target <= 1:
             yield f"--target is a validation accuracy in (0, 1], got {self.target}"
-        for name in ("eval_every", "probe_every"):
+        for name in ("eval_every", "probe_every", "checkpoint_every", "global_batch_size"):
             value = getattr(self, name)
             if value is not None and value < 1:
                 yield f"--{name.replace('_', '-')} must be >= 1, got {value}"
+        if self.checkpoint_minutes is not None and not (self.checkpoint_minutes > 0
+                                                        and math.isfinite(self.checkpoint_minutes)):
+            yield f"--checkpoint-minutes must be a positive number, got {self.checkpoint_minutes}"
+        if self.target is not None and self.target_loss is not None:
+            yield "give --target (an accuracy) or --target-loss, not both"
         if self.warmup_until_error is not None:
             if not 0 < self.warmup_until_error <= 1:
                 yield f"--warmup-until-error is a training error in (0, 1], got {self.warmup_until_error}"
@@ -161,6 +203,7 @@ class RunConfig:
         unknown = set(self.measure) - set(PHASES)
         if unknown:
             yield f"--measure takes {', '.join(PHASES)}, got {sorted(unknown)}"
+        yield from _data_errors(self)
 
     # -- identity ---------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
@@ -176,6 +219,11 @@ class RunConfig:
                    if k not in NOT_HASHED and not (k in _HASHED_UNLESS_DEFAULT and v == FIELD_DEFAULTS[k])}
         blob = json.dumps(payload, sort_keys=True, default=str).encode()
         return hashlib.sha256(blob).hexdigest()[:8]
+
+    @property
+    def global_batch(self) -> int:
+        """Samples of one optimiser step, over all processes: ``batch_size x grad_accum``."""
+        return self.batch_size * self.grad_accum
 
     @property
     def run_id(self) -> str:
@@ -211,12 +259,18 @@ class RunConfig:
 # phases, where datasets live, whether the weights are kept).
 NOT_HASHED: tuple[str, ...] = (
     "seed", "measure", "timing_warmup", "timing_repeats", "timing_steps", "data_dir", "save_checkpoint",
+    "checkpoint_every", "checkpoint_minutes", "keep_checkpoints",
+    "global_batch_size",  # what it decides is grad_accum, which is hashed
+    "workers", "prefetch",  # how the loader runs, not what it feeds: augmentation is seeded per sample
 )  # fmt: skip
 # A run id ends in ``-<config_hash>-s<seed>`` (RunConfig.run_id): where a table lacks the hash, it is read from there.
 RUN_ID_PATTERN = re.compile(r"-([0-9a-f]{8})-s\d+$")
 SEQUENCE_FIELDS = ("betas", "milestones", "measure")
 # Fields added after results were recorded: hashed only when set, so existing run ids (and resuming) stay valid.
-_HASHED_UNLESS_DEFAULT = frozenset({"warmup_until_error", "world_size"})
+_HASHED_UNLESS_DEFAULT = frozenset({
+    "warmup_until_error", "world_size", "grad_accum", "target_loss", "subset_per_class", "skip_bad_images",
+    "vocab_size", "eval_batches", "eval_tokens",
+})  # fmt: skip
 # Every field's default (every RunConfig field has a plain one): what a run JSON written before a field existed used.
 FIELD_DEFAULTS = {f.name: f.default for f in dataclasses.fields(RunConfig)}
 
@@ -303,6 +357,15 @@ def build(fields: Mapping[str, Any]) -> RunConfig:
         if "epochs" in fields:
             base.pop("steps", None)  # the user chose the run length in epochs instead of the recipe's steps
     return RunConfig(**{**base, **fields})
+
+
+def _data_errors(cfg: RunConfig) -> Any:
+    """What is wrong with the fields of data read from disk (loader, image tree, vocabulary, evaluation caps)."""
+    for name, low in (("workers", 0), ("prefetch", 1), ("subset_per_class", 1), ("vocab_size", 2),
+                      ("eval_batches", 1), ("eval_tokens", 1)):
+        value = getattr(cfg, name)
+        if value is not None and value < low:
+            yield f"--{name.replace('_', '-')} must be >= {low}, got {value}"
 
 
 def config_from_dict(d: Mapping[str, Any]) -> RunConfig:

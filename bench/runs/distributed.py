@@ -99,3 +99,14 @@ def sum_across(t: torch.Tensor) -> torch.Tensor:
     out = t.detach().clone()
     dist.all_reduce(out, op=dist.ReduceOp.SUM)
     return out
+
+
+def any_across(flag: bool, world: World | None) -> bool:
+    """Whether ``flag`` is set on any rank (every rank must call it at the same point); ``flag`` itself outside a
+    torchrun job."""
+    if world is None:
+        return flag
+    on = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else torch.device("cpu")
+    t = torch.tensor([1.0 if flag else 0.0], device=on)  # NCCL reduces CUDA tensors only
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return bool(t.item() > 0)

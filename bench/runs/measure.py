@@ -58,7 +58,9 @@ StepFn = Callable[[], Any]
 COST_NEUTRAL_FIELDS: frozenset[str] = frozenset({
     "seed", "lr", "betas", "schedule", "milestones", "gamma", "warmup_steps", "warmup_kind", "warmup_factor",
     "warmup_until_error", "target", "eval_every", "probe_every", "diverge_factor", "epochs", "steps", "recipe",
-    "study", "preset", "data_dir",
+    "study", "preset", "data_dir", "checkpoint_every", "checkpoint_minutes", "keep_checkpoints", "target_loss",
+    "eval_batches", "eval_tokens",
+    "global_batch_size",  # grad_accum, which it sets, counts
 })  # fmt: skip
 
 

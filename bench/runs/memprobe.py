@@ -24,7 +24,7 @@ def main() -> None:
     plugins.load_plugins(request["plugins"])
     cfg = config_from_dict(request["config"])
     s = setup(cfg)
-    runner = StepRunner(cfg, s, s.model, s.task.train_batches(cfg.batch_size, batch_generator(s, 3)))
+    runner = StepRunner(cfg, s, s.model, batch_generator(s, 3))
     baseline = rss_mb()
     reset = reset_peak_rss()
     hwm_before = max_rss_mb()

@@ -1,4 +1,5 @@
-"""``bench perf overhead``: does the harness slow the model down?
+"""``bench perf overhead``: does the harness slow the model down? ``bench perf loader``: how fast is the input
+pipeline of a task that reads from disk, alone, for each number of workers?
 
 Times, side by side in one process, the harness's real training loop (:func:`bench.runs.train.train`,
 with its batch sampling on the device, loss recording, lr schedule and divergence checks) and a
@@ -13,13 +14,25 @@ import copy
 import dataclasses
 import statistics
 import time
+from collections.abc import Sequence
 from typing import Any
 
 import torch
 
 from bench.runs.config import RunConfig
 from bench.runs.measure import synchronize
-from bench.runs.train import Record, after_step_hook, autocast, batch_generator, make_optimizer, setup, train
+from bench.runs.tasks import TaskOptions
+from bench.runs.tasks import get as get_task
+from bench.runs.train import (
+    Record,
+    after_step_hook,
+    autocast,
+    batch_generator,
+    make_optimizer,
+    resolve_device,
+    setup,
+    train,
+)
 
 
 def overhead(cfg: RunConfig, steps: int = 30, repeats: int = 7) -> dict[str, Any]:
@@ -67,3 +80,39 @@ def overhead(cfg: RunConfig, steps: int = 30, repeats: int = 7) -> dict[str, Any
         "ratio": statistics.median(m) / statistics.median(h), "ratios": ratios,
         "threads": torch.get_num_threads(),
     }  # fmt: skip
+
+
+def loader(task_name: str, options: TaskOptions, workers: Sequence[int], *, batch_size: int, batches: int = 50,
+           device: str = "cpu", seed: int = 0) -> dict[str, Any]:
+    """Throughput of a loader task's training batches on ``device`` (decoded, augmented, copied and normalised
+    there), with no model, for each worker count: ``batches`` batches timed after the first batch (the workers'
+    start, reported apart) and after the batches the workers had prepared meanwhile (so the timing is steady state).
+    """
+    if batches < 1 or not workers or min(workers) < 0:
+        raise ValueError("--batches must be >= 1 and --workers a list of counts >= 0")
+    dev = resolve_device(device)
+    task = get_task(task_name, device=dev, seed=seed, options=options)
+    if task.loader_workers is None:
+        raise ValueError(f"task {task_name!r} holds its data on the device: there is no loader to measure "
+                         "(bench perf loader measures imagefolder and tokens)")
+    rows = []
+    for count in workers:
+        task.set_workers(count)  # type: ignore[attr-defined]
+        generator = torch.Generator(device=dev).manual_seed(seed)
+        started = time.perf_counter()
+        stream = task.train_batches(batch_size, generator)
+        next(stream)
+        synchronize(dev)
+        first = time.perf_counter() - started
+        for _ in range(count * options.prefetch):
+            next(stream)
+        synchronize(dev)
+        t0 = time.perf_counter()
+        for _ in range(batches):
+            next(stream)
+        synchronize(dev)
+        elapsed = time.perf_counter() - t0
+        del stream  # its workers end here
+        rows.append({"workers": count, f"{task.unit}_per_s": batches * batch_size * task.units_per_sample / elapsed,
+                     "ms_per_batch": elapsed * 1e3 / batches, "first_batch_s": first})
+    return {"device": str(dev), "unit": task.unit, "rows": rows, "task": task.info}

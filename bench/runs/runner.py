@@ -21,7 +21,7 @@ from typing import Any
 import torch
 
 import variants
-from bench.runs import checkpoints, distributed, plugins, probes
+from bench.runs import checkpoints, distributed, plugins, probes, resume
 from bench.runs.config import RunConfig
 from bench.runs.env import environment, git_sha, machine_id
 from bench.runs.results import ResultsStore, new_row
@@ -68,11 +68,11 @@ def execute(cfg: RunConfig, results_dir: str | Path, progress: bool = False) -> 
     store.preflight()  # an unusable results dir or a damaged leaderboard is bad input too: refuse before training
     world = distributed.current()
     if world is None:
-        return record(store, run_config(cfg, progress=progress))
+        return record(store, run_config(cfg, progress=progress, results_dir=store.root))
     # One run over the ranks of a torchrun job (bench.runs.distributed): every rank trains, rank 0 writes the row.
     cfg = dataclasses.replace(cfg, world_size=world.size)
     with distributed.session(world, distributed.device_for(world, resolve_device(cfg.device))):
-        run_json = run_config(cfg, progress=progress and world.main)
+        run_json = run_config(cfg, progress=progress and world.main, results_dir=store.root)
         return record(store, run_json) if world.main else run_json
 
 
@@ -86,17 +86,21 @@ def record(store: ResultsStore, run_json: Mapping[str, Any]) -> dict[str, Any]:
         run_json["checkpoint"] = path.relative_to(store.root).as_posix()
     stored = _finite(run_json)
     store.append(run_json["row"], stored)
+    resume.discard(store.root, run_json["run_id"])  # the run is recorded: its mid-run states are not needed
     return stored
 
 
 def run_config(cfg: RunConfig, progress: bool = False, reuse: Reuse | None = None, report: Report | None = None,
-               placement: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """Set up, measure (or take ``reuse``'s figures), train; return the run JSON. Writes nothing.
+               placement: Mapping[str, Any] | None = None, results_dir: str | Path | None = None) -> dict[str, Any]:
+    """Set up, measure (or take ``reuse``'s figures), train; return the run JSON. Writes no row.
 
-    Bad input (unknown variant, missing dataset, a plugin's model that does not fit the task) raises ValueError
-    before anything runs; every failure after setup is in the returned row's ``status`` and ``error``.
-    ``placement`` is where an executor put the run (threads, GPUs): stored in the run JSON, and its GPUs name
-    the row's ``device``.
+    Bad input (unknown variant, missing dataset, a plugin's model that does not fit the task, a checkpoint of
+    another configuration) raises ValueError before anything runs; every failure after setup is in the returned
+    row's ``status`` and ``error``. ``placement`` is where an executor put the run (threads, GPUs): stored in the
+    run JSON, and its GPUs name the row's ``device``. With ``results_dir`` the run saves its training state into
+    ``checkpoints/<run_id>/`` there as ``--checkpoint-every``/``--checkpoint-minutes`` or a preemption signal ask,
+    and continues from the newest one it finds (:mod:`bench.runs.resume`); a preempted run raises
+    :class:`~bench.runs.resume.Preempted` (its state saved, no row).
     """
     with plugins.blame(cfg.variant):
         s = setup(cfg)
@@ -106,27 +110,39 @@ def run_config(cfg: RunConfig, progress: bool = False, reuse: Reuse | None = Non
     rec = Record()
     started = time.perf_counter()
     probe_fn: Callable[..., list[dict[str, Any]]] | None = probes.probe if cfg.probe_every else None
+    folder = resume.directory(results_dir, cfg.run_id) if results_dir is not None else None
+    checkpointer = resume.Checkpointer(folder, cfg, cfg.checkpoint_every, cfg.checkpoint_minutes,
+                                       cfg.keep_checkpoints)
+    state = checkpointer.latest()  # a state of another configuration or torch: bad input, refused here
     cost_source = ""
+    if state is not None:  # a rerun continues: the figures measured before training, the time spent so far
+        rec.measurements, cost_source = state["measurements"], state["cost_source"]
+        rec.resumed_from_step, rec.restarts, rec.wall_before_s = int(state["step"]), int(state["restarts"]) + 1, \
+            float(state["wall_s"])
+    checkpointer.extra = lambda: {"measurements": rec.measurements, "cost_source": cost_source,
+                                  "restarts": rec.restarts, "wall_s": rec.wall_before_s + time.perf_counter() - started}
     if report is not None:
-        report("setup", {"row": build_row(cfg, s, rec, env, 0.0, device=device)})
+        report("setup", {"row": build_row(cfg, s, rec, env, rec.wall_before_s, device=device)})
     if reuse is not None and reuse.machine is not None and reuse.machine != machine_id(env):
         reuse = None  # measured on another machine (a cluster's other node): this run measures its own
     try:
-        if reuse is None:
+        if state is not None:
+            pass  # measured before the run was interrupted
+        elif reuse is None:
             measure_phases(s, rec)
             cost_source = cfg.run_id if cfg.measure else ""
         else:  # the figures of the first run of this model configuration (the training below is unaffected)
             rec.measurements, cost_source = copy.deepcopy(reuse.measurements), reuse.source
         if report is not None:
-            row = build_row(cfg, s, rec, env, time.perf_counter() - started, cost_source, device)
+            row = build_row(cfg, s, rec, env, rec.wall_before_s + time.perf_counter() - started, cost_source, device)
             report("measured", {"measurements": rec.measurements, "row": row, "machine": machine_id(env)})
-        train(s, rec, progress, probe_fn)
-    except KeyboardInterrupt:
+        train(s, rec, progress, probe_fn, checkpointer, state)
+    except (KeyboardInterrupt, resume.Preempted):
         raise
     except Exception as exc:  # every failure becomes a recorded row
         rec.status = classify_failure(exc)
         rec.error = one_line(str(exc) if rec.status == "diverged" else f"{type(exc).__name__}: {exc}")
-    wall = time.perf_counter() - started
+    wall = rec.wall_before_s + time.perf_counter() - started  # every segment's time, none spent waiting
     row = build_row(cfg, s, rec, env, wall, cost_source, device)
     kept = {checkpoints.KEY: checkpoints.snapshot(cfg, s.model, s.model_kwargs)} \
         if cfg.save_checkpoint and rec.status == "ok" else {}
@@ -200,9 +216,10 @@ def _config_columns(cfg: RunConfig, model_kwargs: Mapping[str, Any], axes: Mappi
         "init": init_scheme(cfg, model_kwargs) if desc["family"] is not None else "default",
         "norm": axes.get("norm"), "task": cfg.task,
         "seed": cfg.seed,
-        "batch_size": cfg.batch_size, "optimizer": cfg.optimizer, "lr": cfg.lr, "schedule": cfg.schedule,
+        "batch_size": cfg.batch_size, "grad_accum": cfg.grad_accum, "optimizer": cfg.optimizer, "lr": cfg.lr,
+        "schedule": cfg.schedule,
         "warmup_steps": cfg.warmup_steps, "world_size": cfg.world_size, "precision": cfg.precision,
-        "target_acc": cfg.target, "study": cfg.study,
+        "target_acc": cfg.target, "target_loss": cfg.target_loss, "study": cfg.study,
     }  # fmt: skip
 
 
@@ -234,7 +251,7 @@ def build_row(cfg: RunConfig, s: Any, rec: Record, env: dict[str, Any], wall_s: 
         samples_per_s, step_ms = thr["samples_per_s"], thr["median_step_ms"]
     elif rec.steps_done and rec.train_time_s > 0:  # no timing phase: fall back to the training loop's own time
         step_ms = rec.train_time_s * 1e3 / rec.steps_done
-        samples_per_s = cfg.batch_size / (step_ms / 1e3)
+        samples_per_s = cfg.global_batch / (step_ms / 1e3)
     else:
         samples_per_s = step_ms = None
     achieved = mfu = None
@@ -248,7 +265,7 @@ def build_row(cfg: RunConfig, s: Any, rec: Record, env: dict[str, Any], wall_s: 
     return new_row(
         **_config_columns(cfg, s.model_kwargs, variant_axes(cfg.variant, s.model)),
         params=sum(p.numel() for p in s.model.parameters()),
-        epochs=rec.steps_done * cfg.batch_size / s.task.num_train if s.task.num_train else None,
+        epochs=rec.steps_done * cfg.global_batch / s.task.num_train if s.task.num_train else None,
         steps=rec.steps_done, device=device or str(s.device), device_name=env["device_name"],
         status=rec.status, error=rec.error,
         final_train_loss=last.get("train_loss"), final_train_acc=last.get("train_acc"),
@@ -259,8 +276,13 @@ def build_row(cfg: RunConfig, s: Any, rec: Record, env: dict[str, Any], wall_s: 
         train_tokens_per_s=samples_per_s * s.task.units_per_sample if samples_per_s and s.task.unit == "tokens"
         else None,
         step_time_ms=step_ms, peak_mem_mb=mem.get("peak_mb"), mem_method=mem.get("method"),
+        # a loader task's model step apart from its loader (bench.runs.train.model_apart), and evaluation's own time
+        model_samples_per_s=thr.get("model_samples_per_s"), input_bound_fraction=thr.get("input_bound_fraction"),
+        loader_workers=s.task.loader_workers, eval_time_s=rec.eval_time_s if rec.eval_curve else None,
+        final_val_perplexity=last.get("perplexity"),
         fwd_flops_per_sample=flops.get("fwd_per_sample"), train_flops_per_sample=flops.get("train_per_sample"),
         achieved_tflops=achieved, mfu=mfu, cost_source=cost_source, wall_time_s=wall_s,
+        resumed_from_step=rec.resumed_from_step, restarts=rec.restarts,
         torch_version=env["torch"], git_sha=env["git_sha"],
         created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
     )  # fmt: skip

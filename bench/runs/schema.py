@@ -15,29 +15,44 @@ from bench.runs.config import RUN_ID_PATTERN
 # The fixed column order of leaderboard.csv; results/README.md documents each column.
 COLUMNS: tuple[str, ...] = (
     "run_id", "config_hash", "variant", "family", "depth", "params", "init", "norm", "task", "seed", "epochs",
-    "steps", "batch_size", "optimizer", "lr", "schedule", "warmup_steps", "device", "device_name", "world_size",
-    "precision", "status", "error",
-    "final_train_loss", "final_train_acc", "final_val_loss", "final_val_acc", "best_val_acc",
-    "target_acc", "steps_to_target", "time_to_target_s",
-    "train_samples_per_s", "train_tokens_per_s", "step_time_ms", "peak_mem_mb", "mem_method",
+    "steps", "batch_size", "grad_accum", "optimizer", "lr", "schedule", "warmup_steps", "device", "device_name",
+    "world_size", "precision", "status", "error",
+    "final_train_loss", "final_train_acc", "final_val_loss", "final_val_acc", "final_val_perplexity", "best_val_acc",
+    "target_acc", "target_loss", "steps_to_target", "time_to_target_s", "eval_time_s",
+    "train_samples_per_s", "train_tokens_per_s", "step_time_ms", "model_samples_per_s", "input_bound_fraction",
+    "loader_workers", "peak_mem_mb", "mem_method",
     "fwd_flops_per_sample", "train_flops_per_sample", "achieved_tflops", "mfu", "cost_source", "wall_time_s",
-    "study", "torch_version", "git_sha", "created_at",
+    "resumed_from_step", "restarts", "study", "torch_version", "git_sha", "created_at",
 )  # fmt: skip
+
+# The header before data read from disk (the loader tasks) and evaluation cost had columns: final_val_perplexity,
+# eval_time_s, model_samples_per_s, input_bound_fraction and loader_workers are left empty.
+DATA_COLUMNS: tuple[str, ...] = ("final_val_perplexity", "eval_time_s", "model_samples_per_s", "input_bound_fraction",
+                                 "loader_workers")
+COLUMNS_V6: tuple[str, ...] = tuple(c for c in COLUMNS if c not in DATA_COLUMNS)
+V6_MAPPING = "final_val_perplexity, eval_time_s, model_samples_per_s, input_bound_fraction, loader_workers left empty"
+
+# The header before grad_accum (micro-batches per optimiser step), target_loss (a validation-loss target),
+# resumed_from_step and restarts (a run continued from a mid-run checkpoint) were columns: every run stepped on whole
+# batches, had an accuracy target if any, and ran in one go.
+COLUMNS_V5: tuple[str, ...] = tuple(c for c in COLUMNS_V6 if c not in ("grad_accum", "target_loss",
+                                                                        "resumed_from_step", "restarts"))
+V5_MAPPING = f"grad_accum 1, restarts 0; {V6_MAPPING}"
 
 # The header before norm (the norm type the run's model was built with: a registered name, e.g. a plugin's dyt)
 # was a column: the column is left empty (the run JSON's axes, or the variant's defaults, say which it was).
-COLUMNS_V4: tuple[str, ...] = tuple(c for c in COLUMNS if c != "norm")
-V4_MAPPING = "norm left empty"
+COLUMNS_V4: tuple[str, ...] = tuple(c for c in COLUMNS_V5 if c != "norm")
+V4_MAPPING = f"norm left empty; {V5_MAPPING}"
 
 # The header before world_size (the processes of a torchrun job that trained the run) was a column: every run
 # was one process.
 COLUMNS_V3: tuple[str, ...] = tuple(c for c in COLUMNS_V4 if c != "world_size")
-V3_MAPPING = "world_size 1, norm left empty"
+V3_MAPPING = f"world_size 1, norm left empty; {V5_MAPPING}"
 
 # The header before cost_source (the run whose measurement phases produced a row's throughput, memory and FLOPs)
 # was a column: every such row measured its own, or nothing when no phase ran; the column is left empty.
 COLUMNS_V2: tuple[str, ...] = tuple(c for c in COLUMNS_V3 if c != "cost_source")
-V2_MAPPING = "cost_source left empty, world_size 1, norm left empty"
+V2_MAPPING = f"cost_source left empty, world_size 1, norm left empty; {V5_MAPPING}"
 
 # The header before forward/train FLOPs, init and config_hash were columns. Such leaderboards still load:
 # each row is mapped onto COLUMNS on read, and the next append rewrites the file in the current schema.
@@ -52,7 +67,7 @@ COLUMNS_V1: tuple[str, ...] = (
     "study", "torch_version", "git_sha", "created_at",
 )  # fmt: skip
 V1_MAPPING = ("flops_per_sample -> train_flops_per_sample; fwd_flops_per_sample and init left empty; "
-              "config_hash taken from run_id; world_size 1; norm left empty")
+              f"config_hash taken from run_id; world_size 1; norm left empty; {V5_MAPPING}")
 
 
 def _from_v1(row: dict[str, str]) -> dict[str, str]:
@@ -64,10 +79,14 @@ def _from_v1(row: dict[str, str]) -> dict[str, str]:
 
 
 def _from_v2(row: dict[str, str]) -> dict[str, str]:
-    return _from_v4(row) | {"world_size": "1"}  # every run was one process then
+    return _from_v5(row) | {"world_size": "1"}  # every run was one process then
 
 
-def _from_v4(row: dict[str, str]) -> dict[str, str]:
+def _from_v5(row: dict[str, str]) -> dict[str, str]:
+    return _from_v6(row) | {"grad_accum": "1", "restarts": "0"}
+
+
+def _from_v6(row: dict[str, str]) -> dict[str, str]:
     return {c: row.get(c, "") for c in COLUMNS}
 
 
@@ -76,7 +95,9 @@ LEGACY_SCHEMAS: dict[tuple[str, ...], tuple[str, Callable[[dict[str, str]], dict
     COLUMNS_V1: (V1_MAPPING, _from_v1),
     COLUMNS_V2: (V2_MAPPING, _from_v2),
     COLUMNS_V3: (V3_MAPPING, _from_v2),
-    COLUMNS_V4: (V4_MAPPING, _from_v4),
+    COLUMNS_V4: (V4_MAPPING, _from_v5),
+    COLUMNS_V5: (V5_MAPPING, _from_v5),
+    COLUMNS_V6: (V6_MAPPING, _from_v6),
 }
 # "killed": the run's process was ended by a signal (a user's kill, a scheduler's) before it could return its row.
 STATUSES = ("ok", "diverged", "oom", "error", "killed")
@@ -95,7 +116,7 @@ def new_row(**values: Any) -> dict[str, Any]:
 # ``cost_source`` names the run that measured): the copies are one measurement, not several.
 COST_COLUMNS: tuple[str, ...] = (
     "train_samples_per_s", "train_tokens_per_s", "step_time_ms", "peak_mem_mb", "fwd_flops_per_sample",
-    "train_flops_per_sample", "achieved_tflops", "mfu",
+    "train_flops_per_sample", "achieved_tflops", "mfu", "model_samples_per_s", "input_bound_fraction",
 )  # fmt: skip
 # What `bench leaderboard` shows by default (the full set is in REPORT.md and the CSV itself).
 HEADLINE_METRICS: tuple[str, ...] = ("final_train_acc", "final_val_acc", "best_val_acc", "train_samples_per_s",

@@ -9,6 +9,7 @@ diverges, runs out of memory or raises still produces a leaderboard row whose ``
 from __future__ import annotations
 
 import contextlib
+import itertools
 import math
 import os
 import time
@@ -19,7 +20,7 @@ from typing import Any
 import torch
 
 import variants
-from bench.runs import distributed, measure, plugins
+from bench.runs import distributed, measure, plugins, resume
 from bench.runs.config import RunConfig, lr_factor
 from bench.runs.progress import Progress
 from bench.runs.tasks import Task, TaskError, TaskOptions
@@ -54,11 +55,15 @@ def resolve_device(name: str) -> torch.device:
     return torch.device(name)
 
 
-def task_options(cfg: RunConfig) -> TaskOptions:
+def task_options(cfg: RunConfig, world: distributed.World | None = None) -> TaskOptions:
+    """The task's options from the config; under torchrun, ``world`` tells a loader task which share to read."""
     return TaskOptions(
         data_dir=cfg.data_dir, data_path=cfg.data_path, seq_len=cfg.seq_len, image_size=cfg.image_size,
         num_classes=cfg.num_classes, random_labels=cfg.random_labels, augment=cfg.augment,
         train_size=cfg.train_size, val_size=cfg.val_size,
+        workers=cfg.workers, prefetch=cfg.prefetch, subset_per_class=cfg.subset_per_class,
+        skip_bad_images=cfg.skip_bad_images, vocab_size=cfg.vocab_size, eval_batches=cfg.eval_batches,
+        eval_tokens=cfg.eval_tokens, rank=world.rank if world else 0, world_size=world.size if world else 1,
     )  # fmt: skip
 
 
@@ -135,12 +140,13 @@ def setup(cfg: RunConfig) -> Setup:
     if world is not None:
         device = distributed.device_for(world, device)
     seed_everything(cfg.seed, cfg.deterministic)
-    task = get_task(cfg.task, device=device, seed=cfg.seed, options=task_options(cfg))
-    if task.kind == "image" and cfg.batch_size > task.num_train:
-        raise TaskError(
-            f"--batch-size {cfg.batch_size} exceeds the {task.num_train} training samples of task {task.name!r}; "
-            "use a smaller batch (or a larger --train-size for synthetic)"
-        )
+    task = get_task(cfg.task, device=device, seed=cfg.seed, options=task_options(cfg, world))
+    if (task.kind == "image" or task.loader_workers is not None) and cfg.global_batch > task.num_train:
+        batch = f"--batch-size {cfg.batch_size}" if cfg.grad_accum == 1 else \
+            f"the global batch {cfg.global_batch} (--batch-size {cfg.batch_size} x --grad-accum {cfg.grad_accum})"
+        more = " (or a larger --train-size)" if task.name == "synthetic" else ""
+        raise TaskError(f"{batch} exceeds the {task.num_train} training samples of task {task.name!r}; use a smaller "
+                        f"batch{more}")
     kw = model_kwargs(cfg, task)
     torch.manual_seed(cfg.seed)
     model = variants.create(cfg.variant, **kw).to(device)
@@ -152,7 +158,7 @@ def setup(cfg: RunConfig) -> Setup:
         total = task.default_steps
     else:
         epochs = cfg.epochs if cfg.epochs is not None else DEFAULT_EPOCHS
-        total = max(1, math.ceil(epochs * task.num_train / cfg.batch_size))
+        total = max(1, math.ceil(epochs * task.num_train / cfg.global_batch))
     eval_every = cfg.eval_every or max(1, total // 10)
     ddp = None
     if world is not None:  # one wrapper for every step of the run: it broadcasts rank 0's weights as it wraps
@@ -196,13 +202,20 @@ def after_step_hook(model: torch.nn.Module) -> Callable[[], Any] | None:
 class StepRunner:
     """The training step, shared by the timing phase, the memory probe and the training loop.
 
+    One step draws the global batch (``batch_size x grad_accum`` samples; this process's shard of it under
+    torchrun) from the task with ``generator``, and sums the gradients of its ``grad_accum`` micro-batches before
+    the optimiser steps (DistributedDataParallel synchronises only on the last one); its loss is the mean of the
+    micro-batches' losses. The global batch is drawn whole, so a run with ``grad_accum`` K sees exactly the samples
+    of one with K times its batch size. ``skip`` draws and drops that many global batches first: a resumed run's
+    data stream stands where the interrupted run left it.
+
     With ``watch_warmup_error`` (the training loop only: it syncs to the host each warm-up step, which
     a timed phase must not) and ``cfg.warmup_until_error`` set, the warm-up ends after the first step
     whose training batch's error is below the threshold; ``warmup_end`` is then that step count.
     """
 
-    def __init__(self, cfg: RunConfig, s: Setup, model: torch.nn.Module, batches: Iterator[Any],
-                 watch_warmup_error: bool = False) -> None:
+    def __init__(self, cfg: RunConfig, s: Setup, model: torch.nn.Module, generator: torch.Generator,
+                 watch_warmup_error: bool = False, skip: int = 0) -> None:
         self.cfg, self.device, self.task = cfg, s.device, s.task
         self.model = model
         stepped = s.ddp if s.ddp is not None else model  # under torchrun the step's gradients are averaged
@@ -215,9 +228,13 @@ class StepRunner:
         self.sched = torch.optim.lr_scheduler.LambdaLR(self.opt, lambda i: lr_factor(i, total, cfg, self.warmup_end))
         self.scaler = torch.amp.GradScaler(s.device.type, enabled=cfg.precision == "fp16")
         world = s.world
-        self.world = world
-        # under torchrun: every rank draws the same global batch and keeps its own shard of it
-        self.batches = batches if world is None else (distributed.shard(x, y, world) for x, y in batches)
+        self.world, self.ddp = world, s.ddp
+        batches = s.task.train_batches_from(cfg.global_batch, generator, skip)
+        # under torchrun: every rank draws the same global batch and keeps its own shard of it (a loader task
+        # reads only its own share in the first place)
+        if world is not None and not s.task.per_rank_batches:
+            batches = (distributed.shard(x, y, world) for x, y in batches)
+        self.batches = batches
         self.channels_last = cfg.channels_last
         self.after_step = after_step_hook(model)
 
@@ -225,14 +242,24 @@ class StepRunner:
         x, y = next(self.batches)
         if self.channels_last and x.dim() == 4:
             x = x.contiguous(memory_format=torch.channels_last)
-        with autocast(self.cfg, self.device):
-            logits = self.forward(x)
-            loss = self.task.loss(logits, y)
+        k = self.cfg.grad_accum
         warming = self.watch_error and self.steps_done < self.warmup_end
-        correct = self.task.correct(logits.detach(), y) if warming else None  # on the device: no sync yet
-        del logits  # not held through backward: the memory phase's peak must stay that of a plain step
         self.opt.zero_grad(set_to_none=True)
-        self.scaler.scale(loss).backward()
+        total: torch.Tensor | float = 0.0
+        correct: torch.Tensor | None = None
+        for i, (xb, yb) in enumerate(zip(x.chunk(k), y.chunk(k), strict=True)):
+            # gradients are all-reduced once, with the last micro-batch's backward
+            sync = self.ddp.no_sync() if self.ddp is not None and i < k - 1 else contextlib.nullcontext()  # type: ignore[operator]
+            with sync:
+                with autocast(self.cfg, self.device):
+                    logits = self.forward(xb)  # type: ignore[operator]
+                    loss = self.task.loss(logits, yb)
+                if warming:  # on the device: no sync yet
+                    hits = self.task.correct(logits.detach(), yb)
+                    correct = hits if correct is None else correct + hits
+                del logits  # not held through backward: the memory phase's peak must stay that of a plain step
+                self.scaler.scale(loss / k if k > 1 else loss).backward()
+            total = total + loss.detach()
         if self.cfg.grad_clip is not None:
             self.scaler.unscale_(self.opt)
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.grad_clip)
@@ -245,7 +272,7 @@ class StepRunner:
             self._end_warmup_below_error(correct, y)
         self.steps_done += 1
         self.sched.step()  # after the check: the next step's lr already follows the post-warm-up schedule
-        return loss.detach()
+        return total / k if k > 1 else total  # type: ignore[return-value]
 
     def _end_warmup_below_error(self, correct: torch.Tensor, y: torch.Tensor) -> None:
         """He 2015 §4.2: warm up "until the training error is below 80%", judged on this step's batch."""
@@ -273,7 +300,11 @@ class Record:
     train_time_s: float = 0.0
     steps_to_target: int | None = None
     time_to_target_s: float | None = None
+    eval_time_s: float = 0.0  # time spent evaluating: apart from train_time_s, so from throughput and time to target
     warmup_ended_at: int | None = None  # steps of warm-up made (0: none); None if the run stopped inside it
+    resumed_from_step: int | None = None  # the step this segment continued from (a rerun of an interrupted run)
+    restarts: int = 0  # segments before this one
+    wall_before_s: float = 0.0  # wall time of the segments before this one
     status: str = "ok"
     error: str = ""
 
@@ -290,7 +321,7 @@ def measure_phases(s: Setup, rec: Record) -> None:
     rng = torch.get_rng_state()
 
     def flops() -> dict[str, Any]:
-        x, y = next(s.task.train_batches(cfg.batch_size, batch_generator(s, 1)))
+        x, y = next(s.task.train_batches(cfg.batch_size, batch_generator(s, 1)))  # one micro-batch
 
         def forward() -> torch.Tensor:
             with autocast(cfg, device):
@@ -298,23 +329,29 @@ def measure_phases(s: Setup, rec: Record) -> None:
 
         fwd, train_step = measure.count_flops(forward, device)
         model.zero_grad(set_to_none=True)
-        # per_step (forward + backward) is what a training step computes: MFU divides it by the step time.
-        return {"per_step": train_step, "train_per_sample": train_step / cfg.batch_size,
-                "fwd_per_step": fwd, "fwd_per_sample": fwd / cfg.batch_size, "method": "torch.utils.flop_counter"}
+        # per_step (forward + backward of every micro-batch) is what a training step computes: MFU divides it by the
+        # step time. Under torchrun a loader task's batch is this rank's share: the step computes the whole batch.
+        n, scale = len(x), cfg.batch_size / len(x)
+        return {"per_step": train_step * scale * cfg.grad_accum, "train_per_sample": train_step / n,
+                "fwd_per_step": fwd * scale, "fwd_per_sample": fwd / n, "method": "torch.utils.flop_counter"}
 
     def throughput() -> dict[str, Any]:
-        runner = StepRunner(cfg, s, model, s.task.train_batches(cfg.batch_size, batch_generator(s, 2)))
-        times = measure.time_steps(runner, device, cfg.timing_warmup, cfg.timing_repeats, cfg.timing_steps)
+        runner = StepRunner(cfg, s, model, batch_generator(s, 2))
+        # a loader's workers fill their queues while idle: the warm-up drains those batches, so the timed steps wait
+        # on the loader as a long run does
+        warmup = cfg.timing_warmup + cfg.prefetch * (s.task.loader_workers or 0)
+        times = measure.time_steps(runner, device, warmup, cfg.timing_repeats, cfg.timing_steps)
         med = measure.median(times)
         rec.measurements["peak_flops"], rec.measurements["peak_source"] = measure.peak_flops(device, cfg.precision)
         return {
-            "step_times_ms": times, "median_step_ms": med, "samples_per_s": cfg.batch_size / (med / 1e3),
-            "warmup_steps": cfg.timing_warmup, "repeats": cfg.timing_repeats, "steps_per_repeat": cfg.timing_steps,
+            "step_times_ms": times, "median_step_ms": med, "samples_per_s": cfg.global_batch / (med / 1e3),
+            "warmup_steps": warmup, "repeats": cfg.timing_repeats, "steps_per_repeat": cfg.timing_steps,
+            **(model_apart(cfg, runner, device, med) if s.task.loader_workers is not None else {}),
         }  # fmt: skip
 
     def memory() -> dict[str, Any]:
         if device.type == "cuda":
-            runner = StepRunner(cfg, s, model, s.task.train_batches(cfg.batch_size, batch_generator(s, 3)))
+            runner = StepRunner(cfg, s, model, batch_generator(s, 3))
             return measure.cuda_peak_memory(runner, device)
         if device.type == "cpu" and s.world is not None:
             return {"peak_mb": None, "method": "not measured under torchrun on the CPU (the probe is one process)"}
@@ -335,6 +372,17 @@ def measure_phases(s: Setup, rec: Record) -> None:
         model.load_state_dict(snapshot)
         model.zero_grad(set_to_none=True)
         torch.set_rng_state(rng)
+
+
+def model_apart(cfg: RunConfig, runner: StepRunner, device: torch.device, end_to_end_ms: float) -> dict[str, Any]:
+    """A loader task's model step timed apart from its loader: the same step on ``timing_steps`` batches already on
+    the device (taken from the loader, then cycled), beside the end-to-end median measured just before."""
+    runner.batches = itertools.cycle([next(runner.batches) for _ in range(cfg.timing_steps)])
+    times = measure.time_steps(runner, device, 1, cfg.timing_repeats, cfg.timing_steps)
+    med = measure.median(times)
+    return {"model_step_times_ms": times, "model_median_step_ms": med,
+            "model_samples_per_s": cfg.global_batch / (med / 1e3),
+            "input_bound_fraction": max(0.0, 1.0 - med / end_to_end_ms), "loader_workers": runner.task.loader_workers}
 
 
 @torch.no_grad()
@@ -374,52 +422,77 @@ def evaluate(s: Setup, model: torch.nn.Module, batches: Iterator[Any]) -> tuple[
     return eval_pass(model, s.task, batches, lambda: autocast(s.cfg, s.device))
 
 
-def train(s: Setup, rec: Record, progress: bool, probe: Callable[..., list[dict[str, Any]]] | None) -> None:
+def train(s: Setup, rec: Record, progress: bool, probe: Callable[..., list[dict[str, Any]]] | None,
+          checkpointer: resume.Checkpointer | None = None, state: dict[str, Any] | None = None) -> None:
+    """Train ``s.model`` for the run's steps, recording into ``rec``: the loss of every step, an evaluation every
+    ``eval_every`` steps, probes every ``probe_every``. With ``state`` (a checkpoint of this run,
+    :mod:`bench.runs.resume`) it continues where that state was saved; with ``checkpointer`` it saves its state
+    when the schedule or a preemption signal asks (the latter then raises :class:`~bench.runs.resume.Preempted`)."""
     cfg, model, device, task = s.cfg, s.model, s.device, s.task
     torch.manual_seed(cfg.seed + 4)  # dropout / drop-path stream, independent of what measuring consumed
     model.train()
-    runner = StepRunner(cfg, s, model, task.train_batches(cfg.batch_size, batch_generator(s)), watch_warmup_error=True)
+    start = int(state["step"]) if state else 0
+    runner = StepRunner(cfg, s, model, batch_generator(s), watch_warmup_error=True, skip=start)
     probe_batch = next(iter(task.train_eval_batches(cfg.batch_size))) if probe else None
     losses = torch.empty(s.total_steps, device=device)
     lrs: list[float] = []
     first_loss: float | None = None
     checked = 0  # losses[:checked] were already checked for divergence
+    if state:
+        _restore(state, runner, model, rec, losses)
+        lrs, first_loss, checked = list(state["lrs"]), state["first_loss"], start
     check_every = max(1, min(s.eval_every, 25))
     bar = Progress(s.total_steps, cfg.run_id, enabled=progress)  # a bar on a terminal, else a line every 30 s
     try:
-        for step in range(s.total_steps):
-            if probe and step % cfg.probe_every == 0:  # type: ignore[operator]
-                t_sync = time.perf_counter()  # queued training kernels finish here: training time, not probe time
-                measure.synchronize(device)
-                rec.train_time_s += time.perf_counter() - t_sync
-                rec.probes += probe(model, *probe_batch, task.loss, step)  # type: ignore[misc]
-            t0 = time.perf_counter()
-            lrs.append(float(runner.sched.get_last_lr()[0]))
-            losses[step] = runner()
-            done = step + 1
-            rec.steps_done = done
-            # One host sync per check, not per step: the loss values stay on the device until then.
-            if done - checked >= check_every or done % s.eval_every == 0 or done == s.total_steps:
-                if s.world is not None:  # the curve is the global batch's loss: the mean of the ranks' shards
-                    losses[checked:done] = distributed.mean_across(losses[checked:done])
-                chunk = losses[checked:done]
-                measure.synchronize(device)
-                rec.train_time_s += time.perf_counter() - t0
-                if first_loss is None:
-                    first_loss = float(losses[0])
-                try:
-                    _check_divergence(chunk, checked, first_loss, cfg.diverge_factor)
-                except Diverged as exc:
-                    rec.steps_done = exc.step  # the row and the curve end at the first bad step
-                    raise
-                checked = done
-                bar.update(done, loss=f"{float(chunk[-1]):.3f}")
-            else:
-                rec.train_time_s += time.perf_counter() - t0
-            if done % s.eval_every == 0 or done == s.total_steps:
-                _eval_point(s, rec, done)
-        if probe and s.total_steps % cfg.probe_every == 0:  # type: ignore[operator]
-            rec.probes += probe(model, *probe_batch, task.loss, s.total_steps)  # type: ignore[misc]
+        with resume.preemption() as stop:
+            for step in range(start, s.total_steps):
+                if probe and step % cfg.probe_every == 0:  # type: ignore[operator]
+                    t_sync = time.perf_counter()  # queued training kernels finish here: training, not probe time
+                    measure.synchronize(device)
+                    rec.train_time_s += time.perf_counter() - t_sync
+                    rec.probes += probe(model, *probe_batch, task.loss, step)  # type: ignore[misc]
+                t0 = time.perf_counter()
+                lrs.append(float(runner.sched.get_last_lr()[0]))
+                losses[step] = runner()
+                done = step + 1
+                rec.steps_done = done
+                # by the step count (the same on every rank); by the clock or a signal: decided at the next check
+                saving = checkpointer is not None and checkpointer.every_steps is not None and \
+                    done % checkpointer.every_steps == 0
+                stopping = False
+                # One host sync per check, not per step: the loss values stay on the device until then.
+                if saving or done - checked >= check_every or done % s.eval_every == 0 or done == s.total_steps:
+                    if s.world is not None:  # the curve is the global batch's loss: the mean of the ranks' shards
+                        losses[checked:done] = distributed.mean_across(losses[checked:done])
+                    chunk = losses[checked:done]
+                    measure.synchronize(device)
+                    rec.train_time_s += time.perf_counter() - t0
+                    if first_loss is None:
+                        first_loss = float(losses[0])
+                    try:
+                        _check_divergence(chunk, checked, first_loss, cfg.diverge_factor)
+                    except Diverged as exc:
+                        rec.steps_done = exc.step  # the row and the curve end at the first bad step
+                        raise
+                    checked = done
+                    bar.update(done, loss=f"{float(chunk[-1]):.3f}")
+                    # Decided where every rank checks, so that every rank stops (and saves) at the same step.
+                    stopping = distributed.any_across(stop.signal_name is not None, s.world)
+                    due = checkpointer is not None and distributed.any_across(checkpointer.due(done), s.world)
+                    saving = saving or stopping or due
+                else:
+                    rec.train_time_s += time.perf_counter() - t0
+                if done % s.eval_every == 0 or done == s.total_steps:
+                    _eval_point(s, rec, done)
+                if saving and checkpointer is not None and done < s.total_steps:
+                    state_now = _state(done, runner, model, rec, losses, lrs, first_loss)
+                    if s.world is None or s.world.main:  # rank 0 writes; every rank holds the same state
+                        checkpointer.save(done, state_now)
+                if stopping and done < s.total_steps:
+                    where = checkpointer.folder if checkpointer is not None else None
+                    raise resume.Preempted(done, where, stop.signal_name or "a preemption signal on another rank")
+            if probe and s.total_steps % cfg.probe_every == 0:  # type: ignore[operator]
+                rec.probes += probe(model, *probe_batch, task.loss, s.total_steps)  # type: ignore[misc]
     finally:
         bar.close()
         n = rec.steps_done
@@ -428,6 +501,35 @@ def train(s: Setup, rec: Record, progress: bool, probe: Callable[..., list[dict[
         rec.train_curve = [
             {"step": i + 1, "loss": v if math.isfinite(v) else None, "lr": lrs[i]} for i, v in enumerate(values)
         ]
+
+
+def _state(step: int, runner: StepRunner, model: torch.nn.Module, rec: Record, losses: torch.Tensor,
+           lrs: list[float], first_loss: float | None) -> dict[str, Any]:
+    """Everything the rest of the run depends on, at a step boundary (module docstring of bench.runs.resume)."""
+    return {
+        "model": model.state_dict(), "optimizer": runner.opt.state_dict(), "scheduler": runner.sched.state_dict(),
+        "scaler": runner.scaler.state_dict(), "warmup_end": runner.warmup_end, "runner_steps": runner.steps_done,
+        "losses": losses[:step].cpu(), "lrs": list(lrs), "first_loss": first_loss, "rng": resume.rng_state(),
+        "record": {"eval_curve": rec.eval_curve, "probes": rec.probes, "steps_to_target": rec.steps_to_target,
+                   "time_to_target_s": rec.time_to_target_s, "train_time_s": rec.train_time_s,
+                   "eval_time_s": rec.eval_time_s},
+    }  # fmt: skip
+
+
+def _restore(state: dict[str, Any], runner: StepRunner, model: torch.nn.Module, rec: Record,
+             losses: torch.Tensor) -> None:
+    """Put a saved training state back (after the runner has drawn the batches it skips)."""
+    model.load_state_dict(state["model"])
+    runner.warmup_end, runner.steps_done = int(state["warmup_end"]), int(state["runner_steps"])
+    runner.opt.load_state_dict(state["optimizer"])
+    runner.sched.load_state_dict(state["scheduler"])
+    runner.scaler.load_state_dict(state["scaler"])
+    saved = state["losses"]
+    losses[: len(saved)] = saved.to(losses.device)
+    for key, value in state["record"].items():
+        setattr(rec, key, value)
+    rec.steps_done = int(state["step"])
+    resume.set_rng_state(state["rng"])
 
 
 def _check_divergence(chunk: torch.Tensor, start: int, first: float, factor: float) -> None:
@@ -447,13 +549,20 @@ def _check_divergence(chunk: torch.Tensor, start: int, first: float, factor: flo
 
 
 def _eval_point(s: Setup, rec: Record, step: int) -> None:
-    val_loss, val_acc = evaluate(s, s.model, s.task.val_batches(s.cfg.batch_size))
-    tr_loss, tr_acc = evaluate(s, s.model, s.task.train_eval_batches(s.cfg.batch_size))
+    started = time.perf_counter()
+    val, train_eval = s.task.val_batches(s.cfg.batch_size), s.task.train_eval_batches(s.cfg.batch_size)
+    if s.cfg.eval_batches is not None:  # a fixed subset: the first batches of each (fixed) pass
+        val, train_eval = itertools.islice(val, s.cfg.eval_batches), itertools.islice(train_eval, s.cfg.eval_batches)
+    val_loss, val_acc = evaluate(s, s.model, val)
+    tr_loss, tr_acc = evaluate(s, s.model, train_eval)
+    rec.eval_time_s += time.perf_counter() - started  # evaluate() ends in a host sync: the device work is counted
     point = {
-        "step": step, "epoch": step * s.cfg.batch_size / s.task.num_train if s.task.num_train else None,
+        "step": step, "epoch": step * s.cfg.global_batch / s.task.num_train if s.task.num_train else None,
         "train_time_s": rec.train_time_s, "train_loss": tr_loss, "train_acc": tr_acc,
         "val_loss": val_loss, "val_acc": val_acc, **s.task.extra_metrics(val_loss),
     }  # fmt: skip
     rec.eval_curve.append(point)
-    if s.cfg.target is not None and rec.steps_to_target is None and val_acc >= s.cfg.target:
+    reached = (s.cfg.target is not None and val_acc >= s.cfg.target) or \
+        (s.cfg.target_loss is not None and val_loss <= s.cfg.target_loss)
+    if reached and rec.steps_to_target is None:
         rec.steps_to_target, rec.time_to_target_s = step, rec.train_time_s

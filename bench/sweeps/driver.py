@@ -44,24 +44,32 @@ class RunsRefused(Exception):
     recorded: not "nothing written", so not the ValueError of bad input."""
 
 
+class RunsPreempted(Exception):
+    """Some runs of a sweep were stopped by a preemption signal after saving their state: rerunning the sweep
+    continues them."""
+
+
 # Called with each run JSON as the driver records it (e.g. to log it to an experiment tracker).
 OnRecord = Callable[[Mapping[str, Any]], Any]
 
 
 def run_sweep(configs: Sequence[RunConfig], results_dir: str | Path, executor: Executor, *, resume: bool = True,
               measure_every_run: bool = False, progress: bool = True, command: str | None = None,
-              on_record: OnRecord | None = None) -> list[str]:
+              on_record: OnRecord | None = None, requeue: bool = False) -> list[str]:
     """Run ``configs`` on ``executor``, writing one row per run as it ends; returns the run ids written.
 
     With ``resume`` the runs whose row says ``ok`` are skipped (and their figures reused); a run that failed,
-    was killed or never ran runs again. A run refused as bad input (a dataset not on this machine) gets no row,
-    the sweep goes on, and a ValueError at the end names them. ``command`` is the command line that resumes
-    this sweep, printed after an interruption and under the summary of failed runs. ``on_record`` is called with
-    each run JSON once it is written (the Python API logs it to experiment trackers there).
+    was killed or never ran runs again — from its last saved training state, if it left one. A run refused as bad
+    input (a dataset not on this machine) gets no row, the sweep goes on, and :class:`RunsRefused` at the end
+    names them. A run stopped by a preemption signal saves its state and gets no row: ``requeue`` submits it again
+    within this sweep (it continues), else :class:`RunsPreempted` at the end says how to continue it. ``command`` is
+    the command line that resumes this sweep, printed after an interruption and under the summary of failed runs.
+    ``on_record`` is called with each run JSON once it is written (the Python API logs it to experiment trackers
+    there).
     """
     store = ResultsStore(results_dir)
     store.preflight()  # a broken results directory is bad input: refused before the first run
-    driver = _Driver(list(configs), store, executor, measure_every_run, progress, command, on_record)
+    driver = _Driver(list(configs), store, executor, measure_every_run, progress, command, on_record, requeue)
     driver.skip_recorded(resume)
     with _sigterm_as_interrupt():
         driver.run()
@@ -89,9 +97,11 @@ class _Driver:
     """The state of one sweep: what is pending, in flight and done, and whose cost figures to reuse."""
 
     def __init__(self, configs: list[RunConfig], store: ResultsStore, executor: Executor, measure_every_run: bool,
-                 progress: bool, command: str | None, on_record: OnRecord | None = None) -> None:
+                 progress: bool, command: str | None, on_record: OnRecord | None = None, requeue: bool = False
+                 ) -> None:  # fmt: skip
         self.configs, self.store, self.executor, self.command = configs, store, executor, command
-        self.on_record = on_record
+        self.on_record, self.requeue = on_record, requeue
+        self.preempted: list[tuple[int, str, int]] = []  # index, run id, the step its state was saved at
         self.measure_every_run = measure_every_run
         self.quiet = not progress  # the summary, refused and failed runs are printed all the same
         self.bars = progress and executor.slots == 1 and sys.stderr.isatty()
@@ -239,7 +249,7 @@ class _Driver:
                 else:
                     self.measuring[key] = i
             del self.pending[pos]
-            return Job(i, cfg, reuse, progress=self.bars, plugins=self.plugin_specs)
+            return Job(i, cfg, reuse, progress=self.bars, plugins=self.plugin_specs, results_dir=str(self.store.root))
         return None
 
     def _on(self, event: Event) -> None:
@@ -259,6 +269,14 @@ class _Driver:
         if event.kind == "refused":
             self.refused.append((job.index, cfg.run_id))
             self._line(job.index, cfg.run_id, f"not run: {event.data['error']}", always=True)
+            return
+        if event.kind == "preempted":
+            if self.requeue:
+                self.pending.append((job.index, cfg))  # it continues from its saved state when it starts again
+                self._line(job.index, cfg.run_id, f"preempted at step {event.data['step']}, requeued", always=True)
+            else:
+                self.preempted.append((job.index, cfg.run_id, int(event.data["step"])))
+                self._line(job.index, cfg.run_id, f"preempted: {event.data['error']}", always=True)
             return
         if event.kind == "finished":
             run_json = event.data["run_json"]
@@ -320,10 +338,18 @@ class _Driver:
                 print(f"  [{index}/{self.n}] {run_id}: {status}{': ' + error if error else ''}")
             if self.command:
                 print(f"rerun just these (runs with an ok row are skipped): {self.command}", flush=True)
+        if self.preempted:
+            print(f"{len(self.preempted)} run(s) preempted, each with its training state saved: "
+                  + ", ".join(f"{run_id} (step {step})" for _, run_id, step in sorted(self.preempted)), flush=True)
+            if self.command:
+                print(f"continue them with: {self.command}", flush=True)
         if self.refused:
             ids = [run_id for _, run_id in sorted(self.refused)]
             raise RunsRefused(f"{len(ids)} of {self.n} runs were not run (bad input, see above): {ids}; the other "
                               f"runs' rows are recorded in {self.store.root}")
+        if self.preempted:
+            raise RunsPreempted(f"{len(self.preempted)} of {self.n} runs were preempted (their state is saved); "
+                                "rerun the same command to continue them")
         return self.written
 
 

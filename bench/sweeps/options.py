@@ -9,6 +9,7 @@ new option is one field. A field whose metadata names an ``executor`` is an opti
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
@@ -38,6 +39,8 @@ class SweepOptions:
     cpus_per_run: int = _o(1, "CPUs each run's task asks for (its torch threads)", metavar="C", executor="ray")
     retries: int = _o(0, "reruns of a task whose worker or node died (default: 0, a killed row)", metavar="K",
                       executor="ray")
+    requeue: bool = _o(False, "submit a run stopped by a preemption signal (SIGTERM, SIGUSR1) again within this sweep: "
+                              "it continues from the state it saved (without it, rerunning the sweep does)")
     measure_every_run: bool = _o(False, "measure throughput, memory and FLOPs in every run, not once per model "
                                         "configuration (the first seed's figures reused in the other seeds' rows; "
                                         "column cost_source)")
@@ -49,9 +52,15 @@ class SweepOptions:
     tracker_uri: tuple[str, ...] = _o((), "the tracker's log directory or tracking URI (NAME=URI when two trackers "
                                           "are named; repeatable)", metavar="URI|NAME=URI", repeat=True)
     quiet: bool = _o(False, "no progress: no bars, no line per run (the summary and failed runs are printed)")
+    set: tuple[str, ...] = _o((), "set a run-config field of every run of the study, KEY=VALUE (repeatable), e.g. "
+                                   "data_path=/data/imagenet: where this machine keeps the study's dataset",
+                              metavar="KEY=VALUE", repeat=True)
+    dry_run: bool = _o(False, "run nothing: check the study, measure what each model configuration's runs cost on "
+                              "this device, and print the bill (wall time here at --jobs, FLOPs, peak memory, time on "
+                              "the accelerators of the peak-FLOP/s table)")
 
     def __post_init__(self) -> None:
-        for name in ("add_variants", "tracker", "tracker_uri"):
+        for name in ("add_variants", "tracker", "tracker_uri", "set"):
             value = getattr(self, name)
             object.__setattr__(self, name, (value,) if isinstance(value, str) else tuple(value))
         if self.jobs < 1:
@@ -67,6 +76,19 @@ class SweepOptions:
             own = [flag(f) for f in dataclasses.fields(self) if f.metadata.get("executor") == owner]
             listed = f"{', '.join(own[:-1])} and {own[-1]} are options" if len(own) > 1 else f"{own[0]} is an option"
             raise ValueError(f"{listed} of --executor {owner}")
+
+    def fields(self) -> dict[str, Any]:
+        """The run-config fields of ``--set KEY=VALUE`` (a value read as a Python literal, else as a word)."""
+        out: dict[str, Any] = {}
+        for item in self.set:
+            key, sep, raw = item.partition("=")
+            if not sep or not key.isidentifier():
+                raise ValueError(f"--set takes KEY=VALUE, got {item!r}")
+            try:
+                out[key] = ast.literal_eval(raw)
+            except (ValueError, SyntaxError):
+                out[key] = raw
+        return out
 
     def to_argv(self) -> list[str]:
         """The options that make these (every field not at its default), as the command line takes them."""

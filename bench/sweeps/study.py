@@ -119,8 +119,10 @@ class Study:
                    for p, o in self.presets.items()}
         return dataclasses.replace(self, base=base, grid=grid, presets=presets, added=(*self.added, *names))
 
-    def configs(self, preset: str | None = None) -> list[RunConfig]:
-        """Every run of the grid (under ``preset``), validated before any of them starts."""
+    def configs(self, preset: str | None = None, fields: dict[str, Any] | None = None) -> list[RunConfig]:
+        """Every run of the grid (under ``preset``), validated before any of them starts. ``fields`` set run-config
+        fields of every run over the study's own (``--set data_path=/data/imagenet``: where this machine keeps
+        the dataset the study names)."""
         if preset is not None and preset not in self.presets:
             avail = ", ".join(sorted(self.presets)) or "none"
             raise ValueError(f"study {self.name!r} has no preset {preset!r}; presets: {avail}")
@@ -133,7 +135,8 @@ class Study:
         bad = [k for k, v in grid.items() if not isinstance(v, list) or not v]
         if bad:
             raise ValueError(f"study {self.name!r}: grid entries must be non-empty lists (also in presets): {bad}")
-        base = {**self.base, **over}
+        base = {**self.base, **over, **(fields or {})}
+        grid = {k: v for k, v in grid.items() if k not in (fields or {})}
         out = []
         keys = list(grid)
         for values in itertools.product(*(grid[k] for k in keys)):

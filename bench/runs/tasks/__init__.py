@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 import torch
 
-from bench.runs.tasks import images, sequences
+from bench.runs.tasks import imagefolder, images, sequences, tokens
 from bench.runs.tasks.base import Batch, Task, TaskError, TaskOptions
 
 TaskBuilder = Callable[[torch.device, int, TaskOptions], Task]
@@ -16,11 +16,13 @@ TASKS: dict[str, TaskBuilder] = {
     "synthetic": images.synthetic,
     "cifar10": images.cifar10,
     "cifar100": images.cifar100,
+    "imagefolder": imagefolder.imagefolder,
     "text": sequences.text_file,
     "tinytext": sequences.bundled_text,
     "copy": sequences.copy_task,
     "reverse": sequences.reverse_task,
     "recall": sequences.recall_task,
+    "tokens": tokens.tokens,
 }
 
 

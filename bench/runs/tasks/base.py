@@ -2,7 +2,9 @@
 
 A task is everything the training loop needs besides the model. Small datasets live on the
 device as tensors and are batched by indexing; augmentation runs on the device too, so the
-loop never waits on a host-side data loader.
+loop never waits on a host-side data loader. Large ones (``imagefolder``, ``tokens``) stay on disk
+and arrive through a DataLoader with workers (:mod:`bench.runs.tasks.loading`); their
+``loader_workers`` says so, and the throughput phase then times the model apart from the loader.
 """
 
 from __future__ import annotations
@@ -35,6 +37,16 @@ class TaskOptions:
     train_size: int = 4096  # samples in generated train splits (`synthetic`, copy/reverse/recall)
     val_size: int = 1024  # samples in generated validation splits
     augment: bool = True  # image tasks: pad-and-crop + horizontal flip on the device (He 2015's CIFAR augmentation)
+    # Tasks that read from disk (imagefolder, tokens): the loader, the evaluation caps, this process's place.
+    workers: int | None = None  # DataLoader worker processes (None: the task's default)
+    prefetch: int = 2  # batches each worker prepares ahead
+    subset_per_class: int | None = None  # imagefolder: the first K images of each class in each split
+    skip_bad_images: bool = False  # imagefolder: leave unreadable images out (counted) instead of refusing
+    vocab_size: int = 50257  # tokens: the model's vocabulary; every token id must be below it
+    eval_batches: int | None = None  # at most this many batches per evaluation pass
+    eval_tokens: int | None = None  # tokens, text: tokens per evaluation pass
+    rank: int = 0  # this process's rank in a torchrun job: a loader task reads only its share of each batch
+    world_size: int = 1
 
 
 @dataclass
@@ -56,10 +68,23 @@ class Task:
     info: dict[str, Any] = field(default_factory=dict)  # sizes, split, checksums: recorded in the run JSON
     num_train: int = 0  # samples (sequences/windows) in one epoch of the training split
     default_steps: int | None = None  # run length when neither --epochs nor --steps is given (else 30 epochs)
+    loader_workers: int | None = None  # worker processes of the task's DataLoader; None: the data is on the device
+    # True: train_batches already yields this rank's share of each global batch (it read only that share), so the
+    # training step must not shard it again (bench.runs.distributed.shard).
+    per_rank_batches: bool = False
 
     def train_batches(self, batch_size: int, generator: torch.Generator) -> Iterator[Batch]:
         """Endless training batches (augmented where the task augments), drawn with ``generator``."""
         raise NotImplementedError
+
+    def train_batches_from(self, batch_size: int, generator: torch.Generator, start: int) -> Iterator[Batch]:
+        """The training batches from the ``start``-th on: exactly those the uninterrupted stream gives from there (a
+        resumed run's data). Here the batches before are drawn and dropped; a task that reads from disk skips them
+        without reading them."""
+        batches = self.train_batches(batch_size, generator)
+        for _ in range(start):
+            next(batches)
+        return batches
 
     def val_batches(self, batch_size: int) -> Iterator[Batch]:
         """One pass over the fixed validation split, no augmentation."""

@@ -47,10 +47,11 @@ class SequenceTask(Task):
         return int((target != IGNORE_INDEX).sum())
 
 
-def _eval_starts(n_bytes: int, seq_len: int, device: torch.device) -> torch.Tensor:
-    """Starts of fixed non-overlapping windows (seq_len inputs + 1 target), evenly spread, capped by EVAL_TOKENS."""
+def _eval_starts(n_bytes: int, seq_len: int, device: torch.device, tokens: int | None = None) -> torch.Tensor:
+    """Starts of fixed non-overlapping windows (seq_len inputs + 1 target), evenly spread, capped by ``tokens``
+    (default EVAL_TOKENS)."""
     available = (n_bytes - 1) // seq_len
-    k = min(available, max(1, EVAL_TOKENS // seq_len))
+    k = min(available, max(1, (tokens or EVAL_TOKENS) // seq_len))
     return (torch.arange(k) * available // k * seq_len).to(device)
 
 
@@ -60,7 +61,8 @@ class TextTask(SequenceTask):
     ``extra_metrics`` gives bits per character (``loss / ln 2``, one token per byte) and perplexity.
     """
 
-    def __init__(self, name: str, data: bytes, seq_len: int, device: torch.device, info: dict) -> None:
+    def __init__(self, name: str, data: bytes, seq_len: int, device: torch.device, info: dict,
+                 eval_tokens: int | None = None) -> None:
         if seq_len < 1:
             raise TaskError(f"--seq-len must be >= 1, got {seq_len}")
         tokens = torch.frombuffer(bytearray(data), dtype=torch.uint8)
@@ -71,7 +73,7 @@ class TextTask(SequenceTask):
                 f"seq_len + 1 = {seq_len + 1} bytes; use a file of at least ~{10 * (seq_len + 1)} bytes or a smaller "
                 "--seq-len"
             )
-        self.seq_len = seq_len
+        self.seq_len, self.eval_tokens = seq_len, eval_tokens
         self.train = tokens[:split].to(device)
         self.val = tokens[split:].to(device)
         self._offsets = torch.arange(seq_len + 1, device=device)
@@ -82,7 +84,7 @@ class TextTask(SequenceTask):
             "split": "first 90% of bytes train, last 10% validation",
             "train_bytes": split,
             "val_bytes": len(tokens) - split,
-            "val_windows": len(_eval_starts(len(self.val), seq_len, device)),
+            "val_windows": len(_eval_starts(len(self.val), seq_len, device, eval_tokens)),
         }
         # One epoch = as many windows as tile the training split once (windows are drawn at random offsets).
         super().__init__(name=name, kind="sequence", model_kwargs={"vocab_size": 256, "max_len": seq_len},
@@ -100,7 +102,7 @@ class TextTask(SequenceTask):
             yield self._windows(self.train, starts.to(self.device))
 
     def _fixed(self, data: torch.Tensor, batch_size: int) -> Iterator[Batch]:
-        starts = _eval_starts(len(data), self.seq_len, self.device)
+        starts = _eval_starts(len(data), self.seq_len, self.device, self.eval_tokens)
         for i in range(0, len(starts), batch_size):
             yield self._windows(data, starts[i : i + batch_size])
 
@@ -140,7 +142,7 @@ def text_file(device: torch.device, seed: int, options: TaskOptions) -> Task:
             f"--data-path {options.data_path!r} is not valid UTF-8 (bad byte at offset {e.start}); "
             "re-encode it, e.g. `iconv -t UTF-8`"
         ) from None
-    return TextTask("text", data, options.seq_len, device, {"source": str(path)})
+    return TextTask("text", data, options.seq_len, device, {"source": str(path)}, options.eval_tokens)
 
 
 def bundled_text(device: torch.device, seed: int, options: TaskOptions) -> Task:
@@ -151,7 +153,7 @@ def bundled_text(device: torch.device, seed: int, options: TaskOptions) -> Task:
         "source": f"bench/data/tinytext.py (seed {tinytext.DEFAULT_SEED})",
         "entropy_floor_bpc": corpus.entropy_bpc,  # entropy rate of the generating process: no model beats it
     }
-    return TextTask("tinytext", corpus.text.encode("ascii"), options.seq_len, device, info)
+    return TextTask("tinytext", corpus.text.encode("ascii"), options.seq_len, device, info, options.eval_tokens)
 
 
 class SyntheticTask(SequenceTask):

@@ -6,8 +6,10 @@ The events of a job are
 - ``setup`` and ``measured`` (data: the row as it would read then, and the measurements): what the run got to,
   so that the driver can reuse its cost figures in other runs and build the row of a run that dies later;
 - then exactly one of ``finished`` (data: ``run_json``), ``refused`` (bad input, e.g. a dataset not on this
-  machine; data: ``error``; no row) or ``failed`` (the run ended without a run JSON; data: ``status`` --
-  ``killed``, ``oom`` or ``error`` -- ``error``, the reason, and ``placement``; the driver writes its row).
+  machine; data: ``error``; no row), ``preempted`` (a preemption signal stopped it after it saved its training
+  state; data: ``step``, ``error``; no row: a rerun continues it) or ``failed`` (the run ended without a run
+  JSON; data: ``status`` -- ``killed``, ``oom`` or ``error`` -- ``error``, the reason, and ``placement``; the
+  driver writes its row).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import torch
 
 from bench.runs import plugins
 from bench.runs.config import RunConfig
+from bench.runs.resume import Preempted
 from bench.runs.runner import Reuse, classify_failure, one_line, run_config
 
 
@@ -35,6 +38,7 @@ class Job:
     progress: bool = False  # may draw a progress bar (one job at a time, on a terminal)
     # (spec, origin) of each plugin loaded in the driver's process: loaded again in the run's, as it was there
     plugins: tuple[tuple[str, str], ...] = ()
+    results_dir: str | None = None  # where the run saves (and finds) its mid-run training state
 
 
 @dataclass(frozen=True)
@@ -82,7 +86,9 @@ def execute_job(job: Job, placement: Mapping[str, Any], report: Callable[[str, d
         for spec, origin in job.plugins:
             plugins.load_plugins([spec], origin)
         run_json = run_config(job.config, progress=job.progress, reuse=job.reuse, report=report,
-                              placement=placement)
+                              placement=placement, results_dir=job.results_dir)
+    except Preempted as exc:  # asked to stop: its state is saved, and a rerun (or --requeue) continues it
+        report("preempted", {"step": exc.step, "error": str(exc)})
     except ValueError as exc:  # bad input for this run only (e.g. a dataset not on this machine)
         report("refused", {"error": str(exc)})
     except Exception as exc:

@@ -34,7 +34,9 @@ from bench.runs.config import RunConfig
 from bench.sweeps.executors.base import Event, Job, execute_job, uses_cuda
 from bench.sweeps.options import SweepOptions
 
-STOP_GRACE_S = 5.0  # after SIGTERM, how long a stopped job may take to exit before it is killed
+# After SIGTERM, how long a stopped job may take to exit before it is killed: a run in training saves its state at
+# the next step boundary first (bench.runs.resume), so that a rerun continues it.
+STOP_GRACE_S = 60.0
 LAUNCH_TRIES = 3  # a launch that fails because the fork server died is tried again, with a new server
 # Imported once by the server that forks the local executor's processes, so each run starts without importing.
 _PRELOAD = ["torch", "variants", "bench.runs.runner", "bench.runs.probes", "bench.runs.tasks", "sklearn.datasets",
