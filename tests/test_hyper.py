@@ -1,5 +1,6 @@
-"""Hyper-Connections (Zhu et al. 2025) and mHC (Xie et al. 2025): Pre-LN at init, the papers' forwards by hand,
-Sinkhorn-Knopp, causality, depth, errors, probes, and parity with the ``hyper-connections`` package."""
+"""Hyper-Connections (Zhu et al. 2025), mHC (Xie et al. 2025) and Frac-Connections' width connection: Pre-LN at init,
+the papers' forwards by hand, Sinkhorn-Knopp, causality, depth, errors, probes, and parity with the
+``hyper-connections`` package."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from torch import nn
 
 import variants
 from bench.runs.probes import probe
+from variants.frac import FracConnection
 from variants.hyper import (
     MHC_INIT_GAP,
     SINKHORN_ITERS,
@@ -298,3 +300,45 @@ def test_parity_with_the_hyper_connections_package() -> None:
         other.static_beta.copy_(mine.b_post)
     torch.testing.assert_close(_streams_to_batch(mine(h, branch(mine.read(h)))), other(_streams_to_batch(h)),
                                rtol=1e-5, atol=1e-5)
+
+
+def test_frac_width_connection_matches_the_package() -> None:
+    """Frac-Connections (Zhu et al. 2025) against the package's ``HyperConnections(1, num_fracs=m)``: its width
+    connection (the layer's input, and the fractions carried forward) is the paper's Γ and A with HC's dynamic terms,
+    on copied weights. Its ``static_alpha`` (m × 2m) is read per column as (input fraction c // 2, c % 2 = 0 the layer
+    input, 1 the carried fraction), and its H̄ norm is its RMSNorm (γ + 1): ours with ``nn.RMSNorm`` of width d/m.
+
+    Its depth connection is another formula: every output fraction is added into every carried fraction with a full
+    m × m β (``einsum('... f1 d, ... f1 s f2 -> ... f2 s d')``) where the paper's FC matrix has one β per fraction; and
+    its static init is not the identity (it reads fractions (0, 0, 0, 2) into the layer and carries (0, 0, 1, 3)).
+    Ours is checked against the paper's formulas by hand in tests/test_variants_crosslayer.py."""
+    pkg = pytest.importorskip("hyper_connections", reason="optional parity check: pip install -e '.[parity]'")
+    g = torch.Generator().manual_seed(0)
+    m, d = 4, 16
+    ours = FracConnection(m, d, norm=lambda width: nn.RMSNorm(width)).double()
+    theirs = pkg.HyperConnections(1, dim=d, layer_index=0, num_fracs=m).double()
+    h = torch.randn(2, 5, d, generator=g, dtype=torch.float64)
+    frac = h.unflatten(-1, (m, -1))
+    branch_in, carried, _ = theirs.width_connection(h)  # the package's init, before any weight is copied
+    torch.testing.assert_close(branch_in.unflatten(-1, (m, -1)), frac[..., [0, 0, 0, 2], :])
+    torch.testing.assert_close(carried.unflatten(-1, (m, -1)), frac[..., [0, 0, 1, 3], :])
+    with torch.no_grad():
+        for p in ours.parameters():
+            p.copy_(torch.randn(p.shape, generator=g, dtype=p.dtype) * 0.5)
+        static = torch.stack([ours.gamma, ours.a_r], dim=-1).flatten(-2)  # column 2j: Γ[:, j], 2j + 1: A[:, j]
+        theirs.static_alpha.copy_(static)
+        theirs.dynamic_alpha_fn.copy_(torch.stack([ours.w_gamma, ours.w_r], dim=-1).flatten(-2))
+        theirs.dynamic_alpha_scale.copy_(ours.s_alpha)
+        assert isinstance(ours.norm, nn.RMSNorm) and ours.norm.weight is not None
+        theirs.norm.gamma.copy_(ours.norm.weight - 1)
+    w = ours.weights(h)
+    branch_in, carried, _ = theirs.width_connection(h)
+    torch.testing.assert_close(ours.read(h, w), branch_in)
+    torch.testing.assert_close(torch.einsum("...ij,...id->...jd", w[1], frac).flatten(-2), carried)
+    out = torch.randn(2, 5, d, generator=g, dtype=torch.float64)
+    with torch.no_grad():
+        theirs.static_beta.copy_(ours.b)
+        theirs.dynamic_beta_fn.zero_()
+        ours.w_beta.zero_()
+    _, add_residual = theirs(h)
+    assert not torch.allclose(ours(h, out), add_residual(out))  # their β sums every output fraction into each

@@ -24,7 +24,7 @@ from torch import nn
 import variants
 
 
-@variants.register_norm("dyt")
+@variants.register_norm("plugin_dyt")  # not "dyt": that one ships with variants.norms
 class DyT(nn.Module):
     def __init__(self, d: int, alpha0: float = 0.5) -> None:
         super().__init__()
@@ -36,7 +36,7 @@ class DyT(nn.Module):
 
 
 variants.register_preset("preln_dyt", "preln", paper="Zhu et al. 2025, Transformers without Normalization",
-                         norm="dyt")
+                         norm="plugin_dyt")
 '''
 
 STUDY = '''
@@ -100,12 +100,13 @@ def test_a_new_norm_from_plugin_to_report(tmp_path: Path, capsys: pytest.Capture
     for variant in ("preln", "postln", "sandwich"):
         code, _, err = cli(["run", "--variant", variant, "--depth", "2", "--task", "copy", "--steps", "1",
                             "--batch-size", "8", "--seq-len", "16", "--train-size", "16", "--val-size", "16",
-                            "--model-arg", "norm=dyt", "--model-arg", "d_model=16", "--model-arg", "n_heads=2",
+                            "--model-arg", "norm=plugin_dyt", "--model-arg", "d_model=16", "--model-arg", "n_heads=2",
                             "--measure", "--quiet", "--plugin", str(plugin), "--results-dir", str(tmp_path / "one")],
                            capsys)
         assert code == 0, err
-    assert {r["variant"]: r["norm"] for r in board(tmp_path / "one")} == {"preln": "dyt", "postln": "dyt",
-                                                                         "sandwich": "dyt"}
+    assert {r["variant"]: r["norm"] for r in board(tmp_path / "one")} == {"preln": "plugin_dyt",
+                                                                         "postln": "plugin_dyt",
+                                                                         "sandwich": "plugin_dyt"}
 
     # What differs, read from the study file's plugins (no --plugin): the norm, and only the norm.
     code, out, err = cli(["diff", "preln", "preln_dyt", "--depth", "2", "--study", str(study)], capsys)
@@ -117,7 +118,7 @@ def test_a_new_norm_from_plugin_to_report(tmp_path: Path, capsys: pytest.Capture
     assert code == 0, err
     rows = board(res)
     assert len(rows) == 6 and {r["status"] for r in rows} == {"ok"}
-    assert {r["norm"] for r in rows if r["variant"] == "preln_dyt"} == {"dyt"}
+    assert {r["norm"] for r in rows if r["variant"] == "preln_dyt"} == {"plugin_dyt"}
     assert {r["norm"] for r in rows if r["variant"] == "preln"} == {"layernorm"}
     assert (res / "studies" / "dyt_plugin.py").read_text() == plugin.read_text()  # the plugin travels with the study
 

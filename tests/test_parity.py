@@ -14,6 +14,21 @@ What is compared (whole model: embeddings, every layer, final norm, tied head):
 - ``preln`` with ``norm="scalenorm"`` (Nguyen & Salazar 2019) — ``use_scalenorm=True``.
 - ``value_residual`` (ResFormer, λ = ½), depth 3 so that two layers read layer 0's values —
   ``add_value_residual=True, learned_value_residual_mix=False`` (their fixed mix ``v ← lerp(v₁, v, ½) = ½(v + v₁)``).
+- ``preln`` with ``norm="dyt"`` (Zhu et al. 2025, DyT) — ``use_dynamic_tanh=True``; with ``norm="derf"`` (Chen et
+  al. 2025) — ``use_derf=True``, also in Post-LN (``pre_norm=False``). Their DyT refuses Post-LN (``assert pre_norm,
+  'dynamic tanh norm only tested for pre-norm'``, the x-transformers issue 313 the ``normfree`` study answers): Post-LN
+  with DyT is checked by hand in tests/test_variants_norms.py. Their DyT and Derf always hold β; ours, bias-free, hold
+  none: their β is copied as 0.
+- the orthogonal residual update (Oh et al. 2025) — ``orthog_residual=True``. Their projection (``orthog_project``)
+  flattens each *sequence* into one vector (``pack([x], 'b *')``): the branch loses its component along the whole
+  sequence's stream, not along each token's. That is our :class:`~variants.updates.Orthogonal` over ``dims=(-2, -1)``
+  with ε = 0 (theirs has none): logits equal. It is not causal (a later token changes the projection of every earlier
+  one: :func:`test_their_orthogonal_update_is_not_causal`); ``ortho_preln`` projects per token, as the paper's ViT.
+- not compared, because their formulation is another: ``attn_aggregated_residuals`` (their ``AttentionResidual``,
+  citing Attention Residuals) forms its query from the newest hidden state through a low-rank map and an RMSNorm and
+  scales the logits by d^-½, where the paper's query is a learned vector independent of the input, zero at init
+  (:func:`test_their_attention_residual_query_reads_the_input`); ``attn_res`` is checked against the paper's
+  formula by hand in tests/test_variants_crosslayer.py.
 - ``rezero_lm``: x-transformers (2.31) has no ReZero option any more (earlier releases had ``use_rezero``, whose
   norms were ``nn.Identity``). It is rebuilt from their parts: ``use_layerscale=True`` multiplies each branch by a
   learnable per-dimension γ (LayerScale, Touvron et al. 2021), which with every entry equal to our layer's α is
@@ -60,7 +75,10 @@ import torch
 from torch import nn
 
 import variants
-from variants.transformer import ScaleNorm, TransformerLM
+from variants.dense import DepthAttention, GeneralizedResidual
+from variants.norms import Derf, DyT
+from variants.transformer import Design, ScaleNorm, TransformerLM, build_transformer
+from variants.updates import Orthogonal
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore", FutureWarning)  # their attend.py calls torch.jit.script, deprecated in recent torch
@@ -83,14 +101,26 @@ CASES: dict[str, tuple[str, dict[str, object], dict[str, object]]] = {
     "preln-scalenorm": ("preln", {"norm": "scalenorm"}, {"use_scalenorm": True}),
     "value_residual": ("value_residual", {}, {"add_value_residual": True, "learned_value_residual_mix": False}),
     "rezero_lm": ("rezero_lm", {}, {"pre_norm": False, "use_layerscale": True}),
+    "preln-dyt": ("preln", {"norm": "dyt"}, {"use_dynamic_tanh": True}),
+    "preln-derf": ("preln", {"norm": "derf"}, {"use_derf": True}),
+    "postln-derf": ("postln", {"norm": "derf"}, {"pre_norm": False, "use_derf": True}),
+    "orthogonal-per-sequence": ("ortho_sequence", {}, {"orthog_residual": True}),
 }
+
+
+def ortho_sequence(**kw: object) -> TransformerLM:
+    """Pre-LN joined by the orthogonal update over each whole sequence (x-transformers' projection), ε = 0."""
+    design = Design("orthogonal update per sequence", lambda depth: ["pre"] * depth,
+                    lambda depth, d: Orthogonal((-2, -1), eps=0.0))
+    return build_transformer(design, **kw)
 
 
 def ours(name: str, **kw: object) -> TransformerLM:
     """Our model, bias-free, float64, every parameter moved from its init by N(0, 0.5²) (norm gains, ReZero's α
     included: formulas bite)."""
     torch.manual_seed(0)  # the init draws from the global generator
-    model = variants.create(name, **{**TINY, "bias": False, **kw})
+    kwargs = {**TINY, "bias": False, **kw}
+    model = ortho_sequence(**kwargs) if name == "ortho_sequence" else variants.create(name, **kwargs)
     assert isinstance(model, TransformerLM)
     g = torch.Generator().manual_seed(0)
     model = model.double().eval()
@@ -122,12 +152,18 @@ def theirs(options: dict[str, object]) -> nn.Module:
     return model.double().eval()
 
 
-def gain(norm: nn.Module) -> tuple[str, torch.Tensor]:
-    """A norm's gain under its x-transformers parameter name (ScaleNorm: adjustment 5)."""
+def gain(norm: nn.Module) -> dict[str, torch.Tensor]:
+    """A norm's parameters under their x-transformers names (ScaleNorm: adjustment 5; DyT and Derf: their β is 0)."""
     if isinstance(norm, ScaleNorm):
-        return "g", norm.g.reshape(1) / math.sqrt(D)
+        return {"g": norm.g.reshape(1) / math.sqrt(D)}
+    if isinstance(norm, DyT):
+        assert norm.bias is None
+        return {"pre_tanh_scale": norm.alpha, "gamma": norm.weight, "beta": torch.zeros_like(norm.weight)}
+    if isinstance(norm, Derf):
+        assert norm.bias is None
+        return {"alpha": norm.alpha, "s": norm.shift, "gamma": norm.weight, "beta": torch.zeros_like(norm.weight)}
     assert isinstance(norm, nn.LayerNorm) and norm.bias is None
-    return "gamma", norm.weight
+    return {"gamma": norm.weight}
 
 
 def load(their: nn.Module, our: TransformerLM) -> None:
@@ -150,11 +186,11 @@ def load(their: nn.Module, our: TransformerLM) -> None:
             # their norm slots: 0 before the branch, 1 after it (sandwich), 2 after the residual add (post)
             for slot, attr in enumerate(("norm_in", "norm_branch", "norm_out")):
                 if hasattr(unit, attr):
-                    name, value = gain(getattr(unit, attr))
-                    state[f"{at}0.{slot}.{name}"] = value
+                    for name, value in gain(getattr(unit, attr)).items():
+                        state[f"{at}0.{slot}.{name}"] = value
     if not isinstance(our.norm, nn.Identity):
-        name, value = gain(our.norm)
-        state["attn_layers.final_norm." + name] = value
+        for name, value in gain(our.norm).items():
+            state["attn_layers.final_norm." + name] = value
     their.load_state_dict({k: v.detach().clone() for k, v in state.items()}, strict=True)
 
 
@@ -208,3 +244,59 @@ def test_their_defaults_break_the_match(default: dict[str, object]) -> None:
     idx = tokens()
     with torch.no_grad():
         assert not torch.allclose(our(idx), their(idx), **TOL)
+
+
+def test_their_dyt_refuses_post_ln() -> None:
+    """x-transformers issue 313's state of affairs, in code: their DyT is "only tested for pre-norm"."""
+    with pytest.raises(AssertionError, match="only tested for pre-norm"):
+        theirs({"pre_norm": False, "use_dynamic_tanh": True})
+
+
+def test_their_orthogonal_update_is_not_causal() -> None:
+    """Their projection spans the whole sequence, so a later token moves the logits of earlier ones; ours per token
+    (``ortho_preln``) does not."""
+    _, their = matched("orthogonal-per-sequence")
+    ours_per_token = variants.create("ortho_preln", **{**TINY, "bias": False}).double().eval()
+    changed = tokens().clone()
+    changed[:, -1] = (changed[:, -1] + 1) % VOCAB
+    with torch.no_grad():
+        assert not torch.allclose(their(tokens())[:, :-1], their(changed)[:, :-1], rtol=1e-10, atol=1e-10)
+        torch.testing.assert_close(ours_per_token(tokens())[:, :-1], ours_per_token(changed)[:, :-1], rtol=0, atol=0)
+
+
+def test_their_attention_residual_query_reads_the_input() -> None:
+    """Their ``AttentionResidual`` weighs the earlier layers by a query read from the newest hidden state, so even at
+    init its output is no fixed average of its sources; the paper's query (ours, :class:`~variants.dense.
+    DepthAttention`) is a learned vector, 0 at init: the uniform average."""
+    g = torch.Generator().manual_seed(3)
+    hiddens = [torch.randn(1, 4, D, generator=g) for _ in range(3)]
+    mean = torch.stack(hiddens).mean(0)
+    with torch.no_grad():
+        assert not torch.allclose(xt.x_transformers.AttentionResidual(D, lora_rank=4)(hiddens), mean, atol=1e-3)
+        torch.testing.assert_close(DepthAttention(D)(torch.stack(hiddens[:2], -2), hiddens[2]), mean)
+
+
+def test_dca_grn_matches_deep_cross_attention() -> None:
+    """The ``deep-cross-attention`` package's ``GRN`` (lucidrains; its GRN-v3, ``num_outputs`` ways) on copied
+    weights: our :class:`~variants.dense.GeneralizedResidual`'s b, w and RMSNorm gain are its ``bias``,
+    ``to_aggregate`` linear and RMSNorm weight; its RMSNorm's ε (PyTorch's default, the dtype's eps) set to ours.
+    Every weight random, float64: equal outputs. (Its ``DCAGPT`` is not compared whole: rotary positions, and only
+    the first and last k layers kept.)"""
+    dca = pytest.importorskip("deep_cross_attention.dca_gpt",
+                              reason="optional parity check: pip install -e '.[parity]'")
+
+    g = torch.Generator().manual_seed(0)
+    n, ways = 4, 3
+    ours = GeneralizedResidual(D, n, ways).double()
+    their = dca.GRN(D, num_layers=n, num_outputs=ways).double()
+    with torch.no_grad():
+        for p in ours.parameters():
+            p.copy_(torch.randn(p.shape, generator=g, dtype=p.dtype))
+        norm, linear = their.to_aggregate[0], their.to_aggregate[1]
+        norm.weight.copy_(ours.gain)
+        norm.eps = 1e-5
+        linear.weight.copy_(ours.w.weight)
+        their.bias.copy_(ours.b)
+    outputs = torch.randn(n, 2, 5, D, generator=g, dtype=torch.float64)  # their layout: (layers, b, n, d)
+    ours_out = ours(outputs[:-1].permute(1, 2, 0, 3), outputs[-1])  # ours: (b, n, layers, d) and the newest
+    torch.testing.assert_close(ours_out, their(outputs).permute(1, 2, 0, 3), rtol=1e-12, atol=1e-12)

@@ -140,6 +140,7 @@ def test_every_registered_variant_is_described_and_covered() -> None:
     covered = {"plain", "resnet", "highway", "preact"}  # test_cifar.py
     covered |= {"densenet", "resnet_imagenet", "mlp", "normfree", "transformer"}  # their own files
     covered |= {"wrn", "resnext"}  # test_wide.py
+    covered |= {"convnext", "nfnet", "repvgg", "airbench"}  # test_variants_convnets.py
     assert families == covered
 
 

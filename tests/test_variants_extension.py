@@ -29,7 +29,7 @@ DYT_PLUGIN = '''
     import variants
 
 
-    @variants.register_norm("dyt")
+    @variants.register_norm("plugin_dyt")
     class DyT(nn.Module):
         """Zhu et al. 2025, Transformers without Normalization: ``y = γ·tanh(α·x) + β``."""
 
@@ -44,7 +44,7 @@ DYT_PLUGIN = '''
 
 
     @variants.register("sandwich_dyt", family="transformer", paper="Zhu et al. 2025, Transformers without "
-                       "Normalization (DyT in a sandwich stack)", spec=variants.TransformerSpec(norm="dyt"))
+                       "Normalization (DyT in a sandwich stack)", spec=variants.TransformerSpec(norm="plugin_dyt"))
     def sandwich_dyt(spec):
         return variants.build_transformer("sandwich", spec)
 '''
@@ -82,10 +82,10 @@ def dyt(tmp_path: Path, restore: None) -> Iterator[ModuleType]:
 @pytest.mark.parametrize(("name", "norms"), [("preln", 2 * 2 + 1), ("postln", 2 * 2), ("sandwich", 4 * 2 + 1)])
 def test_dyt_builds_in_every_placement(dyt: ModuleType, name: str, norms: int) -> None:
     torch.manual_seed(0)
-    model = variants.create(name, norm="dyt", **TINY)
+    model = variants.create(name, norm="plugin_dyt", **TINY)
     assert sum(isinstance(m, dyt.DyT) for m in model.modules()) == norms
     assert not any(isinstance(m, nn.LayerNorm) for m in model.modules())
-    assert derive_axes(model)["norm"] == "dyt"
+    assert derive_axes(model)["norm"] == "plugin_dyt"
     y = model(torch.randint(0, 11, (2, 8)))
     (y * torch.randn(y.shape)).sum().backward()
     grads = [p.grad for p in model.parameters()]
@@ -106,8 +106,8 @@ def test_dyt_formula(dyt: ModuleType) -> None:
 
 def test_describe_of_a_variant_built_with_it_says_dyt(dyt: ModuleType) -> None:
     d = variants.describe("sandwich_dyt")
-    assert d["axes"] == {"combinator": "add", "placement": "sandwich", "body": "attention+ffn", "norm": "dyt"}
-    assert d["defaults"]["norm"] == "dyt" and d["module"] == "dyt_plugin"
+    assert d["axes"] == {"combinator": "add", "placement": "sandwich", "body": "attention+ffn", "norm": "plugin_dyt"}
+    assert d["defaults"]["norm"] == "plugin_dyt" and d["module"] == "dyt_plugin"
     assert d["unit"] == "variants.blocks.SandwichNorm"
     # The family's defaults, not copies: the trunk is sandwich's; each of its 4·6 + 1 norms holds DyT's α besides
     # LayerNorm's γ and β.
@@ -119,38 +119,44 @@ def test_describe_of_a_variant_built_with_it_says_dyt(dyt: ModuleType) -> None:
 
 def test_the_rest_of_the_family_and_the_mlp_take_it(dyt: ModuleType) -> None:
     for name in ("hyper_connections", "mhc", "laurel", "mixln", "resi_dual", "b2t"):
-        model = variants.create(name, norm="dyt", **TINY)
-        assert derive_axes(model)["norm"] == "dyt", name
+        model = variants.create(name, norm="plugin_dyt", **TINY)
+        assert derive_axes(model)["norm"] == "plugin_dyt", name
         assert torch.isfinite(model(torch.randint(0, 11, (2, 8)))).all()
-    mlp = variants.create("preact_mlp", norm="dyt", depth=3, width=8, image_size=2)
-    assert derive_axes(mlp)["norm"] == "dyt" and sum(isinstance(m, dyt.DyT) for m in mlp.modules()) == 3
+    mlp = variants.create("preact_mlp", norm="plugin_dyt", depth=3, width=8, image_size=2)
+    assert derive_axes(mlp)["norm"] == "plugin_dyt" and sum(isinstance(m, dyt.DyT) for m in mlp.modules()) == 3
     assert mlp(torch.randn(2, 1, 2, 2)).shape == (2, 10)
 
 
 def test_a_mismatched_declared_axis_names_the_axis(dyt: ModuleType) -> None:
     variants.register("declared_wrong", family="transformer", paper="p", axes={"norm": "layernorm"},
-                      spec=variants.TransformerSpec(norm="dyt"))(lambda spec: variants.build_transformer("pre", spec))
-    with pytest.raises(ValueError, match=r"'declared_wrong' declares norm='layernorm', but .* has norm='dyt'"):
+                      spec=variants.TransformerSpec(norm="plugin_dyt"))(
+        lambda spec: variants.build_transformer("pre", spec))
+    with pytest.raises(ValueError, match=r"'declared_wrong' declares norm='layernorm', but .* has norm='plugin_dyt'"):
         variants.describe("declared_wrong")
-    variants.register("declared_right", family="transformer", paper="p", axes={"norm": "dyt", "source": "plugin"},
-                      spec=variants.TransformerSpec(norm="dyt"))(lambda spec: variants.build_transformer("pre", spec))
+    variants.register("declared_right", family="transformer", paper="p",
+                      axes={"norm": "plugin_dyt", "source": "plugin"},
+                      spec=variants.TransformerSpec(norm="plugin_dyt"))(lambda spec: variants.build_transformer("pre",
+                                                                                                             spec))
     axes = variants.describe("declared_right")["axes"]
-    assert axes["norm"] == "dyt" and axes["source"] == "plugin"  # one the derivation cannot see is kept
+    assert axes["norm"] == "plugin_dyt" and axes["source"] == "plugin"  # one the derivation cannot see is kept
 
 
 def test_duplicates_raise_and_a_plugin_unloads_what_it_registered(dyt: ModuleType) -> None:
-    with pytest.raises(ValueError, match=r"norm 'dyt' is already registered \(by module dyt_plugin\)"):
-        variants.register_norm("dyt", dyt.DyT)
+    with pytest.raises(ValueError, match=r"norm 'plugin_dyt' is already registered \(by module dyt_plugin\)"):
+        variants.register_norm("plugin_dyt", dyt.DyT)
     for shipped in ("layernorm", "rmsnorm", "batch", "batchnorm", "none"):
         with pytest.raises(ValueError, match=f"norm '{shipped}' is already registered \\(by a shipped family\\)"):
             variants.register_norm(shipped, dyt.DyT)
-    assert variants.registered_axis_values(module="dyt_plugin") == [("norm", "dyt")]
+    assert variants.registered_axis_values(module="dyt_plugin") == [("norm", "plugin_dyt")]
     variants.unregister("sandwich_dyt")
     for axis, name in variants.registered_axis_values(module="dyt_plugin"):
         variants.unregister_axis_value(axis, name)
-    with pytest.raises(ValueError, match=r"unknown norm 'dyt'; choose one of: layernorm, rmsnorm, scalenorm \("):
-        variants.create("preln", norm="dyt")
-    with pytest.raises(ValueError, match="norm 'dyt' is not registered"):
+    with pytest.raises(ValueError, match=r"unknown norm 'plugin_dyt'; choose one of: layernorm, rmsnorm, scalenorm, "
+                                         r"dyt, derf, seednorm \("):
+        variants.create("preln", norm="plugin_dyt")
+    with pytest.raises(ValueError, match="norm 'plugin_dyt' is not registered"):
+        variants.unregister_axis_value("norm", "plugin_dyt")
+    with pytest.raises(ValueError, match="norm 'dyt' is shipped with a family"):  # DyT ships with variants.norms
         variants.unregister_axis_value("norm", "dyt")
     with pytest.raises(ValueError, match="norm 'layernorm' is shipped with a family"):
         variants.unregister_axis_value("norm", "layernorm")
@@ -159,7 +165,7 @@ def test_duplicates_raise_and_a_plugin_unloads_what_it_registered(dyt: ModuleTyp
 
 
 def test_a_factory_passed_directly(dyt: ModuleType, restore: None) -> None:
-    assert derive_axes(variants.create("preln", norm=dyt.DyT, **TINY))["norm"] == "dyt"  # registered: its name
+    assert derive_axes(variants.create("preln", norm=dyt.DyT, **TINY))["norm"] == "plugin_dyt"  # registered: its name
     assert derive_axes(variants.create("preln", norm=nn.RMSNorm, **TINY))["norm"] == "rmsnorm"  # torch's class
 
     class Unnamed(dyt.DyT):

@@ -49,7 +49,28 @@ A variant's axes are derived from the units and combinators it builds (see :func
 reads them off any built model, e.g. one built with ``norm=`` another norm).
 """
 
-from . import cifar, densenet, hyper, imagenet, mlp, ngpt, normfree, preact, resnext, transformer, wrn  # noqa: F401  (families)
+from . import (  # noqa: F401  (families)
+    airbench,
+    cifar,
+    convnext,
+    dense,
+    densenet,
+    frac,
+    hyper,
+    imagenet,
+    lm_norms,
+    mlp,
+    nfnet,
+    ngpt,
+    normfree,
+    preact,
+    repvgg,
+    resnext,
+    speedrun,
+    transformer,
+    updates,
+    wrn,
+)
 from .axes import (
     norm_type,
     register_combinator,

@@ -50,15 +50,17 @@ def he_init_(conv: nn.Conv2d) -> nn.Conv2d:
 #            networks", eq. 16: uniform, variance 2 / (fan_in + fan_out), gain 1.
 #   normal:  N(0, 0.02), a fixed std whatever the layer's fan (GPT's, Radford et al. 2018; the transformer
 #            family's ``normal``), the fixed-scale kind of draw He 2015 argues against for deep nets.
+#   trunc_normal: N(0, 0.02) truncated at ±2σ, the draw of ConvNeXt (Liu et al. 2022) and of the ViTs it follows.
 INIT_SCHEMES: dict[str, Callable[[torch.Tensor], object] | None] = {
     "kaiming": None,
     "xavier": nn.init.xavier_uniform_,
     "normal": lambda w: nn.init.normal_(w, std=0.02),
+    "trunc_normal": lambda w: nn.init.trunc_normal_(w, std=0.02, a=-0.04, b=0.04),
 }
 
 
 # The schemes of variants whose paper is an initialisation (variants.normfree), pinned by name.
-PAPER_INITS = ("rezero", "skipinit", "fixup")
+PAPER_INITS = ("rezero", "skipinit", "fixup", "airbench")
 axes.ship("init", [*INIT_SCHEMES, *PAPER_INITS])
 InitArg = str | Callable[[torch.Tensor], object]  # a scheme's name, or a draw that fills one weight in place
 

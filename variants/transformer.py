@@ -53,9 +53,8 @@ from . import axes
 from .blocks import PLACEMENTS, NormFactory, PostNorm, ResidualUnit, sublayer
 from .checks import choice, flag, positive_int, rate
 from .combinators import COMBINATORS, Combinator, Laurel, Scaled
+from .norms import LN_EPS, NORMS, NormArg, ScaleNorm, resolve_norm  # noqa: F401  (re-exported: the family's names)
 from .registry import register
-
-LN_EPS = 1e-5  # GPT-2's LayerNorm epsilon
 
 
 class CausalSelfAttention(nn.Module):
@@ -190,34 +189,12 @@ def swiglu_hidden(d_ff: int) -> int:
     return max(1, round(2 * d_ff / 3))
 
 
-class ScaleNorm(nn.Module):
-    """Nguyen & Salazar 2019, "Transformers without Tears", §2.2: ``g · x / ‖x‖`` over the feature dimension,
-    one learned scalar ``g`` starting at √d."""
-
-    norm_axis = "scalenorm"  # the variant's norm axis (variants.registry.derive_axes)
-
-    def __init__(self, d_model: int, eps: float = LN_EPS) -> None:
-        super().__init__()
-        self.g = nn.Parameter(torch.tensor(math.sqrt(d_model)))
-        self.eps = eps
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.g * x / torch.linalg.vector_norm(x, dim=-1, keepdim=True).clamp_min(self.eps)
-
-
-# The norm-type axis: what every norm of the stack is (its placement is the design's).
-NORMS: dict[str, Callable[[int, bool], nn.Module]] = {
-    "layernorm": lambda d, bias: nn.LayerNorm(d, eps=LN_EPS, bias=bias),  # Ba et al. 2016
-    "rmsnorm": lambda d, bias: nn.RMSNorm(d, eps=LN_EPS),  # Zhang & Sennrich 2019: x / rms(x) · g, no mean, no bias
-    "scalenorm": lambda d, bias: ScaleNorm(d),  # Nguyen & Salazar 2019
-}
 # The feed-forward body: GPT-2's GELU MLP or Shazeer's SwiGLU.
 FFNS: dict[str, Callable[[int, int, float, bool], nn.Module]] = {"gelu": FeedForward, "swiglu": SwiGLU}
-# A plugin adds to both with variants.register_norm / register_ffn (variants.axes), or passes a factory directly:
-NormArg = Callable[..., nn.Module]  # factory(d) or factory(d, bias=...): one norm of width d
+# A plugin adds to both with variants.register_norm / register_ffn (variants.axes), or passes a factory directly
+# (the norm types, NORMS and NormArg, are variants.norms'):
 FfnArg = Callable[..., nn.Module]  # factory(d_model, d_ff, dropout, bias): the feed-forward body
 InitArg = Callable[[torch.Tensor], object]  # draw(weight): fills one weight in place
-axes.ship("norm", NORMS)
 axes.ship("ffn", FFNS)
 
 
@@ -457,16 +434,6 @@ def resolve_init(init: object) -> tuple[str, Callable[[TransformerLM], None]]:
     return name, partial(_init_draw, draw=cast(InitArg, value))
 
 
-def resolve_norm(norm: object, bias: bool) -> tuple[str, Callable[[int], nn.Module]]:
-    """``(name, make)`` of a ``norm`` argument (a name of :data:`NORMS`, a registered norm or a factory):
-    ``make(d)`` builds one norm of width d, tagged with the name where it is not one of :data:`NORMS`."""
-    name, factory = axes.lookup("norm", norm, NORMS, message=lambda known: (
-        f"unknown norm {norm!r}; choose one of: {', '.join(known)} (or pass a norm factory)"))
-    if name in NORMS and factory is NORMS[name]:
-        return name, lambda d: factory(d, bias)
-    return name, lambda d: axes.tagged(axes.make_norm(factory, d, bias), "norm", name)
-
-
 def resolve_ffn(ffn: object) -> tuple[str, Callable[[int, int, float, bool], nn.Module]]:
     """``(name, make)`` of an ``ffn`` argument (a name of :data:`FFNS`, a registered body or a factory)."""
     name, factory = axes.lookup("ffn", ffn, FFNS, message=lambda known: (
@@ -499,6 +466,9 @@ class Design:
         placement, body, combine, norm))
     stream: Callable[[NormFactory], Stream] = field(default=lambda norm: Stream())  # ResiDual: two streams
     final_norm: bool | None = None  # None: when the last sublayer leaves the stream un-normalised (pre/sandwich)
+    # A layer that needs to know where it sits (a cross-layer design's connection to the layers before it):
+    # layer(i, attn, ffn) for layer i; None: block(attn, ffn).
+    layer: Callable[[int, ResidualUnit, ResidualUnit], Block] | None = None
 
 
 def _same(placement: str) -> Callable[[int], list[str]]:
@@ -597,11 +567,12 @@ class TransformerLM(nn.Module):
         for i, (p_attn, p_ffn) in enumerate(placements):
             attn = design.attention.make(d_model, n_heads, dropout, bias, first=first, head_norm=norm_of_width)
             first = attn if first is None else first
-            layers.append(design.block(
+            units = (
                 design.unit(2 * i, p_attn, attn, design.combinator(depth, d_model), make_norm),
                 design.unit(2 * i + 1, p_ffn, make_ffn(d_model, d_ff, dropout, bias),
                             design.combinator(depth, d_model), make_norm),
-            ))
+            )
+            layers.append(design.block(*units) if design.layer is None else design.layer(i, *units))
         self.blocks = nn.ModuleList(layers)
         self.stream = design.stream(make_norm)
         # DenseFormer's averages: one after each block, over the embeddings and every block output so far.

@@ -1,0 +1,369 @@
+"""Cross-layer residuals: each layer reads a learned combination of the outputs of the layers before it.
+
+Three designs of 2025–26 that replace the one residual stream by the whole history of layer outputs (DenseFormer,
+``variants.transformer``, is their static ancestor). Every sublayer body is the family's (attention, feed-forward),
+every norm the family's norm type; the joins are :class:`~variants.combinators.Combinator` subclasses, so probes
+see them and ``describe()`` names them.
+
+- ``mudd``: Xiao, Zhang, Xiao, Gu & Li 2025, "MUDDFormer: Breaking Residual Bottlenecks in Transformers via
+  Multiway Dynamic Dense Connections" (ICML 2025, arXiv 2502.12170). The history holds the embeddings X₀ and every
+  layer's output Xⱼ (the full stream, not a delta). After layer i, four dynamic dense connections, one per *way*
+  c ∈ (Q, K, V, R), build the next layer's four inputs ``X̄ᶜ = Σⱼ (aᶜⱼ + [W₂·GELU(W₁·RMSNorm(Xᵢ))]ᶜⱼ)·Xⱼ`` (the
+  weights read the newest output only; RMSNorm without a gain, hidden width 4(i + 2)); the next layer is a Pre-LN
+  layer whose attention takes its queries, keys and values from X̄^Q, X̄^K, X̄^V (each through its own norm, the
+  authors' ``sepln``) and whose residual is X̄^R. Layer 0 reads X₀; the last connection has the R way only.
+  Init: a = one-hot on the newest output, W₂ = 0 (W₁ PyTorch's default): every way starts as Xᵢ, the model as
+  Pre-LN (tested exactly).
+- ``dca``: Heddes, Javanmard, Axiotis, Fu, Bateni & Mirrokni 2025, "DeepCrossAttention: Supercharging Transformer
+  Residual Connections" (ICML 2025, arXiv 2502.06785). The history holds the embeddings and every layer's *update*
+  (its attention plus feed-forward output, so that their plain sum is the residual stream). Before each layer a
+  generalized residual (GRN-v3) per input ``x̄ᶜ = Σⱼ (bᶜⱼ + ReLU(wᶜᵀ·RMSNorm(xⱼ))) ⊙ xⱼ`` builds the attention's
+  query, key and value inputs; the query input is also the layer's residual; the model's output is one more GRN
+  over the whole history. Init (the ``deep-cross-attention`` package's): b = 1, w ~ N(0, 0.01²) (at w = 0 the
+  ReLU would pass no gradient to w): near the plain residual. Every earlier output is kept (the paper's k-DCA,
+  which keeps only some, is not reproduced).
+- ``attn_res``: Kimi Team 2026, "Attention Residuals" (arXiv 2603.15031), Full AttnRes: every sublayer l (attention
+  and feed-forward each count) reads ``hₗ = Σᵢ softmaxᵢ(wₗᵀ·RMSNorm(vᵢ))·vᵢ`` over v₀ (the embeddings) and the
+  outputs vᵢ = Fᵢ(norm(hᵢ)) of the sublayers before it, wₗ a learned pseudo-query starting at 0 (a uniform average
+  at init: not Pre-LN). ``n_blocks`` gives Block AttnRes: the sublayers split into blocks of ⌈2·depth/n_blocks⌉,
+  each summed into one source (b₀ the embeddings), and a sublayer attends over the completed blocks and the
+  partial sum of its own (the paper's ~8 blocks: ``attn_res_block``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from . import axes
+from .blocks import NormFactory, PreNorm, ResidualUnit
+from .checks import positive_int
+from .combinators import Add, Combinator
+from .norms import LN_EPS
+from .registry import register, register_preset
+from .transformer import (
+    DEFAULT_INIT,
+    Block,
+    CausalSelfAttention,
+    Design,
+    FfnArg,
+    InitArg,
+    NormArg,
+    Stream,
+    TransformerLM,
+)
+
+axes.ship("combinator", ["mudd", "dca", "attnres"])
+MUDD_PAPER = ("Xiao et al. 2025, MUDDFormer: Breaking Residual Bottlenecks in Transformers via Multiway Dynamic Dense "
+              "Connections (ICML 2025, arXiv 2502.12170): Q/K/V/R dynamic dense connections, Pre-LN layers")
+DCA_PAPER = ("Heddes et al. 2025, DeepCrossAttention: Supercharging Transformer Residual Connections (ICML 2025, "
+             "arXiv 2502.06785): a generalized residual (GRN-v3) per attention input, every earlier output kept")
+ATTN_RES_PAPER = ("Kimi Team 2026, Attention Residuals (arXiv 2603.15031): softmax attention over earlier sublayer "
+                  "outputs with a zero-initialised pseudo-query per sublayer (Full AttnRes)")
+BLOCK_ATTN_RES_PAPER = ("Kimi Team 2026, Attention Residuals (arXiv 2603.15031): Block AttnRes, 8 blocks of "
+                        "summed sublayer outputs attended over")
+DCA_W_STD = 0.01  # GRN's w ~ N(0, 0.01²) (the deep-cross-attention package's init)
+MUDD_WAYS = 4  # Q, K, V, R
+
+
+def rms(x: torch.Tensor) -> torch.Tensor:
+    """``x / √(mean(x²) + ε)`` over the last dimension: RMSNorm without a gain (MUDDFormer's RMSnormNoscale)."""
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + LN_EPS)
+
+
+class CrossLayerAttention(CausalSelfAttention):
+    """Causal self-attention whose queries, keys and values may read three inputs: ``x`` of shape (B, T, 3, d)
+    holds (X_Q, X_K, X_V) and ``q = X_Q W_q``, ``k = X_K W_k``, ``v = X_V W_v`` (the fused q|k|v weight's rows
+    0:d, d:2d, 2d:3d); a (B, T, d) input is the usual one-input attention."""
+
+    def heads(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        if x.dim() == 3:
+            return super().heads(x)
+        b, t, _, c = x.shape
+        bias = self.qkv.bias
+        out = [F.linear(x[..., i, :], self.qkv.weight[i * c:(i + 1) * c],
+                        None if bias is None else bias[i * c:(i + 1) * c]) for i in range(3)]
+        q, k, v = (y.view(b, t, self.n_heads, c // self.n_heads).transpose(1, 2) for y in out)
+        return q, k, v
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        q, k, v = self.heads(x)
+        b, _, t, _ = q.shape
+        p = self.attn_dropout if self.training else 0.0
+        y = F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=True)
+        return self.resid_dropout(self.proj(y.transpose(1, 2).reshape(b, t, -1)))
+
+
+class MultiInputPreNorm(ResidualUnit):
+    """``y = combine(x_R, Attn(norm_Q(x_Q), norm_K(x_K), norm_V(x_V)))``: a Pre-LN attention sublayer whose queries,
+    keys, values and residual read four streams, ``x`` of shape (..., 4, d) (MUDDFormer's ways; DCA's, x_R = x_Q)."""
+
+    placement = "pre"
+
+    def __init__(self, body: nn.Module, combine: Combinator, norm: NormFactory, *, drop_path: float = 0.0) -> None:
+        super().__init__(body, combine, drop_path=drop_path)
+        self.norm_q, self.norm_k, self.norm_v = norm(), norm(), norm()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x_q, x_k, x_v, x_r = x.unbind(-2)
+        qkv = torch.stack((self.norm_q(x_q), self.norm_k(x_k), self.norm_v(x_v)), dim=-2)
+        return self.combine(x_r, self.drop_path(self.body(qkv)))
+
+
+class MultiwayDenseConnection(Combinator):
+    """``X̄ᶜ = Σⱼ (aᶜⱼ + [W₂·GELU(W₁·RMSNorm(Xᵢ))]ᶜⱼ)·Xⱼ``, one way c per next-layer input: MUDDFormer (§2.2–2.3).
+
+    ``forward(x, fx)``: the outputs X₀..Xᵢ₋₁ (..., i, d) and the newest Xᵢ (..., d) -> (..., ways, d)."""
+
+    axis = "mudd"
+
+    def __init__(self, d_model: int, n_inputs: int, ways: int) -> None:
+        super().__init__()
+        self.ways, self.n_inputs = ways, n_inputs
+        self.w1 = nn.Linear(d_model, ways * n_inputs, bias=False)
+        self.w2 = nn.Linear(ways * n_inputs, ways * n_inputs, bias=False)
+        nn.init.zeros_(self.w2.weight)
+        static = torch.zeros(ways, n_inputs)
+        static[:, -1] = 1.0  # every way starts as the newest output: Pre-LN's stream
+        self.static = nn.Parameter(static)  # a
+
+    def weights(self, x: torch.Tensor) -> torch.Tensor:
+        """aᶜⱼ + the dynamic term from the newest output x: (..., ways, n_inputs)."""
+        return self.static + self.w2(F.gelu(self.w1(rms(x)))).unflatten(-1, (self.ways, self.n_inputs))
+
+    def forward(self, x: torch.Tensor, fx: torch.Tensor) -> torch.Tensor:
+        outputs = torch.cat((x, fx.unsqueeze(-2)), dim=-2)  # the history, then the newest output
+        return torch.einsum("...cj,...jd->...cd", self.weights(fx), outputs)
+
+
+class GeneralizedResidual(Combinator):
+    """``x̄ᶜ = Σⱼ (bᶜⱼ + ReLU(wᶜᵀ·RMSNorm(xⱼ))) ⊙ xⱼ``: DeepCrossAttention's GRN-v3 (Heddes et al. 2025, §3), one
+    output c per attention input (or one: the model's output); b per way, source and feature, w per way.
+
+    ``forward(x, fx)``: the earlier outputs (..., n - 1, d) and the newest (..., d) -> (..., ways, d)."""
+
+    axis = "dca"
+
+    def __init__(self, d_model: int, n_inputs: int, ways: int) -> None:
+        super().__init__()
+        self.gain = nn.Parameter(torch.ones(d_model))  # RMSNorm's (part of the connection, not the norm-type axis)
+        self.w = nn.Linear(d_model, ways, bias=False)
+        nn.init.normal_(self.w.weight, std=DCA_W_STD)
+        self.b = nn.Parameter(torch.ones(ways, n_inputs, d_model))
+
+    def weights(self, outputs: torch.Tensor) -> torch.Tensor:
+        """bᶜⱼ + ReLU(wᶜᵀ·RMSNorm(xⱼ)) of the outputs (..., n, d): (..., ways, n, d)."""
+        dynamic = F.relu(self.w(rms(outputs) * self.gain))  # (..., n, ways)
+        return self.b + dynamic.movedim(-1, -2).unsqueeze(-1)
+
+    def forward(self, x: torch.Tensor, fx: torch.Tensor) -> torch.Tensor:
+        outputs = torch.cat((x, fx.unsqueeze(-2)), dim=-2)  # the history, then the newest output
+        return (self.weights(outputs) * outputs.unsqueeze(-3)).sum(-2)
+
+
+class DepthAttention(Combinator):
+    """``h = Σᵢ softmaxᵢ(wᵀ·RMSNorm(vᵢ))·vᵢ`` over the sources vᵢ so far: Attention Residuals (Kimi Team 2026, §3).
+
+    ``forward(x, fx)``: the earlier sources (..., n - 1, d) and the newest (..., d) -> the next input (..., d);
+    the pseudo-query w starts at 0 (a uniform average)."""
+
+    axis = "attnres"
+
+    def __init__(self, d_model: int) -> None:
+        super().__init__()
+        self.gain = nn.Parameter(torch.ones(d_model))  # RMSNorm's (part of the connection, not the norm-type axis)
+        self.query = nn.Parameter(torch.zeros(d_model))
+
+    def weights(self, sources: torch.Tensor) -> torch.Tensor:
+        """softmaxᵢ(wᵀ·RMSNorm(vᵢ)) of the sources (..., n, d): (..., n)."""
+        return torch.softmax((rms(sources) * self.gain) @ self.query, dim=-1)
+
+    def forward(self, x: torch.Tensor, fx: torch.Tensor) -> torch.Tensor:
+        values = torch.cat((x, fx.unsqueeze(-2)), dim=-2)  # the earlier sources, then the newest
+        return torch.einsum("...n,...nd->...d", self.weights(values), values)
+
+
+class MuddLayer(Block):
+    """``X_{i+1} = ffn(attn(X̄ᵢ))``, then ``X̄_{i+1} = connect(X₀..X_{i+1})``: a MUDDFormer layer and its dense
+    connections to the next (X̄ the four ways, or X₀ for layer 0)."""
+
+    def __init__(self, attn: ResidualUnit, ffn: ResidualUnit, connect: MultiwayDenseConnection) -> None:
+        super().__init__(attn, ffn)
+        self.connect = connect
+
+    def forward(self, state: tuple[tuple[torch.Tensor, ...], torch.Tensor]) -> Any:  # type: ignore[override]
+        history, inputs = state
+        x = self.ffn(self.attn(inputs))
+        return (*history, x), self.connect(torch.stack(history, dim=-2), x)
+
+
+class DcaLayer(Block):
+    """``x_R + a + f``, with ``a = Attn(x̄_Q, x̄_K, x̄_V)``, ``f = FFN(norm(x_R + a))`` and ``x_R = x̄_Q``; the update
+    ``a + f`` joins the history and ``x̄ = connect(x₀, updates)`` feeds the next layer (DCA, §3).
+
+    Layer 0 builds its own inputs from the embeddings alone (``read_in``, a GRN over one source)."""
+
+    def __init__(self, attn: ResidualUnit, ffn: ResidualUnit, connect: GeneralizedResidual,
+                 read_in: GeneralizedResidual | None = None) -> None:
+        super().__init__(attn, ffn)
+        self.read_in = read_in
+        self.connect = connect
+
+    def forward(self, state: tuple[tuple[torch.Tensor, ...], torch.Tensor]) -> Any:  # type: ignore[override]
+        history, inputs = state
+        if self.read_in is not None:
+            x0 = history[0]
+            inputs = with_residual(self.read_in(x0.new_zeros((*x0.shape[:-1], 0, x0.shape[-1])), x0))
+        update = self.ffn(self.attn(inputs)) - inputs[..., 3, :]
+        return (*history, update), with_residual(self.connect(torch.stack(history, dim=-2), update))
+
+
+def with_residual(ways: torch.Tensor) -> torch.Tensor:
+    """DCA's three inputs (Q, K, V) and its residual, the query input: (..., 3, d) -> (..., 4, d); one way stays."""
+    return torch.cat((ways, ways[..., :1, :]), dim=-2) if ways.shape[-2] == 3 else ways
+
+
+class HistoryStream(Stream):
+    """The state of a cross-layer stack: (the history of outputs, the next layer's input(s)); it starts as
+    ((x₀,), x₀) and ends as the one remaining way of the last connection."""
+
+    def begin(self, x: torch.Tensor) -> Any:
+        return (x,), x
+
+    def end(self, state: Any) -> torch.Tensor:
+        inputs = state[1]
+        return inputs if inputs.dim() == 3 else inputs[..., 0, :]
+
+
+class AttnResUnit(ResidualUnit):
+    """``vₗ = F(norm(hₗ))``, ``h_{l+1} = combine(V, vₗ)``: a Pre-norm sublayer of Attention Residuals (§3).
+
+    Its output joins the sources V (summed into the open block first, Block AttnRes) and the next input is the
+    attention over them; state = (completed sources, open block sum or None, hₗ)."""
+
+    placement = "pre"
+
+    def __init__(self, body: nn.Module, combine: DepthAttention, norm: NormFactory, ends_block: bool, *,
+                 drop_path: float = 0.0) -> None:
+        super().__init__(body, combine, drop_path=drop_path)
+        self.norm_in = norm()
+        self.ends_block = ends_block
+
+    def forward(  # type: ignore[override]
+        self, state: tuple[tuple[torch.Tensor, ...], torch.Tensor | None, torch.Tensor]
+    ) -> Any:
+        blocks, partial, h = state
+        v = self.drop_path(self.body(self.norm_in(h)))
+        partial = v if partial is None else partial + v
+        h_next = self.combine(torch.stack(blocks, dim=-2), partial)
+        return ((*blocks, partial), None, h_next) if self.ends_block else (blocks, partial, h_next)
+
+
+class SourceStream(Stream):
+    """Attention Residuals' state: ((v₀,), None, v₀) at the start, the last aggregated input at the end."""
+
+    def begin(self, x: torch.Tensor) -> Any:
+        return (x,), None, x
+
+    def end(self, state: Any) -> torch.Tensor:
+        return state[2]
+
+
+def _add(depth: int, d_model: int) -> Combinator:
+    return Add()
+
+
+Trunk = dict[str, Any]
+
+
+def _trunk(**kw: Any) -> Trunk:
+    return kw
+
+
+def _mudd_design(depth: int, d_model: int) -> Design:
+    def unit(index: int, placement: str, body: nn.Module, combine: Combinator, norm: NormFactory) -> ResidualUnit:
+        if index % 2 == 0 and index > 0:
+            return MultiInputPreNorm(body, combine, norm)
+        return PreNorm(body, combine, norm)
+
+    def layer(i: int, attn: ResidualUnit, ffn: ResidualUnit) -> Block:
+        return MuddLayer(attn, ffn, MultiwayDenseConnection(d_model, i + 2, 1 if i == depth - 1 else MUDD_WAYS))
+
+    return Design(MUDD_PAPER, lambda d: ["pre"] * d, _add, attention=CrossLayerAttention, unit=unit, layer=layer,
+                  stream=lambda norm: HistoryStream(), final_norm=True)
+
+
+def _dca_design(depth: int, d_model: int) -> Design:
+    def layer(i: int, attn: ResidualUnit, ffn: ResidualUnit) -> Block:
+        read_in = GeneralizedResidual(d_model, 1, 3) if i == 0 else None
+        return DcaLayer(attn, ffn, GeneralizedResidual(d_model, i + 2, 1 if i == depth - 1 else 3), read_in)
+
+    def unit(index: int, placement: str, body: nn.Module, combine: Combinator, norm: NormFactory) -> ResidualUnit:
+        return MultiInputPreNorm(body, combine, norm) if index % 2 == 0 else PreNorm(body, combine, norm)
+
+    return Design(DCA_PAPER, lambda d: ["pre"] * d, _add, attention=CrossLayerAttention, unit=unit, layer=layer,
+                  stream=lambda norm: HistoryStream(), final_norm=True)
+
+
+def block_ends(n_sublayers: int, n_blocks: int | None) -> list[bool]:
+    """Whether each sublayer closes its block: every one (Full AttnRes, ``n_blocks`` None) or every
+    ⌈n_sublayers/n_blocks⌉-th and the last (Block AttnRes)."""
+    size = 1 if n_blocks is None else math.ceil(n_sublayers / n_blocks)
+    return [(k + 1) % size == 0 or k == n_sublayers - 1 for k in range(n_sublayers)]
+
+
+def _attn_res_design(depth: int, d_model: int, n_blocks: int | None) -> Design:
+    ends = block_ends(2 * depth, n_blocks)
+
+    def unit(index: int, placement: str, body: nn.Module, combine: Combinator, norm: NormFactory) -> ResidualUnit:
+        return AttnResUnit(body, DepthAttention(d_model), norm, ends[index])
+
+    return Design(ATTN_RES_PAPER if n_blocks is None else BLOCK_ATTN_RES_PAPER, lambda d: ["pre"] * d, _add,
+                  unit=unit, stream=lambda norm: SourceStream(), final_norm=True)
+
+
+def _lm(design: Callable[..., Design], trunk: Trunk, *extra: Any) -> TransformerLM:
+    """The family's LM (its defaults and validation first) of ``design(depth, d_model, *extra)``."""
+    depth = positive_int("depth", trunk["depth"])
+    d_model = positive_int("d_model", trunk["d_model"])
+    return TransformerLM(design(depth, d_model, *extra), **trunk)
+
+
+@register("mudd", family="transformer", paper=MUDD_PAPER)
+def mudd(*, depth: int = 6, d_model: int = 128, n_heads: int = 4, d_ff: int = 512, vocab_size: int = 256,
+         max_len: int = 256, dropout: float = 0.0, bias: bool = True, init: str | InitArg = DEFAULT_INIT,
+         norm: str | NormArg = "layernorm", ffn: str | FfnArg = "gelu") -> TransformerLM:
+    """MUDDFormer: Pre-LN layers joined by :class:`MultiwayDenseConnection` (Q, K, V, R ways) after every layer."""
+    return _lm(_mudd_design, _trunk(depth=depth, d_model=d_model, n_heads=n_heads, d_ff=d_ff, vocab_size=vocab_size,
+                                    max_len=max_len, dropout=dropout, bias=bias, init=init, norm=norm, ffn=ffn))
+
+
+@register("dca", family="transformer", paper=DCA_PAPER)
+def dca(*, depth: int = 6, d_model: int = 128, n_heads: int = 4, d_ff: int = 512, vocab_size: int = 256,
+        max_len: int = 256, dropout: float = 0.0, bias: bool = True, init: str | InitArg = DEFAULT_INIT,
+        norm: str | NormArg = "layernorm", ffn: str | FfnArg = "gelu") -> TransformerLM:
+    """DeepCrossAttention: a :class:`GeneralizedResidual` per attention input before every layer, one at the end."""
+    return _lm(_dca_design, _trunk(depth=depth, d_model=d_model, n_heads=n_heads, d_ff=d_ff, vocab_size=vocab_size,
+                                   max_len=max_len, dropout=dropout, bias=bias, init=init, norm=norm, ffn=ffn))
+
+
+@register("attn_res", family="transformer", paper=ATTN_RES_PAPER)
+def attn_res(*, depth: int = 6, d_model: int = 128, n_heads: int = 4, d_ff: int = 512, vocab_size: int = 256,
+             max_len: int = 256, dropout: float = 0.0, bias: bool = True, init: str | InitArg = DEFAULT_INIT,
+             norm: str | NormArg = "layernorm", ffn: str | FfnArg = "gelu", n_blocks: int | None = None,
+             ) -> TransformerLM:
+    """Attention Residuals over every sublayer's output (``n_blocks`` None: Full AttnRes) or over ``n_blocks``
+    block sums (Block AttnRes); :class:`AttnResUnit` sublayers joined by :class:`DepthAttention`."""
+    if n_blocks is not None:
+        positive_int("n_blocks", n_blocks, "Block AttnRes's number of blocks; None: Full AttnRes")
+    return _lm(_attn_res_design, _trunk(depth=depth, d_model=d_model, n_heads=n_heads, d_ff=d_ff,
+                                        vocab_size=vocab_size, max_len=max_len, dropout=dropout, bias=bias, init=init,
+                                        norm=norm, ffn=ffn), n_blocks)
+
+
+register_preset("attn_res_block", "attn_res", n_blocks=8, paper=BLOCK_ATTN_RES_PAPER)

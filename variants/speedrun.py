@@ -1,0 +1,221 @@
+"""The residual stream of the modded-nanogpt speedrun: skip-to-embedding lambdas, value embeddings, a gated U-net skip
+and backout, on the family's Pre-LN layers.
+
+Jordan et al. 2024–26, "modded-nanogpt: speedrunning the NanoGPT baseline" (github.com/KellerJordan/modded-nanogpt,
+the record history of track 1 in its README). Several records that cut the time changed nothing but the residual
+stream; each is here, in the form the record that introduced it (or last refined it) gives it, scaled from the
+record's 11 or 12 layers to any depth:
+
+- skip to the embedding with lambdas (records of 11/2024, "Value and embedding skip connections"; per sublayer in the
+  2026 records): every sublayer computes ``x ← λ_res·x + λ_post·F(norm(x)) + λ₀·x₀``, x₀ the embeddings, with λ_res =
+  λ_post = 1 and λ₀ = 0 at init (the records start λ_res at 1.1 per layer, tuned for 11 layers: compounded over 24
+  it would scale the embeddings ×9.8, so the plain residual's 1 here);
+- value embeddings (12/2024, "Value Embeddings"; gated since 12/2025, "Gates on value embeds"): in the first and
+  the last ``n_value_embeds`` layers (a U-net pattern: layer i and layer depth − 1 − i share table i), the
+  attention adds a token embedding of its own to its values, ``v ← v + g·ve[token]``, behind a gate per head read
+  from the first 12 features of its input, ``g = W_g·x[:12]``, zero at init (the record's ``2σ(W_g·x[:12])`` is 1
+  at init; this one lets the model start as Pre-LN's stream);
+- a gated U-net skip (11/2024, "U-net pattern skip connections"; gated 12/2025): the stream after layer ⌊3L/11⌉ is
+  added before layer ⌊6L/11⌉ (the record's 3 → 6 of 11), ``x ← x + σ(λ_skip)·2σ(W_s·x₀[:12])·x_skip`` with
+  λ_skip = −1.5 and W_s = 0 (the record's: 0.18 at init);
+- backout (10/2025, "Backout"): before the final norm, ``x ← x − λ_b·x_k`` removes part of the stream after layer
+  k = ⌊2L/3⌋ (the record's 2/3 point), λ_b = 0.5 at init (the record's).
+
+Not reproduced: the records' trimmed MUDD connections (``mudd`` is MUDDFormer itself), their smear gate, attention
+lambdas, rotary positions and ReLU² MLP (not the residual stream), and their per-parameter learning rates.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple, cast
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from . import axes
+from .blocks import NormFactory, ResidualUnit
+from .checks import positive_int
+from .combinators import Combinator
+from .registry import register
+from .transformer import (
+    DEFAULT_INIT,
+    Block,
+    CausalSelfAttention,
+    Design,
+    FfnArg,
+    InitArg,
+    NormArg,
+    Stream,
+    TransformerLM,
+    check_token_ids,
+)
+
+axes.ship("combinator", ["speedrun"])
+SPEEDRUN_PAPER = ("Jordan et al. 2024-26, modded-nanogpt speedrun records (github.com/KellerJordan/modded-nanogpt, "
+                  "track 1): skip-to-embedding lambdas, gated value embeddings, gated U-net skip, backout; Pre-LN")
+GATE_FEATURES = 12  # the records' gates read the first 12 features
+SKIP_LAMBDA, BACKOUT_LAMBDA = -1.5, 0.5  # the records' inits: σ(-1.5) ≈ 0.18 on the skip, 0.5 backed out
+
+
+class State(NamedTuple):
+    """What the speedrun's layers hand each other."""
+
+    x: torch.Tensor  # the stream
+    x0: torch.Tensor  # the embeddings
+    values: tuple[torch.Tensor, ...]  # the value-embedding tables looked up at the tokens, (B, T, d) each
+    skip: torch.Tensor | None  # the stream saved for the U-net skip
+    backout: torch.Tensor | None  # the stream saved for backout
+
+
+class SkipToEmbedding(Combinator):
+    """``y = λ_res·x + λ_post·F(x) + λ₀·x₀``: the speedrun's join, the embeddings x₀ added back at every sublayer."""
+
+    axis = "speedrun"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.resid = nn.Parameter(torch.tensor(1.0))  # λ_res
+        self.post = nn.Parameter(torch.tensor(1.0))  # λ_post
+        self.x0 = nn.Parameter(torch.tensor(0.0))  # λ₀
+
+    def forward(self, x: torch.Tensor, fx: torch.Tensor, x0: torch.Tensor | None = None) -> torch.Tensor:
+        y = self.resid * x + self.post * fx
+        return y if x0 is None else y + self.x0 * x0
+
+
+class ValueEmbeddingAttention(CausalSelfAttention):
+    """``v ← v + g·ve``, ``g = W_g·x[:12]`` one gate per head (zero at init), then causal attention: the speedrun's
+    gated value embeddings (``ve`` None: the family's attention)."""
+
+    def __init__(self, d_model: int, n_heads: int, dropout: float, bias: bool) -> None:
+        super().__init__(d_model, n_heads, dropout, bias)
+        # W_g, a parameter rather than an nn.Linear: the init schemes draw a body's linear layers (the last as the
+        # projection into the stream), and this gate must start at 0 and is no projection.
+        self.gate: nn.Parameter | None = nn.Parameter(torch.zeros(n_heads, min(GATE_FEATURES, d_model)))
+
+    def forward(self, x: torch.Tensor, ve: torch.Tensor | None = None) -> torch.Tensor:
+        b, t, c = x.shape
+        q, k, v = self.heads(x)
+        if ve is not None and self.gate is not None:
+            g = (x[..., :self.gate.shape[1]] @ self.gate.T).transpose(1, 2).unsqueeze(-1)  # (B, H, T, 1)
+            v = v + g * ve.view(b, t, self.n_heads, c // self.n_heads).transpose(1, 2)
+        p = self.attn_dropout if self.training else 0.0
+        y = F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=True)
+        return self.resid_dropout(self.proj(y.transpose(1, 2).reshape(b, t, c)))
+
+
+class SpeedrunUnit(ResidualUnit):
+    """``x ← λ_res·x + λ_post·F(norm(x)) + λ₀·x₀``: a Pre-LN sublayer of the speedrun (its value embedding, where
+    its layer has one, handed to the attention)."""
+
+    placement = "pre"
+
+    def __init__(self, body: nn.Module, combine: SkipToEmbedding, norm: NormFactory, value_table: int | None) -> None:
+        super().__init__(body, combine)
+        self.norm_in = norm()
+        self.value_table = value_table
+
+    def forward(self, state: State) -> State:  # type: ignore[override]
+        h = self.norm_in(state.x)
+        fx = self.body(h) if self.value_table is None else self.body(h, state.values[self.value_table])
+        return state._replace(x=self.combine(state.x, self.drop_path(fx), state.x0))
+
+
+class SpeedrunLayer(Block):
+    """``x ← ffn(attn(x + σ(λ_skip)·2σ(W_s·x₀[:12])·x_skip))`` where the U-net skip lands (else ``ffn(attn(x))``);
+    the layer the skip leaves from saves its output, so does the backout layer."""
+
+    def __init__(self, attn: ResidualUnit, ffn: ResidualUnit, *, skip_in: bool, skip_out: bool, backout: bool,
+                 gate_features: int = GATE_FEATURES) -> None:
+        super().__init__(attn, ffn)
+        self.skip_in, self.backout = skip_in, backout
+        self.skip_lambda: nn.Parameter | None = None
+        if skip_out:
+            self.skip_lambda = nn.Parameter(torch.tensor(SKIP_LAMBDA))
+            self.skip_gate = nn.Linear(gate_features, 1, bias=False)
+            nn.init.zeros_(self.skip_gate.weight)
+
+    def forward(self, state: State) -> State:  # type: ignore[override]
+        if self.skip_lambda is not None and state.skip is not None:
+            x0 = state.x0[..., :self.skip_gate.in_features]
+            gate = torch.sigmoid(self.skip_lambda) * 2 * torch.sigmoid(self.skip_gate(x0))
+            state = state._replace(x=state.x + gate * state.skip)
+        state = self.ffn(self.attn(state))
+        if self.skip_in:
+            state = state._replace(skip=state.x)
+        if self.backout:
+            state = state._replace(backout=state.x)
+        return state
+
+
+class Backout(Stream):
+    """``y = x − λ_b·x_k``: the speedrun's backout before the final norm (λ_b = 0.5 at init); the state it ends is
+    the layers' :class:`State` (:class:`SpeedrunLM` begins it)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.backout = nn.Parameter(torch.tensor(BACKOUT_LAMBDA))
+
+    def end(self, state: State) -> torch.Tensor:
+        return state.x if state.backout is None else state.x - self.backout * state.backout
+
+
+def positions(depth: int) -> dict[str, int]:
+    """The layers of the skip (from ``skip_in``'s output to ``skip_out``'s input: the record's 3 → 6 of 11) and of
+    backout (⌊2L/3⌋), 0-based; the skip is dropped where it would not go forward."""
+    return {"skip_in": round(3 * depth / 11), "skip_out": round(6 * depth / 11), "backout": min(2 * depth // 3,
+                                                                                                 depth - 1)}
+
+
+class SpeedrunLM(TransformerLM):
+    """The family's LM with the speedrun's stream: the token ids also look up the value embeddings."""
+
+    value_embeds: nn.ModuleList
+
+    def forward(self, idx: torch.Tensor) -> torch.Tensor:
+        t = check_token_ids(idx, self.max_len)
+        x = self.drop(self.tok_emb(idx) + self.pos_emb(torch.arange(t, device=idx.device)))
+        state = State(x, x, tuple(table(idx) for table in self.value_embeds), None, None)
+        for block in self.blocks:
+            state = block(state)
+        return F.linear(self.norm(self.stream.end(state)), self.tok_emb.weight)
+
+
+@register("speedrun", family="transformer", paper=SPEEDRUN_PAPER)
+def speedrun(*, depth: int = 6, d_model: int = 128, n_heads: int = 4, d_ff: int = 512, vocab_size: int = 256,
+             max_len: int = 256, dropout: float = 0.0, bias: bool = True, init: str | InitArg = DEFAULT_INIT,
+             norm: str | NormArg = "layernorm", ffn: str | FfnArg = "gelu", n_value_embeds: int = 3) -> TransformerLM:
+    """The speedrun's residual stream on Pre-LN layers; ``n_value_embeds`` tables (the records' 3), each shared by
+    layer i and layer depth − 1 − i (fewer where the stack is shallower)."""
+    depth = positive_int("depth", depth)
+    positive_int("d_model", d_model)
+    if isinstance(n_value_embeds, bool) or not isinstance(n_value_embeds, int) or n_value_embeds < 0:
+        raise ValueError(f"n_value_embeds must be a non-negative integer, got {n_value_embeds!r}")
+    tables = min(n_value_embeds, (depth + 1) // 2)
+    table_of = {i: i for i in range(tables)} | {depth - 1 - i: i for i in range(tables)}
+    at = positions(depth)
+
+    def unit(index: int, placement: str, body: nn.Module, combine: Combinator, norm: NormFactory) -> ResidualUnit:
+        layer = index // 2
+        assert isinstance(combine, SkipToEmbedding)
+        table = table_of.get(layer) if index % 2 == 0 else None
+        if isinstance(body, ValueEmbeddingAttention) and table is None:
+            body.gate = None  # type: ignore[assignment]  # no value embedding in this layer: no gate
+        return SpeedrunUnit(body, combine, norm, table)
+
+    def layer(i: int, attn: ResidualUnit, ffn_unit: ResidualUnit) -> Block:
+        skips = at["skip_in"] < at["skip_out"]
+        return SpeedrunLayer(attn, ffn_unit, skip_in=skips and i == at["skip_in"],
+                             skip_out=skips and i == at["skip_out"], backout=i == at["backout"],
+                             gate_features=min(GATE_FEATURES, d_model))
+
+    design = Design(SPEEDRUN_PAPER, lambda d: ["pre"] * d, lambda depth, d: SkipToEmbedding(),
+                    attention=ValueEmbeddingAttention, unit=unit, layer=layer, stream=lambda norm: Backout(),
+                    final_norm=True)
+    model = SpeedrunLM(design, depth=depth, d_model=d_model, n_heads=n_heads, d_ff=d_ff, vocab_size=vocab_size,
+                       max_len=max_len, dropout=dropout, bias=bias, init=init, norm=norm, ffn=ffn)
+    model.value_embeds = nn.ModuleList(nn.Embedding(vocab_size, d_model) for _ in range(tables))
+    for table in model.value_embeds:
+        nn.init.normal_(cast(nn.Embedding, table).weight, std=0.02)  # the family's token-embedding draw
+    return model
