@@ -15,6 +15,7 @@ from torch.utils.flop_counter import FlopCounterMode
 import variants
 from variants.blocks import ResidualUnit
 from variants.combinators import Combinator, Scaled
+from variants.norms import Derf, DyT, SeeDNorm
 from variants.transformer import (
     CausalSelfAttention,
     FeedForward,
@@ -195,8 +196,23 @@ def test_layernorm_count(name: str) -> None:
         "admin": 2 * n,
         "hyper_connections": 2 * n + 1 + 2 * n,  # Pre-LN's, and the dynamic form's norm(H) per sublayer (eq. 10)
         "mhc": 2 * n + 1,  # its RMSNorm of the flattened stream has no weight: a function, not a module
+        # the 2025-26 frontier: the norm types replace every norm, the final one included
+        "dyt": 2 * n + 1,
+        "derf": 2 * n + 1,
+        "seednorm": 2 * n + 1,
+        "dyt_llama": 2 * n + 1,
+        "lns": 2 * n + 1,  # LayerNorm Scaling divides them by sqrt(layer): no norm of its own
+        "ortho_preln": 2 * n + 1,
+        "deep_delta": 2 * n + 1,
+        "speedrun": 2 * n + 1,
+        "attn_res": 2 * n + 1,  # its keys' RMSNorm has no weight: a function
+        "attn_res_block": 2 * n + 1,
+        "frac_connections": 2 * n + 1 + 2 * n,  # as hyper_connections: the dynamic form's norm per sublayer
+        "mudd": 2 * n + 1 + 2 * (n - 1),  # after the first layer, attention's Q, K, V inputs normed apart: 3 for 1
+        "dca": 2 * n + 1 + 2 * n,  # every attention's Q, K, V inputs normed apart: 3 norms for 1
     }[name]
-    assert sum(isinstance(m, (nn.LayerNorm, nn.RMSNorm)) for m in tiny(name).modules()) == expected
+    kinds = (nn.LayerNorm, nn.RMSNorm, DyT, Derf, SeeDNorm)
+    assert sum(isinstance(m, kinds) for m in tiny(name).modules()) == expected
 
 
 @pytest.mark.parametrize(
