@@ -211,7 +211,8 @@ else:
 
 
 def step_gpt2(ctx: Context) -> tuple[str, dict[str, Any]]:
-    """GPT-2 small (124M, Pre-LN) at sequence length 1024 in bf16 on generated token shards: tokens/s and MFU."""
+    """GPT-2 small (124M, Pre-LN) for 200 steps at sequence length 1024 in bf16 on generated token shards: tokens/s
+    and MFU."""
     shards = ctx.out / "data" / "tokens"
     seq, batch, variant = (1024, 16, "gpt2_small") if ctx.cuda else (64, 2, "preln")
     ctx.bench("data", "synth-tokens", str(shards), "--vocab-size", "50257", "--train-tokens",
@@ -219,7 +220,7 @@ def step_gpt2(ctx: Context) -> tuple[str, dict[str, Any]]:
     res = ctx.out / "gpt2"
     extra = [] if ctx.cuda else ["--depth", "2", "--model-arg", "d_model=64", "--model-arg", "n_heads=2"]
     ctx.bench("run", "--variant", variant, *extra, "--task", "tokens", "--data-path", str(shards), "--seq-len",
-              str(seq), "--batch-size", str(batch), "--steps", "20" if ctx.cuda else "4", "--eval-tokens",
+              str(seq), "--batch-size", str(batch), "--steps", "200" if ctx.cuda else "4", "--eval-tokens",
               str(16 * seq if ctx.cuda else 2 * seq), "--device", ctx.device, "--precision", "bf16", "--measure",
               "throughput", "flops", *_timing(ctx, 3, 3, 5), "--quiet", "--results-dir", str(res))
     row = rows(res)[-1]
@@ -323,19 +324,20 @@ batch_size = [65536, 32]
 
 
 def step_data(ctx: Context) -> tuple[str, dict[str, Any]]:
-    """An ImageNet-layout folder of generated JPEGs read by a DataLoader with workers: the model's throughput,
-    the end-to-end one and the share of the step spent waiting for data."""
+    """ResNet-50 for 200 steps on an ImageNet-layout folder of generated JPEGs and PNGs read by a DataLoader with 8
+    workers, bf16 + channels-last: the model's throughput, the end-to-end one and the share of the step spent
+    waiting for data; the loader alone per worker count."""
     tree = ctx.out / "data" / "images"
     ctx.bench("data", "synth-imagefolder", str(tree), "--classes", "10", "--train-per-class",
               "64" if ctx.cuda else "4", "--val-per-class", "8" if ctx.cuda else "2", "--size",
               "256" if ctx.cuda else "40", "--quiet")
     res = ctx.out / "data-run"
     size, batch = (224, 64) if ctx.cuda else (32, 4)
-    ctx.bench("run", "--variant", "resnet18", "--task", "imagefolder", "--data-path", str(tree), "--image-size",
-              str(size), "--num-classes", "10", "--batch-size", str(batch), "--workers", "4" if ctx.cuda else "2",
-              "--steps", "10" if ctx.cuda else "4", "--eval-batches", "2" if ctx.cuda else "1", "--device",
-              ctx.device, "--precision", "bf16", "--channels-last", "--measure", "throughput", *_timing(ctx, 2, 2, 3),
-              "--quiet", "--results-dir", str(res))
+    ctx.bench("run", "--variant", "resnet50" if ctx.cuda else "resnet18", "--task", "imagefolder", "--data-path",
+              str(tree), "--image-size", str(size), "--num-classes", "10", "--batch-size", str(batch), "--workers",
+              "8" if ctx.cuda else "2", "--steps", "200" if ctx.cuda else "4", "--eval-batches",
+              "2" if ctx.cuda else "1", "--device", ctx.device, "--precision", "bf16", "--channels-last", "--measure",
+              "throughput", *_timing(ctx, 2, 2, 3), "--quiet", "--results-dir", str(res))
     row = rows(res)[-1]
     loader = ctx.bench("perf", "loader", "--task", "imagefolder", "--data-path", str(tree), "--image-size", str(size),
                        "--batch-size", str(batch), "--batches", "5" if ctx.cuda else "2", "--device", ctx.device,
@@ -421,7 +423,7 @@ STEPS: tuple[Step, ...] = (
     Step("torchrun-nccl", step_ddp, 50, 35),
     Step("executor-per-gpu", step_executor, 35, 0),
     Step("cuda-oom", step_oom, 25, 20),
-    Step("imagefolder-loader", step_data, 40, 0),
+    Step("imagefolder-loader", step_data, 60, 0),
     Step("resume-after-sigterm", step_resume, 40, 30),
     Step("analyses", step_analyses, 30, 0),
 )
