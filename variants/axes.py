@@ -65,6 +65,8 @@ class AxisValue:
 _VALUES: dict[str, dict[str, AxisValue]] = {axis: {} for axis in AXES}
 # Names the shipped families give each axis themselves (filled by the family modules as they are imported).
 _SHIPPED: dict[str, set[str]] = {axis: set() for axis in AXES}
+# The class an axis's values must subclass, where its family asks for one (combinators: Combinator).
+_BASES: dict[str, type] = {}
 
 
 def _check_axis(axis: str) -> None:
@@ -72,10 +74,13 @@ def _check_axis(axis: str) -> None:
         raise ValueError(f"unknown axis {axis!r}; the named axes are: {', '.join(AXES)}")
 
 
-def ship(axis: str, names: Iterable[str]) -> None:
-    """Declare ``names`` as values a shipped family gives ``axis`` (so no plugin can register them)."""
+def ship(axis: str, names: Iterable[str], *, base: type | None = None) -> None:
+    """Declare ``names`` as values a shipped family gives ``axis`` (so no plugin can register them); with ``base``,
+    a registered value of the axis must be a subclass of it."""
     _check_axis(axis)
     _SHIPPED[axis].update(names)
+    if base is not None:
+        _BASES[axis] = base
 
 
 def _caller_module() -> str:
@@ -89,21 +94,20 @@ def register_axis_value(axis: str, name: str, value: V) -> V:
     """Register ``value`` under ``name`` on ``axis`` (one of :data:`AXES`); returns ``value``.
 
     Raises ValueError for an unknown axis, a name that is not an identifier-like string, a value that is not
-    callable (not a subclass of ``Combinator`` for ``combinator``), or a name the axis already has (shipped by a
-    family or registered before)."""
+    callable (not a subclass of the base its family declared, ``Combinator`` for ``combinator``), or a name the
+    axis already has (shipped by a family or registered before)."""
     _check_axis(axis)
     if not isinstance(name, str) or not name or not name.replace("-", "_").replace("+", "_").isidentifier():
         raise ValueError(f"a {axis} name must be a non-empty word (letters, digits, _ - +), got {name!r}")
     if not callable(value):
         raise ValueError(f"{axis} {name!r}: the value must be callable (a factory, a draw or a class), got {value!r}")
-    if axis == "combinator":
-        from .combinators import Combinator
-
-        if not (isinstance(value, type) and issubclass(value, Combinator)):
-            raise ValueError(f"combinator {name!r} must be a subclass of variants.Combinator, got {value!r}")
+    base = _BASES.get(axis)
+    if base is not None:
+        if not (isinstance(value, type) and issubclass(value, base)):
+            raise ValueError(f"{axis} {name!r} must be a subclass of variants.{base.__name__}, got {value!r}")
         declared = value.__dict__.get("axis")
         if declared is not None and declared != name:
-            raise ValueError(f"combinator {name!r}: its class says axis = {declared!r}; register it under that name")
+            raise ValueError(f"{axis} {name!r}: its class says axis = {declared!r}; register it under that name")
     if name in _SHIPPED[axis] or name in _VALUES[axis]:
         owner = "a shipped family" if name in _SHIPPED[axis] else f"module {_VALUES[axis][name].module}"
         raise ValueError(f"{axis} {name!r} is already registered (by {owner}); pick another name")

@@ -204,4 +204,4 @@ COMBINATORS: dict[str, type[Combinator]] = {
     "scaled": Scaled,
     "laurel": Laurel,
 }
-axes.ship("combinator", COMBINATORS)
+axes.ship("combinator", COMBINATORS, base=Combinator)
