@@ -27,6 +27,7 @@ import torch
 from torch import nn
 
 from . import axes
+from .combinators import Combinator
 
 Builder = Callable[..., nn.Module]
 
@@ -212,8 +213,6 @@ def derive_axes(model: nn.Module) -> dict[str, str]:
     norms (``layernorm``, ``rmsnorm``, ``batchnorm``...; ``none``), each in order of appearance and joined by
     ", " where they differ, and what its branches compute (``conv``, ``mlp``, ``attention+ffn``,
     ``attention+swiglu``). Empty for a model without any :class:`~variants.combinators.Combinator`."""
-    from .combinators import Combinator  # the registry imports no family module at import time
-
     combinators = [m for m in model.modules() if isinstance(m, Combinator)]
     if not combinators:
         return {}
@@ -246,8 +245,6 @@ def derive_anatomy(model: nn.Module) -> Anatomy:
     where that is neither a container nor the model itself, i.e. a class that composes units (a Transformer
     ``Block``: attention unit, then feed-forward unit); a CNN's units sit in plain ``nn.Sequential`` stages, so
     it has none."""
-    from .combinators import Combinator
-
     parents: dict[int, nn.Module] = {}
     for parent in model.modules():
         for child in parent.children():
