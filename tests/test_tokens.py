@@ -19,7 +19,7 @@ import torch
 from _datafiles import write_llmc, write_nanogpt
 
 from bench.cli import main
-from bench.runs.tasks import TaskError, TaskOptions, get
+from bench.runs.tasks import TaskError, TaskOptions, get, tokenshards
 from bench.runs.tasks.tokens import TokenTask
 
 REPO = Path(__file__).resolve().parents[1]
@@ -318,3 +318,13 @@ def test_text_takes_eval_tokens(tmp_path: Path) -> None:
     path.write_bytes(bytes(32 + i % 64 for i in range(10_000)))
     text = get("text", options=TaskOptions(data_path=str(path), seq_len=T, eval_tokens=3 * T))
     assert sum(len(x) for x, _ in text.val_batches(100)) == 3
+
+
+@pytest.mark.parametrize(("ids", "shown"), [([3, -1, 7], "-1..7"), ([0, 65536], "0..65536")])
+def test_a_shard_writer_refuses_ids_that_do_not_fit_uint16_and_leaves_nothing(ids: list[int], shown: str,
+                                                                              tmp_path: Path) -> None:
+    writer = tokenshards.ShardWriter(tmp_path, "train", "llmc")
+    with pytest.raises(ValueError, match=rf"token ids must fit uint16 \(0\.\.65535\); got {shown}$"):
+        writer.write(ids)
+    writer.abort()
+    assert list(tmp_path.iterdir()) == []

@@ -113,7 +113,7 @@ def check_ids(shard: Shard, vocab_size: int, chunk: int = CHUNK_TOKENS) -> int:
             if n == 0:
                 raise TaskError(f"{shard.path} ended after {done:,} of its {shard.tokens:,} tokens; re-create it")
             part = buf[:n]
-            top = int(part.max())
+            top = int(np.max(part))
             if top >= vocab_size:
                 at = done + int(np.argmax(part >= vocab_size))
                 raise TaskError(f"{shard.path}: token id {top} (first too large at token {at:,}) is not below "
@@ -166,8 +166,9 @@ class ShardWriter:
 
     def write(self, tokens: Iterable[int] | np.ndarray) -> None:
         ids = np.asarray(tokens, dtype=np.int64)
-        if ids.size and (ids.min() < 0 or ids.max() >= MAX_VOCAB):
-            raise ValueError(f"token ids must fit uint16 (0..{MAX_VOCAB - 1}); got {ids.min()}..{ids.max()}")
+        low, high = (int(np.min(ids)), int(np.max(ids))) if ids.size else (0, 0)
+        if low < 0 or high >= MAX_VOCAB:
+            raise ValueError(f"token ids must fit uint16 (0..{MAX_VOCAB - 1}); got {low}..{high}")
         ids16 = ids.astype(TOKEN)
         while len(ids16):
             file = self.file
