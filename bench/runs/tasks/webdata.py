@@ -24,7 +24,7 @@ import math
 import random
 import tarfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -140,35 +140,30 @@ class TrainShards(IterableDataset[Any]):
             stream_key = int(loading.mix64(np.array([epoch_key ^ (self.rank * 65537 + worker + 1)],
                                                     dtype=np.uint64))[0])
             rng = random.Random(stream_key)
-            buffer: list[dict[str, Any]] = []
-            count = 0
-            for raw in _read(mine):
-                buffer.append(raw)
-                if len(buffer) >= SHUFFLE_BUFFER:
-                    if skip:
-                        skip -= 1
-                        self._pick(buffer, rng)
-                    else:
-                        yield self._draw(buffer, rng, stream_key, count)
-                    count += 1
-            while buffer:
-                if skip:
+            for count, raw in enumerate(self._shuffled(_read(mine), rng)):
+                if skip:  # served before the resume: drawn as then, not decoded
                     skip -= 1
-                    self._pick(buffer, rng)
-                else:
-                    yield self._draw(buffer, rng, stream_key, count)
-                count += 1
+                    continue
+                seed = int(loading.sample_seeds(stream_key, np.array([count]))[0])
+                yield _sample(raw, self.transform, seed)
+
+    @staticmethod
+    def _shuffled(stream: Iterable[dict[str, Any]], rng: random.Random) -> Iterator[dict[str, Any]]:
+        """``stream`` through a shuffle buffer: once it holds :data:`SHUFFLE_BUFFER` samples, one drawn at random
+        per sample read; at the end of the stream, the rest drawn until it is empty."""
+        buffer: list[dict[str, Any]] = []
+        for raw in stream:
+            buffer.append(raw)
+            if len(buffer) >= SHUFFLE_BUFFER:
+                yield TrainShards._pick(buffer, rng)
+        while buffer:
+            yield TrainShards._pick(buffer, rng)
 
     @staticmethod
     def _pick(buffer: list[dict[str, Any]], rng: random.Random) -> dict[str, Any]:
         i = rng.randrange(len(buffer))
         buffer[i], buffer[-1] = buffer[-1], buffer[i]
         return buffer.pop()
-
-    def _draw(self, buffer: list[dict[str, Any]], rng: random.Random, key: int, count: int) -> Any:
-        raw = self._pick(buffer, rng)
-        seed = int(loading.sample_seeds(key, np.array([count]))[0])
-        return _sample(raw, self.transform, seed)
 
 
 class EvalShards(IterableDataset[Any]):
