@@ -408,6 +408,56 @@ def step_analyses(ctx: Context) -> tuple[str, dict[str, Any]]:
     return "lesion, landscape and probes ran", {"run_id": run_id}
 
 
+# The full-scale presets (docs/long-runs.md), the largest bill first: the order their bills are made in.
+FULL_SCALE: tuple[tuple[str, str], ...] = (("gpt2", ""), ("imagenet", ""), ("imagenet", "short"),
+                                           ("degradation", "cifar10"), ("warmup", "lm_scale"),
+                                           ("degradation", "cifar10_110"))
+BILL_TOTAL = re.compile(r"^total: ([\d,]+) runs, ([\d,]+) steps, (\S+) training FLOPs; on this device \((.*?)\): "
+                        r"(\S+ \S+) with --jobs", re.MULTILINE)
+
+
+TINY_STUDY = """[base]
+task = "digits"
+steps = 20
+[grid]
+variant = ["resnet"]
+depth = [8]
+"""
+
+
+def bill_total(output: str) -> dict[str, Any]:
+    """The total line of a ``--dry-run``'s bill: runs, steps, training FLOPs, the device, the wall time there."""
+    found = BILL_TOTAL.search(output)
+    if found is None:
+        raise RuntimeError("no bill total in the dry run's output")
+    runs, steps, flops, device, wall = found.groups()
+    return {"runs": int(runs.replace(",", "")), "steps": int(steps.replace(",", "")), "train_flops": float(flops),
+            "device": device, "wall": wall}
+
+
+def step_bills(ctx: Context) -> tuple[str, dict[str, Any]]:
+    """The bill (`--dry-run`) of each full-scale preset on this GPU, their data replaced by stand-ins of the same
+    shapes, the largest first, as many as the step's time allows (a one-run study in the CPU form)."""
+    presets = FULL_SCALE if ctx.cuda else (("tiny", ""),)
+    billed: dict[str, dict[str, Any]] = {}
+    missed: list[str] = []
+    for study, preset in presets:
+        name = f"{study} {preset}".strip()
+        where = ["reproduce", study, *(["--preset", preset] if preset else [])] if ctx.cuda else \
+            ["sweep", str(_study(ctx, "tiny", TINY_STUDY))]
+        try:
+            out = ctx.bench(*where, "--dry-run", "--set", f"data_path={ctx.out / 'no-data'}", "--set",
+                            f"data_dir={ctx.out / 'no-data'}", "--results-dir", str(ctx.out / "bills")).stdout
+        except (subprocess.TimeoutExpired, TimeoutError):
+            missed.append(name)
+            continue
+        billed[name] = bill_total(out)
+    if not billed:
+        raise TimeoutError("no bill was made within the step's time limit")
+    figure = "; ".join(f"{name}: {b['wall']} ({b['runs']} run{'s' * (b['runs'] != 1)})" for name, b in billed.items())
+    return figure + (f"; not reached: {', '.join(missed)}" if missed else ""), {"bills": billed, "not_reached": missed}
+
+
 @dataclass(frozen=True)
 class Step:
     name: str
@@ -417,15 +467,16 @@ class Step:
 
 
 STEPS: tuple[Step, ...] = (
-    Step("gpu-tests", step_gpu_tests, 50, 40),
-    Step("headline-resnet50", step_headline, 110, 60),
+    Step("gpu-tests", step_gpu_tests, 45, 40),
+    Step("headline-resnet50", step_headline, 100, 60),
     Step("gpt2-small-tokens", step_gpt2, 50, 35),
     Step("torchrun-nccl", step_ddp, 50, 35),
-    Step("executor-per-gpu", step_executor, 35, 0),
+    Step("executor-per-gpu", step_executor, 30, 0),
     Step("cuda-oom", step_oom, 25, 20),
-    Step("imagefolder-loader", step_data, 60, 0),
+    Step("imagefolder-loader", step_data, 50, 0),
     Step("resume-after-sigterm", step_resume, 40, 30),
-    Step("analyses", step_analyses, 30, 0),
+    Step("analyses", step_analyses, 25, 0),
+    Step("full-scale-bills", step_bills, 45, 0),
 )
 INSTALL_S = 20  # `pip install -e . --no-deps`, measured at about 10 s
 

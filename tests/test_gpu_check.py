@@ -99,6 +99,23 @@ def test_timm_benchmark_output_is_read(gc):
         gc.timm_samples_per_s("Model resnet50 created, param count: 25557032\n")
 
 
+def test_a_bill_total_is_read(gc):
+    out = ("configuration   runs ...\ntotal: 10 runs, 640,000 steps, 2.79e+17 training FLOPs; on this device "
+           "(NVIDIA H200): 3.2 h with --jobs 1\nat the model FLOP utilisation measured here ...\n")
+    assert gc.bill_total(out) == {"runs": 10, "steps": 640_000, "train_flops": 2.79e17, "device": "NVIDIA H200",
+                                  "wall": "3.2 h"}
+    with pytest.raises(RuntimeError, match="no bill total"):
+        gc.bill_total("dry run of study 'gpt2' (full): 6 runs checked\n")
+
+
+def test_the_full_scale_presets_billed_on_a_gpu_exist(gc):
+    """Each preset the bills step names is one of its study's (a renamed preset would fail only on the GPU)."""
+    from bench.sweeps.study import load_study
+
+    for study, preset in gc.FULL_SCALE:
+        assert not preset or preset in load_study(study).presets, (study, preset)
+
+
 def test_bad_arguments_are_refused(tmp_path):
     done = check(str(tmp_path), "--timm-benchmark", str(tmp_path / "nope.py"))
     assert done.returncode == 2 and "no such file" in done.stderr
@@ -114,7 +131,7 @@ def test_cuda_only_checks_say_why_they_skip_on_cpu(tmp_path):
 
 
 CPU_FORMS = ("headline-resnet50", "gpt2-small-tokens", "torchrun-nccl", "imagefolder-loader", "resume-after-sigterm",
-             "analyses")
+             "analyses", "full-scale-bills")
 
 
 @pytest.mark.slow  # each check's CPU form: a few bench commands, 40-160 s on 2 busy cores
@@ -137,3 +154,6 @@ def test_cpu_forms_of_the_checks_pass(name, tmp_path):
         assert 0 <= detail["input_bound_fraction"] <= 1 and detail["status"] == "ok"
     if name == "gpt2-small-tokens":
         assert detail["tokens_per_s"] > 0 and detail["status"] == "ok"
+    if name == "full-scale-bills":
+        assert detail["bills"]["tiny"]["runs"] == 1 and detail["bills"]["tiny"]["steps"] == 20
+        assert detail["not_reached"] == [] and not (tmp_path / "bills").exists()  # a dry run records nothing
