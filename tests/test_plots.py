@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 from matplotlib.collections import LineCollection, PolyCollection
@@ -10,8 +12,12 @@ from torch import nn
 
 import variants
 from bench.reports import plots
+from bench.reports.plotdata import variant_key
 from bench.runs.results import ResultsStore
+from bench.sweeps.study import load_study
 from variants import registry
+
+REPO = Path(__file__).resolve().parent.parent
 
 SEEDS = (0, 1, 2)
 # final train accuracy per (variant, depth, seed)
@@ -115,6 +121,18 @@ def test_palette_is_fixed_per_name_and_independent_of_the_others():
     # Unknown names hash (sha1, so stable across processes) into a fixed fallback palette.
     assert plots.palette(["my_new_block"])["my_new_block"] == plots.palette(["x", "my_new_block"])["my_new_block"]
     assert plots.variant_colour("my_new_block") in [tuple(c) for c in plots._FALLBACK]
+
+
+@pytest.mark.parametrize("path", sorted((REPO / "bench" / "studies").glob("*.toml")), ids=lambda p: p.stem)
+def test_every_shipped_study_draws_its_designs_in_distinct_colours(path):
+    """Each figure of a shipped study tells its designs apart by colour: no two of a preset share one."""
+    study = load_study(path)
+    for preset in [None, *study.presets]:
+        grid = {**study.grid, **{k: v for k, v in study.presets.get(preset, {}).items() if k in study.grid}}
+        names = {variant_key(v) for v in grid.get("variant", [study.base.get("variant")]) if v}
+        colours = {name: plots.variant_colour(name) for name in names}
+        shared = {c for c in colours.values() if list(colours.values()).count(c) > 1}
+        assert not shared, (preset, sorted(n for n, c in colours.items() if c in shared))
 
 
 def test_variant_key_comes_from_the_registry_not_the_name():

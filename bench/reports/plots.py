@@ -62,6 +62,14 @@ _COLOURS = sns.color_palette("tab10") + sns.color_palette("Dark2")
 _TABLE = {name: _COLOURS[i % len(_COLOURS)] for i, name in enumerate(_KNOWN)}
 _TABLE |= {"residual_mlp": _TABLE["resnet"], "plain_mlp": _TABLE["plain"], "highway_mlp": _TABLE["highway"],
            "preact_mlp": _TABLE["preact"]}  # fmt: skip
+# The Transformer designs of the shipped studies, by index into _COLOURS: chosen so that the designs of every shipped
+# study (frontier, crosslayer, normfree, gpt2, with preln 6 and postln 5) have distinct colours (tested); a colour
+# shared with a CNN design of _KNOWN never meets it in one figure.
+_TRANSFORMERS = {"llama_like": 0, "b2t": 1, "denseformer": 2, "resi_dual": 3, "admin": 4, "hybridnorm": 7,
+                 "value_residual": 9, "laurel": 10, "t_fixup": 11, "hyper_connections": 12, "mhc": 13, "ngpt": 14,
+                 "frac_connections": 15, "mudd": 16, "dca": 17, "attn_res": 0, "attn_res_block": 1, "speedrun": 3,
+                 "lns": 9, "dyt": 10}  # fmt: skip
+_TABLE |= {name: _COLOURS[i] for name, i in _TRANSFORMERS.items()}
 _FALLBACK = sns.color_palette("husl", 32)
 _DEPTH_STYLES: tuple[Any, ...] = ("-", "--", ":", "-.", (0, (5, 1, 1, 1, 1, 1)), (0, (1, 3)))
 _METRIC_LABELS = {
