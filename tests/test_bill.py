@@ -7,6 +7,7 @@ import re
 from pathlib import Path
 
 import pytest
+import torch
 from _nets import write
 
 from bench.cli import main
@@ -70,6 +71,30 @@ def test_each_run_pays_setup_steps_evaluations_probes_and_the_first_of_a_configu
     unknown = dataclasses.replace(costs, num_train=None)
     with pytest.raises(ValueError, match="its synthetic data is not on this machine, so its epochs cannot be counted"):
         bill._steps(RunConfig(variant="a", task="synthetic", epochs=1), unknown)
+
+
+def test_the_accelerator_line_is_left_out_when_the_measured_peak_is_not_the_real_one() -> None:
+    costs = bill.Costs("k", setup_s=1.0, measure_s=0.0, step_s=0.5, eval_s=0.0, probe_s=0.0, flops_per_step=1e9,
+                       peak_mb=None, mfu=0.25, num_train=1000, stand_in=None)
+    cfg = RunConfig(variant="resnet", steps=10)
+    options = bill.SweepOptions()
+    lines = bill.render([bill.RunBill(cfg, costs, 10, 1, 0, False)], options, "cpu", {"H100": 1e15})
+    assert lines[-1].startswith("at the model FLOP utilisation measured here (25.0% of this device's peak)")
+    assert "would take: H100 0 s (one device" in lines[-1]  # 1e10 FLOPs / (0.25 x 1e15 FLOP/s)
+    over = dataclasses.replace(costs, mfu=6.25)  # a CPU's emulated bf16 matmul taken for its peak
+    lines = bill.render([bill.RunBill(cfg, over, 10, 1, 0, False)], options, "cpu", {"H100": 1e15})
+    assert lines[-1] == ("no accelerator figures: the model FLOP utilisation measured here (625%) exceeds this "
+                         "device's measured peak, so that peak is not its real one")
+
+
+def test_a_cpu_peak_in_bf16_is_never_below_fp32s() -> None:
+    """A CPU without bf16 units emulates bf16 matmuls; a run under bf16 autocast is timed against fp32's rate too."""
+    from bench.runs.measure import measured_matmul_peak
+
+    _, source = measured_matmul_peak(torch.device("cpu"), "bf16", n=64, repeats=1)
+    assert source.endswith("(the faster of bfloat16 and float32)")
+    _, source = measured_matmul_peak(torch.device("cpu"), "fp16", n=64, repeats=1)
+    assert "float32 matmul" in source and "faster" not in source
 
 
 @pytest.mark.slow  # full-size stand-ins timed: about 30 s

@@ -267,8 +267,11 @@ def render(bills: Sequence[RunBill], options: SweepOptions, device: str,
                  f"on this device ({device}): {_clock(schedule([b.seconds for b in bills], slots))} with --jobs {slots}"
                  + (f" ({_clock(total)} one at a time)" if slots > 1 else ""))
     mfus = [b.costs.mfu for b in bills if b.costs.mfu]
-    if mfus and flops:
-        mfu = statistics.median(mfus)
+    mfu = statistics.median(mfus) if mfus else 0.0
+    if flops and mfu > 1:
+        lines.append(f"no accelerator figures: the model FLOP utilisation measured here ({mfu:.0%}) exceeds this "
+                     "device's measured peak, so that peak is not its real one")
+    elif flops and mfu:
         cells = ", ".join(f"{name} {_clock(flops / (mfu * peak))}" for name, peak in accelerators.items())
         lines.append(f"at the model FLOP utilisation measured here ({mfu:.1%} of this device's peak), the training "
                      f"FLOPs alone would take: {cells} (one device, no evaluation; small models use less of an "
