@@ -60,6 +60,7 @@ def test_dca_weights_are_its_bias_plus_a_relu(lw):
     assert {"Q", "K", "V"} <= set(frame["way"]) and (frame["weight"] >= 1 - 1e-6).all()
 
 
+@pytest.mark.slow  # a two-run sweep, then the script in a process of its own: 30-110 s
 def test_the_script_draws_and_tabulates_a_studys_kept_checkpoints(tmp_path):
     study = tmp_path / "xl.toml"
     study.write_text('name = "xl"\nvary = ["combinator"]\nparam_tolerance = 0.5\n[base]\ntask = "tinytext"\n'
