@@ -20,17 +20,15 @@ import dataclasses
 import math
 import statistics
 import time
-from collections.abc import Callable
 
 import torch
+from diagnose_dyt import Edit, scale_embeddings  # a sibling script: python puts scripts/ on the path
 from torch import nn
 
 from bench.analysis.studyfile import find_study
 from bench.runs.train import Record, setup, train
 from bench.sweeps.study import load_study
 from variants.dense import AttnResUnit, DepthAttention
-
-Edit = Callable[[nn.Module], None]
 
 
 def _freeze_queries(model: nn.Module) -> None:
@@ -47,21 +45,13 @@ def _norm_eps(eps: float) -> Edit:
     return edit
 
 
-def _scale_embeddings(factor: float) -> Edit:
-    def edit(model: nn.Module) -> None:
-        with torch.no_grad():
-            model.tok_emb.weight.mul_(factor)
-            model.pos_emb.weight.mul_(factor)
-    return edit
-
-
 CASES: list[tuple[str, str, dict[str, object], Edit | None]] = [
     ("preln (the study's baseline)", "preln", {}, None),
     ("attn_res (the study's)", "attn_res", {}, None),
     ("attn_res, pseudo-queries frozen at 0", "attn_res", {}, _freeze_queries),
     ("attn_res, lr 1e-3", "attn_res", {"lr": 1e-3}, None),
     ("attn_res, LayerNorm eps 1e-10", "attn_res", {}, _norm_eps(1e-10)),
-    ("attn_res, embeddings x sqrt(d) at init", "attn_res", {}, _scale_embeddings(8.0)),
+    ("attn_res, embeddings x sqrt(d) at init", "attn_res", {}, scale_embeddings(8.0)),
 ]
 
 

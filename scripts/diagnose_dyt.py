@@ -30,7 +30,8 @@ from variants.lm_norms import EmbeddingScale
 Edit = Callable[[nn.Module], None]
 
 
-def _scale_embeddings(factor: float) -> Edit:
+def scale_embeddings(factor: float) -> Edit:
+    """Multiply the token and position embeddings by ``factor`` at init (also used by diagnose_attnres.py)."""
     def edit(model: nn.Module) -> None:
         with torch.no_grad():
             model.tok_emb.weight.mul_(factor)
@@ -57,8 +58,8 @@ CASES: list[tuple[str, str, dict[str, object], Edit | None]] = [
     ("dyt, final norm LayerNorm", "dyt", {"final_norm": "layernorm"}, None),
     ("dyt, alpha0 5", "dyt", {"alpha_init": 5.0}, None),
     ("dyt, alpha0 50", "dyt", {"alpha_init": 50.0}, None),
-    ("dyt, embeddings x sqrt(d) at init", "preln", {"norm": "dyt"}, _scale_embeddings(8.0)),
-    ("layernorm, embeddings x sqrt(d) at init", "preln", {"norm": "layernorm"}, _scale_embeddings(8.0)),
+    ("dyt, embeddings x sqrt(d) at init", "preln", {"norm": "dyt"}, scale_embeddings(8.0)),
+    ("layernorm, embeddings x sqrt(d) at init", "preln", {"norm": "layernorm"}, scale_embeddings(8.0)),
     ("dyt, lr 1e-3", "preln", {"norm": "dyt", "lr": 1e-3}, None),
     ("dyt, stream at unit RMS (learnable s0 50)", "preln", {"norm": "dyt"}, _embedding_scale(50.0)),
     ("derf, stream at unit RMS (learnable s0 50)", "preln", {"norm": "derf"}, _embedding_scale(50.0)),
