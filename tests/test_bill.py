@@ -129,3 +129,26 @@ def test_a_tokens_run_without_its_shards_is_measured_on_generated_shards_of_its_
     assert costs.stand_in == "generated shards" and costs.num_train is None and costs.step_s > 0
     assert bill._steps(cfg, costs) == 50
     assert bill.STAND_INS["tokens"](cfg)[2] == 20  # one evaluation reads 320 tokens: 20 windows of 16
+
+
+def test_a_step_too_heavy_to_time_twenty_times_is_the_median_of_three(monkeypatch: pytest.MonkeyPatch,
+                                                                       tmp_path: Path) -> None:
+    """Above the budget even at 2 samples (GPT-2 small at 1,024 tokens on a CPU), a step is timed 3 times after one
+    untimed, and an evaluation on one batch per split; the bill scales both to the run's batch and splits."""
+    cfg = RunConfig(variant="preln", depth=2, task="tokens", data_path=str(tmp_path / "none"), vocab_size=1000,
+                    seq_len=16, batch_size=8, steps=50, eval_tokens=320,
+                    model_args={"d_model": 32, "n_heads": 2, "d_ff": 64}, measure=())
+    assert bill.measure_costs(cfg, "k", threads=1).timed_steps == 20
+    monkeypatch.setattr(bill, "STEP_BUDGET", 1.0)
+    seen: list[tuple[int, int, int, int]] = []
+    real_setup, real_eval = bill.setup, bill.eval_pass
+    monkeypatch.setattr(bill, "setup", lambda c: seen.append(
+        (c.batch_size, c.timing_warmup, c.timing_repeats, c.timing_steps)) or real_setup(c))
+    evaluated: list[int] = []
+    monkeypatch.setattr(bill, "eval_pass", lambda model, task, batches: evaluated.append(len(batches))
+                        or real_eval(model, task, batches))
+    costs = bill.measure_costs(cfg, "k", threads=1)
+    assert costs.timed_steps == 3 and costs.step_s > 0 and costs.eval_s > 0
+    assert seen[-1] == (2, 1, 3, 1)  # halved to 2 samples, then 1 untimed + the median of 3 single steps
+    assert evaluated == [1, 1]  # one batch of the validation split, one of the training-error subset
+    assert costs.peak_mb is None  # not timed whole: no peak-memory figure

@@ -4,7 +4,8 @@ Every model of the grid is built and checked first, as a sweep does (meta device
 model configuration (:func:`bench.runs.measure.cost_key`: the runs that share one measure the same step), on the
 device at hand and with the threads a run of this sweep would get, the bill measures what a run spends its time on:
 setting up its task and model, the measurement phases (FLOPs, the timed steps, the peak-memory probe: what the first
-run of each configuration does), one training step (the median of 20 timed ones), one evaluation pass, one probe.
+run of each configuration does), one training step (the median of 20 timed ones, or of 3 for a step too large to time
+so often here: :data:`HEAVY_TIMING`), one evaluation pass, one probe.
 Each run's wall time is then ``setup + [measurement] + steps x step + evaluations x evaluation + probes x probe``;
 the sweep's, those runs scheduled longest-first on ``--jobs`` slots. Nothing is recorded.
 
@@ -67,8 +68,11 @@ STAND_INS: dict[str, Callable[[RunConfig], tuple[dict[str, Any], int | None, int
     # a corpus's size is the user's (the shipped presets count steps); an evaluation reads --eval-tokens
     "tokens": lambda c: (_token_shards(c), None, (c.eval_tokens or DEFAULT_EVAL_TOKENS) // c.seq_len),
 }
-TIMED_STEPS = 20  # the training step's cost: the median over 4 repeats of 5 steps, after 2 untimed
+TIMING = (2, 4, 5)  # the training step's cost: untimed warm-up steps, then the median over 4 repeats of 5 steps
 STEP_BUDGET = 2e10  # FLOPs of a step timed whole here; a larger step is timed on fewer samples and scaled
+# A step still above the budget at 2 samples (a 124M-parameter LM at 1,024 tokens: ~2e12 FLOPs, tens of seconds on
+# a laptop CPU) is timed as the median of 3 single steps after one untimed, and an evaluation on one batch per split.
+HEAVY_TIMING = (1, 3, 1)
 EVAL_SAMPLES = 64  # samples of each evaluated split timed; the pass's time is scaled from them
 
 
@@ -88,6 +92,7 @@ class Costs:
     num_train: int | None  # None: a corpus not on this machine (its runs must count steps)
     stand_in: str | None  # the task it was measured on, when not the run's own
     default_steps: int | None = None  # the task's run length when neither steps nor epochs is given
+    timed_steps: int = TIMING[1] * TIMING[2]  # the steps step_s is the median of (fewer for a heavy step)
 
 
 @dataclass(frozen=True)
@@ -132,17 +137,19 @@ def measure_costs(cfg: RunConfig, key: str, threads: int) -> Costs:
     torch.set_num_threads(threads)
     try:
         probe_cfg, real_train, stand = _stand_in(cfg)
-        timing = dataclasses.replace(probe_cfg, grad_accum=1, global_batch_size=None, timing_warmup=2,
-                                     timing_repeats=4, timing_steps=TIMED_STEPS // 4)
-        small = setup(dataclasses.replace(timing, batch_size=2))  # also what a run's process has imported already
+        probe_cfg = dataclasses.replace(probe_cfg, grad_accum=1, global_batch_size=None)
+        small = setup(dataclasses.replace(probe_cfg, batch_size=2))  # also what a run's process has imported already
         rec = Record()
         measure_phases(dataclasses.replace(small, cfg=dataclasses.replace(small.cfg, measure=("flops",))), rec)
         per_sample = float(rec.measurements.get("flops", {}).get("train_per_sample") or 0.0)
         b = cfg.batch_size
         while b > 2 and per_sample * b > STEP_BUDGET:
             b //= 2
+        heavy = per_sample * b > STEP_BUDGET
+        warmup, repeats, steps = HEAVY_TIMING if heavy else TIMING
         t0 = time.perf_counter()
-        s = setup(dataclasses.replace(timing, batch_size=b))
+        s = setup(dataclasses.replace(probe_cfg, batch_size=b, timing_warmup=warmup, timing_repeats=repeats,
+                                      timing_steps=steps))
         setup_s = time.perf_counter() - t0
         rec, spent = Record(), {}
         # each timed alone (a run pays for the ones it asks for); memory only where the step is timed whole
@@ -164,7 +171,8 @@ def measure_costs(cfg: RunConfig, key: str, threads: int) -> Costs:
         phase_s = {"flops": micro_s, "throughput": (cfg.timing_warmup + cfg.timing_repeats * cfg.timing_steps) * step_s,
                    "memory": spent.get("memory", 5.0) + 3 * max(step_s - timed_s, 0.0)}  # a process start
         measure_s = sum(phase_s[p] for p in cfg.measure)
-        eval_s = _eval_seconds(s, b, STAND_INS[cfg.task](cfg)[2] if stand is not None else None)
+        eval_s = _eval_seconds(s, b, STAND_INS[cfg.task](cfg)[2] if stand is not None else None,
+                               b if heavy else EVAL_SAMPLES)
         probe_s = 0.0
         if cfg.probe_every:
             x, y = next(iter(s.task.train_eval_batches(b)))
@@ -174,17 +182,18 @@ def measure_costs(cfg: RunConfig, key: str, threads: int) -> Costs:
         memory = m.get("memory", {})
         peak_mb = memory.get("peak_mb")
         return Costs(key, setup_s, measure_s, step_s, eval_s, probe_s, flops, peak_mb if b == cfg.batch_size else None,
-                     mfu, real_train if stand is not None else s.task.num_train, stand, s.task.default_steps)
+                     mfu, real_train if stand is not None else s.task.num_train, stand, s.task.default_steps,
+                     timed_steps=repeats * steps)
     finally:
         torch.set_num_threads(before)
 
 
-def _eval_seconds(s: Any, batch: int, evaluated: int | None) -> float:
-    """One evaluation (the validation split and the training-error subset): timed on up to :data:`EVAL_SAMPLES`
-    samples of each, scaled by the samples one evaluation reads (``evaluated``, else the task's own splits)."""
+def _eval_seconds(s: Any, batch: int, evaluated: int | None, samples: int = EVAL_SAMPLES) -> float:
+    """One evaluation (the validation split and the training-error subset): timed on up to ``samples`` samples of
+    each, scaled by the samples one evaluation reads (``evaluated``, else the task's own splits)."""
     seconds, timed, counted = 0.0, 0, 0
     for batches in (s.task.val_batches(batch), s.task.train_eval_batches(batch)):
-        taken = list(itertools.islice(batches, max(1, EVAL_SAMPLES // batch)))
+        taken = list(itertools.islice(batches, max(1, samples // batch)))
         t0 = time.perf_counter()
         eval_pass(s.model, s.task, taken)
         seconds += time.perf_counter() - t0
