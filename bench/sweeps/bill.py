@@ -70,8 +70,8 @@ STAND_INS: dict[str, Callable[[RunConfig], tuple[dict[str, Any], int | None, int
 }
 TIMING = (2, 4, 5)  # the training step's cost: untimed warm-up steps, then the median over 4 repeats of 5 steps
 STEP_BUDGET = 2e10  # FLOPs of a step timed whole here; a larger step is timed on fewer samples and scaled
-# A step still above the budget at 2 samples (a 124M-parameter LM at 1,024 tokens: ~2e12 FLOPs, tens of seconds on
-# a laptop CPU) is timed as the median of 3 single steps after one untimed, and an evaluation on one batch per split.
+# A step still above the budget at 2 samples (a 124M-parameter LM at 1,024 tokens: ~2e12 FLOPs, some 17 s on
+# a 2-core CPU) is timed as the median of 3 single steps after one untimed, and an evaluation on one batch per split.
 HEAVY_TIMING = (1, 3, 1)
 EVAL_SAMPLES = 64  # samples of each evaluated split timed; the pass's time is scaled from them
 
