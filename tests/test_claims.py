@@ -4,13 +4,14 @@ quantities."""
 from __future__ import annotations
 
 import math
+import warnings
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
 
-from bench.analysis.claims import describe, evaluate_claims, parse_claim, parse_claims, probe_quantity
+from bench.analysis.claims import _matches, describe, evaluate_claims, parse_claim, parse_claims, probe_quantity
 from bench.analysis.studyfile import STUDIES_DIR, find_study, read_study_file
 from bench.runs.config import RunConfig
 from bench.sweeps.study import load_study
@@ -622,3 +623,17 @@ def test_a_value_claim_can_say_a_published_figure_is_reproduced():
     assert describe(c) == "val_error where variant=resnet: mean 0.0875 ± 0.005 (and the seed spread)"
     with pytest.raises(ValueError, match='tolerance is for expect = "similar"'):
         claim(kind="value", expect="less", threshold=1.0, tolerance=0.1)
+
+
+@pytest.mark.parametrize("column, expected", [
+    (pd.Series(["a", "b"]), [True, False]),
+    (pd.Series([None, "a"]), [False, True]),
+    (pd.Series([20.0, 32.0]), [True, False]),
+    (pd.Series([], dtype="str"), []),  # no rows (pandas 3's string dtype): an empty mask, no mixed-dtype 'or'
+])
+def test_a_filter_matches_rows_by_value(column: pd.Series, expected: list[bool]) -> None:
+    value = 20 if column.dtype.kind == "f" else "a"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # pandas 3 deprecates | between a bool mask and a str column
+        mask = _matches(column, value)
+    assert mask.dtype == bool and list(mask) == expected

@@ -353,7 +353,8 @@ def _matches(column: pd.Series, value: Any) -> pd.Series:
         if _number(v):
             mask |= pd.to_numeric(column, errors="coerce") == v
         else:
-            mask |= column.map(lambda c, v=v: c == v or str(c) == str(v))
+            # astype: an empty column of pandas 3's str dtype maps to str, which | with bool deprecates
+            mask |= column.map(lambda c, v=v: c == v or str(c) == str(v)).astype(bool)
     return mask
 
 
