@@ -18,8 +18,9 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
+from bench.analysis.studyfile import find_study
 from bench.runs.train import Record, setup, train
-from bench.sweeps.study import load_study, study_path
+from bench.sweeps.study import load_study
 
 Edit = Callable[[nn.Module], None]
 
@@ -57,7 +58,7 @@ CASES: list[tuple[str, str, dict[str, object], Edit | None]] = [
 
 
 def built(variant: str, depth: int, seed: int, lr: float, model_args: dict[str, object], edit: Edit | None):
-    base = {(c.variant, c.depth, c.seed): c for c in load_study(study_path("frontier")).configs("quick")}
+    base = {(c.variant, c.depth, c.seed): c for c in load_study(find_study("frontier")).configs("quick")}
     cfg = base[(variant, depth, seed)]
     args = dict(cfg.model_args) | model_args
     cfg = dataclasses.replace(cfg, lr=lr, measure=(), probe_every=None, model_args=tuple(sorted(args.items())))
