@@ -19,14 +19,13 @@ import argparse
 import dataclasses
 import math
 import statistics
-import time
 
 import torch
-from diagnose_dyt import Edit, scale_embeddings  # a sibling script: python puts scripts/ on the path
+from diagnose_dyt import Edit, scale_embeddings, trained_losses  # a sibling script: python puts scripts/ on the path
 from torch import nn
 
 from bench.analysis.studyfile import find_study
-from bench.runs.train import Record, setup, train
+from bench.runs.train import setup
 from bench.sweeps.study import load_study
 from variants.dense import AttnResUnit, DepthAttention
 
@@ -124,10 +123,7 @@ def main() -> None:
           f"{math.log(256):.2f} is chance, 3.06 the byte frequencies):")
     for label, variant, changes, edit in cases:
         s = built(variant, ns.depth, ns.seed, dict(changes), edit)
-        rec, t0 = Record(), time.perf_counter()
-        train(s, rec, False, None)
-        losses = " ".join(f"{p['val_loss']:.3f}" for p in rec.eval_curve)
-        print(f"  {label:40s} {losses}  ({time.perf_counter() - t0:.0f} s)", flush=True)
+        print(f"  {label:40s} {trained_losses(s)}", flush=True)
         s.model.eval()
         print(f"  {'':40s} {after(s)}", flush=True)
 

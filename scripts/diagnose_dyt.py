@@ -147,6 +147,14 @@ def state(s) -> str:
             f"gamma {gamma:.3f}, tok_emb {emb:.3f}")
 
 
+def trained_losses(s) -> str:
+    """Train the set-up run ``s`` to its end; its validation loss at every evaluation and the seconds it took (also
+    used by diagnose_attnres.py and diagnose_hybridnorm.py)."""
+    rec, t0 = Record(), time.perf_counter()
+    train(s, rec, False, None)
+    return " ".join(f"{p['val_loss']:.3f}" for p in rec.eval_curve) + f"  ({time.perf_counter() - t0:.0f} s)"
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--depth", type=int, default=6)
@@ -163,10 +171,7 @@ def main() -> None:
           f"{math.log(256):.2f} is chance, 3.06 the byte frequencies):")
     for label, variant, changes, edit in cases:
         s = built(variant, ns.depth, ns.seed, dict(changes), edit, ns.steps)
-        rec, t0 = Record(), time.perf_counter()
-        train(s, rec, False, None)
-        losses = " ".join(f"{p['val_loss']:.3f}" for p in rec.eval_curve)
-        print(f"  {label:42s} {losses}  ({time.perf_counter() - t0:.0f} s)", flush=True)
+        print(f"  {label:42s} {trained_losses(s)}", flush=True)
         s.model.eval()
         print(f"  {'':42s} after: {scales(s)}; {state(s)}", flush=True)
         print(f"  {'':42s} {final_input(s)}", flush=True)

@@ -12,17 +12,14 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import time
-from collections.abc import Callable
 
 import torch
+from diagnose_dyt import Edit, trained_losses  # a sibling script: python puts scripts/ on the path
 from torch import nn
 
 from bench.analysis.studyfile import find_study
-from bench.runs.train import Record, setup, train
+from bench.runs.train import setup
 from bench.sweeps.study import load_study
-
-Edit = Callable[[nn.Module], None]
 
 
 def _drop(*names: str) -> Edit:
@@ -98,10 +95,7 @@ def main() -> None:
     print(f"\nTrained, frontier quick preset at lr {ns.lr:g} (validation loss at each evaluation):")
     for label, variant, args, edit in cases:
         s = built(variant, ns.depth, ns.seed, ns.lr, args, edit)
-        rec, t0 = Record(), time.perf_counter()
-        train(s, rec, False, None)
-        losses = " ".join(f"{p['val_loss']:.3f}" for p in rec.eval_curve)
-        print(f"  {label:36s} {losses}  ({time.perf_counter() - t0:.0f} s)", flush=True)
+        print(f"  {label:36s} {trained_losses(s)}", flush=True)
 
 
 if __name__ == "__main__":
