@@ -15,7 +15,7 @@ from bench.runs import train as train_mod
 from bench.runs.config import RunConfig
 from bench.runs.probes import probe
 from variants.ngpt import NGPT, ngpt
-from variants.transformer import swiglu_hidden
+from variants.transformer import TrunkSpec, swiglu_hidden
 
 TINY = {"depth": 2, "d_model": 16, "n_heads": 2, "d_ff": 24, "vocab_size": 11, "max_len": 8}
 IDX = torch.tensor([[3, 1, 4, 1, 5, 9, 2, 6], [2, 7, 1, 8, 2, 8, 1, 8]])
@@ -259,9 +259,9 @@ def test_errors_of_ngpt_itself() -> None:
     with pytest.raises(ValueError, match="preset fixes bias=False"):
         variants.create("ngpt", bias=True)
     with pytest.raises(ValueError, match="unknown init 'xavier'; choose one of: ngpt"):
-        ngpt(init="xavier")  # the builder itself, past the registry's pin
+        ngpt(TrunkSpec(bias=False), init="xavier")  # the builder itself, past the registry's pin
     with pytest.raises(ValueError, match="nGPT has no biases"):
-        ngpt(bias=True)
+        ngpt(TrunkSpec(bias=True))
     model = tiny()
     with pytest.raises(ValueError, match=r"expected token ids of shape \(batch, seq_len\), got shape \(8,\)"):
         model(IDX[0])

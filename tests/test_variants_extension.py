@@ -215,8 +215,8 @@ def test_register_ffn_and_the_init_schemes_draw_it(restore: None) -> None:
     variants.register_ffn("relu2", ReluSquared)
     for init in ("xavier", "gpt2", "deepnorm", "t_fixup", "normal", "admin"):
         torch.manual_seed(0)
-        model = transformer.TransformerLM(transformer.DESIGNS["preln"], init=init, dropout=0.0, bias=True,
-                                          ffn="relu2", **{**TINY, "depth": 64, "d_ff": 64})
+        spec = transformer.TransformerSpec(init=init, ffn="relu2", **{**TINY, "depth": 64, "d_ff": 64})
+        model = transformer.TransformerLM(transformer.DESIGNS["preln"], spec)
         assert derive_axes(model)["body"] == "attention+relu2"
         assert torch.isfinite(model(torch.randint(0, 11, (2, 8)))).all()
         if init == "gpt2":  # the last linear layer is the residual projection: N(0, 0.02/√(2N))

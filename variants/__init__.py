@@ -28,7 +28,8 @@ stays stable across releases:
 - builders of the families, so a variant is built from a family's defaults instead of copies of them:
   :func:`build_transformer` (``build_transformer(design, spec=None, /, **overrides)``: a :class:`Design`, a
   name of the Transformer designs such as ``"preln"``, or a placement ``"pre"``/``"post"``/``"sandwich"``, on a
-  :class:`TransformerSpec` — depth, d_model, n_heads, d_ff, vocab_size, max_len, dropout, bias, init, norm, ffn),
+  :class:`TransformerSpec` — the sizes of a :class:`TrunkSpec` (depth, d_model, n_heads, d_ff, vocab_size, max_len,
+  dropout, bias) and init, norm, ffn; every Transformer builder of the family takes one),
   :func:`build_mlp` on an :class:`MlpSpec` (depth, width, classes, input channels, image size, activation, norm,
   stochastic depth, init) around a unit factory given its drop-path rate, and :func:`build_cifar` below;
 - joins: :class:`Combinator` (subclass it: ``forward(x, fx)`` joins the shortcut ``x`` and the branch output
@@ -108,7 +109,7 @@ from .registry import (
     register_preset,
     unregister,
 )
-from .transformer import Design, TransformerSpec, build_transformer
+from .transformer import Design, TransformerSpec, TrunkSpec, build_transformer
 
 __all__ = [
     "COMBINATORS",
@@ -132,6 +133,7 @@ __all__ = [
     "Slot",
     "TransformGate",
     "TransformerSpec",
+    "TrunkSpec",
     "build_cifar",
     "build_mlp",
     "build_transformer",

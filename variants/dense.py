@@ -33,7 +33,6 @@ see them and ``describe()`` names them.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -46,17 +45,7 @@ from .checks import positive_int
 from .combinators import Add, Combinator
 from .norms import LN_EPS
 from .registry import register, register_preset
-from .transformer import (
-    DEFAULT_INIT,
-    Block,
-    CausalSelfAttention,
-    Design,
-    FfnArg,
-    InitArg,
-    NormArg,
-    Stream,
-    TransformerLM,
-)
+from .transformer import Block, CausalSelfAttention, Design, Stream, TransformerLM, TransformerSpec, build_transformer
 
 axes.ship("combinator", ["mudd", "dca", "attnres"])
 MUDD_PAPER = ("Xiao et al. 2025, MUDDFormer: Breaking Residual Bottlenecks in Transformers via Multiway Dynamic Dense "
@@ -278,13 +267,6 @@ def _add(depth: int, d_model: int) -> Combinator:
     return Add()
 
 
-Trunk = dict[str, Any]
-
-
-def _trunk(**kw: Any) -> Trunk:
-    return kw
-
-
 def _mudd_design(depth: int, d_model: int) -> Design:
     def unit(index: int, placement: str, body: nn.Module, combine: Combinator, norm: NormFactory) -> ResidualUnit:
         if index % 2 == 0 and index > 0:
@@ -327,43 +309,25 @@ def _attn_res_design(depth: int, d_model: int, n_blocks: int | None) -> Design:
                   unit=unit, stream=lambda norm: SourceStream(), final_norm=True)
 
 
-def _lm(design: Callable[..., Design], trunk: Trunk, *extra: Any) -> TransformerLM:
-    """The family's LM (its defaults and validation first) of ``design(depth, d_model, *extra)``."""
-    depth = positive_int("depth", trunk["depth"])
-    d_model = positive_int("d_model", trunk["d_model"])
-    return TransformerLM(design(depth, d_model, *extra), **trunk)
-
-
-@register("mudd", family="transformer", paper=MUDD_PAPER)
-def mudd(*, depth: int = 6, d_model: int = 128, n_heads: int = 4, d_ff: int = 512, vocab_size: int = 256,
-         max_len: int = 256, dropout: float = 0.0, bias: bool = True, init: str | InitArg = DEFAULT_INIT,
-         norm: str | NormArg = "layernorm", ffn: str | FfnArg = "gelu") -> TransformerLM:
+@register("mudd", family="transformer", paper=MUDD_PAPER, spec=TransformerSpec())
+def mudd(spec: TransformerSpec) -> TransformerLM:
     """MUDDFormer: Pre-LN layers joined by :class:`MultiwayDenseConnection` (Q, K, V, R ways) after every layer."""
-    return _lm(_mudd_design, _trunk(depth=depth, d_model=d_model, n_heads=n_heads, d_ff=d_ff, vocab_size=vocab_size,
-                                    max_len=max_len, dropout=dropout, bias=bias, init=init, norm=norm, ffn=ffn))
+    return build_transformer(_mudd_design(spec.depth, spec.d_model), spec)
 
 
-@register("dca", family="transformer", paper=DCA_PAPER)
-def dca(*, depth: int = 6, d_model: int = 128, n_heads: int = 4, d_ff: int = 512, vocab_size: int = 256,
-        max_len: int = 256, dropout: float = 0.0, bias: bool = True, init: str | InitArg = DEFAULT_INIT,
-        norm: str | NormArg = "layernorm", ffn: str | FfnArg = "gelu") -> TransformerLM:
+@register("dca", family="transformer", paper=DCA_PAPER, spec=TransformerSpec())
+def dca(spec: TransformerSpec) -> TransformerLM:
     """DeepCrossAttention: a :class:`GeneralizedResidual` per attention input before every layer, one at the end."""
-    return _lm(_dca_design, _trunk(depth=depth, d_model=d_model, n_heads=n_heads, d_ff=d_ff, vocab_size=vocab_size,
-                                   max_len=max_len, dropout=dropout, bias=bias, init=init, norm=norm, ffn=ffn))
+    return build_transformer(_dca_design(spec.depth, spec.d_model), spec)
 
 
-@register("attn_res", family="transformer", paper=ATTN_RES_PAPER)
-def attn_res(*, depth: int = 6, d_model: int = 128, n_heads: int = 4, d_ff: int = 512, vocab_size: int = 256,
-             max_len: int = 256, dropout: float = 0.0, bias: bool = True, init: str | InitArg = DEFAULT_INIT,
-             norm: str | NormArg = "layernorm", ffn: str | FfnArg = "gelu", n_blocks: int | None = None,
-             ) -> TransformerLM:
+@register("attn_res", family="transformer", paper=ATTN_RES_PAPER, spec=TransformerSpec())
+def attn_res(spec: TransformerSpec, *, n_blocks: int | None = None) -> TransformerLM:
     """Attention Residuals over every sublayer's output (``n_blocks`` None: Full AttnRes) or over ``n_blocks``
     block sums (Block AttnRes); :class:`AttnResUnit` sublayers joined by :class:`DepthAttention`."""
     if n_blocks is not None:
         positive_int("n_blocks", n_blocks, "Block AttnRes's number of blocks; None: Full AttnRes")
-    return _lm(_attn_res_design, _trunk(depth=depth, d_model=d_model, n_heads=n_heads, d_ff=d_ff,
-                                        vocab_size=vocab_size, max_len=max_len, dropout=dropout, bias=bias, init=init,
-                                        norm=norm, ffn=ffn), n_blocks)
+    return build_transformer(_attn_res_design(spec.depth, spec.d_model, n_blocks), spec)
 
 
 register_preset("attn_res_block", "attn_res", n_blocks=8, paper=BLOCK_ATTN_RES_PAPER)

@@ -35,7 +35,7 @@ from .checks import flag, positive_int
 from .hyper import GATE_INIT, HyperJoin, HyperUnit, Weights, _unused_add
 from .norms import resolve_norm
 from .registry import register
-from .transformer import DEFAULT_INIT, Design, FfnArg, InitArg, NormArg, TransformerLM
+from .transformer import Design, TransformerLM, TransformerSpec, build_transformer
 
 axes.ship("combinator", ["frac"])
 FRAC_PAPER = ("Zhu et al. 2025, Frac-Connections: Fractional Extension of Hyper-Connections (arXiv 2503.14125): "
@@ -92,26 +92,20 @@ class FracConnection(HyperJoin):
         return (b.unsqueeze(-1) * self.fractions(fx) + carried).flatten(-2)
 
 
-@register("frac_connections", family="transformer", paper=FRAC_PAPER)
-def frac_connections(
-    *, depth: int = 6, d_model: int = 128, n_heads: int = 4, d_ff: int = 512, vocab_size: int = 256,
-    max_len: int = 256, dropout: float = 0.0, bias: bool = True, init: str | InitArg = DEFAULT_INIT,
-    norm: str | NormArg = "layernorm", ffn: str | FfnArg = "gelu", m: int = 4, dynamic: bool = True,
-) -> TransformerLM:
+@register("frac_connections", family="transformer", paper=FRAC_PAPER, spec=TransformerSpec())
+def frac_connections(spec: TransformerSpec, *, m: int = 4, dynamic: bool = True) -> TransformerLM:
     """Frac-Connections with ``m`` fractions (4, as the ``hyper-connections`` package's example); ``dynamic``: DFC
     (True) or static. Each sublayer is a :class:`~variants.hyper.HyperUnit` (Pre-LN body) joined by a
     :class:`FracConnection`; the stream keeps its width d."""
     positive_int("m", m, "the number of fractions of the hidden state")
     flag("dynamic", dynamic, "dynamic Frac-Connections")
-    positive_int("d_model", d_model)
-    if d_model % m:
-        raise ValueError(f"d_model ({d_model}) must be divisible by the number of fractions m ({m})")
-    _, norm_of_width = resolve_norm(norm, bias)
+    if spec.d_model % m:
+        raise ValueError(f"d_model ({spec.d_model}) must be divisible by the number of fractions m ({m})")
+    _, norm_of_width = resolve_norm(spec.norm, spec.bias)
 
     def join() -> FracConnection:
-        return FracConnection(m, d_model, norm_of_width if dynamic else None)
+        return FracConnection(m, spec.d_model, norm_of_width if dynamic else None)
 
     design = Design(FRAC_PAPER, lambda depth: ["pre"] * depth, _unused_add,
                     unit=lambda index, placement, body, combine, make_norm: HyperUnit(body, join(), make_norm))
-    return TransformerLM(design, depth=depth, d_model=d_model, n_heads=n_heads, d_ff=d_ff, vocab_size=vocab_size,
-                         max_len=max_len, dropout=dropout, bias=bias, init=init, norm=norm, ffn=ffn)
+    return build_transformer(design, spec)

@@ -41,7 +41,7 @@ optimiser's business, not the model's.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, cast
+from typing import cast
 
 import torch
 from torch import nn
@@ -51,7 +51,7 @@ from .blocks import NormFactory, ResidualUnit
 from .checks import positive_int
 from .combinators import Add, Combinator
 from .registry import register
-from .transformer import DEFAULT_INIT, LN_EPS, Design, FfnArg, InitArg, NormArg, Stream, TransformerLM
+from .transformer import LN_EPS, Design, Stream, TransformerLM, TransformerSpec, build_transformer
 
 GATE_INIT = 0.01  # s_α, s_β (HC Algorithm 2) and α^pre, α^post, α^res (mHC App. A.1)
 SINKHORN_ITERS = 20  # mHC's t_max (§4.2, App. A.1)
@@ -204,7 +204,7 @@ def _unused_add(*_: int) -> Combinator:
     return Add()  # the design's per-sublayer join, unused: a HyperUnit builds its own (it needs the sublayer index)
 
 
-def _lm(paper: str, n: int, join: Callable[[int, NormFactory], HyperJoin], trunk: dict[str, Any]) -> TransformerLM:
+def _lm(paper: str, n: int, join: Callable[[int, NormFactory], HyperJoin], spec: TransformerSpec) -> TransformerLM:
     """The family's LM (its defaults and validation) around n streams and Pre-LN sublayers joined by ``join(index,
     norm)`` — index 2i is layer i's attention, 2i + 1 its feed-forward."""
     design = Design(
@@ -212,7 +212,7 @@ def _lm(paper: str, n: int, join: Callable[[int, NormFactory], HyperJoin], trunk
         unit=lambda index, placement, body, combine, norm: HyperUnit(body, join(index, norm), norm),
         stream=lambda norm: HyperStream(n),
     )
-    return TransformerLM(design, **trunk)
+    return build_transformer(design, spec)
 
 
 HC_PAPER = ("Zhu et al. 2025, Hyper-Connections (ICLR 2025, arXiv 2409.19606): n streams, static/dynamic HC "
@@ -221,30 +221,20 @@ MHC_PAPER = ("Xie et al. 2025, mHC: Manifold-Constrained Hyper-Connections (Deep
              "doubly stochastic by Sinkhorn-Knopp (§4.1-4.2, Eqs. 3, 7-9), Pre-LN base")
 
 
-@register("hyper_connections", family="transformer", paper=HC_PAPER)
-def hyper_connections(
-    *, depth: int = 6, d_model: int = 128, n_heads: int = 4, d_ff: int = 512, vocab_size: int = 256,
-    max_len: int = 256, dropout: float = 0.0, bias: bool = True, init: str | InitArg = DEFAULT_INIT,
-    norm: str | NormArg = "layernorm", ffn: str | FfnArg = "gelu", n: int = 4, dynamic: bool = True,
-) -> TransformerLM:
+@register("hyper_connections", family="transformer", paper=HC_PAPER, spec=TransformerSpec())
+def hyper_connections(spec: TransformerSpec, *, n: int = 4, dynamic: bool = True) -> TransformerLM:
     """Hyper-Connections with expansion rate ``n`` (the paper's default 4); ``dynamic``: DHC (True) or SHC."""
     positive_int("n", n, "the expansion rate, the number of residual streams")
     if not isinstance(dynamic, bool):
         raise ValueError(f"dynamic must be True (dynamic hyper-connections) or False (static), got {dynamic!r}")
-    return _lm(HC_PAPER, n, lambda index, make_norm: HyperConnection(n, d_model, index, make_norm if dynamic else None),
-               dict(depth=depth, d_model=d_model, n_heads=n_heads, d_ff=d_ff, vocab_size=vocab_size, max_len=max_len,
-                    dropout=dropout, bias=bias, init=init, norm=norm, ffn=ffn))
+    return _lm(HC_PAPER, n, lambda index, make_norm: HyperConnection(n, spec.d_model, index,
+                                                                     make_norm if dynamic else None), spec)
 
 
-@register("mhc", family="transformer", paper=MHC_PAPER)
-def mhc(
-    *, depth: int = 6, d_model: int = 128, n_heads: int = 4, d_ff: int = 512, vocab_size: int = 256,
-    max_len: int = 256, dropout: float = 0.0, bias: bool = True, init: str | InitArg = DEFAULT_INIT,
-    norm: str | NormArg = "layernorm", ffn: str | FfnArg = "gelu", n: int = 4, sinkhorn_iters: int = SINKHORN_ITERS,
-) -> TransformerLM:
+@register("mhc", family="transformer", paper=MHC_PAPER, spec=TransformerSpec())
+def mhc(spec: TransformerSpec, *, n: int = 4, sinkhorn_iters: int = SINKHORN_ITERS) -> TransformerLM:
     """mHC with expansion rate ``n`` (the paper's 4) and ``sinkhorn_iters`` Sinkhorn-Knopp steps (its t_max, 20)."""
     positive_int("n", n, "the expansion rate, the number of residual streams")
     positive_int("sinkhorn_iters", sinkhorn_iters, "Sinkhorn-Knopp iterations, the paper's t_max")
-    return _lm(MHC_PAPER, n, lambda index, make_norm: ManifoldHyperConnection(n, d_model, index, sinkhorn_iters),
-               dict(depth=depth, d_model=d_model, n_heads=n_heads, d_ff=d_ff, vocab_size=vocab_size, max_len=max_len,
-                    dropout=dropout, bias=bias, init=init, norm=norm, ffn=ffn))
+    return _lm(MHC_PAPER, n, lambda index, make_norm: ManifoldHyperConnection(n, spec.d_model, index, sinkhorn_iters),
+               spec)

@@ -45,7 +45,7 @@ from . import axes
 from .blocks import ResidualUnit
 from .combinators import Combinator
 from .registry import register
-from .transformer import check_token_ids, swiglu_hidden, validate_sizes
+from .transformer import TrunkSpec, check_token_ids, swiglu_hidden
 
 ALPHA_INIT = 0.05  # §2.6 item 3: α_A,init = α_M,init = 0.05
 ROPE_BASE = 10000.0  # RoFormer §3.2.2: θ_i = 10000^(-2(i-1)/d)
@@ -187,16 +187,17 @@ class NGPT(nn.Module):
 
     embedding_dims: ClassVar[dict[str, int]] = {"tok_emb": 1, "head": 1}  # E_input, E_output: (vocab, d_model)
 
-    def __init__(self, *, depth: int, d_model: int, n_heads: int, d_ff: int, vocab_size: int, max_len: int,
-                 dropout: float) -> None:
+    def __init__(self, spec: TrunkSpec) -> None:
         super().__init__()
-        _validate(depth=depth, d_model=d_model, n_heads=n_heads, d_ff=d_ff, vocab_size=vocab_size,
-                  max_len=max_len, dropout=dropout)
-        self.max_len = max_len  # rotary positions need no table; the bound is the family's contract
-        self.tok_emb = nn.Embedding(vocab_size, d_model)  # E_input
-        self.blocks = nn.ModuleList(Layer(d_model, n_heads, d_ff, dropout) for _ in range(depth))
-        self.head = nn.Linear(d_model, vocab_size, bias=False)  # E_output, its own matrix (§2.1)
-        self.s_z = ScaleFactor((vocab_size,), 1.0, d_model ** -0.5)  # §2.6 item 7: init 1, scale 1/√d_model
+        d_model, n_heads = spec.d_model, spec.n_heads
+        if (d_model // n_heads) % 2:
+            raise ValueError(f"the head width d_model / n_heads ({d_model // n_heads}) must be even: the rotary "
+                             "position encoding turns pairs of dimensions")
+        self.max_len = spec.max_len  # rotary positions need no table; the bound is the family's contract
+        self.tok_emb = nn.Embedding(spec.vocab_size, d_model)  # E_input
+        self.blocks = nn.ModuleList(Layer(d_model, n_heads, spec.d_ff, spec.dropout) for _ in range(spec.depth))
+        self.head = nn.Linear(d_model, spec.vocab_size, bias=False)  # E_output, its own matrix (§2.1)
+        self.s_z = ScaleFactor((spec.vocab_size,), 1.0, d_model ** -0.5)  # §2.6 item 7: init 1, scale 1/√d_model
         for _, weight, _ in self.sphere_weights():
             nn.init.normal_(weight)  # any isotropic draw: the normalisation below leaves only its direction
         self.after_optimizer_step()
@@ -224,15 +225,6 @@ class NGPT(nn.Module):
         return self.head(h) * self.s_z()  # eq. 3
 
 
-def _validate(**kw: float) -> None:
-    """The family's argument checks and messages (:func:`variants.transformer.validate_sizes`), plus rotary's even
-    head width."""
-    validate_sizes(**kw)
-    if (kw["d_model"] // kw["n_heads"]) % 2:
-        raise ValueError(f"the head width d_model / n_heads ({kw['d_model'] // kw['n_heads']}) must be even: the "
-                         "rotary position encoding turns pairs of dimensions")
-
-
 PAPER = ("Loshchilov et al. 2024, nGPT: Normalized Transformer with Representation Learning on the Hypersphere "
          "(arXiv 2410.01131): unit-norm embeddings, hidden states and matrix rows, eigen learning rates; trained "
          "there with Adam, no weight decay and no learning-rate warm-up (§2.6)")
@@ -240,12 +232,12 @@ PAPER = ("Loshchilov et al. 2024, nGPT: Normalized Transformer with Representati
 
 # ``init`` and ``bias`` are pinned: §2.6's normalisation is the initialisation (it erases any other scheme) and the
 # paper's matrices carry no biases (a bias is no vector on the sphere).
-@register("ngpt", family="transformer", paper=PAPER, init="ngpt", bias=False)
-def ngpt(*, depth: int = 6, d_model: int = 128, n_heads: int = 4, d_ff: int = 512, vocab_size: int = 256,
-         max_len: int = 256, dropout: float = 0.0, bias: bool = False, init: str = "ngpt") -> NGPT:
+@register("ngpt", family="transformer", paper=PAPER, spec=TrunkSpec(bias=False), init="ngpt", bias=False)
+def ngpt(spec: TrunkSpec, *, init: str = "ngpt") -> NGPT:
+    """nGPT on ``spec``'s sizes: the family's trunk, without its norm, feed-forward or init choices (§2.6 fixes all
+    three)."""
     if init != "ngpt":
         raise ValueError(f"unknown init {init!r}; choose one of: ngpt (nGPT's normalisation defines its init)")
-    if bias:
+    if spec.bias:
         raise ValueError("nGPT has no biases (bias=False)")
-    return NGPT(depth=depth, d_model=d_model, n_heads=n_heads, d_ff=d_ff, vocab_size=vocab_size, max_len=max_len,
-                dropout=dropout)
+    return NGPT(spec)

@@ -35,21 +35,9 @@ from torch import nn
 
 from . import axes
 from .blocks import NormFactory, ResidualUnit
-from .checks import positive_int
 from .combinators import Combinator
 from .registry import register
-from .transformer import (
-    DEFAULT_INIT,
-    Block,
-    CausalSelfAttention,
-    Design,
-    FfnArg,
-    InitArg,
-    NormArg,
-    Stream,
-    TransformerLM,
-    check_token_ids,
-)
+from .transformer import Block, CausalSelfAttention, Design, Stream, TransformerLM, TransformerSpec, check_token_ids
 
 axes.ship("combinator", ["speedrun"])
 SPEEDRUN_PAPER = ("Jordan et al. 2024-26, modded-nanogpt speedrun records (github.com/KellerJordan/modded-nanogpt, "
@@ -182,14 +170,11 @@ class SpeedrunLM(TransformerLM):
         return F.linear(self.norm(self.stream.end(state)), self.tok_emb.weight)
 
 
-@register("speedrun", family="transformer", paper=SPEEDRUN_PAPER)
-def speedrun(*, depth: int = 6, d_model: int = 128, n_heads: int = 4, d_ff: int = 512, vocab_size: int = 256,
-             max_len: int = 256, dropout: float = 0.0, bias: bool = True, init: str | InitArg = DEFAULT_INIT,
-             norm: str | NormArg = "layernorm", ffn: str | FfnArg = "gelu", n_value_embeds: int = 3) -> TransformerLM:
+@register("speedrun", family="transformer", paper=SPEEDRUN_PAPER, spec=TransformerSpec())
+def speedrun(spec: TransformerSpec, *, n_value_embeds: int = 3) -> TransformerLM:
     """The speedrun's residual stream on Pre-LN layers; ``n_value_embeds`` tables (the records' 3), each shared by
     layer i and layer depth − 1 − i (fewer where the stack is shallower)."""
-    depth = positive_int("depth", depth)
-    positive_int("d_model", d_model)
+    depth, d_model = spec.depth, spec.d_model
     if isinstance(n_value_embeds, bool) or not isinstance(n_value_embeds, int) or n_value_embeds < 0:
         raise ValueError(f"n_value_embeds must be a non-negative integer, got {n_value_embeds!r}")
     tables = min(n_value_embeds, (depth + 1) // 2)
@@ -213,9 +198,8 @@ def speedrun(*, depth: int = 6, d_model: int = 128, n_heads: int = 4, d_ff: int 
     design = Design(SPEEDRUN_PAPER, lambda d: ["pre"] * d, lambda depth, d: SkipToEmbedding(),
                     attention=ValueEmbeddingAttention, unit=unit, layer=layer, stream=lambda norm: Backout(),
                     final_norm=True)
-    model = SpeedrunLM(design, depth=depth, d_model=d_model, n_heads=n_heads, d_ff=d_ff, vocab_size=vocab_size,
-                       max_len=max_len, dropout=dropout, bias=bias, init=init, norm=norm, ffn=ffn)
-    model.value_embeds = nn.ModuleList(nn.Embedding(vocab_size, d_model) for _ in range(tables))
+    model = SpeedrunLM(design, spec)
+    model.value_embeds = nn.ModuleList(nn.Embedding(spec.vocab_size, d_model) for _ in range(tables))
     for table in model.value_embeds:
         nn.init.normal_(cast(nn.Embedding, table).weight, std=0.02)  # the family's token-embedding draw
     return model

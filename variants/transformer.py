@@ -544,32 +544,27 @@ DESIGNS: dict[str, Design] = {
 class TransformerLM(nn.Module):
     """Decoder-only LM: ``(B, T)`` token ids -> ``(B, T, vocab_size)`` logits; head tied to the token embedding."""
 
-    def __init__(
-        self, design: Design, *, depth: int, d_model: int, n_heads: int, d_ff: int, vocab_size: int,
-        max_len: int, dropout: float, bias: bool, init: str | InitArg = DEFAULT_INIT,
-        norm: str | NormArg = "layernorm", ffn: str | FfnArg = "gelu",
-    ) -> None:
+    def __init__(self, design: Design, spec: TransformerSpec) -> None:
+        """``design``'s stack on the trunk ``spec`` (validated when it was made)."""
         super().__init__()
-        validate_sizes(depth=depth, d_model=d_model, n_heads=n_heads, d_ff=d_ff, vocab_size=vocab_size,
-                       max_len=max_len, dropout=dropout)
-        flag("bias", bias)
-        _, scheme = resolve_init(init)
-        _, norm_of_width = resolve_norm(norm, bias)
-        _, make_ffn = resolve_ffn(ffn)
-        self.max_len = max_len
-        self.tok_emb = nn.Embedding(vocab_size, d_model)
-        self.pos_emb = nn.Embedding(max_len, d_model)
+        depth, d_model, dropout, bias = spec.depth, spec.d_model, spec.dropout, spec.bias
+        _, scheme = resolve_init(spec.init)
+        _, norm_of_width = resolve_norm(spec.norm, bias)
+        _, make_ffn = resolve_ffn(spec.ffn)
+        self.max_len = spec.max_len
+        self.tok_emb = nn.Embedding(spec.vocab_size, d_model)
+        self.pos_emb = nn.Embedding(spec.max_len, d_model)
         self.drop = nn.Dropout(dropout)
         make_norm = partial(norm_of_width, d_model)
         placements = [(p, p) if isinstance(p, str) else p for p in design.placements(depth)]
         layers: list[Block] = []
         first: CausalSelfAttention | None = None
         for i, (p_attn, p_ffn) in enumerate(placements):
-            attn = design.attention.make(d_model, n_heads, dropout, bias, first=first, head_norm=norm_of_width)
+            attn = design.attention.make(d_model, spec.n_heads, dropout, bias, first=first, head_norm=norm_of_width)
             first = attn if first is None else first
             units = (
                 design.unit(2 * i, p_attn, attn, design.combinator(depth, d_model), make_norm),
-                design.unit(2 * i + 1, p_ffn, make_ffn(d_model, d_ff, dropout, bias),
+                design.unit(2 * i + 1, p_ffn, make_ffn(d_model, spec.d_ff, dropout, bias),
                             design.combinator(depth, d_model), make_norm),
             )
             layers.append(design.block(*units) if design.layer is None else design.layer(i, *units))
@@ -643,31 +638,10 @@ def transformer_flops_per_token(depth: int, d_model: int, d_ff: int, n_ctx: int,
     return 6 * matmul_weights + 12 * depth * n_ctx * d_model
 
 
-def _builder(design: Design, depth: int = 6, d_model: int = 128, n_heads: int = 4, d_ff: int = 512,
-             vocab_size: int = 256, max_len: int = 256) -> Callable[..., TransformerLM]:
-    """A constructor with explicit keyword defaults (the registry reads them from the signature)."""
-
-    def build(*, depth: int = depth, d_model: int = d_model, n_heads: int = n_heads, d_ff: int = d_ff,
-              vocab_size: int = vocab_size, max_len: int = max_len, dropout: float = 0.0,
-              bias: bool = True, init: str | InitArg = design.init or DEFAULT_INIT,
-              norm: str | NormArg = "layernorm", ffn: str | FfnArg = "gelu") -> TransformerLM:
-        return TransformerLM(design, depth=depth, d_model=d_model, n_heads=n_heads, d_ff=d_ff,
-                             vocab_size=vocab_size, max_len=max_len, dropout=dropout, bias=bias, init=init,
-                             norm=norm, ffn=ffn)
-
-    return build
-
-
 @dataclass(frozen=True, kw_only=True)
-class TransformerSpec:
-    """The trunk of every Transformer LM of the family, with its defaults, validated on construction.
-
-    What a plugin builds a variant on (:func:`build_transformer`), registering it with ``spec=TransformerSpec(
-    ...)`` so each field is a keyword argument of the variant (``--model-arg d_model=256``) defaulting to the
-    registered instance's value. ``init``, ``norm`` and ``ffn`` take a name (the family's own, :data:`INITS`,
-    :data:`NORMS`, :data:`FFNS`, or one registered with ``variants.register_init``/``register_norm``/
-    ``register_ffn``) or the draw/factory itself.
-    """
+class TrunkSpec:
+    """The sizes every Transformer LM of the family is built at, validated on construction: what nGPT, whose
+    normalisation is its own norm, init and stream, shares with every other design (:class:`TransformerSpec`)."""
 
     depth: int = 6  # layers, each an attention sublayer then a feed-forward sublayer
     d_model: int = 128  # width of the residual stream
@@ -677,14 +651,32 @@ class TransformerSpec:
     max_len: int = 256  # longest sequence (rows of the learned position table)
     dropout: float = 0.0  # on attention probabilities and each sublayer's output
     bias: bool = True  # biases in every linear layer and LayerNorm
-    init: str | InitArg = DEFAULT_INIT  # the scheme; a design that *is* an init (DeepNet) needs its own here
-    norm: str | NormArg = "layernorm"  # the norm type of every norm in the stack (its placement is the design's)
-    ffn: str | FfnArg = "gelu"  # the feed-forward body
 
     def __post_init__(self) -> None:
         validate_sizes(depth=self.depth, d_model=self.d_model, n_heads=self.n_heads, d_ff=self.d_ff,
                        vocab_size=self.vocab_size, max_len=self.max_len, dropout=self.dropout)
         flag("bias", self.bias)
+
+
+@dataclass(frozen=True, kw_only=True)
+class TransformerSpec(TrunkSpec):
+    """The trunk of every Transformer LM of the family (:class:`TrunkSpec`'s sizes, and the norm type,
+    feed-forward body and initialisation of its stack), with its defaults, validated on construction.
+
+    Every builder of the family takes one (:class:`TransformerLM` is built from a :class:`Design` and a spec), so a
+    new trunk field is one line here. What a plugin builds a variant on (:func:`build_transformer`), registering it
+    with ``spec=TransformerSpec(...)`` so each field is a keyword argument of the variant (``--model-arg
+    d_model=256``) defaulting to the registered instance's value. ``init``, ``norm`` and ``ffn`` take a name (the
+    family's own, :data:`INITS`, :data:`NORMS`, :data:`FFNS`, or one registered with ``variants.register_init``/
+    ``register_norm``/``register_ffn``) or the draw/factory itself.
+    """
+
+    init: str | InitArg = DEFAULT_INIT  # the scheme; a design that *is* an init (DeepNet) needs its own here
+    norm: str | NormArg = "layernorm"  # the norm type of every norm in the stack (its placement is the design's)
+    ffn: str | FfnArg = "gelu"  # the feed-forward body
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
         resolve_init(self.init)
         resolve_norm(self.norm, self.bias)
         resolve_ffn(self.ffn)
@@ -720,44 +712,54 @@ def build_transformer(design: str | Design, spec: TransformerSpec | None = None,
     spec = dataclasses.replace(spec or TransformerSpec(), **overrides)
     if resolved.init is not None and spec.init != resolved.init:
         raise ValueError(f"design {design!r} is its initialisation: init must be {resolved.init!r}, got {spec.init!r}")
-    return TransformerLM(resolved, **{f.name: getattr(spec, f.name) for f in dataclasses.fields(spec)})
+    return TransformerLM(resolved, spec)
 
 
+def _on_spec(design: Design) -> Callable[[TransformerSpec], TransformerLM]:
+    """The registered builder of ``design``: its LM on the spec the registry hands it."""
+
+    def build(spec: TransformerSpec) -> TransformerLM:
+        return build_transformer(design, spec)
+
+    build.__doc__ = f"{design.paper}: :func:`build_transformer` of this design on ``spec``."
+    return build
+
+
+_BUILDERS = {name: _on_spec(design) for name, design in DESIGNS.items()}
 for _name, _design in DESIGNS.items():
     _pinned: dict[str, Any] = {"init": _design.init} if _design.init else {}  # the paper is the init: not overridable
-    register(_name, family="transformer", paper=_design.paper, **_pinned)(_builder(_design))
+    register(_name, family="transformer", paper=_design.paper, spec=TransformerSpec(**_pinned),
+             **_pinned)(_BUILDERS[_name])
 
 # GPT-2 small (124,439,808 parameters): the trunk and GPT-2's init are pinned; vocab_size/max_len default to
-# GPT-2's 50257/1024 but stay overridable so the preset also runs on the byte-level tasks.
+# GPT-2's 50257/1024 but stay overridable so the preset also runs on the byte-level tasks. Pre-LN's own builder:
+# the same code as ``preln`` at another size.
+_GPT2_TRUNK: dict[str, Any] = dict(depth=12, d_model=768, n_heads=12, d_ff=3072, bias=True, init="gpt2")
 register(
     "gpt2_small", family="transformer", paper="Radford et al. 2019, Language Models are Unsupervised Multitask "
-    "Learners (GPT-2 small)", depth=12, d_model=768, n_heads=12, d_ff=3072, bias=True,
-    init="gpt2",
-)(_builder(DESIGNS["preln"], depth=12, d_model=768, n_heads=12, d_ff=3072, vocab_size=50257, max_len=1024))
+    "Learners (GPT-2 small)", spec=TransformerSpec(**_GPT2_TRUNK, vocab_size=50257, max_len=1024), **_GPT2_TRUNK,
+)(_BUILDERS["preln"])
 
 # The block of LLaMA (Touvron et al. 2023, §2.2): Pre-norm with RMSNorm, a SwiGLU feed-forward, no biases; its
 # rotary position encoding is not part of the residual design and is not reproduced (learned positions, as
 # every variant here). Any other placement takes norm=/ffn= too (``--model-arg norm=rmsnorm``).
+_LLAMA_TRUNK: dict[str, Any] = dict(norm="rmsnorm", ffn="swiglu", bias=False)
 register(
     "llama_like", family="transformer", paper="Touvron et al. 2023, LLaMA: Open and Efficient Foundation Language "
     "Models, §2.2 (pre-normalisation with RMSNorm, Zhang & Sennrich 2019; SwiGLU, Shazeer 2020)",
-    norm="rmsnorm", ffn="swiglu", bias=False,
-)(_builder(DESIGNS["preln"]))
+    spec=TransformerSpec(**_LLAMA_TRUNK), **_LLAMA_TRUNK,
+)(_BUILDERS["preln"])
 
 LAUREL_PAPER = ("Menghani et al. 2025, LAuReL: Learned Augmented Residual Layer (ICML), eq. 5 (RW+LR, r = 4 as its "
                 "LLM-1B); one LAuReL join per residual sublayer of a Pre-LN stack")
 
 
-@register("laurel", family="transformer", paper=LAUREL_PAPER)
-def laurel(*, form: str = "rw+lr", rank: int = 4, depth: int = 6, d_model: int = 128, n_heads: int = 4,
-           d_ff: int = 512, vocab_size: int = 256, max_len: int = 256, dropout: float = 0.0, bias: bool = True,
-           init: str | InitArg = DEFAULT_INIT, norm: str | NormArg = "layernorm",
-           ffn: str | FfnArg = "gelu") -> TransformerLM:
+@register("laurel", family="transformer", paper=LAUREL_PAPER, spec=TransformerSpec())
+def laurel(spec: TransformerSpec, *, form: str = "rw+lr", rank: int = 4) -> TransformerLM:
     """Pre-LN with every residual join a :class:`~variants.combinators.Laurel` of ``form`` (rw, lr, rw+lr) and
     ``rank``. The paper counts one LAuReL per layer (2N(4D+1) extra weights in LLM-1B) without saying which
     residual it wraps; here each of the 2N joins gets its own (4·D·r + 2 weights each, still < 1% of the model)."""
     choice("LAuReL form", form, Laurel.FORMS)
     positive_int("LAuReL rank", rank)
-    design = Design(LAUREL_PAPER, _same("pre"), lambda depth, d: Laurel(d, form=form, rank=rank))
-    return TransformerLM(design, depth=depth, d_model=d_model, n_heads=n_heads, d_ff=d_ff, vocab_size=vocab_size,
-                         max_len=max_len, dropout=dropout, bias=bias, init=init, norm=norm, ffn=ffn)
+    return build_transformer(Design(LAUREL_PAPER, _same("pre"), lambda depth, d: Laurel(d, form=form, rank=rank)),
+                             spec)
