@@ -505,6 +505,25 @@ def test_value_residual_mixes_the_first_layers_values() -> None:
     assert model.blocks[0].attn.body.values is None  # dropped once the last layer has read it: no graph kept
 
 
+def test_value_residual_survives_a_forward_that_raised_mid_way() -> None:
+    """A forward interrupted after layer 1 has read layer 0's values (an out-of-memory in block 2, which the harness
+    records and then trains on) leaves the next clean forward exact."""
+    torch.manual_seed(0)
+    model = tiny("value_residual", depth=5)
+    idx = torch.randint(0, TINY["vocab_size"], (2, 6))
+    expected = model(idx)
+
+    def oom(module: nn.Module, args: tuple[torch.Tensor, ...]) -> None:
+        raise torch.OutOfMemoryError("planted in block 2")
+
+    hook = model.blocks[2].register_forward_pre_hook(oom)
+    with pytest.raises(torch.OutOfMemoryError, match="planted"):
+        model(idx)
+    hook.remove()
+    torch.testing.assert_close(model(idx), expected)
+    assert model.blocks[0].attn.body.values is None
+
+
 def test_value_residual_at_depth_1_is_preln() -> None:
     torch.manual_seed(0)
     vr, pre = tiny("value_residual", depth=1).double(), tiny("preln", depth=1).double()

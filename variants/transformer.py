@@ -138,7 +138,9 @@ class ValueResidualAttention(CausalSelfAttention):
     def heads(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         q, k, v = super().heads(x)
         if not self._first:
-            self.values = v if self._readers else None
+            # A new pass starts here: what an interrupted pass left (values, a count of its readers) is dropped, so
+            # a forward that raised mid-way (an out-of-memory in one phase) never breaks the next.
+            self.values, self._reads = (v if self._readers else None), 0
             return q, k, v
         first = self._first[0]
         v1 = first.values
