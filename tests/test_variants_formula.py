@@ -39,16 +39,59 @@ def test_every_variant_names_its_unit(name: str) -> None:
     assert f["combinator"], name
 
 
+def _line(e: dict) -> str:
+    return (ROOT / e["file"]).read_text().splitlines()[e["line"] - 1]
+
+
 @pytest.mark.parametrize("name", NAMES)
 def test_formula_points_at_each_forward(name: str) -> None:
-    for role in ("layer", "unit", "combinator"):
-        for e in variants.formula(name)[role]:
-            path = ROOT / e["file"]
-            assert not Path(e["file"]).is_absolute() and path.is_file(), e
-            assert "def forward" in path.read_text().splitlines()[e["line"] - 1], e
+    """Every axis a forward computes: the line of the class's own ``forward``, or of the class itself where it
+    inherits one (then named, with its own line); the formula first in every docstring of ours but a body's."""
+    f = variants.formula(name)
+    assert f["norm"] or variants.describe(name)["axes"]["norm"] == "none", name
+    for role in variants.FORMULA_ROLES:
+        for e in f[role]:
             cls = _class(e["class"])
             assert isinstance(cls, type) and issubclass(cls, nn.Module)
-            assert FORMULA.search(e["formula"]), e
+            if e["package"] is not None:  # torch's norms: their lines are torch's
+                assert e["package"] == "torch" and role == "norm" and not Path(e["file"]).is_absolute(), e
+                continue
+            assert not Path(e["file"]).is_absolute() and (ROOT / e["file"]).is_file(), e
+            if e["forward"] is None:
+                assert "def forward" in _line(e), e
+            else:
+                assert re.match(rf"\s*class {cls.__name__}\b", _line(e)), e
+                inherited = re.fullmatch(r"(\S+) \((\S+):(\d+)\)", e["forward"])
+                assert inherited is not None, e
+                owner, file, line = inherited.groups()
+                assert issubclass(cls, _class(owner)) and "forward" not in cls.__dict__
+                assert "def forward" in (ROOT / file).read_text().splitlines()[int(line) - 1], e
+            if role != "body":
+                assert FORMULA.search(e["formula"]), e
+
+
+def test_an_inherited_forward_points_at_the_class_that_states_the_formula() -> None:
+    """HighwayUnit's formula is its own (the gate it passes in computes it): its line is the class's, and the forward
+    it runs, ResidualUnit's, is named beside it."""
+    e = variants.formula("highway")["unit"][0]
+    assert _line(e).startswith("class HighwayUnit(ResidualUnit):")
+    owner_line = variants.formula("plain_mlp")["unit"][0]
+    assert e["forward"] == f"variants.blocks.ResidualUnit (variants/blocks.py:{owner_line['line']})"
+    assert "T(s)·H(x) + (1 - T(s))·s" in e["formula"]
+
+
+def test_the_norm_type_is_located_too() -> None:
+    dyt = variants.formula("dyt")["norm"]
+    assert [e["class"] for e in dyt] == ["variants.norms.DyT"] and "def forward" in _line(dyt[0])
+    assert "``DyT(x) = γ ⊙ tanh(α·x) + β``" in dyt[0]["formula"]
+    assert [e["class"] for e in variants.formula("dyt")["body"]] == ["variants.transformer.CausalSelfAttention",
+                                                                       "variants.transformer.FeedForward"]
+    ln = variants.formula("preln")["norm"][0]
+    assert ln["class"] == "torch.nn.modules.normalization.LayerNorm" and ln["package"] == "torch"
+    assert ln["file"] == "torch/nn/modules/normalization.py"
+    page = (ROOT / "docs" / "variants.md").read_text(encoding="utf-8")
+    assert f"- norm `variants.norms.DyT` (`variants/norms.py:{dyt[0]['line']}`): ``DyT(x)" in page
+    assert "- norm `torch.nn.modules.normalization.LayerNorm` (from torch)" in page
 
 
 @pytest.mark.parametrize(("name", "layer", "unit", "combinator"), [
@@ -144,7 +187,7 @@ def test_unit_of_a_plugin_and_of_a_model_without_units(tmp_path: Path, clean_plu
         e = variants.formula("my_halfway")["unit"][0]
         assert e["file"] == "my_units.py" and e["formula"] == "``y = combine(x, F(x) / 2)``: a unit of a plugin."
         assert variants.describe("my_plain")["unit"] is None and variants.describe("my_plain")["layer"] is None
-        assert variants.formula("my_plain") == {"name": "my_plain", "layer": [], "unit": [], "combinator": []}
+        assert variants.formula("my_plain") == {"name": "my_plain", **{role: [] for role in variants.FORMULA_ROLES}}
         page = variants.catalogue(["my_halfway", "my_plain"])
         assert str(tmp_path) not in page and "(`my_units.py:" in page
     finally:
@@ -155,7 +198,8 @@ def test_unit_of_a_plugin_and_of_a_model_without_units(tmp_path: Path, clean_plu
 
 def test_timm_has_no_unit() -> None:
     assert variants.describe("timm:resnet18")["unit"] is None
-    assert variants.formula("timm:resnet18") == {"name": "timm:resnet18", "layer": [], "unit": [], "combinator": []}
+    assert variants.formula("timm:resnet18") == {"name": "timm:resnet18",
+                                                 **{role: [] for role in variants.FORMULA_ROLES}}
 
 
 def test_catalogue_is_deterministic_and_complete() -> None:

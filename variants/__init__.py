@@ -13,8 +13,9 @@ stays stable across releases:
   :func:`list_variants`, :func:`create`, :func:`describe` (family, paper, axes, parameter count, defaults, and
   ``unit``/``layer``: the classes whose ``forward`` is the residual formula), :func:`unregister` and
   :class:`DuplicateVariantError`;
-- where the formulas are: :func:`formula` (``formula(name) -> dict``: the layer, unit and combinator classes of a
-  variant, each with the first paragraph of its docstring, its formula, and the file and line of its ``forward``)
+- where the formulas are: :func:`formula` (``formula(name) -> dict``: the layer, unit, combinator, body and norm
+  classes of a variant (:data:`FORMULA_ROLES`), each with the first paragraph of its docstring, its formula, and the
+  file and line of its ``forward``, or of the class where it inherits its ``forward``)
   and :func:`catalogue` (``catalogue(names=None) -> str``: every registered variant as one Markdown page, grouped
   by family, deterministic: what ``docs/variants.md`` holds);
 - the named axes' extension points (``variants.axes``): :func:`register_norm` (``factory(d)`` or
@@ -96,6 +97,7 @@ from .blocks import (
     SandwichNorm,
 )
 from .combinators import COMBINATORS, Combinator, TransformGate
+from .formulas import ROLES as FORMULA_ROLES
 from .formulas import catalogue, formula
 from .layers import CifarSpec, Slot, build_cifar, conv_branch, make_shortcut
 from .mlp import MlpSpec, build_mlp
@@ -113,6 +115,7 @@ from .transformer import Design, TransformerSpec, TrunkSpec, build_transformer
 
 __all__ = [
     "COMBINATORS",
+    "FORMULA_ROLES",
     "POSTACT",
     "PREACT",
     "CifarSpec",

@@ -41,7 +41,8 @@ CONFIGS: dict[str, tuple[tuple[int, ...], tuple[int, ...]]] = {
 
 
 class LayerNorm2d(nn.LayerNorm):
-    """LayerNorm over the channels of an NCHW tensor (each position normalised on its own)."""
+    """``y[n, :, h, w] = LN(x[n, :, h, w])``: LayerNorm over the channels of an NCHW tensor, each position on its own
+    (ConvNeXt, Liu et al. 2022, §2.6)."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return super().forward(x.permute(0, 2, 3, 1)).permute(0, 3, 1, 2)

@@ -10,6 +10,7 @@ registered variant that way as one Markdown page (``docs/variants.md``).
 from __future__ import annotations
 
 import inspect
+import sys
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -20,45 +21,76 @@ from . import registry
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def source_path(file: str) -> str:
-    """``file`` relative to :data:`ROOT` in POSIX form (``variants/blocks.py``); a file elsewhere (a plugin's)
-    by its name alone, so nothing this module returns holds an absolute path."""
+def source_path(file: str, module: str = "") -> str:
+    """``file`` relative to :data:`ROOT` in POSIX form (``variants/blocks.py``); a file of another installed package
+    (``module``'s: torch's norms) relative to the folder that holds that package (``torch/nn/modules/
+    normalization.py``); any other file (a plugin's) by its name alone, so nothing returned holds an absolute path."""
     path = Path(file).resolve()
-    try:
-        return path.relative_to(ROOT).as_posix()
-    except ValueError:
-        return path.name
+    for base in (ROOT, _package_parent(module)):
+        if base is not None and path.is_relative_to(base):
+            return path.relative_to(base).as_posix()
+    return path.name
+
+
+def _package_parent(module: str) -> Path | None:
+    """The folder holding the top-level package of ``module``, for a package other than this checkout's."""
+    package = sys.modules.get(module.split(".")[0]) if module else None
+    file = getattr(package, "__file__", None)
+    parent = Path(file).resolve().parent.parent if file else None
+    return None if parent is None or parent == ROOT or not Path(file).name == "__init__.py" else parent
 
 
 def first_paragraph(cls: type) -> str:
     """The first paragraph of ``cls``'s own docstring (not a base class's), on one line; "" without one."""
-    doc = inspect.cleandoc(cls.__doc__ or "")
+    doc = inspect.cleandoc(cls.__dict__.get("__doc__") or "")
     return " ".join(doc.split("\n\n")[0].split())
 
 
+def _where(obj: Any, module: str) -> tuple[str, int]:
+    file = inspect.getsourcefile(obj) or inspect.getfile(obj)
+    return source_path(file, module), inspect.getsourcelines(obj)[1]
+
+
 def entry(cls: type) -> dict[str, Any]:
-    """``class`` (qualified name), ``formula`` (:func:`first_paragraph`), and ``file``/``line`` of the ``forward``
-    the class runs (its own or the one it inherits)."""
-    forward = inspect.unwrap(cls.forward)  # type: ignore[attr-defined]
-    file = inspect.getsourcefile(forward) or inspect.getfile(forward)
-    _, line = inspect.getsourcelines(forward)
-    return {"class": registry.qualified_name(cls), "formula": first_paragraph(cls), "file": source_path(file),
-            "line": line}
+    """``class`` (qualified name), ``formula`` (:func:`first_paragraph`), ``package`` (the installed package it comes
+    from where that is not this checkout's, None otherwise: torch's norms), and ``file``/``line`` of the class that
+    states it: its ``forward`` where it defines one; where it inherits its ``forward`` (HighwayUnit's is
+    ResidualUnit's: the join it passes in computes the formula), the class itself, with ``forward`` naming the
+    inherited one and its file and line."""
+    owner = next(c for c in cls.__mro__ if "forward" in c.__dict__)
+    forward = inspect.unwrap(owner.__dict__["forward"])
+    out = {"class": registry.qualified_name(cls), "formula": first_paragraph(cls),
+           "package": cls.__module__.split(".")[0] if _package_parent(cls.__module__) else None}
+    if owner is cls:
+        file, line = _where(forward, cls.__module__)
+        return {**out, "file": file, "line": line, "forward": None}
+    file, line = _where(cls, cls.__module__)
+    inherited_file, inherited_line = _where(forward, owner.__module__)
+    return {**out, "file": file, "line": line,
+            "forward": f"{registry.qualified_name(owner)} ({inherited_file}:{inherited_line})"}
+
+
+# What each role of formula() is, outermost first; the placement is the unit's, the body what the unit wraps.
+ROLES = ("layer", "unit", "combinator", "body", "norm")
 
 
 def formula(name: str) -> dict[str, Any]:
     """The formula of variant ``name``, read from the classes of the model its defaults build.
 
-    Returns ``{"name", "layer", "unit", "combinator"}``; each of the last three is a list of :func:`entry` dicts
-    (``class``, ``formula``, ``file``, ``line``), outermost first, in order of first appearance: one class each
-    for most variants, two where a model mixes them (Mix-LN's Post-LN and Pre-LN units), an empty ``layer`` list
-    where units are not composed into layers (CNNs) and all empty for a timm model. For ``preln`` the three read
-    ``x = ffn(attn(x))`` (``Block``), ``y = combine(x, F(norm(x)))`` (``PreNorm``) and ``y = x + F(x)``
-    (``Add``): the whole residual stream.
+    Returns ``{"name", "layer", "unit", "combinator", "body", "norm"}``; each of the last five is a list of
+    :func:`entry` dicts (``class``, ``formula``, ``file``, ``line``, ``forward``), outermost first, in order of first
+    appearance: one class each for most variants, two where a model mixes them (Mix-LN's Post-LN and Pre-LN units),
+    an empty ``layer`` list where units are not composed into layers (CNNs), an empty ``body`` list where the
+    branch is a sequence of ops rather than a class of its own (a CNN's convolutions), and all empty for a timm
+    model. For ``preln`` the first three read ``x = ffn(attn(x))`` (``Block``), ``y = combine(x, F(norm(x)))``
+    (``PreNorm``) and ``y = x + F(x)`` (``Add``): the whole residual stream; ``body`` names the attention and
+    feed-forward classes and ``norm`` the norm type's class (``torch.nn.LayerNorm``; ``variants.norms.DyT`` for
+    ``dyt``).
     """
     parts = registry.anatomy(name)
     return {"name": name, "layer": [entry(c) for c in parts.layers], "unit": [entry(c) for c in parts.units],
-            "combinator": [entry(c) for c in parts.combinators]}
+            "combinator": [entry(c) for c in parts.combinators], "body": [entry(c) for c in parts.bodies],
+            "norm": [entry(c) for c in parts.norms]}
 
 
 def _cell(text: object) -> str:
@@ -86,10 +118,12 @@ def catalogue(names: Iterable[str] | None = None) -> str:
         "",
         "Generated by `variants.catalogue()` (`python -m bench list --catalogue`); do not edit by hand. Every",
         "registered variant, grouped by family: its paper, its parameter count under its defaults, its axes (derived",
-        "from the model it builds), and where its formula is written: the layer class that composes residual units",
-        "(where there is one), the unit class whose `forward` is the residual formula and the combinator class that",
-        "joins shortcut and branch, each with the first paragraph of its docstring and the file and line of its",
-        "`forward`. `python -m bench show-variant NAME` prints the same for one variant.",
+        "from the model it builds), and where each axis's formula is written: the layer class that composes residual",
+        "units (where there is one), the unit class whose `forward` is the residual formula (its norm placement), the",
+        "combinator class that joins shortcut and branch, the branch's own class (attention, feed-forward) and the",
+        "norm type's class, each with the first paragraph of its docstring and the file and line of its `forward`",
+        "(of the class itself, where it inherits its `forward`, which is then named). `python -m bench show-variant",
+        "NAME` prints the same for one variant.",
     ]
     for family in sorted(by_family):
         out += ["", f"## {family}", "", "| variant | parameters | axes | layer | unit | combinator | paper |",
@@ -101,12 +135,16 @@ def catalogue(names: Iterable[str] | None = None) -> str:
             params = "–" if d["params"] is None else f"{d['params']:,}"
             out.append(f"| `{name}` | {params} | {_cell(axes)} | {_short(f['layer'])} | {_short(f['unit'])} | "
                        f"{_short(f['combinator'])} | {_cell(d['paper'])} |")
-            for role in ("layer", "unit", "combinator"):
+            for role in ROLES:
                 for e in f[role]:
                     classes.setdefault(e["class"], (role, e))
         if classes:
             out += ["", "Formulas:", ""]
         for cls, (role, e) in classes.items():
-            where = f"`{e['file']}:{e['line']}`"  # a path in the repository, not a link off the documentation site
+            if e["package"] is None:  # a path in the repository (or a plugin's file), not a link off the site
+                where = f"`{e['file']}:{e['line']}`"
+                where += f"; forward inherited from `{e['forward']}`" if e["forward"] else ""
+            else:  # another package's class (torch's norms): its lines change with its releases
+                where = f"from {e['package']}"
             out.append(f"- {role} `{cls}` ({where}): {e['formula'] or '(no docstring)'}")
     return "\n".join(out) + "\n"

@@ -59,7 +59,8 @@ def unit(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
 
 
 class UnitNorm(nn.Module):
-    """``Norm`` as a module, so the registry's ``norm`` axis reads ``l2`` rather than ``none``."""
+    """``Norm(x) = x / ‖x‖₂`` as a module (nGPT, §2.1), so the registry's ``norm`` axis reads ``l2`` rather than
+    ``none``."""
 
     norm_axis = "l2"
 

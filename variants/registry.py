@@ -172,11 +172,14 @@ def create(name: str, **overrides: Any) -> nn.Module:
 
 
 class Anatomy(NamedTuple):
-    """The classes a built model's residual stream is made of, each in order of first appearance."""
+    """The classes a built model's residual stream is made of, each in order of first appearance: one per axis a
+    forward computes (the placement is the unit's; the initialisation has no forward)."""
 
     units: tuple[type[nn.Module], ...]  # whose ``forward`` is a residual unit: the module that holds a combinator
     layers: tuple[type[nn.Module], ...]  # what composes several units into one layer (a Transformer ``Block``)
     combinators: tuple[type[nn.Module], ...]  # how shortcut and branch join
+    norms: tuple[type[nn.Module], ...] = ()  # the norm type's modules (DyT, LayerNorm, BatchNorm2d ...)
+    bodies: tuple[type[nn.Module], ...] = ()  # the branches the units wrap, where one is a class of its own
 
 
 class Built(NamedTuple):
@@ -252,6 +255,7 @@ def derive_anatomy(model: nn.Module) -> Anatomy:
     units: dict[type[nn.Module], None] = {}
     layers: dict[type[nn.Module], None] = {}
     combinators: dict[type[nn.Module], None] = {}
+    bodies: dict[type[nn.Module], None] = {}
     for module in model.modules():
         if not isinstance(module, Combinator):
             continue
@@ -262,10 +266,14 @@ def derive_anatomy(model: nn.Module) -> Anatomy:
         if unit is None:
             continue
         units[type(unit)] = None
+        body = getattr(unit, "body", None)
+        if isinstance(body, nn.Module) and not isinstance(body, _CONTAINERS):  # a CNN's branch: its ops in order
+            bodies[type(body)] = None
         layer = parents.get(id(unit))
         if layer is not None and layer is not model and not isinstance(layer, _CONTAINERS):
             layers[type(layer)] = None
-    return Anatomy(tuple(units), tuple(layers), tuple(combinators))
+    norms = dict.fromkeys(type(m) for m in model.modules() if axes.norm_type(m) is not None)
+    return Anatomy(tuple(units), tuple(layers), tuple(combinators), tuple(norms), tuple(bodies))
 
 
 def qualified_name(cls: type) -> str:

@@ -41,9 +41,10 @@ def cmd_show_variant(ns: argparse.Namespace) -> int:
     print(f"{ns.name} ({desc['family']}, {size}): {desc['paper']}")
     if desc["axes"]:
         print("axes: " + ", ".join(f"{k} {v}" for k, v in sorted(desc["axes"].items())))
-    for role in ("layer", "unit", "combinator"):
+    for role in variants.FORMULA_ROLES:
         for part in parts.get(role) or ():
-            print(f"{role}: {part['class']}  ({part['file']}:{part['line']})\n    {part['formula']}")
+            inherited = f"; forward inherited from {part['forward']}" if part["forward"] else ""
+            print(f"{role}: {part['class']}  ({part['file']}:{part['line']}{inherited})\n    {part['formula']}")
     if not any(parts.get(role) for role in ("layer", "unit", "combinator")):
         print("no residual unit: this model's formula is its own forward (a timm model, or a net without joins)")
     return 0
