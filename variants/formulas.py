@@ -36,8 +36,10 @@ def _package_parent(module: str) -> Path | None:
     """The folder holding the top-level package of ``module``, for a package other than this checkout's."""
     package = sys.modules.get(module.split(".")[0]) if module else None
     file = getattr(package, "__file__", None)
-    parent = Path(file).resolve().parent.parent if file else None
-    return None if parent is None or parent == ROOT or not Path(file).name == "__init__.py" else parent
+    if not file or Path(file).name != "__init__.py":  # a plugin's single-file module: named by its file alone
+        return None
+    parent = Path(file).resolve().parent.parent
+    return None if parent == ROOT else parent
 
 
 def first_paragraph(cls: type) -> str:

@@ -124,8 +124,8 @@ def _list(sub: Sub) -> None:
 
 
 def _show_variant(sub: Sub) -> None:
-    q = sub.add_parser("show-variant", help="a variant's formula: the file and line of each axis's forward (layer, unit, join, "
-                       "body, norm)")
+    q = sub.add_parser("show-variant", help="a variant's formula: the file and line of each axis's forward "
+                       "(layer, unit, join, body, norm)")
     q.add_argument("name", help="a registered variant name")
     _handler(q, "models:cmd_show_variant")
 
