@@ -4,8 +4,9 @@ Each mutant is one exact text replacement in one source file: the off-by-one Hol
 fairness guard stops comparing, a divergence limit twice too loose, a norm's weight counted in
 ``weight_grad_norm``, and He 2015's shortcut options A and B swapped. For each, the checkout's tracked files
 are copied to a scratch folder, the replacement made there, and pytest run on the copy (``-x``: the first
-failing test kills the mutant). Prints one line per mutant (killed or survived, by which test, in how long) and
-exits 1 if any survived, 2 if a mutant's text is no longer in the code (the mutant is stale: update it here).
+failing test kills the mutant, if it passes on an unmutated copy). Prints one line per mutant (killed, SURVIVED, or
+INVALID where the test that failed fails without the mutant too; by which test; in how long) and exits 1 unless
+every mutant was killed; a mutant whose text is no longer in the code stops it (update the mutant here).
 
     python scripts/mutation_check.py                      # the not-slow suite, 2 workers
     python scripts/mutation_check.py --only holm -- -k stats
@@ -50,34 +51,48 @@ MUTANTS = [
 ]
 
 
-def tracked_copy(dest: Path) -> None:
-    """The checkout's tracked files as they are on disk (uncommitted edits included) into ``dest``."""
+def tracked_copy(dest: Path, mutant: Mutant | None = None) -> None:
+    """The checkout's tracked files as they are on disk (uncommitted edits included) into ``dest``, with ``mutant``
+    planted, committed there as a git repository of its own (runs record the commit they ran on)."""
     files = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True).stdout
     for rel in filter(None, files.decode().split("\0")):
         src = ROOT / rel
         if src.is_file():
             (dest / rel).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(src, dest / rel)
-
-
-def run_mutant(mutant: Mutant, pytest_args: list[str]) -> tuple[bool, str, float]:
-    """(killed, the first failing test or pytest's last line, seconds) of one mutant."""
-    with tempfile.TemporaryDirectory(prefix=f"mutant-{mutant.name}-") as tmp:
-        tree = Path(tmp)
-        tracked_copy(tree)
-        path = tree / mutant.file
+    if mutant is not None:
+        path = dest / mutant.file
         text = path.read_text(encoding="utf-8")
         if text.count(mutant.old) != 1:
             sys.exit(f"mutant {mutant.name}: {mutant.old!r} is not in {mutant.file} exactly once; update the mutant")
         path.write_text(text.replace(mutant.old, mutant.new), encoding="utf-8")
-        env = {**os.environ, "PYTHONPATH": str(tree), "MPLBACKEND": "Agg"}
+    git = ["git", "-c", "user.name=mutant", "-c", "user.email=mutant@localhost"]
+    for cmd in (["init", "-q"], ["add", "-A"], ["commit", "-q", "-m", mutant.name if mutant else "unmutated"]):
+        subprocess.run([*git, *cmd], cwd=dest, check=True, capture_output=True)
+
+
+def pytest_in(tree: Path, args: list[str]) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": str(tree), "MPLBACKEND": "Agg"}
+    return subprocess.run([sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *args], cwd=tree,
+                          env=env, capture_output=True, text=True)
+
+
+def run_mutant(mutant: Mutant, pytest_args: list[str]) -> tuple[str, str, float]:
+    """(verdict, the first failing test or pytest's last line, seconds) of one mutant. A mutant is killed by a test
+    that fails with it and passes without it (checked on an unmutated copy: a test failing anyway kills nothing)."""
+    with tempfile.TemporaryDirectory(prefix=f"mutant-{mutant.name}-") as tmp:
+        tracked_copy(Path(tmp), mutant)
         start = time.monotonic()
-        done = subprocess.run([sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *pytest_args],
-                              cwd=tree, env=env, capture_output=True, text=True)
+        done = pytest_in(Path(tmp), pytest_args)
         seconds = time.monotonic() - start
     failed = re.findall(r"^FAILED (\S+)", done.stdout, re.M)
-    last = done.stdout.strip().splitlines()[-1] if done.stdout.strip() else done.stderr.strip()[-200:]
-    return done.returncode == 1, failed[0] if failed else last, seconds
+    if not failed:
+        last = done.stdout.strip().splitlines()[-1] if done.stdout.strip() else done.stderr.strip()[-200:]
+        return "SURVIVED", last, seconds
+    with tempfile.TemporaryDirectory(prefix="unmutated-") as tmp:
+        tracked_copy(Path(tmp))
+        control = pytest_in(Path(tmp), [failed[0]])
+    return ("killed" if control.returncode == 0 else "INVALID"), failed[0], seconds
 
 
 def main() -> None:
@@ -91,10 +106,9 @@ def main() -> None:
     for mutant in MUTANTS:
         if args.only and mutant.name not in args.only:
             continue
-        killed, by, seconds = run_mutant(mutant, pytest_args)
-        survived += not killed
-        print(f"{mutant.name:17s} {'killed' if killed else 'SURVIVED':8s} {seconds:6.0f} s  {mutant.what}; {by}",
-              flush=True)
+        verdict, by, seconds = run_mutant(mutant, pytest_args)
+        survived += verdict != "killed"
+        print(f"{mutant.name:17s} {verdict:8s} {seconds:6.0f} s  {mutant.what}; {by}", flush=True)
     sys.exit(1 if survived else 0)
 
 
