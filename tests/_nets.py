@@ -61,6 +61,33 @@ def sample_input(name: str, batch: int = 2, **overrides: object) -> torch.Tensor
     return torch.randn(batch, int(kw["in_chans"]), size, size)
 
 
+# Keyword arguments that set a model's size and nothing else: registrations of one builder that build the same
+# classes and differ only in these are one code path (resnet20 ... resnet1202, densenet40_k12 and densenet100_k12).
+SHAPE_KEYS = frozenset({"depth", "depths", "dims", "width", "widen_factor", "growth_rate", "cardinality",
+                        "bottleneck_width", "multipliers", "d_model", "n_heads", "d_ff", "vocab_size", "max_len",
+                        "num_classes", "in_chans", "image_size"})
+
+
+def code_path(name: str) -> tuple[object, ...]:
+    """What a registration builds apart from its size: its builder, the classes of its residual stream (ImageNet
+    ResNets change block with depth) and every keyword argument that is not a size (init, block, shortcut ...)."""
+    spec = variants.registry._REGISTRY[name]
+    rest = {k: repr(v) for k, v in variants.describe(name)["defaults"].items() if k not in SHAPE_KEYS}
+    return spec.builder, variants.registry.anatomy(name), tuple(sorted(rest.items()))
+
+
+def code_paths(names: list[str] | None = None) -> list[str]:
+    """One name per distinct :func:`code_path` of ``names`` (default: every registered variant), the one with the
+    fewest parameters standing for the others; sorted. Per-name tests parametrise over these: an alias at another
+    size runs no code its smallest sibling does not (its size is pinned on the meta device by the count tests)."""
+    chosen: dict[tuple[object, ...], str] = {}
+    for name in variants.list_variants() if names is None else names:
+        key = code_path(name)
+        if key not in chosen or variants.describe(name)["params"] < variants.describe(chosen[key])["params"]:
+            chosen[key] = name
+    return sorted(chosen.values())
+
+
 # A complete plugin: a ResNet whose shortcut is scaled by a fixed factor, built from the public pieces.
 TOY = '''
 import torch

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from _nets import sample_input
+from _nets import SHAPE_KEYS, code_path, code_paths, sample_input
 from torch import nn
 
 import variants
@@ -145,27 +145,59 @@ def test_every_registered_variant_is_described_and_covered() -> None:
 
 
 REGISTERED = variants.list_variants()
-# Presets above this size run the same builder as their base variant at another size; building and training
-# them on a CPU takes seconds each, so they run only without -m "not slow".
-BIG = 3_000_000
+PATHS = code_paths()  # one name per builder, classes and non-size arguments: the smallest of each
+BIG = 3_000_000  # parameters above which a forward and backward at 8-32 pixels takes seconds on a CPU core
+# The code paths whose smallest name is above BIG, each trained as a stand-in that runs the same code at a smaller
+# size (same builder, same classes, same non-size arguments: checked below); their own sizes are pinned by the
+# parameter-count tests and built on the meta device by test_every_name_builds_on_the_meta_device.
+STAND_INS: dict[str, tuple[str, dict[str, object]]] = {
+    "convnext_imagenet": ("convnext_imagenet", {"depths": (1, 1, 1, 1), "dims": (8, 16, 32, 64)}),
+    "gpt2_small": ("preln", {"init": "gpt2"}),  # gpt2_small pins GPT-2's size: Pre-LN's builder under its init
+    "nfnet_f0": ("nfnet_imagenet", {"depths": (1, 1, 1, 1)}),
+    "plain18_imagenet": ("plain_imagenet", {"depth": 18, "width": 8}),
+    "repvgg_a0": ("repvgg_imagenet", {"multipliers": (0.25, 0.25)}),
+    "resnet18": ("resnet_imagenet", {"depth": 18, "width": 8}),
+    "resnet18_a": ("resnet_imagenet", {"depth": 18, "width": 8, "shortcut": "A"}),
+    "resnet50": ("resnet_imagenet", {"width": 8}),
+    "resnet_imagenet_a": ("resnet_imagenet", {"width": 8, "shortcut": "A"}),
+    "resnext": ("resnext", {"cardinality": 2, "bottleneck_width": 4}),
+    "wrn40_4": ("wrn", {"depth": 40, "widen_factor": 1}),
+}
 
 
-def _params(name: str) -> int:
-    with torch.device("meta"):
-        return sum(p.numel() for p in variants.create(name).parameters())
+def test_the_stand_ins_run_the_code_of_the_big_paths() -> None:
+    assert sorted(STAND_INS) == sorted(n for n in PATHS if variants.describe(n)["params"] > BIG)
+    for name, (stand_in, kwargs) in STAND_INS.items():
+        with torch.device("meta"):
+            model = variants.create(stand_in, **kwargs)
+        assert registry._REGISTRY[stand_in].builder is registry._REGISTRY[name].builder, name
+        assert registry.derive_anatomy(model) == registry.anatomy(name), name
+        own = {**variants.describe(stand_in)["defaults"], **kwargs}
+        assert {k: v for k, v in own.items() if k not in SHAPE_KEYS} == {
+            k: v for k, v in variants.describe(name)["defaults"].items() if k not in SHAPE_KEYS}, name
+        # nfnet_imagenet has no width to shrink: one block per stage is its smallest form (24.9M, under a second)
+        assert sum(p.numel() for p in model.parameters()) <= min(BIG, variants.describe(name)["params"] // 2) or \
+            stand_in == "nfnet_imagenet", name
 
 
-@pytest.mark.parametrize(
-    "name", [pytest.param(n, marks=pytest.mark.slow) if _params(n) > BIG else n for n in REGISTERED]
-)
-def test_every_variant_trains(name: str) -> None:
-    """Every registered variant, shipped or not: a forward on its family's input gives one finite output per
+def test_the_code_paths_drop_only_aliases_at_other_sizes() -> None:
+    """resnet20 stands for resnet56 and resnet1202; the bottleneck ImageNet ResNets are their own path."""
+    assert {"resnet20", "resnet18", "resnet50", "preact_resnet164", "densenet_bc100_k12", "attn_res_block",
+            "fixup", "highway20"} <= set(PATHS)
+    assert not {"resnet56", "resnet1202", "resnet101", "convnext_t", "wrn28_10", "densenet40_k12"} & set(PATHS)
+    assert {code_path(n) for n in REGISTERED} == {code_path(n) for n in PATHS}
+
+
+@pytest.mark.parametrize("name", PATHS)
+def test_every_code_path_trains(name: str) -> None:
+    """Every registered code path, shipped or not: a forward on its family's input gives one finite output per
     class (token), and one backward gives every parameter a finite gradient, not all zero."""
+    stand_in, kwargs = STAND_INS.get(name, (name, {}))
     torch.manual_seed(0)
-    model = variants.create(name).train()
-    x = sample_input(name)
+    model = variants.create(stand_in, **kwargs).train()
+    x = sample_input(stand_in, **kwargs)
     y = model(x)
-    d = variants.describe(name)
+    d = variants.describe(stand_in)
     classes = d["defaults"].get("num_classes", d["defaults"].get("vocab_size"))
     assert y.shape == (*x.shape[: 2 if d["family"] == "transformer" else 1], classes)
     assert torch.isfinite(y).all()
@@ -274,17 +306,31 @@ def test_list_by_family(fresh_registry: dict) -> None:
     assert registry.list_variants(family="other") == []
 
 
+# Over a thousand layers: a forward on the meta device runs torch's Python BatchNorm decomposition 2,400 times (5 s
+# each); their counts are pinned by the parameter-count tests and their code paths train at depth 20 and 164.
+DEEPEST = ("resnet1202", "preact_resnet1001")
+
+
 @pytest.mark.parametrize("name", REGISTERED)
-def test_every_variant_exposes_its_init(name: str) -> None:
-    """The harness records ``{**describe(name)["defaults"], **overrides}.get("init")``: never None here."""
+def test_every_name_builds_on_the_meta_device(name: str) -> None:
+    """Every registered name at its own size, the big presets too (shapes only: cheap even for resnet1202): its
+    init is exposed (the harness records ``{**describe(name)["defaults"], **overrides}.get("init")``), and a forward
+    on the meta device gives one output per class (token)."""
     d = variants.describe(name)
     assert isinstance(d["init"], str) and d["init"] == d["defaults"]["init"]
     assert d["init_pinned"] == ("init" in d["fixed"])
-    with torch.device("meta"):  # shapes only: cheap even for resnet1202
-        variants.create(name, init=d["init"])
+    with torch.device("meta"):
+        model = variants.create(name, init=d["init"])
+        assert sum(p.numel() for p in model.parameters()) == d["params"]
+        if name in DEEPEST:
+            return
+        x = sample_input(name)
+        y = model(x)
+    classes = d["defaults"].get("num_classes", d["defaults"].get("vocab_size"))
+    assert y.shape == (*x.shape[: 2 if d["family"] == "transformer" else 1], classes)
 
 
-@pytest.mark.parametrize("name", [n for n in REGISTERED if not variants.describe(n)["init_pinned"]])
+@pytest.mark.parametrize("name", [n for n in PATHS if not variants.describe(n)["init_pinned"]])
 def test_every_free_variant_builds_under_xavier(name: str) -> None:
     with torch.device("meta"):
         model = variants.create(name, init="xavier")
