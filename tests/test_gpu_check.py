@@ -134,7 +134,7 @@ CPU_FORMS = ("headline-resnet50", "gpt2-small-tokens", "torchrun-nccl", "imagefo
              "analyses", "full-scale-bills")
 
 
-@pytest.mark.slow  # each check's CPU form: a few bench commands, 40-160 s on 2 busy cores
+@pytest.mark.gpucheck  # each check's CPU form: a few bench commands, 40-160 s on 2 busy cores; CI's own step
 @pytest.mark.parametrize("name", CPU_FORMS)
 def test_cpu_forms_of_the_checks_pass(name, tmp_path):
     """Every check that has a CPU form runs it (one check per test, so that xdist spreads them): a failure on the GPU
