@@ -85,7 +85,7 @@ def run_mutant(mutant: Mutant, pytest_args: list[str]) -> tuple[str, str, float]
         start = time.monotonic()
         done = pytest_in(Path(tmp), pytest_args)
         seconds = time.monotonic() - start
-    failed = re.findall(r"^FAILED (\S+)", done.stdout, re.M)
+    failed = re.findall(r"^FAILED (.+?)(?: - .*)?$", done.stdout, re.M)  # a test id may hold spaces
     if not failed:
         last = done.stdout.strip().splitlines()[-1] if done.stdout.strip() else done.stderr.strip()[-200:]
         return "SURVIVED", last, seconds
