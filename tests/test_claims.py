@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from scipy import stats as sps
 
 from bench.analysis.claims import _matches, describe, evaluate_claims, parse_claim, parse_claims, probe_quantity
 from bench.analysis.studyfile import STUDIES_DIR, find_study, read_study_file
@@ -218,7 +219,7 @@ def test_describe_says_what_is_tested():
     v = claim(kind="value", for_each="depth", expect="greater", threshold=1.5)
     assert describe(v) == "final_train_loss, for each depth: mean greater than 1.5"
     r = claim(compare="warmup_steps", a="max", b=0, expect="similar", threshold=0.05, relative=True)
-    assert describe(r).endswith("warmup_steps=0 vs max: within ±0.05 x |mean(a)|")
+    assert describe(r).endswith("warmup_steps=0 vs max: within ±0.05 x |mean(a)|, the whole 95% CI of the difference")
 
 
 # --- compare verdicts --------------------------------------------------------------------------------------
@@ -232,29 +233,53 @@ def test_greater_agrees_with_the_group_statistics_by_hand():
     (a, b) = r.groups
     assert (a.label, a.n_runs, a.n_failed, a.n, b.label) == ("depth=20", 3, 0, 3, "depth=56")
     assert (a.mean, a.ci, b.mean, b.ci) == pytest.approx((1.1, ci_a, 2.2, ci_b))
-    assert (r.diff, r.threshold, r.spread) == pytest.approx((1.1, 0.5, ci_a + ci_b))
+    va, vb = 0.1**2 / 3, 0.2**2 / 3  # Welch: the CI of the difference, t at the Welch-Satterthwaite dof
+    dof = (va + vb) ** 2 / (va**2 / 2 + vb**2 / 2)
+    assert dof == pytest.approx(2.9412, abs=1e-4)
+    half = float(sps.t.ppf(0.975, dof)) * math.sqrt(va + vb)
+    assert (r.diff, r.threshold, r.spread) == pytest.approx((1.1, 0.5, half))
+    assert r.diff - r.spread > 0.5  # the whole interval above the margin
 
 
+# Baseline depth=20: [1.0, 1.1, 1.2]. The verdict reads the 95% Welch CI of diff = mean(deep) - mean(baseline).
 @pytest.mark.parametrize(
     ("deep", "expect", "threshold", "verdict"),
     [
-        ([2.0, 2.2, 2.4], "greater", 0.5, "agrees"),
-        ([1.0, 1.1, 1.2], "greater", 0.01, "disagrees"),  # diff 0 <= margin: "no"
+        ([2.0, 2.2, 2.4], "greater", 0.5, "agrees"),  # diff 1.1, CI 0.69 … 1.51: wholly above 0.5
+        ([1.0, 1.1, 1.2], "greater", 0.3, "disagrees"),  # diff 0, CI ±0.23: wholly at or below 0.3
+        ([1.0, 1.1, 1.2], "greater", 0.01, "inconclusive"),  # diff 0 <= margin, but the CI reaches 0.23
         ([1.0, 2.0, 3.0], "greater", 0.01, "inconclusive"),  # diff 0.9 > margin, CI ~2.6: within the spread
         ([2.0, 2.2, 2.4], "not_greater", 0.5, "disagrees"),
-        ([1.05, 1.15, 1.25], "not_greater", 0.1, "agrees"),
+        ([1.05, 1.15, 1.25], "not_greater", 0.3, "agrees"),  # CI -0.18 … +0.28: wholly below 0.3
+        ([1.05, 1.15, 1.25], "not_greater", 0.1, "inconclusive"),  # the point estimate 0.05 alone is not enough
         ([0.0, 0.1, 0.2], "less", 0.5, "agrees"),
         ([2.0, 2.2, 2.4], "less", 0.0, "disagrees"),
         ([0.0, 0.1, 0.2], "not_less", 0.5, "disagrees"),
         ([2.0, 2.2, 2.4], "not_less", 0.0, "agrees"),
-        ([1.12, 1.22, 1.32], "similar", 0.2, "agrees"),
-        ([3.0, 3.1, 3.2], "similar", 0.2, "disagrees"),  # |diff| 2 > 0.2 + both CIs
+        ([1.02, 1.12, 1.22], "similar", 0.3, "agrees"),  # CI -0.21 … +0.25: inside ±0.3
+        ([1.12, 1.22, 1.32], "similar", 0.2, "inconclusive"),  # diff 0.12 inside ±0.2, its CI (to 0.35) is not
+        ([3.0, 3.1, 3.2], "similar", 0.2, "disagrees"),  # CI 1.77 … 2.23: wholly outside ±0.2
         ([1.0, 1.5, 2.0], "similar", 0.2, "inconclusive"),  # |diff| 0.4: above the margin, inside the spread
     ],
 )
 def test_each_expectation_maps_the_ci_rule_to_a_verdict(deep, expect, threshold, verdict):
     df = board(runs("plain", 20, [1.0, 1.1, 1.2]), runs("plain", 56, deep))
     assert one(depth_claim(expect, threshold=threshold), df).verdict == verdict
+
+
+def test_similar_agrees_only_when_the_interval_of_the_difference_is_inside_the_margin():
+    """A point estimate well inside the margin, with a seed spread three times wider than it, cannot tell: the
+    user's SkipInit-vs-BatchNorm claim (diff 0.0065, margin 0.02, CI half-widths 0.056) read agrees before."""
+    base, other = [0.10, 0.15, 0.20], [0.1065, 0.1565, 0.2065]
+    df = board(runs("plain", 20, base, metric="final_val_loss"), runs("plain", 56, other, metric="final_val_loss"))
+    r = one(claim(metric="final_val_loss", where={"variant": "plain"}, compare="depth", a=20, b=56,
+                  expect="similar", threshold=0.02), df)
+    assert r.diff == pytest.approx(0.0065) and r.spread > 0.1 and r.verdict == "inconclusive"
+    tight = board(runs("plain", 20, [0.150, 0.151, 0.152], metric="final_val_loss"),
+                  runs("plain", 56, [0.1565, 0.1575, 0.1585], metric="final_val_loss"))
+    r = one(claim(metric="final_val_loss", where={"variant": "plain"}, compare="depth", a=20, b=56,
+                  expect="similar", threshold=0.02), tight)
+    assert r.verdict == "agrees" and abs(r.diff) + r.spread <= 0.02
 
 
 def test_a_group_with_one_counted_run_is_inconclusive_either_way():
@@ -338,7 +363,7 @@ def test_fields_and_filters_that_select_nothing_are_inconclusive():
 
 
 def test_for_each_gives_one_verdict_per_value():
-    df = board(runs("plain", 20, [1.0, 1.1]), runs("resnet", 20, [1.0, 1.1]),
+    df = board(runs("plain", 20, [1.0, 1.01]), runs("resnet", 20, [1.0, 1.01]),
                runs("plain", 56, [3.0, 3.1]), runs("resnet", 56, [1.0, 1.1]))  # fmt: skip
     c = claim(for_each="depth", compare="variant", a="plain", b="resnet", expect="less", threshold=0.1)
     results = evaluate_claims([c], df)
@@ -613,14 +638,17 @@ def test_a_value_claim_can_say_a_published_figure_is_reproduced():
     """expect = "similar" for one group against a paper's number: within the tolerance, give or take the CI."""
     c = claim(kind="value", metric="val_error", expect="similar", threshold=0.0875, tolerance=0.005,
               where={"variant": "resnet"})
-    ok = [r | {"final_val_acc": 1 - e} for r, e in zip(runs("resnet", 20, [0, 0, 0]), [0.09, 0.088, 0.091],
+    ok = [r | {"final_val_acc": 1 - e} for r, e in zip(runs("resnet", 20, [0, 0, 0]), [0.088, 0.0875, 0.087],
                                                         strict=True)]
-    assert one(c, board(ok)).verdict == "agrees"
+    assert one(c, board(ok)).verdict == "agrees"  # mean 0.0875, CI ±0.0012: inside ±0.005
+    wide = [r | {"final_val_acc": 1 - e} for r, e in zip(runs("resnet", 20, [0, 0, 0]), [0.09, 0.088, 0.091],
+                                                          strict=True)]
+    assert one(c, board(wide)).verdict == "inconclusive"  # mean 0.0897, CI ±0.0038: reaches past 0.0925
     far = [r | {"final_val_acc": 1 - e} for r, e in zip(runs("resnet", 20, [0, 0, 0]), [0.20, 0.21, 0.19],
                                                          strict=True)]
     result = one(c, board(far))
     assert result.verdict == "disagrees" and result.diff == pytest.approx(0.2 - 0.0875)
-    assert describe(c) == "val_error where variant=resnet: mean 0.0875 ± 0.005 (and the seed spread)"
+    assert describe(c) == "val_error where variant=resnet: mean 0.0875 ± 0.005, its whole 95% CI"
     with pytest.raises(ValueError, match='tolerance is for expect = "similar"'):
         claim(kind="value", expect="less", threshold=1.0, tolerance=0.1)
 

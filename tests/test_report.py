@@ -10,6 +10,7 @@ import statistics
 from pathlib import Path
 
 import pytest
+from scipy import stats as sps
 
 from bench.reports.report import markdown_table, write_report
 from bench.runs.config import RunConfig
@@ -80,7 +81,7 @@ def degradation_dir(root: Path, plain_degrades: bool, probes: bool = False, stud
     store = ResultsStore(root)
     if study:
         write_study(root, study, DEGRADATION_CLAIMS)
-    deep_plain = (0.80, 0.82, 0.84) if plain_degrades else (0.96, 0.97, 0.98)
+    deep_plain = (0.80, 0.82, 0.84) if plain_degrades else (0.98, 0.985, 0.99)
     deep_resnet = (0.98, 0.99, 1.00) if plain_degrades else (0.70, 0.75, 0.80)
     for seed in range(3):
         for variant, depth, acc in (("plain", 20, (0.95, 0.96, 0.97)), ("plain", 56, deep_plain),
@@ -122,11 +123,13 @@ def test_declared_claims_agree_when_plain_degrades(tmp_path):
     assert "## Paper claims vs measured" in text
     assert "Claims declared in `studies/deg.toml`; verdicts: 2 agree, 0 disagree, 0 inconclusive." in text
     ci_20, ci_56 = T975_2 * 0.01 / math.sqrt(3), T975_2 * 0.02 / math.sqrt(3)
+    va, vb = 0.01**2 / 3, 0.02**2 / 3  # the 95% Welch CI of the difference
+    half = sps.t.ppf(0.975, (va + vb) ** 2 / (va**2 / 2 + vb**2 / 2)) * math.sqrt(va + vb)
     assert claim_block(text, "plain-degrades") == [
         "- **plain-degrades** — He et al. 2015, Fig. 1: deeper plain nets have a higher training error. Test: "
         "train_error where variant=plain: depth=max vs min: greater by more than 0.01.",
         f"  - depth=20: 0.04 ± {ci_20:.4g} (3/3 runs, 0 above 0.5) → depth=56: 0.18 ± {ci_56:.4g} (3/3 runs, 0 above "
-        f"0.5); difference +0.14 (margin 0.01, CI half-widths {ci_20 + ci_56:.4g}): **agrees**.",
+        f"0.5); difference +0.14 (95% CI {0.14 - half:+.3g} … {0.14 + half:+.3g}; margin 0.01): **agrees**.",
     ]
     resnet = claim_block(text, "resnet-does-not-degrade")[1]
     assert "depth=20: 0.03 ±" in resnet and "depth=56: 0.01 ±" in resnet and resnet.endswith("**agrees**.")
@@ -136,7 +139,7 @@ def test_declared_claims_agree_when_plain_degrades(tmp_path):
 def test_declared_claims_disagree_when_the_data_say_otherwise(tmp_path):
     text = write_report(degradation_dir(tmp_path, False, study="deg"), "deg").read_text()
     plain = claim_block(text, "plain-degrades")[1]
-    assert "depth=20: 0.04" in plain and "depth=56: 0.03" in plain and plain.endswith("**DISAGREES**.")
+    assert "depth=20: 0.04" in plain and "depth=56: 0.015" in plain and plain.endswith("**DISAGREES**.")
     resnet = claim_block(text, "resnet-does-not-degrade")[1]
     assert "depth=56: 0.25" in resnet and "difference +0.22" in resnet and resnet.endswith("**DISAGREES**.")
 
@@ -150,22 +153,25 @@ def test_a_deepest_depth_that_never_trained_counts_as_degradation(tmp_path):
     text = write_report(tmp_path, "deg").read_text()
     assert claim_block(text, "plain-degrades")[1] == (
         "  - depth=20: 0.05 ± 0 (2/2 runs, 0 above 0.5) → depth=110: — (0/2 runs, 2 failed, 0 above 0.5); "
-        "difference — (margin 0.01, CI half-widths —): **agrees** — every run of one group failed: it counts as "
-        "the worse."
+        "difference — (margin 0.01): **agrees** — every run of one group failed: it counts as the worse."
     )
     failed = table_row(text, "| plain | 110 |")
     assert failed[3] == "0/2" and failed[4] == "—"  # diverged runs are counted, never averaged
     assert claim_block(text, "resnet-does-not-degrade")[1] == "  - **inconclusive** — no runs match its where."
 
 
-def test_small_differences_within_the_margin_are_not_degradation(tmp_path):
+@pytest.mark.parametrize(("shallow", "deep", "verdict"), [
+    ((0.96, 0.97, 0.98), (0.955, 0.965, 0.975), "inconclusive"),  # +0.5 points, but the CI reaches +2.8
+    ((0.97, 0.97, 0.97), (0.9655, 0.965, 0.9645), "agrees"),  # +0.5 points, CI to +0.62: below the margin
+])
+def test_a_small_difference_is_no_degradation_only_where_its_interval_says_so(tmp_path, shallow, deep, verdict):
     store = ResultsStore(tmp_path)
     write_study(tmp_path, "deg", DEGRADATION_CLAIMS)
     for seed in range(3):
-        add(store, "resnet", 20, seed, (0.96, 0.97, 0.98)[seed], study="deg")
-        add(store, "resnet", 56, seed, (0.955, 0.965, 0.975)[seed], study="deg")  # +0.5 points: below the margin
+        add(store, "resnet", 20, seed, shallow[seed], study="deg")
+        add(store, "resnet", 56, seed, deep[seed], study="deg")
     line = claim_block(write_report(tmp_path, "deg").read_text(), "resnet-does-not-degrade")[1]
-    assert "difference +0.005" in line and line.endswith("**agrees**.")
+    assert "difference +0.005" in line and line.endswith(f"**{verdict}**.")
 
 
 def test_a_rise_within_the_seed_spread_is_inconclusive_and_failed_seeds_are_counted(tmp_path):
@@ -239,7 +245,7 @@ def test_post_ln_needs_warmup_claims_agree(tmp_path):
                            "than 0.05 x |mean(a)|.")  # fmt: skip
     assert "margin 0.0505" in pre[1] and "difference +0.02" in pre[1] and pre[1].endswith("**agrees**.")
     grows = claim_block(text, "postln-grad-grows")[1]
-    assert grows == "  - all: 4 ± 0 (3/3 runs); mean − 1.5 = +2.5: **agrees**."  # last/first = 4 in every seed
+    assert grows == "  - all: 4 ± 0 (3/3 runs); mean − 1.5 = +2.5 (95% CI +2.5 … +2.5): **agrees**."  # 4 every seed
     assert "for seed in" not in text and "python -m bench reproduce warmup" in text
     assert "![warmup_copy](plots/warmup_copy.png)" in text
 

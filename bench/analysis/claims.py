@@ -40,23 +40,29 @@ Rules of the verdicts (``agrees`` / ``disagrees`` / ``inconclusive``):
   one configuration; a group whose runs still differ in ``config_hash`` (in a field recorded nowhere else)
   is inconclusive. Fields that differ *between* the groups but are fixed within each (an init that comes
   with a variant, say) are reported as confounds.
-- **compare.** ``diff = mean(b) - mean(a)``. "Is it greater?" is *yes* when ``diff > threshold`` and
-  ``diff`` exceeds the two 95% CI half-widths together, *no* when ``diff <= threshold``, else *inconclusive*
-  (so is a group with fewer than two counted runs: no spread to judge by). ``less`` is the same test on
-  ``-diff``; ``greater``/``less`` agree on *yes*, ``not_greater``/``not_less`` agree on *no*, and the other
-  decided answer disagrees. ``similar`` agrees when ``|diff| <= threshold``, disagrees when ``|diff|`` is
-  above ``threshold`` plus both half-widths. If every run of one group failed (status not ``ok``) while the
-  other group trained, the failed group is the worse one — lower is better for ``*_loss`` and ``*_error``,
-  higher for ``*_acc``; other metrics cannot rank a failure, which leaves the claim inconclusive. If only
-  some runs failed but more (as a fraction) in one group, an answer that does not also make that group the
-  worse one is downgraded to inconclusive.
+- **compare.** ``diff = mean(b) - mean(a)`` and its 95% Welch confidence interval ``[lo, hi] = diff ± t(0.975,
+  ν)·√(s_a²/n_a + s_b²/n_b)`` (ν the Welch–Satterthwaite degrees of freedom; two constant groups: a width of 0;
+  fewer than two counted runs in a group: no interval, *inconclusive*). With the margin ``m`` (``threshold``):
+  ``greater`` agrees when ``lo > m`` and disagrees when ``hi <= m``; ``less`` agrees when ``hi < -m`` and disagrees
+  when ``lo >= -m``; ``not_greater`` (b is no more than ``m`` above a: non-inferiority) agrees when ``hi <= m`` and
+  disagrees when ``lo > m``; ``not_less`` agrees when ``lo >= -m`` and disagrees when ``hi < -m``; ``similar``
+  (equivalence, two one-sided tests at 2.5% each) agrees when ``-m <= lo`` and ``hi <= m``, disagrees when the
+  interval lies wholly outside ``[-m, m]``; anything else is *inconclusive*. A point estimate inside the margin
+  never agrees on its own: absence of evidence is not evidence of absence. If every run of one group failed
+  (status not ``ok``: diverged, out of memory, an error, or ``failed_to_learn``, a run that ended at the task's
+  chance level) while the other group trained, the failed group is the worse one — lower is better for
+  ``*_loss`` and ``*_error``, higher for ``*_acc``; other metrics cannot rank a failure, which leaves the claim
+  inconclusive; two groups that both failed decide nothing (and never agree). If only some runs failed but
+  more (as a fraction) in one group, an answer that does not also make that group the worse one is downgraded to
+  inconclusive.
 - **slope.** The slope's 95% CI (Student t, n - 2 dof) inside ``expect_range``: agrees; entirely outside:
   disagrees; else (or with fewer than three runs or two x values) inconclusive. Non-positive values cannot
   enter a log and are left out (and counted in the note).
-- **value.** ``d = mean - threshold`` (sign flipped for ``less``/``not_less``): "is it above?" is *yes* when
-  ``d`` exceeds the group's CI half-width, *no* when ``d <= -half-width``, else *inconclusive* — a single
-  group has no margin of its own, so both answers must clear the seed spread. ``similar`` agrees when
-  ``|d| <= tolerance + half-width`` (the published figure within the seed spread) and disagrees otherwise.
+- **value.** One group's mean and its 95% CI ``[lo, hi]`` (Student t) against the constant ``threshold`` T:
+  ``greater`` agrees when ``lo > T`` and disagrees when ``hi <= T`` (``less``, ``not_greater``, ``not_less``
+  alike: the whole interval on one side of T decides); ``similar`` (a published figure reproduced) agrees when the
+  whole interval lies within ``tolerance`` of T, disagrees when it lies wholly outside ``[T - tolerance, T +
+  tolerance]``, and is inconclusive otherwise.
 """
 
 from __future__ import annotations
@@ -380,13 +386,24 @@ def _group(label: str, rows: pd.DataFrame, claim: Claim) -> Group:
     return Group(label, len(rows), int((rows["status"] != "ok").sum()), int(s["n"]), s["mean"], s["ci"], above)
 
 
-def _test(diff: float, tol: float, spread: float, enough: bool) -> str:
-    """Is ``diff`` above the margin ``tol`` — and beyond the seed ``spread``? yes / no / inconclusive."""
-    if not enough or not math.isfinite(diff):
+def _test(d: float, tol: float, half: float, enough: bool) -> str:
+    """Is ``d`` above the margin ``tol``, judged by its 95% CI ``d ± half``? *yes* when the whole interval is above
+    it, *no* when the whole interval is at or below it, else *inconclusive* (and without the runs for a CI)."""
+    if not enough or not math.isfinite(d) or not math.isfinite(half):
         return "inconclusive"
-    if diff <= tol:
-        return "no"
-    return "yes" if diff > spread else "inconclusive"
+    if d - half > tol:
+        return "yes"
+    return "no" if d + half <= tol else "inconclusive"
+
+
+def _within(d: float, tol: float, half: float, enough: bool) -> str:
+    """Equivalence (two one-sided tests, each at 2.5%): *agrees* when the 95% CI ``d ± half`` lies inside
+    ``[-tol, tol]``, *disagrees* when it lies wholly outside, else *inconclusive*."""
+    if not enough or not math.isfinite(d) or not math.isfinite(half):
+        return "inconclusive"
+    if abs(d) + half <= tol:
+        return "agrees"
+    return "disagrees" if abs(d) - half > tol else "inconclusive"
 
 
 def _answer(test: str, want: str) -> str:
@@ -399,7 +416,7 @@ def _compare(claim: Claim, context: str, part: pd.DataFrame) -> Result:
     ga, gb = (_group(f"{field_}={_fmt(v)}", part[_matches(part[field_], v)], claim) for v in (a, b))
     tol = claim.threshold * abs(ga.mean) if claim.relative else claim.threshold
     pair = two_groups(*(_counted(part[_matches(part[field_], v)], claim) for v in (b, a)))  # b: the variant
-    diff, spread = pair.diff, pair.ci + pair.ci_base
+    diff, spread = pair.diff, pair.ci_diff  # the 95% Welch CI of the difference: diff ± spread
     done: dict[str, Any] = {"groups": (ga, gb), "diff": diff, "threshold": tol, "spread": spread}
     if _matches(pd.Series([a]), b).iloc[0]:
         return Result(claim, context, "inconclusive", note=f"only {field_}={_fmt(a)} is present", **done)
@@ -424,8 +441,7 @@ def _compare(claim: Claim, context: str, part: pd.DataFrame) -> Result:
     if orient is not None and ga.n_failed / ga.n_runs != gb.n_failed / gb.n_runs:
         worse = "a" if ga.n_failed / ga.n_runs > gb.n_failed / gb.n_runs else "b"
     if claim.expect == "similar":
-        verdict = ("inconclusive" if not enough or not math.isfinite(diff) else "agrees" if abs(diff) <= tol
-                   else "disagrees" if abs(diff) > tol + spread else "inconclusive")  # fmt: skip
+        verdict = _within(diff, tol, spread, enough)
         if worse and verdict == "agrees":
             verdict, note = "inconclusive", "similar values, but more runs failed in one group"
         return Result(claim, context, verdict, note=note, **done)
@@ -442,14 +458,11 @@ def _value(claim: Claim, context: str, part: pd.DataFrame) -> Result:
     g = _group("all", part, claim)
     diff = g.mean - claim.threshold
     note = "" if g.n else "no counted runs"
-    if claim.expect == "similar":  # a paper's figure reproduced: within the tolerance, give or take the seed spread
-        near = abs(diff) <= claim.tolerance + g.ci
-        verdict = "inconclusive" if g.n < MIN_RUNS or not math.isfinite(diff) else "agrees" if near else "disagrees"
+    if claim.expect == "similar":  # a paper's figure reproduced: the mean's whole CI within the tolerance of it
+        verdict = _within(diff, claim.tolerance, g.ci, g.n >= MIN_RUNS)
         return Result(claim, context, verdict, (g,), diff, claim.tolerance, g.ci, note)
-    sign, want = _TESTS[str(claim.expect)]
-    d = sign * diff  # one group against a constant: decided only beyond its CI half-width, either way
-    test = ("inconclusive" if g.n < MIN_RUNS or not math.isfinite(d) else "yes" if d > g.ci
-            else "no" if d <= -g.ci else "inconclusive")  # fmt: skip
+    sign, want = _TESTS[str(claim.expect)]  # one group against a constant: the mean's whole CI on one side of it
+    test = _test(sign * diff, 0.0, g.ci, g.n >= MIN_RUNS)
     return Result(claim, context, _answer(test, want), (g,), diff, claim.threshold, g.ci, note)
 
 
@@ -558,9 +571,10 @@ def describe(claim: Claim) -> str:
         low, high = claim.expect_range or (math.nan, math.nan)
         return f"log-log slope of {metric} vs {claim.x}{scope}: in [{low:g}, {high:g}]"
     if claim.kind == "value" and claim.expect == "similar":
-        return f"{metric}{scope}: mean {claim.threshold:g} ± {claim.tolerance:g} (and the seed spread)"
+        return f"{metric}{scope}: mean {claim.threshold:g} ± {claim.tolerance:g}, its whole 95% CI"
     if claim.kind == "value":
         return f"{metric}{scope}: mean {str(claim.expect).replace('_', ' ')} than {claim.threshold:g}"
     margin = f"{claim.threshold:g}{' x |mean(a)|' if claim.relative else ''}"
-    how = f"within ±{margin}" if claim.expect == "similar" else f"{claim.expect} by more than {margin}"
+    how = f"within ±{margin}, the whole 95% CI of the difference" if claim.expect == "similar" else \
+        f"{claim.expect} by more than {margin}"
     return f"{metric}{scope}: {claim.compare}={_fmt(claim.b)} vs {_fmt(claim.a)}: {how.replace('_', ' ')}"

@@ -22,13 +22,15 @@ Rules (the report and the plots rely on them):
   row's ``cost_source`` names the run that measured): :func:`observations` counts each measurement once, so
   copies never narrow a CI nor feed a test (``n = 1``: no spread, no p-value).
 - **Comparing two groups** (:func:`two_groups`, the one comparison behind ``bench compare``, the claims and
-  :func:`compare`): ``diff = mean(variant) - mean(baseline)``; Welch's t-test (unequal variances, two-sided) and
-  each side's CI need at least :data:`MIN_RUNS` counted runs a side (one run has no spread), and no p-value comes
-  from two sides without any spread at all.
+  :func:`compare`): ``diff = mean(variant) - mean(baseline)``; Welch's t-test (unequal variances, two-sided), the
+  95% Welch CI of ``diff`` (``diff ± t(0.975, ν)·√(s²/n + s_base²/n_base)``, ν the Welch–Satterthwaite degrees of
+  freedom) and each side's CI need at least :data:`MIN_RUNS` counted runs a side (one run has no spread); two
+  constant sides give a CI of width 0 and no p-value.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -266,6 +268,7 @@ class TwoGroups:
     t: float = math.nan
     dof: float = math.nan
     p: float = math.nan
+    ci_diff: float = math.nan  # the 95% Welch CI half-width of diff: t(0.975, dof) · √(s²/n + s_base²/n_base)
 
     @property
     def enough(self) -> bool:
@@ -279,13 +282,16 @@ def two_groups(values: Sequence[float] | np.ndarray, baseline: Sequence[float] |
     x, base = x[np.isfinite(x)], base[np.isfinite(base)]
     s, b = t_ci(x), t_ci(base)
     out = TwoGroups(int(s["n"]), s["mean"], s["ci"], int(b["n"]), b["mean"], b["ci"], s["mean"] - b["mean"])
-    va, vb = (x.var(ddof=1) / x.size, base.var(ddof=1) / base.size) if out.enough else (0.0, 0.0)
-    if va + vb <= 0:  # fewer than two runs a side, or two constant sides: no test to make
+    if not out.enough:  # fewer than two runs a side: no spread, no interval, no test
         return out
+    va, vb = x.var(ddof=1) / x.size, base.var(ddof=1) / base.size
+    if va + vb <= 0:  # two constant sides: the difference is known exactly, but there is no test to make
+        return dataclasses.replace(out, ci_diff=0.0)
     welch = sps.ttest_ind(x, base, equal_var=False)
     dof = (va + vb) ** 2 / (va**2 / (x.size - 1) + vb**2 / (base.size - 1))
     return TwoGroups(out.n, out.mean, out.ci, out.n_base, out.mean_base, out.ci_base, out.diff,
-                     float(welch.statistic), float(dof), float(welch.pvalue))
+                     float(welch.statistic), float(dof), float(welch.pvalue),
+                     float(sps.t.ppf(0.975, dof) * math.sqrt(va + vb)))
 
 
 def compare(

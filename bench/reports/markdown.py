@@ -55,12 +55,15 @@ def _measured(r: Result) -> str:
             return " · ".join(groups)
         ci = f"95% CI {fmt_number(r.diff - r.spread, '.3g')} … {fmt_number(r.diff + r.spread, '.3g')}"
         return f"{' · '.join(groups)}; log-log slope {fmt_number(r.diff, '.3g')} ({ci}; expected in [{lo:g}, {hi:g}])"
+    known = math.isfinite(r.diff) and math.isfinite(r.spread)  # the interval the verdict read, where there is one
+    interval = [f"95% CI {r.diff - r.spread:+.3g} … {r.diff + r.spread:+.3g}"] if known else []
     if c.kind == "value":
-        within = f" (tolerance {c.tolerance:g}, CI half-width {fmt_number(r.spread, '.4g')})" \
-            if c.expect == "similar" else ""
-        return f"{' · '.join(groups)}; mean − {c.threshold:g} = {fmt_number(r.diff, '+.4g')}{within}"
-    margin = f"margin {fmt_number(r.threshold, '.4g')}, CI half-widths {fmt_number(r.spread, '.4g')}"
-    return f"{' → '.join(groups)}; difference {fmt_number(r.diff, '+.4g')} ({margin})"
+        margin = [f"tolerance ±{c.tolerance:g}"] if c.expect == "similar" else []
+        detail = f" ({'; '.join(interval + margin)})" if interval or margin else ""
+        return f"{' · '.join(groups)}; mean − {c.threshold:g} = {fmt_number(r.diff, '+.4g')}{detail}"
+    margin = f"margin ±{fmt_number(r.threshold, '.4g')}" if c.expect == "similar" else \
+        f"margin {fmt_number(r.threshold, '.4g')}"
+    return f"{' → '.join(groups)}; difference {fmt_number(r.diff, '+.4g')} ({'; '.join([*interval, margin])})"
 
 
 def claim_lines(results: Sequence[Result]) -> list[str]:
