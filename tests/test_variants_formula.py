@@ -229,3 +229,15 @@ def test_transformer_designs_keep_every_name_and_default() -> None:
 def test_source_path_outside_the_checkout_is_its_name(tmp_path: Path) -> None:
     assert formulas.source_path(str(ROOT / "variants" / "blocks.py")) == "variants/blocks.py"
     assert formulas.source_path(str(tmp_path / "x" / "plugin.py")) == "plugin.py"
+
+
+@pytest.mark.parametrize("up", [0, 3], ids=["installed-beside-torch", "torch-in-a-venv-under-the-checkout"])
+def test_torch_is_another_package_wherever_the_two_are_installed(up: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A non-editable install puts ``variants`` in site-packages beside torch (tox's); an editable one may find torch
+    in a venv under the checkout (``.tox/py/lib/python3.X/site-packages``): torch's norms stay "from torch" either way,
+    their file relative to torch's folder, and ours keep their path."""
+    site = Path(torch.__file__).resolve().parent.parent
+    monkeypatch.setattr(formulas, "ROOT", site.parents[up - 1] if up else site)
+    ln = formulas.entry(nn.LayerNorm)
+    assert (ln["package"], ln["file"]) == ("torch", "torch/nn/modules/normalization.py")
+    assert formulas.entry(blocks.PreNorm)["package"] is None

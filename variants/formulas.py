@@ -26,20 +26,25 @@ def source_path(file: str, module: str = "") -> str:
     (``module``'s: torch's norms) relative to the folder that holds that package (``torch/nn/modules/
     normalization.py``); any other file (a plugin's) by its name alone, so nothing returned holds an absolute path."""
     path = Path(file).resolve()
-    for base in (ROOT, _package_parent(module)):
+    for base in (_package_parent(module), ROOT):  # the other package's first: it may sit under ROOT (a .tox venv)
         if base is not None and path.is_relative_to(base):
             return path.relative_to(base).as_posix()
     return path.name
 
 
+# The project's own top-level packages: never "another installed package", wherever they are installed (a
+# non-editable install puts them in site-packages beside torch).
+OURS = ("variants", "bench")
+
+
 def _package_parent(module: str) -> Path | None:
-    """The folder holding the top-level package of ``module``, for a package other than this checkout's."""
-    package = sys.modules.get(module.split(".")[0]) if module else None
+    """The folder holding the top-level package of ``module``, for a package other than this project's."""
+    top = module.split(".")[0]
+    package = sys.modules.get(top) if module and top not in OURS else None
     file = getattr(package, "__file__", None)
     if not file or Path(file).name != "__init__.py":  # a plugin's single-file module: named by its file alone
         return None
-    parent = Path(file).resolve().parent.parent
-    return None if parent == ROOT else parent
+    return Path(file).resolve().parent.parent
 
 
 def first_paragraph(cls: type) -> str:
