@@ -176,7 +176,8 @@ def sweep(study: str | Path, *, results_dir: str | Path = DEFAULT_RESULTS, optio
     slots = f", {executor.slots} at a time" if executor.slots > 1 else ""
     print(f"{verb} {spec.name!r} ({options.preset or 'full'}){added}: {len(configs)} runs{slots} -> {results_dir}")
     if configs:
-        run_sweep(configs, results_dir, executor, resume=options.resume, measure_every_run=options.measure_every_run,
+        run_sweep(configs, results_dir, executor, resume=options.resume, retry_failed=options.retry_failed,
+                  measure_every_run=options.measure_every_run,
                   progress=not options.quiet,
                   command=command or f"python -m bench sweep {spec.path} --results-dir {results_dir}",
                   on_record=_log_to(trackers, results_dir), requeue=options.requeue)

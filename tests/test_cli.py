@@ -144,7 +144,7 @@ def test_sweep_runs_a_study_file_and_resumes(tmp_path: Path, capsys: pytest.Capt
     study = tmp_path / "tiny.toml"
     study.write_text(
         'name = "tiny"\nvary = ["combinator"]\n[base]\ntask = "digits"\nsteps = 2\nbatch_size = 16\n'
-        'measure = []\n[grid]\nvariant = ["plain", "resnet"]\ndepth = [8]\nseed = [0, 1]\n'
+        'measure = []\nchance_band = 0\n[grid]\nvariant = ["plain", "resnet"]\ndepth = [8]\nseed = [0, 1]\n'
         '[presets.quick]\nseed = [0]\n'
     )
     res = tmp_path / "res"
@@ -153,13 +153,19 @@ def test_sweep_runs_a_study_file_and_resumes(tmp_path: Path, capsys: pytest.Capt
     assert sorted(df["variant"]) == ["plain", "resnet"] and set(df["study"]) == {"tiny"}
     assert main(["sweep", str(study), "--preset", "quick", "--results-dir", str(res)]) == 0
     assert capsys.readouterr().out.count("already recorded, skipped") == 2
-    # Only a row that says ok is done: a run recorded as diverged runs again, and its new row replaces the old.
+    # A settled row (ok, diverged) is done; a run that raised runs again, its new row replacing the old; a
+    # diverged one runs again with --retry-failed.
     store = ResultsStore(res)
-    failed = store.load_leaderboard().iloc[0].dropna().to_dict()
-    store.append(failed | {"status": "diverged"}, store.load_run(failed["run_id"]))
+    first, second = (r.dropna().to_dict() for _, r in store.load_leaderboard().iterrows())
+    store.append(first | {"status": "error"}, store.load_run(first["run_id"]))
+    store.append(second | {"status": "diverged"}, store.load_run(second["run_id"]))
     assert main(["sweep", str(study), "--preset", "quick", "--results-dir", str(res)]) == 0
     out = capsys.readouterr().out
-    assert out.count("already recorded, skipped") == 1 and failed["run_id"] not in re.findall(r"(\S+): already", out)
+    assert re.findall(r"(\S+): already recorded as (\w+)", out) == [(second["run_id"], "diverged")]
+    assert store.load_leaderboard().set_index("run_id")["status"].to_dict() == {first["run_id"]: "ok",
+                                                                               second["run_id"]: "diverged"}
+    assert main(["sweep", str(study), "--preset", "quick", "--retry-failed", "--results-dir", str(res)]) == 0
+    assert capsys.readouterr().out.count("skipped") == 1  # the ok one
     assert store.load_leaderboard()["status"].tolist() == ["ok", "ok"]
     assert main(["sweep", str(study), "--preset", "quick", "--no-resume", "--results-dir", str(res)]) == 0
     assert "skipped" not in capsys.readouterr().out and len(store.load_leaderboard()) == 2  # every run again

@@ -102,6 +102,7 @@ def study(tmp_path: Path, variant: str = "resnet", seeds: int = 3, steps: int = 
         timing_warmup = 0
         timing_repeats = 1
         timing_steps = 1
+        chance_band = 0.0  # about the executors, not learning: a 2-step run ends at chance
         {extra}
         [grid]
         variant = ["{variant}"]
@@ -366,7 +367,7 @@ def test_a_leaderboard_without_cost_source_loads_and_is_rewritten_with_it(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.setattr(results, "_noticed", set())
     added = ("cost_source", "world_size", "norm", "grad_accum", "target_loss", "resumed_from_step", "restarts",
-             *schema.DATA_COLUMNS)
+             *schema.DATA_COLUMNS, "chance_loss")
     old = [c for c in COLUMNS if c not in added]  # before any of them was a column
     assert tuple(old) == schema.COLUMNS_V2
     with (tmp_path / "leaderboard.csv").open("w", newline="") as f:

@@ -30,7 +30,8 @@ from bench.runs.results import ResultsStore
 from bench.sweeps.study import Study, load_study
 
 REPO = Path(__file__).resolve().parents[1]
-FAST = ["--steps", "2", "--batch-size", "16", "--eval-every", "2", "--measure", "--quiet"]
+FAST = ["--steps", "2", "--batch-size", "16", "--eval-every", "2", "--measure", "--quiet", "--chance-band", "0"]
+# (--chance-band 0: about the harness, not learning; a 2-step run ends at chance, bench.runs.chance)
 
 
 
@@ -342,7 +343,7 @@ def test_readme_plugin_and_command(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     write(tmp_path / plugin_name, code)
     shipped = find_study("degradation").read_text(encoding="utf-8")
     tiny = re.sub(r"\[presets\.quick\][^\[]*", "[presets.quick]\nsteps = 2\neval_every = 2\nprobe_every = 2\n"
-                  "batch_size = 32\nmeasure = []\ndepth = [8]\nseed = [0]\n\n", shipped, count=1)
+                  "batch_size = 32\nmeasure = []\nchance_band = 0.0\ndepth = [8]\nseed = [0]\n\n", shipped, count=1)
     assert tiny != shipped
     write(tmp_path / "studies" / "degradation.toml", tiny)
     monkeypatch.setattr(bench.analysis.studyfile, "STUDIES_DIR", tmp_path / "studies")

@@ -155,6 +155,7 @@ optimizer = "adamw"
 lr = 3e-3
 deterministic = true
 measure = []
+chance_band = 0.0
 [grid]
 seed = [0, 1, 2]
 '''

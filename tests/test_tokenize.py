@@ -94,7 +94,8 @@ def test_tokenized_shards_train(bpe: Path, corpus: Path, tmp_path: Path) -> None
                  "--quiet"]) == 0
     assert main(["run", "--variant", "preln", "--depth", "1", "--task", "tokens", "--data-path", str(out),
                  "--vocab-size", "300", "--seq-len", "32", "--batch-size", "8", "--steps", "3", "--optimizer", "adam",
-                 "--lr", "1e-3", "--eval-tokens", "256", "--measure", "--quiet", "--results-dir", str(results)]) == 0
+                 "--lr", "1e-3", "--eval-tokens", "256", "--measure", "--quiet", "--chance-band", "0",
+                 "--results-dir", str(results)]) == 0
     run = json.loads(next((results / "runs").glob("*.json")).read_text())
     assert run["row"]["status"] == "ok" and run["task"]["tokenizer"]["tokenizer"]["vocab_size"] == 300
 

@@ -115,6 +115,7 @@ def test_bench_run_trains_on_shards(fmt: str, tmp_path: Path, capsys: pytest.Cap
     assert main(["run", "--variant", "preln", "--depth", "1", "--task", "tokens", "--data-path", str(data),
                  "--vocab-size", str(VOCAB), "--seq-len", str(T), "--batch-size", "8", "--steps", "3",
                  "--optimizer", "adam", "--lr", "1e-3", "--eval-tokens", "64", "--measure", "--quiet",
+                 "--chance-band", "0",
                  "--results-dir", str(results)]) == 0
     run = json.loads(next((results / "runs").glob("*.json")).read_text())
     row = run["row"]

@@ -79,7 +79,16 @@ import pandas as pd
 from scipy import stats as sps
 
 import variants
-from bench.analysis.stats import CONFIG_KEY, MIN_RUNS, config_table, observations, t_ci, two_groups, with_config_hash
+from bench.analysis.stats import (
+    CONFIG_KEY,
+    MIN_RUNS,
+    config_table,
+    counted_rows,
+    observations,
+    t_ci,
+    two_groups,
+    with_config_hash,
+)
 from bench.runs.results import COLUMNS
 
 KINDS = ("compare", "slope", "value")
@@ -375,7 +384,7 @@ def _present(column: pd.Series) -> list[Any]:
 def _counted(rows: pd.DataFrame, claim: Claim) -> np.ndarray:
     """The values that count (module docstring: "Which runs count"): a cost figure measured once and copied into
     the other seeds' rows counts once (:func:`bench.analysis.stats.observations`)."""
-    counted = rows if claim.probe else rows[rows["status"] == "ok"]
+    counted = rows if claim.probe else counted_rows(rows, claim.metric)
     return observations(counted, claim.metric, "_value")
 
 

@@ -31,6 +31,7 @@ from bench.analysis.stats import (
     DEFAULT_BY,
     aggregate_long,
     by_configuration,
+    counted_rows,
     observations,
     two_groups,
     with_config_hash,
@@ -54,7 +55,7 @@ def holm(pvalues: Sequence[float]) -> np.ndarray:
 
 
 def _values(df: pd.DataFrame, metric: str) -> np.ndarray:
-    return observations(df[df["status"] == "ok"], metric)
+    return observations(counted_rows(df, metric), metric)
 
 
 def compare_table(

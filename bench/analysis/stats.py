@@ -3,8 +3,10 @@
 Rules (the report and the plots rely on them):
 
 - **Which runs count.** A metric is aggregated over the runs with ``status == "ok"`` whose value is
-  finite; runs that diverged, ran out of memory or raised are counted per group in ``n_failed`` and
-  never averaged in (their last loss is not a result). ``n_runs`` counts every run of the group.
+  finite; runs that diverged, ended at the task's chance level (``failed_to_learn``), ran out of memory or raised
+  are counted per group in ``n_failed`` and never averaged in (their last loss is not a result). A cost figure
+  (:data:`~bench.runs.schema.COST_COLUMNS`) counts whatever the run's status, where it was measured
+  (:func:`counted_rows`): a step costs the same whether training then learned. ``n_runs`` counts every run.
 - **Confidence intervals.** ``std`` is the sample standard deviation (ddof=1) and the 95% CI
   half-width is ``t.ppf(0.975, n-1) · std / sqrt(n)`` (Student's t, seeds assumed independent).
   With ``n == 1`` there is no spread estimate: ``std``, ``ci``, ``ci_low`` and ``ci_high`` are NaN.
@@ -104,6 +106,15 @@ def t_halfwidth(std: Any, n: Any, level: float = 0.95) -> Any:
     return float(out) if out.ndim == 0 else out
 
 
+def counted_rows(rows: pd.DataFrame, metric: str) -> pd.DataFrame:
+    """The runs whose ``metric`` counts (module docstring): status ``ok``, or any status for a target metric (a run
+    that never reached it has no value) and for a cost figure (what a step costs does not depend on how training
+    went: a run that diverged or ended at chance measured its throughput and memory as well as one that learned)."""
+    if metric in TARGET_METRICS or metric in COST_COLUMNS:
+        return rows
+    return rows[rows["status"] == "ok"]
+
+
 def observations(rows: pd.DataFrame, metric: str, column: str | None = None) -> np.ndarray:
     """The finite values of ``metric`` in ``rows`` (read from ``column``, default the metric's own), one per
     measurement: for a cost column (:data:`~bench.runs.schema.COST_COLUMNS`) the rows that share a ``cost_source``
@@ -197,14 +208,12 @@ def aggregate_long(
     out: list[dict[str, Any]] = []
     for key, group in df.groupby(by, sort=True, dropna=False):
         key = key if isinstance(key, tuple) else (key,)
-        ok = group[group["status"] == "ok"]
         base = dict(zip(by, key, strict=True)) | {
             "n_runs": len(group),
             "n_failed": int((group["status"] != "ok").sum()),
         }
         for metric in metrics:
-            source = group if metric in TARGET_METRICS else ok
-            out.append(base | {"metric": metric} | t_ci(observations(source, metric)))
+            out.append(base | {"metric": metric} | t_ci(observations(counted_rows(group, metric), metric)))
     return pd.DataFrame(out, columns=[*by, *AGG_COLUMNS])
 
 
@@ -241,7 +250,7 @@ def _side(df: pd.DataFrame, by: Sequence[str], value: Any, metric: str) -> np.nd
     mask = np.ones(len(df), dtype=bool)
     for col, v in zip(by, key, strict=True):
         mask &= (df[col] == v).to_numpy()
-    rows = df[mask & (df["status"] == "ok").to_numpy()]
+    rows = counted_rows(df[mask], metric)
     for col in ("task", "depth", CONFIG_KEY):
         if col in rows.columns and col not in by and rows[col].nunique() > 1:
             what = "configurations (config_hash " if col == CONFIG_KEY else f"{col}s ("

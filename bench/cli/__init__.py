@@ -1,4 +1,4 @@
-"""The command line: ``python -m bench COMMAND`` (list, show-variant, run, leaderboard, compare, show, probe, diff,
+"""The command line: ``python -m bench COMMAND`` (list, show-variant, run, leaderboard, compare, show, upgrade, probe, diff,
 plot, report, sweep, reproduce, track, data, perf, lesion, gradcorr, landscape, recipes).
 
 Bad input (unknown variant, task or option, invalid depth, missing or corrupt dataset, a plugin that fails to load

@@ -175,6 +175,15 @@ def _show(sub: Sub) -> None:
     _handler(q, "runs:cmd_show")
 
 
+def _upgrade(sub: Sub) -> None:
+    q = sub.add_parser("upgrade", help="bring results recorded by an earlier resbench up to this one's rules: fill "
+                       "each run's chance level from its task and mark the runs that ended at it failed_to_learn "
+                       "(numbers kept)")
+    q.add_argument("--dry-run", action="store_true", help="print what would change, write nothing")
+    _results(q)
+    _handler(q, "runs:cmd_upgrade")
+
+
 def _probe(sub: Sub) -> None:
     q = sub.add_parser("probe", help="per-layer gradient/activation probes of a model at initialisation")
     add_config_arguments(q)
@@ -390,8 +399,8 @@ def _recipes(sub: Sub) -> None:
     _handler(q, "models:cmd_recipes")
 
 
-COMMANDS = (_list, _show_variant, _run, _leaderboard, _compare, _show, _probe, _diff, _plot_and_report, _sweeps,
-            _track, _data, _perf, _analyses, _recipes)  # fmt: skip
+COMMANDS = (_list, _show_variant, _run, _leaderboard, _compare, _show, _upgrade, _probe, _diff, _plot_and_report,
+            _sweeps, _track, _data, _perf, _analyses, _recipes)  # fmt: skip
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -16,7 +16,22 @@ from bench.runs.perf import overhead
 from bench.runs.results import ResultsStore
 from bench.runs.runner import measurement_failures
 from bench.runs.tasks.datasets import download
+from bench.runs.upgrade import upgrade
 from bench.sweeps.scaling import scaling
+
+
+def cmd_upgrade(ns: argparse.Namespace) -> int:
+    changes = upgrade(ns.results_dir, dry_run=ns.dry_run)
+    moved = [c for c in changes if c.status_after != c.status_before]
+    skipped = [c for c in changes if c.note]
+    verb = "would change" if ns.dry_run else "changed"
+    print(f"{ns.results_dir}: {len(changes) - len(skipped)} run(s) given their task's chance level; {verb} the "
+          f"status of {len(moved)}; {len(skipped)} left as recorded")
+    for c in moved:
+        print(f"  {c.run_id}: {c.status_before} -> {c.status_after} (chance level {c.chance_loss:.4g} nats)")
+    for c in skipped:
+        print(f"  {c.run_id}: left as recorded: {c.note}")
+    return 0
 
 
 def cmd_run(ns: argparse.Namespace) -> int:

@@ -58,12 +58,12 @@ def _measured(r: Result) -> str:
     known = math.isfinite(r.diff) and math.isfinite(r.spread)  # the interval the verdict read, where there is one
     interval = [f"95% CI {r.diff - r.spread:+.3g} … {r.diff + r.spread:+.3g}"] if known else []
     if c.kind == "value":
-        margin = [f"tolerance ±{c.tolerance:g}"] if c.expect == "similar" else []
-        detail = f" ({'; '.join(interval + margin)})" if interval or margin else ""
+        tolerance = [f"tolerance ±{c.tolerance:g}"] if c.expect == "similar" else []
+        detail = f" ({'; '.join(interval + tolerance)})" if interval or tolerance else ""
         return f"{' · '.join(groups)}; mean − {c.threshold:g} = {fmt_number(r.diff, '+.4g')}{detail}"
-    margin = f"margin ±{fmt_number(r.threshold, '.4g')}" if c.expect == "similar" else \
-        f"margin {fmt_number(r.threshold, '.4g')}"
-    return f"{' → '.join(groups)}; difference {fmt_number(r.diff, '+.4g')} ({'; '.join([*interval, margin])})"
+    plus = "±" if c.expect == "similar" else ""
+    margins = [*interval, f"margin {plus}{fmt_number(r.threshold, '.4g')}"]
+    return f"{' → '.join(groups)}; difference {fmt_number(r.diff, '+.4g')} ({'; '.join(margins)})"
 
 
 def claim_lines(results: Sequence[Result]) -> list[str]:

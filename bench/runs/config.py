@@ -80,6 +80,9 @@ class RunConfig:
     eval_every: int | None = _f(None, "evaluate every N steps (default: about 10 evaluations per run)")
     probe_every: int | None = _f(None, "run per-layer probes at init and every N steps (off during timing)")
     diverge_factor: float = _f(10.0, "a loss above this multiple of the first-step loss counts as divergence")
+    chance_band: float = _f(0.01, "a run whose lowest final loss is not this fraction below its task's chance level "
+                            "(the loss of predicting the training targets' frequencies) is recorded as "
+                            "failed_to_learn, its numbers kept; 0: never")
     measure: tuple[str, ...] = _f(PHASES, "measurement phases to run besides training", nargs="*", choices=PHASES)
     timing_warmup: int = _f(3, "throughput phase: untimed warm-up steps")
     timing_repeats: int = _f(5, "throughput phase: timed repeats (the median is reported)")
@@ -200,6 +203,8 @@ class RunConfig:
             yield f"--grad-clip must be > 0, got {self.grad_clip}"
         if self.diverge_factor <= 1:
             yield f"--diverge-factor must be > 1, got {self.diverge_factor}"
+        if not 0 <= self.chance_band < 1:
+            yield f"--chance-band must be in [0, 1), got {self.chance_band}"
         unknown = set(self.measure) - set(PHASES)
         if unknown:
             yield f"--measure takes {', '.join(PHASES)}, got {sorted(unknown)}"
@@ -262,6 +267,7 @@ NOT_HASHED: tuple[str, ...] = (
     "checkpoint_every", "checkpoint_minutes", "keep_checkpoints",
     "global_batch_size",  # what it decides is grad_accum, which is hashed
     "workers", "prefetch",  # how the loader runs, not what it feeds: augmentation is seeded per sample
+    "chance_band",  # how the outcome is judged, not what is trained
 )  # fmt: skip
 # A run id ends in ``-<config_hash>-s<seed>`` (RunConfig.run_id): where a table lacks the hash, it is read from there.
 RUN_ID_PATTERN = re.compile(r"-([0-9a-f]{8})-s\d+$")

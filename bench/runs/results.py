@@ -112,6 +112,23 @@ class ResultsStore:
             atomic_write_text(self.leaderboard, _csv_text(rows))
         return run_path
 
+    def replace(self, updates: Mapping[str, tuple[Mapping[str, Any], Mapping[str, Any]]]) -> None:
+        """Replace the rows (and run JSONs) of recorded runs, ``run_id -> (row, run JSON)``, in one locked rewrite;
+        an id that has no row raises before anything is written."""
+        for row, _ in updates.values():
+            new_row(**row)
+        with self._lock:
+            rows = self._read_rows()
+            missing = sorted(set(updates) - {r["run_id"] for r in rows})
+            if missing:
+                raise ValueError(f"no recorded run(s) {missing} in {self.leaderboard}")
+            for run_id, (_, run_json) in updates.items():
+                atomic_write_text(self.runs_dir / f"{run_id}.json",
+                                  json.dumps(run_json, indent=1, default=_json_default, allow_nan=False) + "\n")
+            rows = [{c: _cell(updates[r["run_id"]][0].get(c)) for c in COLUMNS} if r["run_id"] in updates else r
+                    for r in rows]
+            atomic_write_text(self.leaderboard, _csv_text(rows))
+
     def _read_rows(self) -> list[dict[str, str]]:
         """Every row, in the current schema; a foreign header or a damaged line raises ValueError (how to fix it)."""
         path = self.leaderboard

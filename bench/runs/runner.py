@@ -21,7 +21,7 @@ from typing import Any
 import torch
 
 import variants
-from bench.runs import checkpoints, distributed, plugins, probes, resume
+from bench.runs import chance, checkpoints, distributed, plugins, probes, resume
 from bench.runs.config import RunConfig
 from bench.runs.env import environment, git_sha, machine_id
 from bench.runs.results import ResultsStore, new_row
@@ -144,6 +144,7 @@ def run_config(cfg: RunConfig, progress: bool = False, reuse: Reuse | None = Non
         rec.error = one_line(str(exc) if rec.status == "diverged" else f"{type(exc).__name__}: {exc}")
     wall = rec.wall_before_s + time.perf_counter() - started  # every segment's time, none spent waiting
     row = build_row(cfg, s, rec, env, wall, cost_source, device)
+    row = chance.judge(row, cfg.chance_band)  # a run that ended at chance learned nothing: failed_to_learn
     kept = {checkpoints.KEY: checkpoints.snapshot(cfg, s.model, s.model_kwargs)} \
         if cfg.save_checkpoint and rec.status == "ok" else {}
     return {
@@ -267,7 +268,7 @@ def build_row(cfg: RunConfig, s: Any, rec: Record, env: dict[str, Any], wall_s: 
         params=sum(p.numel() for p in s.model.parameters()),
         epochs=rec.steps_done * cfg.global_batch / s.task.num_train if s.task.num_train else None,
         steps=rec.steps_done, device=device or str(s.device), device_name=env["device_name"],
-        status=rec.status, error=rec.error,
+        status=rec.status, error=rec.error, chance_loss=s.task.chance_loss,
         final_train_loss=last.get("train_loss"), final_train_acc=last.get("train_acc"),
         final_val_loss=last.get("val_loss"), final_val_acc=last.get("val_acc"),
         best_val_acc=max(val_accs) if val_accs else None,

@@ -16,7 +16,7 @@ from bench.runs.config import RUN_ID_PATTERN
 COLUMNS: tuple[str, ...] = (
     "run_id", "config_hash", "variant", "family", "depth", "params", "init", "norm", "task", "seed", "epochs",
     "steps", "batch_size", "grad_accum", "optimizer", "lr", "schedule", "warmup_steps", "device", "device_name",
-    "world_size", "precision", "status", "error",
+    "world_size", "precision", "status", "error", "chance_loss",
     "final_train_loss", "final_train_acc", "final_val_loss", "final_val_acc", "final_val_perplexity", "best_val_acc",
     "target_acc", "target_loss", "steps_to_target", "time_to_target_s", "eval_time_s",
     "train_samples_per_s", "train_tokens_per_s", "step_time_ms", "model_samples_per_s", "input_bound_fraction",
@@ -25,12 +25,18 @@ COLUMNS: tuple[str, ...] = (
     "resumed_from_step", "restarts", "study", "torch_version", "git_sha", "created_at",
 )  # fmt: skip
 
+# The header before chance_loss (the task's chance level, bench.runs.chance) was a column: it is left empty, and the
+# rows keep the status they were recorded with (`bench upgrade` fills the level and judges each run by it).
+COLUMNS_V7: tuple[str, ...] = tuple(c for c in COLUMNS if c != "chance_loss")
+V7_MAPPING = "chance_loss left empty"
+
 # The header before data read from disk (the loader tasks) and evaluation cost had columns: final_val_perplexity,
 # eval_time_s, model_samples_per_s, input_bound_fraction and loader_workers are left empty.
 DATA_COLUMNS: tuple[str, ...] = ("final_val_perplexity", "eval_time_s", "model_samples_per_s", "input_bound_fraction",
                                  "loader_workers")
-COLUMNS_V6: tuple[str, ...] = tuple(c for c in COLUMNS if c not in DATA_COLUMNS)
-V6_MAPPING = "final_val_perplexity, eval_time_s, model_samples_per_s, input_bound_fraction, loader_workers left empty"
+COLUMNS_V6: tuple[str, ...] = tuple(c for c in COLUMNS_V7 if c not in DATA_COLUMNS)
+V6_MAPPING = ("final_val_perplexity, eval_time_s, model_samples_per_s, input_bound_fraction, loader_workers left "
+              f"empty; {V7_MAPPING}")
 
 # The header before grad_accum (micro-batches per optimiser step), target_loss (a validation-loss target),
 # resumed_from_step and restarts (a run continued from a mid-run checkpoint) were columns: every run stepped on whole
@@ -98,9 +104,11 @@ LEGACY_SCHEMAS: dict[tuple[str, ...], tuple[str, Callable[[dict[str, str]], dict
     COLUMNS_V4: (V4_MAPPING, _from_v5),
     COLUMNS_V5: (V5_MAPPING, _from_v5),
     COLUMNS_V6: (V6_MAPPING, _from_v6),
+    COLUMNS_V7: (V7_MAPPING, _from_v6),
 }
 # "killed": the run's process was ended by a signal (a user's kill, a scheduler's) before it could return its row.
-STATUSES = ("ok", "diverged", "oom", "error", "killed")
+# "failed_to_learn": it trained to the end, at the task's chance level (bench.runs.chance); its numbers are kept.
+STATUSES = ("ok", "diverged", "oom", "error", "killed", "failed_to_learn")
 
 
 def new_row(**values: Any) -> dict[str, Any]:

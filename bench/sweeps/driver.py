@@ -53,13 +53,19 @@ class RunsPreempted(Exception):
 OnRecord = Callable[[Mapping[str, Any]], Any]
 
 
+# Outcomes a rerun reproduces (a configuration and seed diverge, or stay at chance, every time): resume keeps them.
+SETTLED = ("ok", "diverged", "failed_to_learn")
+
+
 def run_sweep(configs: Sequence[RunConfig], results_dir: str | Path, executor: Executor, *, resume: bool = True,
               measure_every_run: bool = False, progress: bool = True, command: str | None = None,
-              on_record: OnRecord | None = None, requeue: bool = False) -> list[str]:
+              on_record: OnRecord | None = None, requeue: bool = False, retry_failed: bool = False) -> list[str]:
     """Run ``configs`` on ``executor``, writing one row per run as it ends; returns the run ids written.
 
-    With ``resume`` the runs whose row says ``ok`` are skipped (and their figures reused); a run that failed,
-    was killed or never ran runs again — from its last saved training state, if it left one. A run refused as bad
+    With ``resume`` the runs whose row says ``ok`` are skipped (and their figures reused), and so are those that
+    diverged or ended at chance (:data:`SETTLED`: a configuration and seed give that outcome every time) unless
+    ``retry_failed``; a run that ran out of memory, raised, was killed or never ran runs again — from its last
+    saved training state, if it left one. A run refused as bad
     input (a dataset not on this machine) gets no row, the sweep goes on, and :class:`RunsRefused` at the end
     names them. A run stopped by a preemption signal saves its state and gets no row: ``requeue`` submits it again
     within this sweep (it continues), else :class:`RunsPreempted` at the end says how to continue it. ``command`` is
@@ -70,7 +76,7 @@ def run_sweep(configs: Sequence[RunConfig], results_dir: str | Path, executor: E
     store = ResultsStore(results_dir)
     store.preflight()  # a broken results directory is bad input: refused before the first run
     driver = _Driver(list(configs), store, executor, measure_every_run, progress, command, on_record, requeue)
-    driver.skip_recorded(resume)
+    driver.skip_recorded(resume, retry_failed)
     with _sigterm_as_interrupt():
         driver.run()
     return driver.summarise()
@@ -118,25 +124,33 @@ class _Driver:
         self.written: list[str] = []
         self.ok = 0
         self.failed: list[tuple[int, str, str, str]] = []  # index, run id, status, error
+        self.kept_failed = 0  # recorded runs that diverged or ended at chance, skipped (SETTLED)
         self.refused: list[tuple[int, str]] = []
         self.unmeasured: list[tuple[int, str, dict[str, str]]] = []  # runs whose cost phases failed: index, id, why
         self.t0 = time.perf_counter()
 
     # -- before the first run --------------------------------------------------------------------------------
-    def skip_recorded(self, resume: bool) -> None:
-        """Skip the runs with an ok row made by the code loaded now (with ``resume``); reuse their figures; clear the
-        others' partial files. A run whose plugin's source changed since is run again (its row replaced), saying
-        so; a run of a shipped variant whose module changed in git since is kept, with a warning naming it."""
+    def skip_recorded(self, resume: bool, retry_failed: bool = False) -> None:
+        """Skip the runs with an ok row made by the code loaded now (with ``resume``), and those that diverged or
+        ended at chance unless ``retry_failed``; reuse their figures; clear the others' partial files. A run whose
+        plugin's source changed since is run again (its row replaced), saying so; a run of a shipped variant whose
+        module changed in git since is kept, with a warning naming it."""
         board = self.store.load_leaderboard()
-        done = set(board.loc[board["status"] == "ok", "run_id"]) if resume and not board.empty else set()
+        settled = ("ok",) if retry_failed else SETTLED
+        done = set(board.loc[board["status"].isin(settled), "run_id"]) if resume and not board.empty else set()
+        statuses = dict(zip(board["run_id"], board["status"], strict=True)) if not board.empty else {}
         shas = dict(zip(board["run_id"], board["git_sha"], strict=True)) if not board.empty else {}
         stale_code: dict[str, list[str]] = {}
         for i, cfg in enumerate(self.configs, 1):
             edited = self._edited_plugins(cfg) if cfg.run_id in done else []
             if cfg.run_id in done and not edited:
+                status = statuses.get(cfg.run_id)
+                if status != "ok":
+                    self.kept_failed += 1
                 if not self.quiet:
-                    print(f"[{i}/{self.n}] {cfg.run_id}: already recorded, skipped", flush=True)
-                self.ok += 1
+                    how = "" if status == "ok" else f" as {status} (--retry-failed runs it again)"
+                    print(f"[{i}/{self.n}] {cfg.run_id}: already recorded{how}, skipped", flush=True)
+                self.ok += status == "ok"
                 self._reuse_recorded(cfg)
                 changed = _variant_changed_since(cfg.variant, str(shas.get(cfg.run_id) or ""))
                 if changed:
@@ -325,8 +339,9 @@ class _Driver:
 
     def summarise(self) -> list[str]:
         """Print the sweep's tally and its failed runs with the command that reruns them; raise if any was refused."""
+        kept = f", {self.kept_failed} recorded as diverged or at chance and kept" if self.kept_failed else ""
         print(f"sweep done in {_clock(time.perf_counter() - self.t0)}: {self.ok} of {self.n} runs ok, "
-              f"{len(self.failed)} failed, {len(self.refused)} not run", flush=True)
+              f"{len(self.failed)} failed{kept}, {len(self.refused)} not run", flush=True)
         if self.unmeasured:
             print(f"{len(self.unmeasured)} run(s) lack a cost figure (its column is empty; the reason is in the run's "
                   "JSON):")
@@ -337,7 +352,10 @@ class _Driver:
             for index, run_id, status, error in sorted(self.failed):
                 print(f"  [{index}/{self.n}] {run_id}: {status}{': ' + error if error else ''}")
             if self.command:
-                print(f"rerun just these (runs with an ok row are skipped): {self.command}", flush=True)
+                settled = [run_id for _, run_id, status, _ in self.failed if status in SETTLED]
+                again = f" --retry-failed ({len(settled)} diverged or ended at chance: kept without it)" if settled \
+                    else ""
+                print(f"rerun just these (runs with an ok row are skipped): {self.command}{again}", flush=True)
         if self.preempted:
             print(f"{len(self.preempted)} run(s) preempted, each with its training state saved: "
                   + ", ".join(f"{run_id} (step {step})" for _, run_id, step in sorted(self.preempted)), flush=True)

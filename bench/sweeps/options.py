@@ -27,6 +27,9 @@ class SweepOptions:
     preset: str | None = _o(None, "a preset of the study, e.g. quick (default: the full grid)", metavar="P")
     resume: bool = _o(True, "skip runs whose run_id already has an ok row made by the same code, so that rerunning an "
                             "interrupted or killed sweep runs only the runs without one")
+    retry_failed: bool = _o(False, "with resume: run again the runs recorded as diverged or failed_to_learn too (the "
+                                   "outcome of a configuration and seed, the same every time: kept by default); runs "
+                                   "that ran out of memory, raised or were killed always run again")
     executor: str = _o("local", "where the runs execute: local (this machine, each run in a process of its own) or "
                                 "ray (tasks on a Ray cluster; pip install 'resbench[ray]')", metavar="NAME")
     jobs: int = _o(1, "runs at a time; local: the CPU cores are split between them, and on CUDA each gets its own "

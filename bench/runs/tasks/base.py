@@ -17,6 +17,17 @@ import torch
 import torch.nn.functional as F
 
 
+def prior_entropy(targets: torch.Tensor | Any, ignore: int | None = None) -> float:
+    """The entropy (nats) of the empirical distribution of ``targets`` (non-negative integer labels or token ids,
+    any shape; ``ignore`` left out): the cross-entropy of always predicting their frequencies."""
+    t = torch.as_tensor(targets).reshape(-1).to("cpu", torch.long)
+    if ignore is not None:
+        t = t[t != ignore]
+    counts = torch.bincount(t).double()
+    p = counts[counts > 0] / counts.sum()
+    return float(-(p * p.log()).sum())
+
+
 class TaskError(ValueError):
     """Bad task input (unknown task, missing or corrupt dataset): the CLI prints it and exits 2."""
 
@@ -72,6 +83,10 @@ class Task:
     # True: train_batches already yields this rank's share of each global batch (it read only that share), so the
     # training step must not shard it again (bench.runs.distributed.shard).
     per_rank_batches: bool = False
+    # The task's chance level, in nats: the loss of a model that predicts the training targets' frequencies and
+    # nothing else (the label prior's entropy, ln C for C balanced classes; a language's unigram entropy). A run
+    # that ends there learned nothing (bench.runs.chance). None: not declared.
+    chance_loss: float | None = None
 
     def train_batches(self, batch_size: int, generator: torch.Generator) -> Iterator[Batch]:
         """Endless training batches (augmented where the task augments), drawn with ``generator``."""

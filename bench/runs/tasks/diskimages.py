@@ -19,7 +19,7 @@ from PIL import Image
 from torchvision import transforms
 
 from bench.runs.tasks import loading
-from bench.runs.tasks.base import Batch, Task, TaskError, TaskOptions
+from bench.runs.tasks.base import Batch, Task, TaskError, TaskOptions, prior_entropy
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)  # torchvision's ImageNet statistics (RGB, pixels in [0, 1])
 IMAGENET_STD = (0.229, 0.224, 0.225)
@@ -161,16 +161,18 @@ class LoaderImageTask(Task):
         return self._batches(self.reader.evaluation("train", batch_size))
 
 
-def image_task(reader: Any, device: torch.device, info: dict[str, Any], classes: int, n_train: int,
+def image_task(reader: Any, device: torch.device, info: dict[str, Any], classes: int, train_labels: Any,
                options: TaskOptions, workers: int) -> LoaderImageTask:
-    """The ``imagefolder`` task over ``reader``, its model fitted to ``classes`` RGB classes of ``--image-size``."""
+    """The ``imagefolder`` task over ``reader``, its model fitted to ``classes`` RGB classes of ``--image-size``;
+    ``train_labels`` are the training split's labels, whose frequencies set the chance level."""
     size = options.image_size
     info = {**info, "image_size": size, "train_transform": f"RandomResizedCrop({size}) + horizontal flip",
             "val_transform": f"Resize({eval_resize(size)}) + CenterCrop({size})", "mean": list(IMAGENET_MEAN),
             "std": list(IMAGENET_STD), "workers": workers, "prefetch": options.prefetch,
             "eval_batches": options.eval_batches}
     return LoaderImageTask(
-        name="imagefolder", kind="image", device=device, info=info, num_train=n_train,
+        name="imagefolder", kind="image", device=device, info=info, num_train=len(train_labels),
+        chance_loss=prior_entropy(torch.as_tensor(train_labels)),
         model_kwargs={"num_classes": classes, "in_chans": 3, "image_size": size},
         reader=reader, loader_workers=workers, per_rank_batches=True, skip_bad=options.skip_bad_images,
         mean=(torch.tensor(IMAGENET_MEAN) * 255).view(1, 3, 1, 1).to(device),

@@ -204,7 +204,7 @@ def imagefolder(device: torch.device, seed: int, options: TaskOptions) -> Task:
         "scan_s": round(time.perf_counter() - started, 3),
     }  # fmt: skip
     reader = FolderReader(train, val, options, workers, device, info)
-    task = diskimages.image_task(reader, device, info, len(classes), len(train), options, workers)
+    task = diskimages.image_task(reader, device, info, len(classes), train.labels, options, workers)
     reader.info = task.info  # evaluation sizes are recorded as they become known
     return task
 

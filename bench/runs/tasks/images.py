@@ -26,7 +26,7 @@ import torch
 import torch.nn.functional as F
 
 from bench.runs.tasks import datasets
-from bench.runs.tasks.base import Batch, Task, TaskError, TaskOptions
+from bench.runs.tasks.base import Batch, Task, TaskError, TaskOptions, prior_entropy
 
 DIGITS_SPLIT_SEED = 0  # fixed stratified 80/20 split: 1437 train / 360 val
 DIGITS_VAL_FRACTION = 0.2
@@ -191,6 +191,7 @@ def _build(
         std=put(std.reshape(1, -1, 1, 1), torch.float32),
         augmentations=augmentations,
         eval_index=eval_index.to(device),
+        chance_loss=prior_entropy(train[1]),
     )
 
 

@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 
 from bench.runs.tasks import tinytext
-from bench.runs.tasks.base import Batch, Task, TaskError, TaskOptions
+from bench.runs.tasks.base import Batch, Task, TaskError, TaskOptions, prior_entropy
 
 IGNORE_INDEX = -100  # target of an unscored position (torch's cross-entropy default)
 EVAL_TOKENS = 8_192  # tokens per eval pass: ~0.2 s for the default 6x128 Transformer on 2 idle CPU cores
@@ -89,7 +89,8 @@ class TextTask(SequenceTask):
         # One epoch = as many windows as tile the training split once (windows are drawn at random offsets).
         super().__init__(name=name, kind="sequence", model_kwargs={"vocab_size": 256, "max_len": seq_len},
                          device=device, unit="tokens", units_per_sample=seq_len, info=info,
-                         num_train=split // seq_len, default_steps=DEFAULT_STEPS)
+                         num_train=split // seq_len, default_steps=DEFAULT_STEPS,
+                         chance_loss=prior_entropy(tokens[:split]))  # the training bytes' unigram entropy
 
     def _windows(self, data: torch.Tensor, starts: torch.Tensor) -> Batch:
         w = data[starts[:, None] + self._offsets].long()
@@ -171,7 +172,8 @@ class SyntheticTask(SequenceTask):
                 "scored_per_row": int((train[1][0] != IGNORE_INDEX).sum())}
         super().__init__(name=name, kind="sequence", model_kwargs={"vocab_size": vocab_size, "max_len": seq_len},
                          device=device, unit="tokens", units_per_sample=seq_len, info=info,
-                         num_train=len(train[0]), default_steps=DEFAULT_STEPS)
+                         num_train=len(train[0]), default_steps=DEFAULT_STEPS,
+                         chance_loss=prior_entropy(train[1], ignore=IGNORE_INDEX))  # of the scored targets
 
     def train_batches(self, batch_size: int, generator: torch.Generator) -> Iterator[Batch]:
         x, y = self.train

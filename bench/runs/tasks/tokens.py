@@ -39,6 +39,26 @@ from bench.runs.tasks.sequences import DEFAULT_STEPS, SequenceTask
 DEFAULT_EVAL_TOKENS = 1 << 20  # 1,048,576 tokens per evaluation pass: 1024 windows of GPT-2's 1024
 DEFAULT_WORKERS = 1  # reading a batch of windows is cheap; one worker overlaps it with the step
 SHOWN = 64  # shards named in the task info (all are counted)
+CHANCE_TOKENS = 1 << 24  # the training tokens whose unigram entropy is the task's chance level (the first ones)
+CHUNK = 1 << 20  # tokens counted at a time: the counts never hold more than a few MB
+
+
+def unigram_entropy(shards: list[tokenshards.Shard], vocab_size: int, limit: int = CHANCE_TOKENS) -> tuple[float, int]:
+    """The entropy (nats) of the unigram distribution of the first ``limit`` tokens of ``shards``, and how many
+    tokens it read: counted a chunk at a time, so a shard set larger than memory is never read whole."""
+    counts = np.zeros(vocab_size, dtype=np.int64)
+    read = 0
+    for shard in shards:
+        tokens = np.memmap(shard.path, dtype=tokenshards.TOKEN, mode="r", offset=shard.offset, shape=(shard.tokens,))
+        take = min(shard.tokens, limit - read)
+        for start in range(0, take, CHUNK):
+            counts += np.bincount(np.asarray(tokens[start : min(start + CHUNK, take)]), minlength=vocab_size)
+        read += take
+        del tokens
+        if read >= limit:
+            break
+    p = counts[counts > 0] / max(read, 1)
+    return float(-(p * np.log(p)).sum()), read
 
 
 class Windows:
@@ -87,14 +107,15 @@ class TokenTask(SequenceTask):
     """Random training windows and fixed evaluation windows of a shard set, through a DataLoader."""
 
     def __init__(self, splits: dict[str, Windows], options: TaskOptions, device: torch.device, workers: int,
-                 info: dict[str, Any]) -> None:
+                 info: dict[str, Any], chance_loss: float | None = None) -> None:
         self.splits, self.options = splits, options
         self.dataset = TokenWindows(splits)
         self._eval_loaders: dict[tuple[str, int], DataLoader[Any]] = {}
         super().__init__(name="tokens", kind="sequence", device=device, info=info, unit="tokens",
                          units_per_sample=options.seq_len, num_train=len(splits["train"]),
                          default_steps=DEFAULT_STEPS, loader_workers=workers, per_rank_batches=True,
-                         model_kwargs={"vocab_size": options.vocab_size, "max_len": options.seq_len})
+                         model_kwargs={"vocab_size": options.vocab_size, "max_len": options.seq_len},
+                         chance_loss=chance_loss)
 
     def set_workers(self, workers: int) -> None:
         """Load with ``workers`` worker processes from now on (``bench perf loader`` compares counts)."""
@@ -172,9 +193,11 @@ def tokens(device: torch.device, seed: int, options: TaskOptions) -> Task:
         **{f"{name}_windows": len(index) for name, index in splits.items()},
         **{f"{name}_shards": {"count": len(found), "files": [[s.path.name, s.tokens] for s in found[:SHOWN]]}
            for name, found in shards.items()},
-        "tokenizer": _meta(root), "check_s": round(time.perf_counter() - started, 3),
+        "tokenizer": _meta(root),
     }  # fmt: skip
-    return TokenTask(splits, options, device, workers, info)
+    chance, counted = unigram_entropy(shards["train"], options.vocab_size)
+    info |= {"chance_loss_tokens": counted, "check_s": round(time.perf_counter() - started, 3)}
+    return TokenTask(splits, options, device, workers, info, chance)
 
 
 def _meta(root: Path) -> dict[str, Any] | None:

@@ -251,6 +251,6 @@ def shard_task(root: Path, device: torch.device, options: TaskOptions) -> Task:
     }  # fmt: skip
     reader = ShardReader([str(p) for p in found["train"]], [str(p) for p in found["val"]],
                          {s: len(v) for s, v in labels.items()}, options, workers, device, info)
-    task = diskimages.image_task(reader, device, info, classes, len(labels["train"]), options, workers)
+    task = diskimages.image_task(reader, device, info, classes, labels["train"], options, workers)
     reader.info = task.info
     return task
