@@ -27,6 +27,11 @@ def cfg(**kw: object) -> RunConfig:
         ({"warmup_steps": -1}, "--warmup-steps must be >= 0"),
         ({"lr": -0.1}, "--lr must be a positive finite number"),
         ({"lr": math.inf}, "--lr must be a positive finite number"),
+        ({"lr_base": 0.0}, "--lr-base must be a positive finite number"),
+        ({"lr_base": 0.1, "lr": 0.05}, r"give --lr \(the peak lr itself, 0.05\) or --lr-base .*, not both"),
+        ({"lr_base": 0.1, "lr_base_size": 0}, "--lr-base-size must be >= 1"),
+        ({"lr_base": 0.1, "lr_base_scale": "cube"}, "--lr-base-scale must be one of auto, linear, sqrt"),
+        ({"lr_base_size": 512}, "--lr-base-size and --lr-base-scale say how --lr-base scales: give --lr-base too"),
         ({"optimizer": "lion"}, "--optimizer must be one of sgd, adamw, adam"),
         ({"schedule": "poly"}, "--schedule must be one of"),
         ({"precision": "fp8"}, "--precision must be one of"),
@@ -81,6 +86,19 @@ def test_roundtrip_through_json_types() -> None:
     assert config_from_dict(d) == c
     with pytest.raises(ValueError, match=r"unknown run-config field\(s\) \['colour'\]"):
         config_from_dict({**d, "colour": 1})
+
+
+def test_lr_base_scales_with_the_global_batch_as_timm_does() -> None:
+    """timm's train.py: lr = lr_base · global_batch / lr_base_size for SGD, its square root for the Adam family."""
+    assert cfg(lr=0.05).peak_lr == 0.05  # --lr is the peak itself
+    assert cfg(lr_base=0.1, lr_base_size=128, batch_size=4).peak_lr == pytest.approx(0.1 * 4 / 128)
+    assert cfg(lr_base=0.1, lr_base_size=128, batch_size=4, grad_accum=8).peak_lr == pytest.approx(0.1 * 32 / 128)
+    assert cfg(lr_base=1e-3, optimizer="adamw", batch_size=64).peak_lr == pytest.approx(1e-3 * math.sqrt(64 / 256))
+    assert cfg(lr_base=1e-3, optimizer="adamw", lr_base_scale="linear", batch_size=64).peak_lr == pytest.approx(2.5e-4)
+    assert cfg(lr_base=0.1, lr_base_scale="sqrt", batch_size=1024).peak_lr == pytest.approx(0.2)
+    scaled = cfg(lr_base=0.1, batch_size=4)
+    assert scaled.config_hash() != cfg(batch_size=4).config_hash()
+    assert RunConfig(**{**scaled.to_dict(), "seed": 1}).peak_lr == scaled.peak_lr  # to_dict round-trips
 
 
 def test_step_schedule_he2015() -> None:
@@ -139,3 +157,12 @@ def test_inv_sqrt() -> None:
 
 def test_constant() -> None:
     assert lr_factor(50, 100, cfg(schedule="constant")) == 1.0
+
+
+def test_the_optimiser_gets_the_scaled_lr() -> None:
+    from torch import nn
+
+    from bench.runs.train import make_optimizer
+
+    opt = make_optimizer(cfg(lr_base=0.1, lr_base_size=128, batch_size=4), nn.Linear(2, 2))
+    assert opt.param_groups[0]["lr"] == pytest.approx(0.1 * 4 / 128)

@@ -31,6 +31,7 @@ PLUGIN_ENTRY_POINTS = "resbench.variants"  # the entry-point group of installed 
 OPTIMIZERS = ("sgd", "adamw", "adam")
 SCHEDULES = ("constant", "step", "cosine", "inv_sqrt")
 WARMUP_KINDS = ("linear", "constant")
+LR_SCALES = ("auto", "linear", "sqrt")
 PRECISIONS = ("fp32", "bf16", "fp16")
 DEVICES = ("auto", "cpu", "cuda", "mps")
 PHASES = ("flops", "throughput", "memory")
@@ -57,6 +58,12 @@ class RunConfig:
                               "grad_accum of them (He 2015 CIFAR used 128)")
     optimizer: str = _f("sgd", "optimiser", choices=OPTIMIZERS)
     lr: float = _f(0.1, "peak learning rate; He 2015 CIFAR used 0.1")
+    lr_base: float | None = _f(None, "peak learning rate at the global batch --lr-base-size, scaled to this run's "
+                                     "global batch (timm's convention); exclusive with --lr")
+    lr_base_size: int = _f(256, "the global batch --lr-base is given for (timm: 256)")
+    lr_base_scale: str = _f("auto", "how --lr-base scales with the global batch: linear (Goyal 2017), sqrt "
+                                    "(Krizhevsky 2014), or auto: linear for sgd, sqrt for adam/adamw (timm's rule)",
+                            choices=LR_SCALES)
     momentum: float = _f(0.9, "SGD momentum (He 2015: 0.9)")
     weight_decay: float = _f(1e-4, "L2 weight decay (SGD) or decoupled decay (AdamW); He 2015: 1e-4")
     betas: tuple[float, float] = _f((0.9, 0.999), "Adam betas; Xiong 2020 used 0.9 0.98", nargs=2)
@@ -171,6 +178,19 @@ class RunConfig:
                 yield f"--{name.replace('_', '-')} must be >= 0, got {getattr(self, name)}"
         if not (self.lr > 0 and math.isfinite(self.lr)):
             yield f"--lr must be a positive finite number, got {self.lr}"
+        if self.lr_base is not None:
+            if not (self.lr_base > 0 and math.isfinite(self.lr_base)):
+                yield f"--lr-base must be a positive finite number, got {self.lr_base}"
+            if self.lr != FIELD_DEFAULTS["lr"]:
+                yield (f"give --lr (the peak lr itself, {self.lr}) or --lr-base (scaled from a reference batch), "
+                       "not both")
+        if self.lr_base_size < 1:
+            yield f"--lr-base-size must be >= 1, got {self.lr_base_size}"
+        if self.lr_base is None and (self.lr_base_size, self.lr_base_scale) != (FIELD_DEFAULTS["lr_base_size"],
+                                                                                FIELD_DEFAULTS["lr_base_scale"]):
+            yield "--lr-base-size and --lr-base-scale say how --lr-base scales: give --lr-base too"
+        if self.lr_base_scale not in LR_SCALES:
+            yield f"--lr-base-scale must be one of {', '.join(LR_SCALES)}, got {self.lr_base_scale!r}"
         for name, value, choices in (
             ("optimizer", self.optimizer, OPTIMIZERS),
             ("schedule", self.schedule, SCHEDULES),
@@ -231,6 +251,19 @@ class RunConfig:
         return self.batch_size * self.grad_accum
 
     @property
+    def peak_lr(self) -> float:
+        """The peak learning rate the optimiser gets: ``lr``, or ``lr_base`` scaled from ``lr_base_size`` to
+        :attr:`global_batch`, ``lr_base · (global_batch / lr_base_size)`` (linear) or its square root (sqrt); auto
+        picks linear for SGD and sqrt for the Adam family, as timm's train.py does."""
+        if self.lr_base is None:
+            return self.lr
+        scale = self.lr_base_scale
+        if scale == "auto":
+            scale = "linear" if self.optimizer == "sgd" else "sqrt"
+        ratio = self.global_batch / self.lr_base_size
+        return self.lr_base * (ratio if scale == "linear" else math.sqrt(ratio))
+
+    @property
     def run_id(self) -> str:
         safe_variant = self.variant.replace(":", "_").replace("/", "_")
         depth = f"-d{self.depth}" if self.depth is not None else ""
@@ -274,7 +307,7 @@ RUN_ID_PATTERN = re.compile(r"-([0-9a-f]{8})-s\d+$")
 SEQUENCE_FIELDS = ("betas", "milestones", "measure")
 # Fields added after results were recorded: hashed only when set, so existing run ids (and resuming) stay valid.
 _HASHED_UNLESS_DEFAULT = frozenset({
-    "warmup_until_error", "world_size", "grad_accum", "target_loss", "subset_per_class", "skip_bad_images",
+    "lr_base", "lr_base_size", "lr_base_scale", "warmup_until_error", "world_size", "grad_accum", "target_loss", "subset_per_class", "skip_bad_images",
     "vocab_size", "eval_batches", "eval_tokens",
 })  # fmt: skip
 # Every field's default (every RunConfig field has a plain one): what a run JSON written before a field existed used.

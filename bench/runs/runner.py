@@ -217,7 +217,7 @@ def _config_columns(cfg: RunConfig, model_kwargs: Mapping[str, Any], axes: Mappi
         "init": init_scheme(cfg, model_kwargs) if desc["family"] is not None else "default",
         "norm": axes.get("norm"), "task": cfg.task,
         "seed": cfg.seed,
-        "batch_size": cfg.batch_size, "grad_accum": cfg.grad_accum, "optimizer": cfg.optimizer, "lr": cfg.lr,
+        "batch_size": cfg.batch_size, "grad_accum": cfg.grad_accum, "optimizer": cfg.optimizer, "lr": cfg.peak_lr,
         "schedule": cfg.schedule,
         "warmup_steps": cfg.warmup_steps, "world_size": cfg.world_size, "precision": cfg.precision,
         "target_acc": cfg.target, "target_loss": cfg.target_loss, "study": cfg.study,

@@ -180,9 +180,9 @@ def seed_everything(seed: int, deterministic: bool) -> None:
 def make_optimizer(cfg: RunConfig, model: torch.nn.Module) -> torch.optim.Optimizer:
     params = [p for p in model.parameters() if p.requires_grad]
     if cfg.optimizer == "sgd":
-        return torch.optim.SGD(params, lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay)
+        return torch.optim.SGD(params, lr=cfg.peak_lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay)
     cls = torch.optim.AdamW if cfg.optimizer == "adamw" else torch.optim.Adam
-    return cls(params, lr=cfg.lr, betas=cfg.betas, weight_decay=cfg.weight_decay)
+    return cls(params, lr=cfg.peak_lr, betas=cfg.betas, weight_decay=cfg.weight_decay)
 
 
 def autocast(cfg: RunConfig, device: torch.device) -> contextlib.AbstractContextManager[Any]:
