@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+import variants
 from bench.cli import main
 from bench.runs.config import RunConfig
 from bench.runs.results import ResultsStore
@@ -26,12 +27,20 @@ def run_cli(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, s
 
 
 def test_list_prints_name_family_params(capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, _ = run_cli(["list", "resnet*"], capsys)
-    assert code == 0
+    code, out, err = run_cli(["list", "resnet*"], capsys)
+    assert code == 0 and "a run counts its own for its task's input channels" in err
     lines = {line.split()[0]: line.split()[1:] for line in out.splitlines()}
     assert lines["resnet20"] == ["resnet", "269,722"]
     assert lines["resnet50"] == ["resnet_imagenet", "25,557,032"]
     assert list(lines) == sorted(lines)
+
+
+def test_list_says_why_a_runs_count_differs() -> None:
+    """The note's example is true: resnet20 built for digits' 1-channel images has the count it names."""
+    from bench.cli.models import PARAMS_NOTE
+
+    one_channel = variants.create("resnet20", in_chans=1)
+    assert f"resnet20 {sum(p.numel() for p in one_channel.parameters()):,}, not 269,722" in PARAMS_NOTE
 
 
 def test_list_whole_registry_and_no_match(capsys: pytest.CaptureFixture[str]) -> None:

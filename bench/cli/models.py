@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import sys
 
 import variants
 from bench.cli.parser import config_from_args
@@ -28,7 +29,15 @@ def cmd_list(ns: argparse.Namespace) -> int:
         owner = plugins.plugin_of(name)
         where = f"  plugin {owner.spec}" if owner is not None else ""
         print(f"{name:<{width}}  {desc['family']:<14} {desc['params']:>13,}{where}", flush=True)
+    print(PARAMS_NOTE, file=sys.stderr)
     return 0
+
+
+# Why a run's parameter count can differ from the list's: the stem and head follow the task.
+PARAMS_NOTE = ("parameters as each variant's defaults build it (3-channel images and 10 classes for a CIFAR net, "
+               "1,000 for an ImageNet one, 256 tokens for a Transformer); a run counts its own for its task's input "
+               "channels, classes and vocabulary (the row's params): digits' 1-channel images give resnet20 "
+               "269,434, not 269,722")
 
 
 def cmd_show_variant(ns: argparse.Namespace) -> int:
