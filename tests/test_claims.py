@@ -32,7 +32,7 @@ def runs(variant: str, depth: int, values, statuses=None, metric: str = "final_t
         status = statuses[seed] if statuses else "ok"
         rows.append({"run_id": cfg.run_id, "config_hash": cfg.config_hash(), "variant": variant, "depth": depth,
                      "task": cfg.task, "seed": seed, "status": status, "warmup_steps": cfg.warmup_steps,
-                     "lr": cfg.lr, metric: value if status == "ok" else None})  # fmt: skip
+                     "lr": cfg.lr, metric: value if status in ("ok", "failed_to_learn") else None})  # fmt: skip
     return rows
 
 
@@ -333,7 +333,10 @@ def test_failures_on_an_accuracy_make_the_failed_group_lower():
 
 def test_failures_that_cannot_be_ranked_or_on_both_sides_are_inconclusive():
     both = board(runs("plain", 20, [None], statuses=["oom"]), runs("plain", 56, [None], statuses=["error"]))
-    assert one(depth_claim("greater"), both).note == "no counted runs in a group"
+    assert one(depth_claim("greater"), both).note.startswith("every run of both groups failed")
+    stalled = board(*(runs("postln", d, [3.06, 3.07], ["failed_to_learn"] * 2, "final_val_loss") for d in (20, 56)))
+    r = one(claim(metric="final_val_loss", compare="depth", a=20, b=56, expect="similar", threshold=0.1), stalled)
+    assert r.verdict == "inconclusive" and "two failures never agree" in r.note  # both at chance: not "similar"
     mem = claim(metric="peak_mem_mb", compare="depth", a=20, b=56, expect="greater")
     df = board(runs("plain", 20, [5.0, 6.0], metric="peak_mem_mb"),
                runs("plain", 56, [None, None], statuses=["oom", "oom"], metric="peak_mem_mb"))  # fmt: skip

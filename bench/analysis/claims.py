@@ -436,6 +436,9 @@ def _compare(claim: Claim, context: str, part: pd.DataFrame) -> Result:
     worse, note = None, ""  # the group the failures make worse: "a" or "b"
     if ga.n == 0 or gb.n == 0:
         all_failed = [g.n == 0 and g.n_failed == g.n_runs for g in (ga, gb)]
+        if all(all_failed):
+            return Result(claim, context, "inconclusive", note="every run of both groups failed (diverged, failed to "
+                          "learn, ...): two failures never agree", **done)  # fmt: skip
         if ga.n == gb.n == 0 or not any(all_failed):
             return Result(claim, context, "inconclusive", note="no counted runs in a group", **done)
         if orient is None:
