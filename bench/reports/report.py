@@ -40,14 +40,17 @@ FIGURE_NOTE = (
 )
 CLAIMS_NOTE = (
     "Each study file declares its claims — metric, groups, expected direction, margin, paper and figure — and "
-    "they are checked by the rules of `bench.analysis.claims`. Groups are compared by their mean over seeds (± the 95% "
-    "Student-t CI half-width); a leaderboard metric counts the `ok` runs, a probe quantity every run that "
-    "recorded it. *Greater* = the difference exceeds the margin and the two CI half-widths together; *not "
-    "greater* = it is at most the margin; anything in between, or a group with fewer than two counted runs, is "
-    "*inconclusive*. A group whose every run failed (diverged, out of memory, error) while the other trained "
-    "counts as the worse one. A slope agrees when its 95% CI lies inside the expected range and disagrees when "
-    "it lies entirely outside. Runs are never pooled across configurations: where a claim's runs differ in "
-    "more than the compared field, each configuration gets its own verdict."
+    "they are checked by the rules of `bench.analysis.claims`. Groups are compared by the difference of their "
+    "means over seeds and its 95% Welch confidence interval [lo, hi]; a leaderboard metric counts the `ok` runs, a "
+    "probe quantity every run that recorded it. *Greater* agrees when lo > margin and disagrees when hi ≤ margin; "
+    "*not greater* (non-inferiority) agrees when hi ≤ margin and disagrees when lo > margin; *similar* "
+    "(equivalence) agrees only when the whole interval lies inside ±margin and disagrees when it lies wholly "
+    "outside; anything else, or a group with fewer than two counted runs, is *inconclusive*: a wide interval "
+    "never reads as agreement. A run that ended at its task's chance loss is `failed_to_learn`; a group whose "
+    "every run failed (diverged, failed to learn, out of memory, error) while the other trained counts as the "
+    "worse one, and two such groups never agree. A slope agrees when its 95% CI lies inside the expected range "
+    "and disagrees when it lies entirely outside. Runs are never pooled across configurations: where a claim's "
+    "runs differ in more than the compared field, each configuration gets its own verdict."
 )
 # The columns that always name a table row; configuration fields that differ between rows are added after them.
 ROW_COLUMNS = ("variant", "depth", "task")
