@@ -144,7 +144,7 @@ def test_lesion_table_against_hand_evaluations() -> None:
 
 def test_models_that_cannot_be_lesioned() -> None:
     mlp = nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 3)).double()
-    with pytest.raises(ValueError, match="has no residual units \\(no Combinator modules\\)"):
+    with pytest.raises(ValueError, match="has no residual units \\(no joins\\)"):
         lesion.lesion(mlp, hand_task(mlp))
     widen = Stack(ResidualUnit(nn.Linear(4, 3).double(), NoShortcut()))
     with pytest.raises(ValueError, match="none of the model's units can be deleted"):

@@ -34,7 +34,7 @@ from torch import nn
 import variants
 from bench.runs.config import RunConfig
 from bench.runs.train import resolved_kwargs
-from variants.combinators import Gate, Scaled
+from variants.roles import residual_scalars
 
 # Two weight stds within this relative difference (or within 4 standard errors of a sample std, for small
 # tensors) are the same scheme, not another init.
@@ -96,15 +96,8 @@ def weight_profile(model: nn.Module) -> dict[str, Any]:
                     pooled[f"{role}[{part}]"].append(rows)
             else:
                 pooled[role].append(w)
-        if isinstance(module, Scaled):
-            alpha = module.alpha
-            scalars[f"{role} alpha"].append(alpha.detach().float().mean().item() if isinstance(alpha, torch.Tensor)
-                                            else float(alpha))
-            scalars[f"{role} beta"].append(module.beta.detach().float().mean().item())
-        elif isinstance(module, Gate):
-            bias = getattr(module.gate.proj, "bias", None)
-            if bias is not None:
-                scalars[f"{role} gate bias"].append(bias.detach().float().mean().item())
+        for symbol, value in residual_scalars(module).items():  # declared, whatever the class (variants.roles)
+            scalars[f"{role} {symbol}"].append(value.detach().float().mean().item())
     stds = {r: (len(ws), sum(w.numel() for w in ws), torch.cat([w.flatten() for w in ws]).std().item())
             for r, ws in pooled.items()}
     return {"weights": stds, "norms": dict(norms), "scalars": {k: sum(v) / len(v) for k, v in scalars.items()}}
