@@ -21,7 +21,7 @@ def _differing(rows: list) -> dict[str, tuple]:
 
 def test_postln_vs_preln_differ_in_placement_only() -> None:
     rows = diff_models("postln", "preln", depth=12)
-    assert {r.axis for r in rows if r.differs} == {"placement"}
+    assert {r.axis for r in rows if r.differs} == {"placement", "structure"}  # the structure: where the norms run
     diff = _differing(rows)
     assert diff["axes.placement"] == ("post", "pre")
     assert diff["norm blocks.*.ffn.norm_out"] == ("layernorm (x12)", "-")
@@ -31,14 +31,14 @@ def test_postln_vs_preln_differ_in_placement_only() -> None:
     # Same default init (Xavier), same seed: identical stds, q/k/v of the fused projection apart.
     assert {"std blocks.*.attn.body.qkv[q]", "std blocks.*.attn.body.qkv[v]", "std blocks.*.ffn.body.fc2"} <= set(stds)
     assert all(a == b for a, b in stds.values())
-    assert "postln and preln differ in: placement" in format_diff("postln", "preln", rows)
+    assert "postln and preln differ in: placement, structure" in format_diff("postln", "preln", rows)
 
 
 def test_diff_names_init_and_combinator_of_deepnorm() -> None:
     rows = diff_models("postln", "deepnorm", depth=4, model_args={"d_model": 32, "n_heads": 2, "d_ff": 64})
     diff = _differing(rows)
     assert diff["init"] == ("xavier", "deepnorm")
-    assert {r.axis for r in rows if r.differs} == {"init", "combinator"}
+    assert {r.axis for r in rows if r.differs} == {"init", "combinator", "structure"}
     # DeepNet: q at Xavier-normal of a d x d matrix (std sqrt(1/d)); v scaled by beta = (8N)^-1/4 = 32^-1/4.
     q, v = (float(diff[f"std blocks.*.attn.body.qkv[{p}]"][1].split()[0]) for p in "qv")
     assert q == pytest.approx(32**-0.5, rel=0.05)
@@ -164,7 +164,7 @@ def test_cli_diff(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["diff", "postln", "preln", "--depth", "12"]) == 0
     out = capsys.readouterr().out
     assert out.splitlines()[0] == "postln vs preln, depth 12, seed 0 (built on the CPU):"
-    assert out.rstrip().endswith("postln and preln differ in: placement")
+    assert out.rstrip().endswith("postln and preln differ in: placement, structure")
     assert main(["diff", "postln", "nosuch"]) == 2
     assert "unknown variant 'nosuch'" in capsys.readouterr().err
 

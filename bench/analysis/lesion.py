@@ -13,8 +13,9 @@ variant-specific code. A unit is *lesioned* by a forward pre-hook on its join th
   the unit becomes its shortcut — ``x`` for an identity shortcut (and ``act(x) = x`` after a ReLU that follows
   a ReLU), the projection or zero-padding where the unit changes the shape (Veit's "downsampling blocks"),
   ``(1 - T(x))·x`` for Highway, ``[x, 0]`` for a DenseNet layer, ``norm(x)`` for a Post-LN sublayer;
-- a plain unit (combinator axis ``none``: ``y = F(x)``) is replaced by the identity, ``y = x`` — where the shapes allow, as Veit
-  did for VGG; a plain unit that changes the shape cannot be deleted and is left out (``lesionable`` says which).
+- a plain unit (combinator axis ``none``: ``y = F(x)``) is replaced by the identity, ``y = x`` — where the shapes
+  allow, as Veit did for VGG; a plain unit that changes the shape cannot be deleted and is left out
+  (``lesionable`` says which).
 
 The branch is still computed and thrown away: simple, and what a hook can do without knowing the unit.
 Quantities: ``error`` = 1 - accuracy and ``loss`` (the task's mean cross-entropy) on the task's validation split,

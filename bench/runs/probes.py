@@ -16,7 +16,8 @@ The probes reproduce the per-layer views of the papers resbench re-measures:
 No variant carries probe code. A *residual unit* is any module that declares itself a join
 (``residual_role = "join"``, :mod:`variants.roles`; every :class:`variants.combinators.Combinator` does, and a
 plugin's join need not subclass it): its ``forward(x, fx)`` receives the shortcut ``x`` and the branch output
-``F(x)`` and returns the residual stream; below, "Combinator" means such a join. Definitions (one row per unit and metric):
+``F(x)`` and returns the residual stream; below, "Combinator" means such a join. Definitions (one row per unit
+and metric):
 
 - ``layer``: the position of the unit among all units, in ``model.modules()`` order (0 = first).
   ``block``: the unit's qualified module name.

@@ -24,6 +24,7 @@ et al. 2020 §3, both ``y = x + α·F(x)``). :func:`describe` reads the structur
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
@@ -110,11 +111,10 @@ def _kind(module: nn.Module) -> str:
 
 def _op(module: nn.Module, where: str) -> Op:
     params = [Param(n, tuple(p.shape), p.requires_grad) for n, p in module.named_parameters(recurse=False)]
-    own = {id(p) for p in module.parameters(recurse=False)}
     with torch.enable_grad():  # a scalar computed from a parameter (LAuReL's 2σ(a)) requires grad only here
         declared = residual_scalars(module)
-    params += [Param(n, tuple(v.shape), learnable(v)) for n, v in declared.items() if id(v) not in own
-               and not any(v is p for p in module.parameters())]
+    params += [Param(n, tuple(v.shape), learnable(v)) for n, v in declared.items()
+               if not any(v is p for p in module.parameters())]  # a declared parameter is listed where it lives
     return Op(_kind(module), tuple(params), where)
 
 
@@ -189,7 +189,7 @@ def _called(model: nn.Module) -> list[tuple[str, nn.Module]] | None:
                 stack.callback(module.register_forward_hook(hook).remove)
         try:
             model(x)
-        except Exception:  # noqa: BLE001 - any model may refuse a guessed input: registration order then
+        except Exception:  # any model may refuse a guessed input: registration order then
             return None
     return calls
 
@@ -245,19 +245,20 @@ def part_at(s: Structure, index: int) -> Part | None:
 
 
 def sequences(name_a: str, part_a: Part | None, name_b: str, part_b: Part | None) -> str:
-    """Both parts' ops side by side, one op a line, the lines that differ marked."""
-    left = [str(op) for op in part_a.ops] if part_a is not None else []
-    right = [str(op) for op in part_b.ops] if part_b is not None else []
+    """Both parts' ops side by side, one op a line, aligned where they agree (``difflib``: an op only one model
+    has faces ``-``), the lines that differ marked."""
+    ops_a = part_a.ops if part_a is not None else ()
+    ops_b = part_b.ops if part_b is not None else ()
+    pairs: list[tuple[str, str, bool]] = []
+    for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, ops_a, ops_b, autojunk=False).get_opcodes():
+        left, right = [str(o) for o in ops_a[i1:i2]], [str(o) for o in ops_b[j1:j2]]
+        for k in range(max(len(left), len(right))):
+            pairs.append((left[k] if k < len(left) else "-", right[k] if k < len(right) else "-", tag == "equal"))
     head_a = f"{name_a}: {part_a if part_a is not None else '(no such part)'}"
     head_b = f"{name_b}: {part_b if part_b is not None else '(no such part)'}"
-    width = max([len(s) for s in left] + [len(head_a)])
+    width = max([len(la) for la, _, _ in pairs] + [len(head_a)])
     lines = [f"  {head_a:<{width}}  {head_b}"]
-    for i in range(max(len(left), len(right))):
-        la = left[i] if i < len(left) else "-"
-        rb = right[i] if i < len(right) else "-"
-        ops_a, ops_b = (p.ops if p is not None else () for p in (part_a, part_b))
-        same = i < len(ops_a) and i < len(ops_b) and ops_a[i] == ops_b[i]
-        lines.append(f"  {la:<{width}}  {rb}{'' if same else '   <- differs'}")
+    lines += [f"  {la:<{width}}  {rb}{'' if same else '   <- differs'}" for la, rb, same in pairs]
     return "\n".join(lines)
 
 
