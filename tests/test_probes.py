@@ -216,6 +216,18 @@ def test_residual_scale_is_mean_abs_of_a_learnable_beta_only():
     assert by_metric(rows, "residual_scale") == {0: pytest.approx(0.5)}
 
 
+def test_a_plugin_join_and_gate_are_probed_by_what_they_declare():
+    """Joins, gates and residual scalars are recognised by the interface they declare (variants.roles), not by our
+    classes: the plugin's join and gate subclass nothing of ours."""
+    from tests._nets import plugin_net
+
+    rows = probe(plugin_net(), torch.randn(5, 4), torch.randn(5, 3), half_sse, 0)
+    assert by_metric(rows, "residual_scale") == {1: pytest.approx(0.25), 3: pytest.approx(0.5)}
+    assert by_metric(rows, "gate_mean") == {0: pytest.approx(1 / (1 + math.exp(2.0)), rel=1e-6),
+                                            2: pytest.approx(1 / (1 + math.exp(1.0)), rel=1e-6)}
+    assert {r["block"] for r in rows if r["metric"] == "branch_ratio"} == {"1.join", "2.join"}
+
+
 def test_zero_shortcut_gives_infinite_branch_ratio():
     model = ResidualUnit(nn.Linear(2, 2), Add())
     rows = probe(model, torch.zeros(3, 2), torch.ones(3, 2), half_sse, 0)
