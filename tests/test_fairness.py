@@ -325,3 +325,14 @@ def test_diff_resnet_fixup_summary_is_the_axes_of_the_table() -> None:
     assert text[-1] == "resnet and fixup differ in: combinator, family, init, norm, structure"
     table = text[1:text.index("first structural difference (ops in the order the forward runs them):")]
     assert {_columns(line)[-1] for line in table} == {"combinator", "family", "init", "norm", "structure"}
+
+
+def test_show_variant_prints_the_ops_of_the_first_unit(capsys: pytest.CaptureFixture[str]) -> None:
+    """One formula (``y = α·x + β·F(x)``) for both; the first unit's ops tell SkipInit from ReZero."""
+    conv = "Conv2d 3x3 weight[16,16,3,3] bias[16]"
+    for name, ops in [("skipinit", f"ReLU > {conv} > ReLU > {conv}"), ("rezero", f"{conv} > ReLU > {conv}")]:
+        assert main(["show-variant", name]) == 0
+        out = capsys.readouterr().out.rstrip().splitlines()
+        assert out[-2] == ("ops of the first unit, stages.0.0, in the order its forward runs them "
+                           "(bench.sweeps.structure):")
+        assert out[-1].strip() == f"{ops} > Scaled beta[] alpha[] fixed"
