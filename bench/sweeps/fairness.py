@@ -5,7 +5,8 @@ confound a ranking. This module finds such differences without knowing any varia
 
 - :func:`model_facts` — what the registry says of a model as it would be built: its axes
   (``variants.describe``), its resolved keyword arguments (``init``, ``width``, ``d_model``, ...) and,
-  built on the meta device, its parameter count.
+  built on the meta device, its parameter count and its structure (:mod:`bench.sweeps.structure`: per
+  residual unit, the ops in the order the forward runs them, with parameter shapes and what is learned).
 - :func:`weight_profile` — what a built model *is*: per weight role (the parameter's qualified name
   with layer indices replaced by ``*``; a fused ``qkv`` weight split into q, k and v) the number of
   tensors and the standard deviation of their entries, the positions of its norm layers, and its
@@ -15,7 +16,11 @@ confound a ranking. This module finds such differences without knowing any varia
 - :func:`check_grid` — the guard ``bench sweep`` / ``bench reproduce`` runs before the first run:
   within every group of a study's grid that shares all grid values but the variant, the variants may
   differ only along the axes the study declares in ``vary``, and in parameter count by at most
-  ``param_tolerance`` (relative). Anything else is refused, naming the field and the two variants.
+  ``param_tolerance`` (relative). Anything else is refused, naming the field and the two variants. A study
+  that varies only values (:data:`VALUE_CONFOUNDS`: init, dropout, drop-path rate) must also compare models
+  of one structure; the first differing unit is named with both op sequences.
+
+Joins, gates and residual scalars are found by what modules declare (:mod:`variants.roles`), never by class.
 """
 
 from __future__ import annotations
@@ -236,8 +241,9 @@ def check_grid(configs: Iterable[RunConfig], vary: Sequence[str], param_toleranc
                study: str = "study") -> None:
     """Refuse (ValueError) a grid whose variants differ in an undeclared way; see the module docstring.
 
-    Compared: the axes, the keyword arguments in :data:`CONFOUNDS` that both builders take, and the
-    parameter count. Other keyword arguments belong to a variant's own combinator or body.
+    Compared: the axes, the keyword arguments in :data:`CONFOUNDS` that both builders take, the
+    parameter count, and (where ``vary`` names values only) the structure. Other keyword arguments belong
+    to a variant's own combinator or body.
     """
     groups: dict[str, dict[str, Facts]] = defaultdict(dict)
     for cfg in configs:
