@@ -24,9 +24,10 @@ from bench.runs.results import ResultsStore
 REPO = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.usefixtures("clean_plugins")  # tests/conftest.py
 
-# A ReZero Transformer (learned residual scalars, recorded at every evaluation) with dropout whose training forward sends its own process SIGNAL at forward AT while the
-# file MARKER exists (and removes it): a preemption at a step the test chooses, in a run that otherwise trains as
-# the shipped variant does. Dropout and a warm-up make the random stream and the schedule part of what must resume.
+# A ReZero Transformer (learned residual scalars, recorded at every evaluation) with dropout whose training forward
+# sends its own process SIGNAL at forward AT while the file MARKER exists (and removes it): a preemption at a step
+# the test chooses, in a run that otherwise trains as the shipped variant does. Dropout and a warm-up make the
+# random stream and the schedule part of what must resume.
 STOPPER = '''
 import os
 import signal
