@@ -114,3 +114,55 @@ def build(spec: variants.CifarSpec) -> nn.Module:
 
 def toy(name: str = "toy_half", init: str = "kaiming") -> str:
     return TOY.format(name=name, init=init)
+
+
+class PluginJoin(nn.Module):
+    """A plugin's join that subclasses nothing of ours: ``y = x + g·F(x)``, declared by ``variants.roles``."""
+
+    residual_role = "join"
+
+    def __init__(self, g: float) -> None:
+        super().__init__()
+        self.g = nn.Parameter(torch.tensor(g))
+
+    def residual_scalars(self) -> dict[str, torch.Tensor]:
+        return {"beta": self.g}
+
+    def forward(self, x: torch.Tensor, fx: torch.Tensor) -> torch.Tensor:
+        return x + self.g * fx
+
+
+class PluginGate(nn.Module):
+    """A plugin's gate ``T(x) = sigmoid(Wx + b)`` with W = 0, b = ``bias``: T = sigmoid(bias) everywhere."""
+
+    residual_role = "gate"
+
+    def __init__(self, d: int, bias: float) -> None:
+        super().__init__()
+        self.proj = nn.Linear(d, d)
+        nn.init.zeros_(self.proj.weight)
+        nn.init.constant_(self.proj.bias, bias)
+
+    def residual_scalars(self) -> dict[str, torch.Tensor]:
+        return {"bias": self.proj.bias}
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.sigmoid(self.proj(x))
+
+
+class PluginUnit(nn.Module):
+    """``y = x + g·T(x)·F(x)``, F = Linear-ReLU: a plugin's gated unit built from the two above."""
+
+    def __init__(self, d: int, g: float, bias: float) -> None:
+        super().__init__()
+        self.body = nn.Sequential(nn.Linear(d, d), nn.ReLU())
+        self.gate = PluginGate(d, bias)
+        self.join = PluginJoin(g)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.join(x, self.gate(x) * self.body(x))
+
+
+def plugin_net(d: int = 4) -> nn.Module:
+    """Two :class:`PluginUnit` (g 0.25 and 0.5, gate bias -2 and -1) after a Linear stem, then a Linear head."""
+    return nn.Sequential(nn.Linear(d, d), PluginUnit(d, 0.25, -2.0), PluginUnit(d, 0.5, -1.0), nn.Linear(d, 3))

@@ -129,7 +129,7 @@ def test_lesion_command_on_a_shipped_and_a_plugin_variant(tmp_path: Path, capsys
 
     stack = trained(res, capsys, "toy_stack", "--save-checkpoint", "--plugin", str(plugin))
     code, _, err = cli(["lesion", stack, "--results-dir", str(res), "--plugin", str(plugin)], capsys)
-    assert code == 2 and "error: Sequential has no residual units (no Combinator modules)" in err
+    assert code == 2 and "error: Sequential has no residual units (no joins)" in err
     code, _, err = cli(["lesion", ids[1], "--results-dir", str(res)], capsys)  # the plugin not loaded
     assert code == 2 and "toy_half" in err and err.startswith("error:")
 

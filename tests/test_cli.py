@@ -114,6 +114,31 @@ def test_help_documents_every_option_with_default(capsys: pytest.CaptureFixture[
     assert "(default: 0.1)" in out and "(default: 128)" in out
 
 
+def test_learned_residual_scalars_are_recorded_at_every_evaluation(tmp_path: Path,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    """Without --probe-every: ReZero's α (the Scaled join's β) of each unit at steps 2 and 4, the last equal to
+    the trained weights; `bench show` prints them, one line per unit, one column per evaluation."""
+    import torch
+
+    from bench.runs import checkpoints
+
+    args = ["run", "--variant", "rezero", "--depth", "8", "--steps", "4", "--eval-every", "2", "--batch-size", "16",
+            "--save-checkpoint", "--quiet", "--results-dir", str(tmp_path)]
+    assert main(args) == 0
+    run_id = ResultsStore(tmp_path).load_leaderboard()["run_id"][0]
+    recorded = ResultsStore(tmp_path).load_run(run_id)["residual_scalars"]
+    units = [f"stages.{i}.0.combine" for i in range(3)]
+    assert [(r["step"], r["module"], r["scalar"]) for r in recorded] == [(s, u, "beta") for s in (2, 4) for u in units]
+    state = torch.load(checkpoints.checkpoint_path(tmp_path, run_id), weights_only=True)["state_dict"]
+    assert [r["value"] for r in recorded[3:]] == [state[f"{u}.beta"].item() for u in units]
+    assert all(r["value"] != 0.0 for r in recorded)  # they start at 0 and learned
+    capsys.readouterr()
+    code, out, _ = run_cli(["show", run_id, "--results-dir", str(tmp_path)], capsys)
+    table = out[out.index("learned residual scalars"):].splitlines()
+    assert code == 0 and table[1].split() == ["step", "2", "step", "4"]
+    assert [line.split()[:2] for line in table[3:]] == [[u, "beta"] for u in units]
+
+
 def test_leaderboard_and_show(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     for seed in ("0", "1"):
         assert main(["run", "--variant", "resnet20", "--seed", seed, *FAST, "--results-dir", str(tmp_path)]) == 0

@@ -3,16 +3,21 @@
 from __future__ import annotations
 
 import math
+import re
 from pathlib import Path
 
 import pytest
+import torch
 from torch import nn
 
+import variants
 from bench.cli import main
 from bench.runs.config import RunConfig
-from bench.sweeps import fairness
+from bench.sweeps import fairness, structure
 from bench.sweeps.fairness import Facts, check_grid, diff_models, format_diff, model_facts, weight_profile
 from bench.sweeps.study import load_study
+from variants.blocks import ResidualUnit
+from variants.combinators import Scaled
 
 
 def _differing(rows: list) -> dict[str, tuple]:
@@ -21,7 +26,7 @@ def _differing(rows: list) -> dict[str, tuple]:
 
 def test_postln_vs_preln_differ_in_placement_only() -> None:
     rows = diff_models("postln", "preln", depth=12)
-    assert {r.axis for r in rows if r.differs} == {"placement"}
+    assert {r.axis for r in rows if r.differs} == {"placement", "structure"}  # the structure: where the norms run
     diff = _differing(rows)
     assert diff["axes.placement"] == ("post", "pre")
     assert diff["norm blocks.*.ffn.norm_out"] == ("layernorm (x12)", "-")
@@ -31,14 +36,14 @@ def test_postln_vs_preln_differ_in_placement_only() -> None:
     # Same default init (Xavier), same seed: identical stds, q/k/v of the fused projection apart.
     assert {"std blocks.*.attn.body.qkv[q]", "std blocks.*.attn.body.qkv[v]", "std blocks.*.ffn.body.fc2"} <= set(stds)
     assert all(a == b for a, b in stds.values())
-    assert "postln and preln differ in: placement" in format_diff("postln", "preln", rows)
+    assert "postln and preln differ in: placement, structure" in format_diff("postln", "preln", rows)
 
 
 def test_diff_names_init_and_combinator_of_deepnorm() -> None:
     rows = diff_models("postln", "deepnorm", depth=4, model_args={"d_model": 32, "n_heads": 2, "d_ff": 64})
     diff = _differing(rows)
     assert diff["init"] == ("xavier", "deepnorm")
-    assert {r.axis for r in rows if r.differs} == {"init", "combinator"}
+    assert {r.axis for r in rows if r.differs} == {"init", "combinator", "structure"}
     # DeepNet: q at Xavier-normal of a d x d matrix (std sqrt(1/d)); v scaled by beta = (8N)^-1/4 = 32^-1/4.
     q, v = (float(diff[f"std blocks.*.attn.body.qkv[{p}]"][1].split()[0]) for p in "qv")
     assert q == pytest.approx(32**-0.5, rel=0.05)
@@ -164,7 +169,7 @@ def test_cli_diff(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["diff", "postln", "preln", "--depth", "12"]) == 0
     out = capsys.readouterr().out
     assert out.splitlines()[0] == "postln vs preln, depth 12, seed 0 (built on the CPU):"
-    assert out.rstrip().endswith("postln and preln differ in: placement")
+    assert out.rstrip().endswith("postln and preln differ in: placement, structure")
     assert main(["diff", "postln", "nosuch"]) == 2
     assert "unknown variant 'nosuch'" in capsys.readouterr().err
 
@@ -237,3 +242,97 @@ def test_a_norm_only_difference_is_reported_as_the_norm_axis_only() -> None:
     assert "placement" not in shown and "norm" in shown
     summary = format_diff("preln", "preln_rms_for_test", rows).splitlines()[-1]
     assert summary == f"preln and preln_rms_for_test differ in: {', '.join(shown)}"
+
+
+# -- structure: what the models are made of, unit by unit ---------------------------------------------------------
+
+
+def _columns(line: str) -> list[str]:
+    return re.split(r"\s{2,}", line.strip())
+
+
+def test_diff_shows_the_branch_order_of_skipinit_and_rezero(capsys: pytest.CaptureFixture[str]) -> None:
+    """Same axes, same kwargs but init, same parameter count: the structure still tells them apart (SkipInit's
+    branch opens with a ReLU, ReZero's with the conv), side by side, aligned where they agree."""
+    assert main(["diff", "skipinit", "rezero", "--depth", "8"]) == 0
+    out = capsys.readouterr().out.rstrip().splitlines()
+    assert _columns(out[3]) == ["structure: first difference", "unit stages.0.0 (ResidualUnit)",
+                                "unit stages.0.0 (ResidualUnit)", "structure"]
+    start = out.index("first structural difference (ops in the order the forward runs them):")
+    conv = "Conv2d 3x3 weight[16,16,3,3] bias[16]"
+    assert [_columns(line) for line in out[start + 1:-1]] == [
+        ["skipinit: unit stages.0.0 (ResidualUnit)", "rezero: unit stages.0.0 (ResidualUnit)"],
+        ["ReLU", "-", "<- differs"],
+        [conv, conv], ["ReLU", "ReLU"], [conv, conv],
+        ["Scaled beta[] alpha[] fixed", "Scaled beta[] alpha[] fixed"],
+    ]
+    assert out[-1] == "skipinit and rezero differ in: init, structure"
+
+
+def test_guard_refuses_a_structural_difference_in_a_study_of_the_init() -> None:
+    configs = _configs(["skipinit", "rezero"], depth=8)
+    conv = r"Conv2d 3x3 weight\[16,16,3,3\] bias\[16\]"
+    scaled = r"Scaled beta\[\] alpha\[\] fixed"
+    with pytest.raises(ValueError, match=(
+            rf"^study 't' varies \['init'\], which changes values only, but skipinit and rezero \(depth 8\) also "
+            rf"differ in structure: first at unit stages.0.0 \(ResidualUnit\) vs unit stages.0.0 \(ResidualUnit\); "
+            rf"skipinit: ReLU > {conv} > ReLU > {conv} > {scaled}; rezero: {conv} > ReLU > {conv} > {scaled}; "
+            r"declare \"structure\" in the study's `vary`")):
+        check_grid(configs, ["init"], study="t")
+    check_grid(configs, ["init", "structure"], study="t")  # declared: compared knowingly
+
+
+def test_structure_runs_the_forward_and_says_what_is_learned() -> None:
+    """Execution order, not registration order: a pre-activation unit registers its branch before the BN-ReLU it
+    runs first. A learned β and a fixed one are different structures; a model whose forward refuses the guessed
+    input is described in registration order, and says so."""
+    with torch.device("meta"):
+        preact = variants.create("preact", depth=8)
+    described = structure.describe(preact)
+    assert described.order == "execution"
+    assert [str(op) for op in described.units[0].ops] == [
+        "BatchNorm2d weight[16] bias[16]", "ReLU", "Conv2d 3x3 weight[16,16,3,3]", "BatchNorm2d weight[16] bias[16]",
+        "ReLU", "Conv2d 3x3 weight[16,16,3,3]", "Add"]
+    nets = [nn.Sequential(ResidualUnit(nn.Linear(2, 2, bias=False), Scaled(beta=0.5, learnable_beta=learned)))
+            for learned in (True, False)]
+    learned, fixed = (structure.describe(n) for n in nets)
+    assert [str(op) for op in learned.units[0].ops] == ["Linear weight[2,2]", "Scaled beta[] alpha[] fixed"]
+    assert [str(op) for op in fixed.units[0].ops] == ["Linear weight[2,2]", "Scaled alpha[] fixed beta[] fixed"]
+    assert structure.first_difference(learned, fixed) == 0
+    assert structure.first_difference(learned, structure.describe(nets[0])) is None
+    refuses = nn.Sequential(nn.Conv2d(3, 4, 3), nn.Flatten(), nn.Linear(5, 2))  # 32x32 input: wrong width
+    assert structure.describe(refuses).order == "registration"
+
+
+def test_a_plugin_gate_and_join_are_seen_by_what_they_declare() -> None:
+    """Neither subclasses our classes: the profile reads their declared scalars, the structure finds their units."""
+    from tests._nets import plugin_net
+
+    net = plugin_net()
+    assert weight_profile(net)["scalars"] == {"*.join beta": pytest.approx(0.375), "*.gate bias": pytest.approx(-1.5)}
+    described = structure.describe(net)
+    assert [p.name for p in described.units] == ["1", "2"]
+    assert [str(op) for op in described.units[0].ops] == [
+        "Linear weight[4,4] bias[4]", "PluginGate", "Linear weight[4,4] bias[4]", "ReLU", "PluginJoin g[]"]
+
+
+def test_diff_resnet_fixup_summary_is_the_axes_of_the_table() -> None:
+    """Norms in ResNet and none in Fixup is the norm axis (norm "none"), not a placement: both models are
+    post-activation, and every axis of the summary line is the axis column of a row the table shows."""
+    rows = diff_models("resnet", "fixup", depth=8)
+    assert {r.axis for r in rows if r.key.startswith("norm ")} == {"norm"}
+    text = format_diff("resnet", "fixup", rows).splitlines()
+    assert text[-1] == "resnet and fixup differ in: combinator, family, init, norm, structure"
+    table = text[1:text.index("first structural difference (ops in the order the forward runs them):")]
+    assert {_columns(line)[-1] for line in table} == {"combinator", "family", "init", "norm", "structure"}
+
+
+def test_show_variant_prints_the_ops_of_the_first_unit(capsys: pytest.CaptureFixture[str]) -> None:
+    """One formula (``y = α·x + β·F(x)``) for both; the first unit's ops tell SkipInit from ReZero."""
+    conv = "Conv2d 3x3 weight[16,16,3,3] bias[16]"
+    for name, ops in [("skipinit", f"ReLU > {conv} > ReLU > {conv}"), ("rezero", f"{conv} > ReLU > {conv}")]:
+        assert main(["show-variant", name]) == 0
+        out = capsys.readouterr().out.rstrip().splitlines()
+        assert out[-2] == ("ops of the first unit, stages.0.0, in the order its forward runs them "
+                           "(bench.sweeps.structure):")
+        assert out[-1].strip() == f"{ops} > Scaled beta[] alpha[] fixed"

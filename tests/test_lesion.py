@@ -93,6 +93,30 @@ def test_units_and_what_can_be_deleted() -> None:
         model(torch.randn(3, 4, dtype=torch.float64))
 
 
+class PluginPlain(nn.Module):
+    """A plugin's plain join, ``y = F(x)``: declared (``residual_role``, combinator ``axis`` "none"), not a subclass."""
+
+    residual_role = "join"
+    axis = "none"
+
+    def forward(self, x: torch.Tensor, fx: torch.Tensor) -> torch.Tensor:
+        return fx
+
+
+def test_a_plugin_join_is_a_unit_by_what_it_declares() -> None:
+    from tests._nets import plugin_net
+
+    torch.manual_seed(0)
+    model = plugin_net()
+    assert lesion.units(model) == ["1.join", "2.join"]
+    x = torch.randn(3, 4)
+    with lesion.lesioned(model, ["1.join"]):  # the unit becomes its identity shortcut
+        assert torch.equal(model(x), model[3](model[2](model[0](x))))
+    plain = [ResidualUnit(nn.Linear(c, 6).double(), PluginPlain()) for c in (4, 6)]  # type: ignore[arg-type]
+    widen = Stack(*plain)
+    assert lesion.lesionable(widen, torch.randn(3, 4, dtype=torch.float64)) == ["units.1.combine"]
+
+
 def hand_task(model: nn.Module, n: int = 40, seed: int = 0) -> Fixed:
     g = torch.Generator().manual_seed(seed)
     x = torch.randn(n, 4, generator=g, dtype=torch.float64)
@@ -144,7 +168,7 @@ def test_lesion_table_against_hand_evaluations() -> None:
 
 def test_models_that_cannot_be_lesioned() -> None:
     mlp = nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 3)).double()
-    with pytest.raises(ValueError, match="has no residual units \\(no Combinator modules\\)"):
+    with pytest.raises(ValueError, match="has no residual units \\(no joins\\)"):
         lesion.lesion(mlp, hand_task(mlp))
     widen = Stack(ResidualUnit(nn.Linear(4, 3).double(), NoShortcut()))
     with pytest.raises(ValueError, match="none of the model's units can be deleted"):

@@ -357,8 +357,12 @@ def test_readme_plugin_and_command(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     assert set(board["status"]) == {"ok"}
     report = (results / "REPORT-degradation.md").read_text(encoding="utf-8")
     assert re.search(rf"^\| {variant} \| 8 \| digits \| 1/1 \|", report, re.M)
-    (record,) = next(r for r in ResultsStore(results).load_runs() if r["row"]["variant"] == variant)["plugins"]
+    run = next(r for r in ResultsStore(results).load_runs() if r["row"]["variant"] == variant)
+    (record,) = run["plugins"]
     assert record["sha256"] == sha256(tmp_path / plugin_name) and record["variants"] == [variant]
+    # The gate declares its residual scalar (no probe code): recorded at the evaluation, one number per unit.
+    assert [(r["step"], r["module"], r["scalar"]) for r in run["residual_scalars"]] == \
+        [(2, f"stages.{i}.0.combine", "alpha") for i in range(3)]
 
     # What the section says of the variant: 1,008 gate parameters more than resnet at depth 56, 0.1%.
     plugins.load_plugins([plugin_name])

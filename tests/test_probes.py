@@ -216,6 +216,41 @@ def test_residual_scale_is_mean_abs_of_a_learnable_beta_only():
     assert by_metric(rows, "residual_scale") == {0: pytest.approx(0.5)}
 
 
+def test_a_plugin_join_and_gate_are_probed_by_what_they_declare():
+    """Joins, gates and residual scalars are recognised by the interface they declare (variants.roles), not by our
+    classes: the plugin's join and gate subclass nothing of ours."""
+    from tests._nets import plugin_net
+
+    rows = probe(plugin_net(), torch.randn(5, 4), torch.randn(5, 3), half_sse, 0)
+    assert by_metric(rows, "residual_scale") == {1: pytest.approx(0.25), 3: pytest.approx(0.5)}
+    assert by_metric(rows, "gate_mean") == {0: pytest.approx(1 / (1 + math.exp(2.0)), rel=1e-6),
+                                            2: pytest.approx(1 / (1 + math.exp(1.0)), rel=1e-6)}
+    assert {r["block"] for r in rows if r["metric"] == "branch_ratio"} == {"1.join", "2.join"}
+
+
+def test_learned_scalars_are_the_declared_learned_ones_one_number_each():
+    """bench.runs.scalars: the plugin's g and gate bias (means), a per-channel β as its mean, LAuReL's computed
+    α = 2σ(a) as learned; a fixed β (DeepNorm-like) is not recorded."""
+    from bench.runs.scalars import learned_scalars
+    from tests._nets import plugin_net
+    from variants.combinators import Laurel
+
+    assert learned_scalars(plugin_net(), 7) == [
+        {"step": 7, "module": "1.gate", "scalar": "bias", "value": -2.0},
+        {"step": 7, "module": "1.join", "scalar": "beta", "value": 0.25},
+        {"step": 7, "module": "2.gate", "scalar": "bias", "value": -1.0},
+        {"step": 7, "module": "2.join", "scalar": "beta", "value": 0.5},
+    ]
+    per_channel = Scaled(beta=0.1, learnable_beta=True, beta_shape=(2,))
+    with torch.no_grad():
+        per_channel.beta.copy_(torch.tensor([0.5, -1.5]))
+    model = nn.Sequential(per_channel, Scaled(alpha=2.0, beta=0.3), Laurel(4, form="rw"))
+    with torch.no_grad():  # as at an evaluation
+        rows = learned_scalars(model, 1)
+    assert [(r["module"], r["scalar"], r["value"]) for r in rows] == [
+        ("0", "beta", -0.5), ("2", "alpha", 1.0), ("2", "beta", 1.0)]
+
+
 def test_zero_shortcut_gives_infinite_branch_ratio():
     model = ResidualUnit(nn.Linear(2, 2), Add())
     rows = probe(model, torch.zeros(3, 2), torch.ones(3, 2), half_sse, 0)

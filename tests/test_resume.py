@@ -24,9 +24,10 @@ from bench.runs.results import ResultsStore
 REPO = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.usefixtures("clean_plugins")  # tests/conftest.py
 
-# A Pre-LN Transformer with dropout whose training forward sends its own process SIGNAL at forward AT while the
-# file MARKER exists (and removes it): a preemption at a step the test chooses, in a run that otherwise trains as
-# the shipped variant does. Dropout and a warm-up make the random stream and the schedule part of what must resume.
+# A ReZero Transformer (learned residual scalars, recorded at every evaluation) with dropout whose training forward
+# sends its own process SIGNAL at forward AT while the file MARKER exists (and removes it): a preemption at a step
+# the test chooses, in a run that otherwise trains as the shipped variant does. Dropout and a warm-up make the
+# random stream and the schedule part of what must resume.
 STOPPER = '''
 import os
 import signal
@@ -40,7 +41,7 @@ COUNT = [0]
 
 @variants.register("stopper", family="toy", paper="a test")
 def build(*, depth: int = 2, vocab_size: int = 256, max_len: int = 256):
-    model = variants.create("preln", depth=depth, d_model=16, n_heads=2, d_ff=32, vocab_size=vocab_size,
+    model = variants.create("rezero_lm", depth=depth, d_model=16, n_heads=2, d_ff=32, vocab_size=vocab_size,
                             max_len=max_len, dropout=0.1)
 
     def hook(module, args):
@@ -69,8 +70,8 @@ def plugin(tmp_path: Path, at: int, sig: str = "SIGTERM") -> Path:
 
 
 def recorded(res: Path) -> dict:
-    """Everything a run records that does not measure time: the row's results, the curves, the probes, the
-    trained weights."""
+    """Everything a run records that does not measure time: the row's results, the curves, the probes, the learned
+    residual scalars, the trained weights."""
     (run,) = ResultsStore(res).load_runs()
     timing = ("wall_time_s", "created_at", "train_samples_per_s", "train_tokens_per_s", "step_time_ms",
               "achieved_tflops", "time_to_target_s", "eval_time_s",
@@ -78,12 +79,14 @@ def recorded(res: Path) -> dict:
     row = {k: v for k, v in run["row"].items() if k not in timing}
     evals = [{k: v for k, v in p.items() if k != "train_time_s"} for p in run["curves"]["eval"]]
     weights = torch.load(res / "checkpoints" / f"{run['run_id']}.pt", weights_only=True)["state_dict"]
-    return {"row": row, "train": run["curves"]["train"], "eval": evals, "probes": run["probes"], "weights": weights}
+    return {"row": row, "train": run["curves"]["train"], "eval": evals, "probes": run["probes"],
+            "scalars": run["residual_scalars"], "weights": weights}
 
 
 def assert_same(a: dict, b: dict) -> None:
     assert a["row"] == b["row"]
     assert a["train"] == b["train"] and a["eval"] == b["eval"] and a["probes"] == b["probes"]
+    assert a["scalars"] == b["scalars"] and {r["step"] for r in a["scalars"]} == {p["step"] for p in a["eval"]}
     assert a["weights"].keys() == b["weights"].keys()
     assert all(torch.equal(a["weights"][k], b["weights"][k]) for k in a["weights"])
 

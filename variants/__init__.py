@@ -35,6 +35,9 @@ stays stable across releases:
   stochastic depth, init) around a unit factory given its drop-path rate, and :func:`build_cifar` below;
 - joins: :class:`Combinator` (subclass it: ``forward(x, fx)`` joins the shortcut ``x`` and the branch output
   ``fx``; a class attribute ``axis`` names it), the shipped ones in :data:`COMBINATORS`, :class:`TransformGate`;
+- the residual interface (:mod:`variants.roles`), what the harness recognises joins, gates and residual scalars
+  by, whatever their class: ``residual_role = "join"`` or ``"gate"`` (a class attribute) and
+  ``residual_scalars()`` (``{symbol: tensor}``; a parameter where learned), recorded at every evaluation;
 - units (``variants.blocks``): :class:`ResidualUnit` (``combine(shortcut(x), F(x))``; subclass it to place
   norms and activations, and set ``placement``), :class:`PostActivation`, :class:`PostActBasic`,
   :class:`PostActBottleneck`, :class:`PreActBasic`, :class:`PreActBottleneck` (each takes ``combine=`` a

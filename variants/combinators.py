@@ -23,15 +23,22 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from . import axes
+from . import axes, roles
 
 
 class Combinator(nn.Module):
     """``y = combine(x, F(x))``: the base class; ``forward(x, fx)`` joins shortcut ``x`` and branch output ``fx``.
 
     ``axis`` (a class attribute) is the name the variant's ``combinator`` axis reports; a subclass without
-    one reports its class name.
+    one reports its class name. ``residual_role = "join"`` is what the harness recognises a join by
+    (:mod:`variants.roles`: a plugin's join may declare it without subclassing this class).
     """
+
+    residual_role = roles.JOIN
+
+    def residual_scalars(self) -> dict[str, torch.Tensor | float]:
+        """The join's scalars by their symbol in its formula (:mod:`variants.roles`); none by default."""
+        return {}
 
     def forward(self, x: torch.Tensor, fx: torch.Tensor) -> torch.Tensor:  # pragma: no cover - abstract
         raise NotImplementedError
@@ -65,6 +72,8 @@ class TransformGate(nn.Module):
     best for its exclusive gating).
     """
 
+    residual_role = roles.GATE
+
     def __init__(self, proj: nn.Module, bias_init: float) -> None:
         super().__init__()
         self.proj = proj
@@ -75,6 +84,11 @@ class TransformGate(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return torch.sigmoid(self.proj(x))
+
+    def residual_scalars(self) -> dict[str, torch.Tensor | float]:
+        """The gate's bias (mean over its entries where recorded): what starts the unit near its carry."""
+        bias = self.proj.bias
+        return {"bias": bias} if isinstance(bias, torch.Tensor) else {}
 
 
 class Gate(Combinator):
@@ -148,6 +162,10 @@ class Scaled(Combinator):
         shape[self.channel_dim] = -1
         return scale.view(shape)
 
+    def residual_scalars(self) -> dict[str, torch.Tensor | float]:
+        """α (the shortcut's scale) and β (the branch's): parameters where learned."""
+        return {"alpha": self.alpha, "beta": self.beta}
+
     def forward(self, x: torch.Tensor, fx: torch.Tensor) -> torch.Tensor:
         alpha = self._shaped(self.alpha, x) if isinstance(self.alpha, torch.Tensor) else self.alpha
         return alpha * x + self._shaped(self.beta, fx) * fx
@@ -187,6 +205,13 @@ class Laurel(Combinator):
                 self.down.weight.zero_()
                 self.down.weight[cols, torch.arange(d_model)] = (rank * d_model) ** -0.5
                 self.up.weight.zero_()
+
+    def residual_scalars(self) -> dict[str, torch.Tensor | float]:
+        """The learned weights α = 2σ(a) of the branch and β = 2σ(b) of the carry (forms with ``rw``)."""
+        if self.weights is None:
+            return {}
+        alpha, beta = 2 * torch.sigmoid(self.weights)
+        return {"alpha": alpha, "beta": beta}
 
     def forward(self, x: torch.Tensor, fx: torch.Tensor) -> torch.Tensor:
         carry = x if self.down is None or self.up is None else x + self.up(self.down(x))

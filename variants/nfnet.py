@@ -102,6 +102,10 @@ class SkipInitScaled(Combinator):
         self.alpha = alpha
         self.skipinit_gain = nn.Parameter(torch.tensor(0.0))
 
+    def residual_scalars(self) -> dict[str, torch.Tensor | float]:
+        """α (fixed) and the learned gain g."""
+        return {"alpha": self.alpha, "gain": self.skipinit_gain}
+
     def forward(self, x: torch.Tensor, fx: torch.Tensor) -> torch.Tensor:
         return x + self.alpha * self.skipinit_gain * fx
 

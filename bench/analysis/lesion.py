@@ -5,15 +5,17 @@ Veit, Wilber and Belongie 2016, "Residual Networks Behave Like Ensembles of Rela
 a plain (VGG-style) network destroys it (Fig. 3); and the error grows smoothly with the number of units deleted
 at once (Fig. 5) — the behaviour of an ensemble of many paths, not of one deep chain.
 
-Works on any model whose units are :class:`variants.combinators.Combinator` modules, with no variant-specific
-code. A unit is *lesioned* by a forward pre-hook on its Combinator that changes what it joins:
+Works on any model whose units are joins — modules declaring ``residual_role = "join"`` (:mod:`variants.roles`):
+every :class:`variants.combinators.Combinator`, and a plugin's join without subclassing it — with no
+variant-specific code. A unit is *lesioned* by a forward pre-hook on its join that changes what it joins:
 
 - a unit with a shortcut (``add``, ``gate``, ``scaled``, ``concat``, ...) gets a zero branch, ``combine(x, 0)``:
   the unit becomes its shortcut — ``x`` for an identity shortcut (and ``act(x) = x`` after a ReLU that follows
   a ReLU), the projection or zero-padding where the unit changes the shape (Veit's "downsampling blocks"),
   ``(1 - T(x))·x`` for Highway, ``[x, 0]`` for a DenseNet layer, ``norm(x)`` for a Post-LN sublayer;
-- a plain unit (``none``: ``y = F(x)``) is replaced by the identity, ``y = x`` — where the shapes allow, as Veit
-  did for VGG; a plain unit that changes the shape cannot be deleted and is left out (``lesionable`` says which).
+- a plain unit (combinator axis ``none``: ``y = F(x)``) is replaced by the identity, ``y = x`` — where the shapes
+  allow, as Veit did for VGG; a plain unit that changes the shape cannot be deleted and is left out
+  (``lesionable`` says which).
 
 The branch is still computed and thrown away: simple, and what a hook can do without knowing the unit.
 Quantities: ``error`` = 1 - accuracy and ``loss`` (the task's mean cross-entropy) on the task's validation split,
@@ -31,15 +33,15 @@ import torch
 from torch import nn
 
 from bench.runs.train import eval_pass
-from variants.combinators import Combinator, NoShortcut
+from variants.roles import drops_shortcut, is_join
 
 DEFAULT_DROPS = (1, 2, 4, 8, 16)
 COLUMNS = ("mode", "k", "draw", "unit", "layer", "error", "loss")
 
 
 def units(model: nn.Module) -> list[str]:
-    """Qualified names of the model's Combinator modules, in ``model.modules()`` order (the probes' layers)."""
-    return [name for name, m in model.named_modules() if isinstance(m, Combinator)]
+    """Qualified names of the model's joins, in ``model.modules()`` order (the probes' layers)."""
+    return [name for name, m in model.named_modules() if is_join(m)]
 
 
 def _joined(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -51,7 +53,7 @@ def _joined(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[torch.Tensor
 
 def _lesion_hook(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[tuple[Any, ...], dict]:
     x, fx = _joined(args, kwargs)
-    if isinstance(module, NoShortcut):
+    if drops_shortcut(module):
         if x.shape != fx.shape:
             raise ValueError(f"a plain unit that maps {tuple(x.shape)} to {tuple(fx.shape)} cannot be deleted")
         return (x, x), {}  # y = F(x) becomes y = x
@@ -62,7 +64,7 @@ def _lesion_hook(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any
 def lesioned(model: nn.Module, names: Sequence[str]) -> Iterator[None]:
     """Within the block, the units ``names`` of ``model`` are deleted (see the module docstring)."""
     modules = dict(model.named_modules())
-    unknown = [n for n in names if not isinstance(modules.get(n), Combinator)]
+    unknown = [n for n in names if n not in modules or not is_join(modules[n])]
     if unknown:
         raise ValueError(f"not residual units of this model: {unknown}")
     with contextlib.ExitStack() as stack:
@@ -80,7 +82,7 @@ def lesionable(model: nn.Module, x: torch.Tensor) -> list[str]:
     def watch(name: str) -> Any:
         def hook(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
             a, b = _joined(args, kwargs)
-            shapes[name] = not isinstance(module, NoShortcut) or a.shape == b.shape
+            shapes[name] = not drops_shortcut(module) or a.shape == b.shape
 
         return hook
 
@@ -116,8 +118,8 @@ def lesion(model: nn.Module, task: Any, *, drops: Sequence[int] = DEFAULT_DROPS,
     batches = list(task.val_batches(batch_size))
     every = units(model)
     if not every:
-        raise ValueError(f"{type(model).__name__} has no residual units (no Combinator modules): a lesion deletes "
-                         "units built from variants.combinators; build the variant from the block API")
+        raise ValueError(f"{type(model).__name__} has no residual units (no joins): a lesion deletes units "
+                         "whose join declares residual_role = 'join' (every variants.Combinator does)")
     able = lesionable(model, batches[0][0])
     if not able:
         raise ValueError("none of the model's units can be deleted (plain units that change the shape only)")

@@ -6,12 +6,15 @@ import argparse
 import dataclasses
 import sys
 
+import torch
+
 import variants
 from bench.cli.parser import config_from_args
 from bench.runs import plugins
 from bench.runs.config import RECIPES
 from bench.runs.probes import format_probe_table, probe, probe_table
 from bench.runs.train import setup
+from bench.sweeps import structure
 from bench.sweeps.fairness import diff_models, format_diff
 
 
@@ -56,6 +59,12 @@ def cmd_show_variant(ns: argparse.Namespace) -> int:
             print(f"{role}: {part['class']}  ({part['file']}:{part['line']}{inherited})\n    {part['formula']}")
     if not any(parts.get(role) for role in ("layer", "unit", "combinator")):
         print("no residual unit: this model's formula is its own forward (a timm model, or a net without joins)")
+        return 0
+    with plugins.blame(ns.name), torch.device("meta"):  # shapes only: no memory, no random draws
+        units = structure.describe(variants.create(ns.name)).units
+    if units:  # two variants of one formula can differ here (SkipInit's branch opens with a ReLU, ReZero's not)
+        print(f"ops of the first unit, {units[0].name}, in the order its forward runs them "
+              f"(bench.sweeps.structure):\n    {structure.inline(units[0])}")
     return 0
 
 

@@ -15,6 +15,7 @@ from bench.runs import plugins
 from bench.runs.perf import overhead
 from bench.runs.results import ResultsStore
 from bench.runs.runner import measurement_failures
+from bench.runs.scalars import scalar_table
 from bench.runs.tasks.datasets import download
 from bench.runs.upgrade import upgrade
 from bench.sweeps.scaling import scaling
@@ -84,6 +85,9 @@ def cmd_show(ns: argparse.Namespace) -> int:
     if evals:
         print("\nevaluations:")
         print(pd.DataFrame(evals).to_string(index=False))
+    if run.get("residual_scalars"):  # runs recorded before the scalars were have none
+        print("\nlearned residual scalars (mean over each tensor's entries) at each evaluation:")
+        print(scalar_table(run["residual_scalars"]))
     return 0
 
 

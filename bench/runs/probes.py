@@ -13,9 +13,11 @@ The probes reproduce the per-layer views of the papers resbench re-measures:
 - the Highway transform-gate activity (Srivastava et al. 2015, "Training Very Deep Networks", Fig. 2);
 - learnable residual scales (ReZero, Bachlechner et al. 2020; LayerScale, Touvron et al. 2021).
 
-No variant carries probe code. A *residual unit* is any module that is an instance of
-:class:`variants.combinators.Combinator`: its ``forward(x, fx)`` receives the shortcut ``x`` and the
-branch output ``F(x)`` and returns the residual stream. Definitions (one row per unit and metric):
+No variant carries probe code. A *residual unit* is any module that declares itself a join
+(``residual_role = "join"``, :mod:`variants.roles`; every :class:`variants.combinators.Combinator` does, and a
+plugin's join need not subclass it): its ``forward(x, fx)`` receives the shortcut ``x`` and the branch output
+``F(x)`` and returns the residual stream; below, "Combinator" means such a join. Definitions (one row per unit
+and metric):
 
 - ``layer``: the position of the unit among all units, in ``model.modules()`` order (0 = first).
   ``block``: the unit's qualified module name.
@@ -69,10 +71,12 @@ branch output ``F(x)`` and returns the residual stream. Definitions (one row per
   Highway gate's projection belongs to the join, not the branch). Biases, norms, embeddings and a
   projection shortcut (outside ``body``) do not count; a unit nested in the branch does. No row when
   none of those weights has a gradient.
-- ``gate_mean``: mean of a :class:`~variants.combinators.TransformGate`'s output ``T(x)`` in [0, 1];
+- ``gate_mean``: mean of a gate's output ``T(x)`` in [0, 1] (a module declaring ``residual_role = "gate"``:
+  :class:`~variants.combinators.TransformGate`, or a plugin's);
   reported on the unit that encloses the gate (a gate outside every Combinator is a unit of its own).
-- ``residual_scale``: mean ``|β|`` of a :class:`~variants.combinators.Scaled` unit whose β is a
-  learnable parameter (ReZero, LayerScale). Fixed scales (DeepNorm's α) are constants and not probed.
+- ``residual_scale``: mean ``|β|`` of a join whose declared residual scalar ``beta`` (``residual_scalars()``,
+  :mod:`variants.roles`) is learned: :class:`~variants.combinators.Scaled` of ReZero, SkipInit, LayerScale.
+  Fixed scales (DeepNorm's α) are constants and not probed.
 
 A module called several times in one forward (weight sharing) reports the mean over its calls.
 """
@@ -89,7 +93,7 @@ import pandas as pd
 import torch
 from torch import nn
 
-from variants.combinators import Combinator, Scaled, TransformGate
+from variants.roles import is_gate, is_join, learnable, residual_scalars
 
 METRICS: tuple[str, ...] = (
     "grad_norm", "weight_grad_norm", "out_rms", "out_var", "branch_ratio", "stable_rank", "rank_collapse",
@@ -105,9 +109,9 @@ def _units(model: nn.Module) -> tuple[dict[str, int], dict[str, str]]:
     layers: dict[str, int] = {}
     gate_unit: dict[str, str] = {}
     for name, module in model.named_modules():
-        if isinstance(module, Combinator):
+        if is_join(module):
             layers[name] = len(layers)
-        elif isinstance(module, TransformGate):
+        elif is_gate(module):
             enclosing = [u for u in layers if name.startswith(f"{u}.") or u == ""]
             # named_modules() is pre-order, so the last enclosing unit seen is the innermost one.
             unit = enclosing[-1] if enclosing else name
@@ -205,7 +209,7 @@ def _branch_modules(owner: nn.Module) -> list[nn.Module]:
     stack = [_branch(owner)]
     while stack:
         m = stack.pop()
-        if isinstance(m, Combinator) or id(m) in found:
+        if is_join(m) or id(m) in found:
             continue
         found[id(m)] = m
         stack.extend(reversed(list(m.children())))
@@ -239,7 +243,7 @@ def _raw_kind(owner: nn.Module) -> str:
 
 
 def _kinds(layers: dict[str, int], modules: dict[str, nn.Module]) -> dict[str, str]:
-    raw = {u: _raw_kind(modules[_owner_name(u)]) if isinstance(modules[u], Combinator) else "gate" for u in layers}
+    raw = {u: _raw_kind(modules[_owner_name(u)]) if is_join(modules[u]) else "gate" for u in layers}
     # A Linear-only branch next to attention units is a Transformer's feed-forward sublayer.
     linear = "ffn" if "attn" in raw.values() else "mlp"
     return {u: linear if k == "linear" else k for u, k in raw.items()}
@@ -280,7 +284,7 @@ def probe(
     with ExitStack() as stack:
         for unit in layers:
             module = modules[unit]
-            if isinstance(module, Combinator):
+            if is_join(module):
                 handle = module.register_forward_hook(_combinator_hook(sums, unit, sequence), with_kwargs=True)
                 stack.callback(handle.remove)
         for gate, unit in gate_unit.items():
@@ -291,7 +295,7 @@ def probe(
             model.train(train)
             loss_fn(model(x), y).backward()
             for unit in layers:
-                if isinstance(modules[unit], Combinator):
+                if is_join(modules[unit]):
                     owner = modules[_owner_name(unit)]
                     norms = {"grad_norm": owner.parameters(), "weight_grad_norm": _branch_weights(owner)}
                     for metric, of in norms.items():
@@ -319,8 +323,9 @@ def probe(
             calls = sums.get((unit, metric))
             if calls:
                 values[metric] = sum(calls) / len(calls)
-        if isinstance(module, Scaled) and isinstance(module.beta, nn.Parameter):
-            values["residual_scale"] = module.beta.detach().abs().float().mean().item()
+        beta = residual_scalars(module).get("beta")
+        if beta is not None and learnable(beta):
+            values["residual_scale"] = beta.detach().abs().float().mean().item()
         where = {"step": int(step), "layer": layer, "block": unit, "kind": kinds[unit]}
         rows += [where | {"metric": m, "value": float(values[m])} for m in METRICS if m in values]
     return rows

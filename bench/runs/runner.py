@@ -165,6 +165,7 @@ def run_config(cfg: RunConfig, progress: bool = False, reuse: Reuse | None = Non
         "placement": dict(placement or {}),
         "curves": {"train": rec.train_curve, "eval": rec.eval_curve},
         "probes": rec.probes,
+        "residual_scalars": rec.residual_scalars,  # learned residual scalars at every evaluation (bench.runs.scalars)
         # Which code outside resbench was loaded, and exactly which version of it (bench.runs.plugins).
         "plugins": [p.record() for p in plugins.loaded()],
         **kept,  # the trained weights, serialised: record() writes them to checkpoints/ and drops them from here
@@ -193,7 +194,7 @@ def unfinished_run(cfg: RunConfig, status: str, error: str, wall_s: float, last:
     return {
         "run_id": cfg.run_id, "row": row, "config": cfg.to_dict(), "init": row.get("init"),
         "measurements": dict(last.get("measurements") or {}), "cost_source": row.get("cost_source") or "",
-        "placement": dict(placement or {}), "curves": {"train": [], "eval": []}, "probes": [],
+        "placement": dict(placement or {}), "curves": {"train": [], "eval": []}, "probes": [], "residual_scalars": [],
         "plugins": [p.record() for p in plugins.loaded()],
     }  # fmt: skip
 

@@ -23,6 +23,7 @@ import variants
 from bench.runs import distributed, measure, plugins, resume
 from bench.runs.config import RunConfig, lr_factor
 from bench.runs.progress import Progress
+from bench.runs.scalars import learned_scalars
 from bench.runs.tasks import Task, TaskError, TaskOptions
 from bench.runs.tasks import get as get_task
 
@@ -296,6 +297,7 @@ class Record:
     train_curve: list[dict[str, Any]] = field(default_factory=list)
     eval_curve: list[dict[str, Any]] = field(default_factory=list)
     probes: list[dict[str, Any]] = field(default_factory=list)
+    residual_scalars: list[dict[str, Any]] = field(default_factory=list)  # at every evaluation (bench.runs.scalars)
     steps_done: int = 0
     train_time_s: float = 0.0
     steps_to_target: int | None = None
@@ -510,7 +512,8 @@ def _state(step: int, runner: StepRunner, model: torch.nn.Module, rec: Record, l
         "model": model.state_dict(), "optimizer": runner.opt.state_dict(), "scheduler": runner.sched.state_dict(),
         "scaler": runner.scaler.state_dict(), "warmup_end": runner.warmup_end, "runner_steps": runner.steps_done,
         "losses": losses[:step].cpu(), "lrs": list(lrs), "first_loss": first_loss, "rng": resume.rng_state(),
-        "record": {"eval_curve": rec.eval_curve, "probes": rec.probes, "steps_to_target": rec.steps_to_target,
+        "record": {"eval_curve": rec.eval_curve, "probes": rec.probes, "residual_scalars": rec.residual_scalars,
+                   "steps_to_target": rec.steps_to_target,
                    "time_to_target_s": rec.time_to_target_s, "train_time_s": rec.train_time_s,
                    "eval_time_s": rec.eval_time_s},
     }  # fmt: skip
@@ -562,6 +565,7 @@ def _eval_point(s: Setup, rec: Record, step: int) -> None:
         "val_loss": val_loss, "val_acc": val_acc, **s.task.extra_metrics(val_loss),
     }  # fmt: skip
     rec.eval_curve.append(point)
+    rec.residual_scalars += learned_scalars(s.model, step)
     reached = (s.cfg.target is not None and val_acc >= s.cfg.target) or \
         (s.cfg.target_loss is not None and val_loss <= s.cfg.target_loss)
     if reached and rec.steps_to_target is None:

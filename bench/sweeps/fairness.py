@@ -5,7 +5,8 @@ confound a ranking. This module finds such differences without knowing any varia
 
 - :func:`model_facts` — what the registry says of a model as it would be built: its axes
   (``variants.describe``), its resolved keyword arguments (``init``, ``width``, ``d_model``, ...) and,
-  built on the meta device, its parameter count.
+  built on the meta device, its parameter count and its structure (:mod:`bench.sweeps.structure`: per
+  residual unit, the ops in the order the forward runs them, with parameter shapes and what is learned).
 - :func:`weight_profile` — what a built model *is*: per weight role (the parameter's qualified name
   with layer indices replaced by ``*``; a fused ``qkv`` weight split into q, k and v) the number of
   tensors and the standard deviation of their entries, the positions of its norm layers, and its
@@ -15,7 +16,11 @@ confound a ranking. This module finds such differences without knowing any varia
 - :func:`check_grid` — the guard ``bench sweep`` / ``bench reproduce`` runs before the first run:
   within every group of a study's grid that shares all grid values but the variant, the variants may
   differ only along the axes the study declares in ``vary``, and in parameter count by at most
-  ``param_tolerance`` (relative). Anything else is refused, naming the field and the two variants.
+  ``param_tolerance`` (relative). Anything else is refused, naming the field and the two variants. A study
+  that varies only values (:data:`VALUE_CONFOUNDS`: init, dropout, drop-path rate) must also compare models
+  of one structure; the first differing unit is named with both op sequences.
+
+Joins, gates and residual scalars are found by what modules declare (:mod:`variants.roles`), never by class.
 """
 
 from __future__ import annotations
@@ -25,7 +30,7 @@ import math
 import re
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -34,7 +39,9 @@ from torch import nn
 import variants
 from bench.runs.config import RunConfig
 from bench.runs.train import resolved_kwargs
-from variants.combinators import Gate, Scaled
+from bench.sweeps import structure
+from bench.sweeps.structure import Part, Structure
+from variants.roles import residual_scalars
 
 # Two weight stds within this relative difference (or within 4 standard errors of a sample std, for small
 # tensors) are the same scheme, not another init.
@@ -44,6 +51,9 @@ DEFAULT_PARAM_TOLERANCE = 0.01
 # width and the regularisation. Others (a gate's bias, a shortcut type, a unit ordering) are options of the
 # variant's own combinator or body, which its axes already name; `bench diff` shows them all.
 CONFOUNDS = ("init", "width", "d_model", "d_ff", "n_heads", "growth_rate", "bias", "dropout", "drop_path_rate")
+# The confounds that change values, not what the model is made of: a study varying only these must compare models
+# of one structure (bench.sweeps.structure).
+VALUE_CONFOUNDS = ("init", "dropout", "drop_path_rate")
 _WEIGHTED = (nn.Linear, nn.modules.conv._ConvNd, nn.Embedding)
 
 
@@ -56,6 +66,7 @@ class Facts:
     axes: Mapping[str, str]
     kwargs: Mapping[str, Any]
     params: int
+    structure: Structure | None = field(default=None, compare=False)  # None: not described (made-up facts)
 
 
 def _overrides(depth: int | None, model_args: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -72,7 +83,7 @@ def model_facts(variant: str, depth: int | None = None, model_args: Mapping[str,
             model = variants.create(variant, **over)
     desc = variants.describe(variant)
     return Facts(variant, desc["family"], dict(desc["axes"]), resolved_kwargs(variant, over),
-                 sum(p.numel() for p in model.parameters()))
+                 sum(p.numel() for p in model.parameters()), structure.describe(model))
 
 
 def _role(name: str) -> str:
@@ -96,15 +107,8 @@ def weight_profile(model: nn.Module) -> dict[str, Any]:
                     pooled[f"{role}[{part}]"].append(rows)
             else:
                 pooled[role].append(w)
-        if isinstance(module, Scaled):
-            alpha = module.alpha
-            scalars[f"{role} alpha"].append(alpha.detach().float().mean().item() if isinstance(alpha, torch.Tensor)
-                                            else float(alpha))
-            scalars[f"{role} beta"].append(module.beta.detach().float().mean().item())
-        elif isinstance(module, Gate):
-            bias = getattr(module.gate.proj, "bias", None)
-            if bias is not None:
-                scalars[f"{role} gate bias"].append(bias.detach().float().mean().item())
+        for symbol, value in residual_scalars(module).items():  # declared, whatever the class (variants.roles)
+            scalars[f"{role} {symbol}"].append(value.detach().float().mean().item())
     stds = {r: (len(ws), sum(w.numel() for w in ws), torch.cat([w.flatten() for w in ws]).std().item())
             for r, ws in pooled.items()}
     return {"weights": stds, "norms": dict(norms), "scalars": {k: sum(v) / len(v) for k, v in scalars.items()}}
@@ -155,8 +159,9 @@ def _profile_rows(pa: Mapping[str, Any], pb: Mapping[str, Any]) -> list[DiffRow]
     na, nb = pa["norms"], pb["norms"]
     for role in sorted(set(na) | set(nb)):
         ka, kb = na.get(role, []), nb.get(role, [])
-        # Norm layers at other places is a placement; the same places with another norm type is the norm axis.
-        axis = "placement" if len(ka) != len(kb) else "norm"
+        # Norm layers at other places is a placement; the same places with another norm type, or norms in one model
+        # and none at all in the other (norm "none": Fixup against ResNet), is the norm axis.
+        axis = "placement" if len(ka) != len(kb) and na and nb else "norm"
         rows.append(DiffRow(axis, f"norm {role}", _norms_cell(ka), _norms_cell(kb), ka != kb))
     sa, sb = pa["scalars"], pb["scalars"]
     for key in sorted(set(sa) | set(sb)):
@@ -171,9 +176,24 @@ def _norms_cell(kinds: Sequence[str]) -> str:
     return f"{', '.join(dict.fromkeys(kinds))} (x{len(kinds)})" if kinds else "-"
 
 
+def structure_row(fa: Facts, fb: Facts) -> DiffRow | None:
+    """The ``structure`` row of two described models (:mod:`bench.sweeps.structure`): their summaries where the
+    structures are equal, else the first part in which they differ (a :class:`Part` each, or ``"(no such part)"``
+    where one model has fewer); None where either is undescribed."""
+    sa, sb = fa.structure, fb.structure
+    if sa is None or sb is None:
+        return None
+    index = structure.first_difference(sa, sb)
+    if index is None:
+        return DiffRow("structure", "structure", sa.summary(), sb.summary(), False)
+    pa, pb = (structure.part_at(s, index) or "(no such part)" for s in (sa, sb))
+    return DiffRow("structure", "structure: first difference", pa, pb, True)
+
+
 def diff_models(a: str, b: str, depth: int | None = None, model_args: Mapping[str, Any] | None = None,
                 seed: int = 0, param_tolerance: float = DEFAULT_PARAM_TOLERANCE) -> list[DiffRow]:
-    """Every compared quantity of variants ``a`` and ``b`` built with the same overrides and seed (on the CPU)."""
+    """Every compared quantity of variants ``a`` and ``b`` built with the same overrides and seed (on the CPU):
+    the facts, the structure (:func:`structure_row`) and the weight profile."""
     facts: list[Facts] = []
     profiles = []
     for name in (a, b):
@@ -181,17 +201,26 @@ def diff_models(a: str, b: str, depth: int | None = None, model_args: Mapping[st
         model = variants.create(name, **_overrides(depth, model_args))
         facts.append(model_facts(name, depth, model_args, model))
         profiles.append(weight_profile(model))
-    return _fact_rows(facts[0], facts[1], param_tolerance) + _profile_rows(*profiles)
+    shape = structure_row(*facts)
+    return _fact_rows(facts[0], facts[1], param_tolerance) + ([shape] if shape else []) + _profile_rows(*profiles)
 
 
 def format_diff(a: str, b: str, rows: Sequence[DiffRow], show_all: bool = False) -> str:
-    """A side-by-side table (only the differing rows unless ``show_all``) and a one-line summary of the axes."""
+    """A side-by-side table (only the differing rows unless ``show_all``) with the axis of every row, the first
+    structural difference with both op sequences side by side, and a one-line summary: the axes of the differing
+    rows of the table."""
     shown = [r for r in rows if r.differs or show_all]
     width = max([len(r.key) for r in shown] + [len("quantity")])
     wa = max([len(str(r.a)) for r in shown] + [len(a)])
-    lines = [f"{'quantity':<{width}}  {a:<{wa}}  {b}"]
-    lines += [f"{r.key:<{width}}  {r.a!s:<{wa}}  {r.b!s}{'   <- differs' if r.differs and show_all else ''}"
-              for r in shown]
+    wb = max([len(str(r.b)) for r in shown] + [len(b)])
+    lines = [f"{'quantity':<{width}}  {a:<{wa}}  {b:<{wb}}  axis"]
+    lines += [f"{r.key:<{width}}  {r.a!s:<{wa}}  {r.b!s:<{wb}}  {r.axis}"
+              f"{'   <- differs' if r.differs and show_all else ''}" for r in shown]
+    for r in rows:
+        if r.axis == "structure" and r.differs:
+            parts = [p if isinstance(p, Part) else None for p in (r.a, r.b)]
+            lines += ["first structural difference (ops in the order the forward runs them):",
+                      structure.sequences(a, parts[0], b, parts[1])]
     axes = sorted({r.axis for r in rows if r.differs})
     lines.append(f"{a} and {b} differ in: {', '.join(axes)}" if axes else f"{a} and {b} do not differ")
     return "\n".join(lines)
@@ -212,8 +241,9 @@ def check_grid(configs: Iterable[RunConfig], vary: Sequence[str], param_toleranc
                study: str = "study") -> None:
     """Refuse (ValueError) a grid whose variants differ in an undeclared way; see the module docstring.
 
-    Compared: the axes, the keyword arguments in :data:`CONFOUNDS` that both builders take, and the
-    parameter count. Other keyword arguments belong to a variant's own combinator or body.
+    Compared: the axes, the keyword arguments in :data:`CONFOUNDS` that both builders take, the
+    parameter count, and (where ``vary`` names values only) the structure. Other keyword arguments belong
+    to a variant's own combinator or body.
     """
     groups: dict[str, dict[str, Facts]] = defaultdict(dict)
     for cfg in configs:
@@ -222,7 +252,7 @@ def check_grid(configs: Iterable[RunConfig], vary: Sequence[str], param_toleranc
         group = groups[_group_key(cfg)]
         if cfg.variant not in group:
             group[cfg.variant] = model_facts(cfg.variant, cfg.depth, cfg.model_overrides())
-    known = {"params"}
+    known = {"params", "structure"}
     for group in groups.values():
         for f in group.values():
             known |= set(f.axes) | set(f.kwargs)
@@ -243,3 +273,23 @@ def check_grid(configs: Iterable[RunConfig], vary: Sequence[str], param_toleranc
                         f"{row.a!r} vs {row.b!r}{f' ({what}: {param_tolerance:g})' if what else ''}; "
                         f"declare it in the study's `vary` (or `param_tolerance`) or make the models match"
                     )
+            _check_structure(first, other, vary, study)
+
+
+def _check_structure(first: Facts, other: Facts, vary: Sequence[str], study: str) -> None:
+    """Refuse two models that differ in structure in a study that varies only values (:data:`VALUE_CONFOUNDS`:
+    skipinit and rezero in a study of the init). A study that varies a structural axis (combinator, placement,
+    norm, body, width ... or ``structure`` itself) compares structures by design."""
+    if any(axis not in VALUE_CONFOUNDS for axis in vary):
+        return
+    row = structure_row(first, other)
+    if row is None or not row.differs:
+        return
+    parts = [p if isinstance(p, Part) else None for p in (row.a, row.b)]
+    raise ValueError(
+        f"study {study!r} varies {list(vary) or 'nothing'}, which changes values only, but {first.variant} and "
+        f"{other.variant} (depth {first.kwargs.get('depth')}) also differ in structure: first at {row.a} vs "
+        f"{row.b}; {first.variant}: {structure.inline(parts[0])}; {other.variant}: {structure.inline(parts[1])}; "
+        f"declare \"structure\" in the study's `vary` to compare them anyway, or make the models match "
+        f"(`python -m bench diff {first.variant} {other.variant}` shows both)"
+    )
