@@ -35,8 +35,11 @@ FIGURE_NOTE = (
     "Lines: mean over seeds. Bands and error bars: 95% Student-t CI of that mean, clipped to the metric's "
     "valid range (accuracy and error in [0, 1]; loss, throughput, memory and gradient norm ≥ 0) — with 3 "
     "seeds the unclipped interval often leaves it. On a log axis a band that runs off the bottom edge has a "
-    "CI that reaches 0. Colour = variant (the same in every figure); line style = depth (or warm-up); "
-    "training loss and gradient norms use a log scale; gaps in a curve are non-finite losses."
+    "CI that reaches 0. Colour = variant, one colour per variant in every figure of these runs; line style "
+    "(or marker) = the rest of the configuration (depth, warm-up, and any field that differs between the runs, "
+    "such as steps or learning rate). Training loss and gradient norms use a log scale; gaps in a curve are "
+    "non-finite losses. A y axis follows the bulk of its values: a point far outside it (a loss spike) is a "
+    "triangle on the edge, and the axis label says how many there are."
 )
 CLAIMS_NOTE = (
     "Each study file declares its claims — metric, groups, expected direction, margin, paper and figure — and "
