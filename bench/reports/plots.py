@@ -185,7 +185,7 @@ def _drawn_ys(ax: Axes) -> np.ndarray:
     parts = [np.asarray(ln.get_ydata(), dtype=float) for ln in ax.get_lines() if ln.get_label() != _OFF_SCALE]
     for c in ax.collections:
         if isinstance(c, PolyCollection):
-            parts += [p.vertices[:, 1] for p in c.get_paths()]
+            parts += [np.asarray(p.vertices, dtype=float)[:, 1] for p in c.get_paths()]
         elif isinstance(c, LineCollection):
             parts += [np.asarray(seg, dtype=float)[:, 1] for seg in c.get_segments()]
     return np.concatenate(parts) if parts else np.array([])
