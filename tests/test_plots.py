@@ -502,3 +502,13 @@ def test_loss_vs_time_plots_mean_loss_at_mean_training_time(tmp_path):
     assert "training time" in ax.get_xlabel() and ax.get_yscale() == "log"
     names = [p.stem for p in plots.make_all(tmp_path)]
     assert "loss_vs_time_tinytext" in names
+
+
+def test_a_configuration_without_a_value_leaves_a_gap(tmp_path):
+    """A depth whose runs recorded no peak memory: a NaN mean (an empty error bar), drawn as a gap."""
+    store = ResultsStore(tmp_path)
+    for depth in (20, 56):
+        for seed in (0, 1):
+            add_run(store, "resnet", depth, seed, peak_mem_mb=None if depth == 56 else 10.0 + seed)
+    fig = plots.plot_cost(plots.load_frames(tmp_path).leaderboard, "digits")
+    np.testing.assert_allclose(line(fig.axes[1], "resnet").get_ydata(), [10.5, np.nan])

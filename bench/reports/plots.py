@@ -148,7 +148,8 @@ def _series(
         xs, mean = s[x].to_numpy(dtype=float), s["mean"].to_numpy(dtype=float)
         lo, hi = s["lo"].to_numpy(dtype=float), s["hi"].to_numpy(dtype=float)
         if band:
-            ax.plot(xs, mean, color=colour, linestyle=ls, marker=marker, markersize=4, label=label)
+            every = max(1, len(xs) // 8)  # a marker (a style past the sixth) every ~1/8 of the line, not every point
+            ax.plot(xs, mean, color=colour, linestyle=ls, marker=marker, markersize=4, markevery=every, label=label)
             ax.fill_between(xs, lo, hi, color=colour, alpha=0.2, linewidth=0)
             continue
         # Series sharing an x are nudged apart on screen (the data stay exact) so no error bar hides another.
@@ -187,7 +188,7 @@ def _drawn_ys(ax: Axes) -> np.ndarray:
         if isinstance(c, PolyCollection):
             parts += [np.asarray(p.vertices, dtype=float)[:, 1] for p in c.get_paths()]
         elif isinstance(c, LineCollection):
-            parts += [np.asarray(seg, dtype=float)[:, 1] for seg in c.get_segments()]
+            parts += [np.asarray(seg, dtype=float).reshape(-1, 2)[:, 1] for seg in c.get_segments()]
     return np.concatenate(parts) if parts else np.array([])
 
 
