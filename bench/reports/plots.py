@@ -170,9 +170,16 @@ def _legend(fig: Figure, colours: Mapping[str, Colour], series: Iterable[str],
     handles = [Line2D([], [], color=colours[k], linewidth=2, label=k) for k in sorted(set(map(str, series)))]
     if styles and len(styles) > 1:
         handles += [Line2D([], [], color="0.35", linestyle=ls, marker=m, label=s) for s, (ls, m) in styles.items()]
-    ncols = max(1, min(len(handles), int(fig.get_figwidth() // 2.2)))
-    fig.legend(handles=handles, loc="outside lower center", ncols=ncols, fontsize="small", frameon=False,
-               title="colour: variant" + ("; line: configuration" if styles and len(styles) > 1 else ""))
+    fig.legend(handles=handles, loc="outside lower center", ncols=_legend_columns(fig, handles), fontsize="small",
+               frameon=False, title="colour: variant" + ("; line: configuration" if styles and len(styles) > 1 else ""))
+
+
+def _legend_columns(fig: Figure, handles: list[Line2D]) -> int:
+    """As many legend columns as fit the figure's width: an entry is its longest label at ~0.6 em a character of
+    'small' text (10 pt x 0.833), plus the handle and the padding (~4 em)."""
+    em = 10 * 0.833 / 72  # inches
+    entry = (max(len(str(h.get_label())) for h in handles) * 0.6 + 4) * em
+    return max(1, min(len(handles), int(0.95 * fig.get_figwidth() / entry)))
 
 
 def _suptitle(fig: Figure, text: str) -> None:
@@ -426,7 +433,7 @@ def plot_pareto(leaderboard: pd.DataFrame, task: str | None = None, metric: str 
     if len(markers) > 1:
         handles += [Line2D([], [], color="0.35", linestyle="", marker=m, label=s) for s, m in markers.items()]
     handles.append(Line2D([], [], color="black", linestyle="--", linewidth=1, label="Pareto front"))
-    fig.legend(handles=handles, loc="outside lower center", ncols=max(1, min(len(handles), 3)), fontsize="small",
+    fig.legend(handles=handles, loc="outside lower center", ncols=_legend_columns(fig, handles), fontsize="small",
                frameon=False, title="colour: variant" + ("; marker: configuration" if len(markers) > 1 else ""))
     return fig
 
@@ -494,6 +501,6 @@ def make_all(results_dir: str | Path, study: str | None = None) -> list[Path]:
     for name, make in jobs:
         path = out / f"{_slug(name)}.png"
         path.parent.mkdir(parents=True, exist_ok=True)
-        make().savefig(path, dpi=120)
+        make().savefig(path, dpi=120, bbox_inches="tight")  # whatever the layout left outside the figure
         paths.append(path)
     return paths
