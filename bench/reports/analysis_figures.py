@@ -93,7 +93,8 @@ def lesion_figure(tables: dict[str, pd.DataFrame], title: str = "", colours: Map
              ylim=(0, 1))
     for ax in (single, many):
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-    fig.legend(*many.get_legend_handles_labels(), loc="outside right upper", frameon=False)
+    fig.legend(*many.get_legend_handles_labels(), loc="outside lower center", ncols=min(len(tables), 6),
+               frameon=False, title="colour: variant; line: depth")
     if title:
         fig.suptitle(title)
     return fig
@@ -227,7 +228,8 @@ def landscape_figure(frames: Mapping[str, pd.DataFrame], title: str = "", colour
             for ax in axes:
                 ax.axvline(0.0, color="0.5", linestyle=":", linewidth=1)
             if any(labels):
-                fig.legend(*axes[0].get_legend_handles_labels(), loc="outside right upper", fontsize="small")
+                fig.legend(*axes[0].get_legend_handles_labels(), loc="outside lower center",
+                           ncols=min(len(labels), 6), fontsize="small", frameon=False)
         else:
             levels, norm = _levels(frames)
             ncols = min(len(frames), 4)
