@@ -131,9 +131,10 @@ def test_palette_maps_a_studys_sorted_variants_to_well_separated_colours():
     # un-normalised net are no longer two near-identical blues).
     frontier = ["admin", "b2t", "deepnorm", "denseformer", "hybridnorm", "hyper_connections", "laurel", "llama_like",
                 "mhc", "ngpt", "postln", "preln", "resi_dual", "t_fixup", "value_residual"]  # fmt: skip
-    lab = cie_lab(list(plots.palette(frontier).values()))
-    distance = np.linalg.norm(lab[:, None] - lab[None], axis=-1)
-    assert distance[np.triu_indices(len(frontier), 1)].min() > 17
+    for names in (frontier, [f"v{i:02d}" for i in range(20)]):  # and all 20 of the two palettes
+        lab = cie_lab(list(plots.palette(names).values()))
+        distance = np.linalg.norm(lab[:, None] - lab[None], axis=-1)
+        assert distance[np.triu_indices(len(names), 1)].min() > 17
     many = plots.palette(f"v{i:02d}" for i in range(25))  # past the two palettes: still all distinct
     assert len(set(many.values())) == 25
 
