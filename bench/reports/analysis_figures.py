@@ -40,7 +40,7 @@ _LOG_RATIO = 100.0  # a positive loss spanning more than this factor is drawn on
 def plot_lesion(tables: dict[str, pd.DataFrame], path: Path | str, title: str = "",
                 colours: Mapping[str, Colour] | None = None) -> Path:
     """Veit et al.'s two views, one line per label (its tables, e.g. the seeds of one model, pooled): the error
-    after deleting each single unit, by position (the intact error dashed), and the error against the number of
+    after deleting each single unit, by position (the intact error a thin dotted line), and the error against the number of
     units deleted at once (mean ± std over units, draws and seeds). Returns the figure's path."""
     fig = lesion_figure(tables, title, colours)
     path = Path(path)
@@ -82,13 +82,13 @@ def lesion_figure(tables: dict[str, pd.DataFrame], title: str = "", colours: Map
         c, ls = looks[label]
         per_unit = t[t["mode"] == "single"].groupby("layer")["error"].mean()
         single.plot(per_unit.index, per_unit.to_numpy(), marker=".", color=c, linestyle=ls, label=label)
-        single.axhline(float(t.loc[t["mode"] == "intact", "error"].mean()), color=c, ls="--", lw=1)
+        single.axhline(float(t.loc[t["mode"] == "intact", "error"].mean()), color=c, ls=":", lw=1)
         used = t[(t["mode"] != "random") | (t["k"] > 1)]
         curve = used.groupby("k")["error"].agg(["mean", "std"])
         many.errorbar(curve.index, curve["mean"], yerr=curve["std"].fillna(0.0), color=c, linestyle=ls, marker="o",
                       capsize=3, label=label)
     single.set(xlabel="deleted unit (position among all units)", ylabel="validation error",
-               title="one unit deleted (dashed: none)", ylim=(0, 1))
+               title="one unit deleted (thin dotted: none)", ylim=(0, 1))
     many.set(xlabel="units deleted at once", ylabel="validation error", title="k random units deleted (mean ± std)",
              ylim=(0, 1))
     for ax in (single, many):
