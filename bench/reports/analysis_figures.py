@@ -40,7 +40,7 @@ _LOG_RATIO = 100.0  # a positive loss spanning more than this factor is drawn on
 def plot_lesion(tables: dict[str, pd.DataFrame], path: Path | str, title: str = "",
                 colours: Mapping[str, Colour] | None = None) -> Path:
     """Veit et al.'s two views, one line per label (its tables, e.g. the seeds of one model, pooled): the error
-    after deleting each single unit, by position (the intact error a thin dotted line), and the error against the number of
+    after deleting each single unit, by position (intact: thin dotted), and the error against the number of
     units deleted at once (mean ± std over units, draws and seeds). Returns the figure's path."""
     fig = lesion_figure(tables, title, colours)
     path = Path(path)
