@@ -8,6 +8,7 @@ from collections.abc import Iterator
 import pandas as pd
 import pytest
 import torch
+from matplotlib.backends.backend_agg import FigureCanvasAgg
 from torch import nn
 
 import variants
@@ -206,3 +207,22 @@ def test_figure_plots_the_tables_data() -> None:
     assert single.get_lines()[1].get_ydata()[0] == pytest.approx(0.1)  # the intact error, dashed
     curve = many.get_lines()[0]
     assert list(curve.get_xdata()) == [0, 1, 2] and list(curve.get_ydata()) == pytest.approx([0.1, 0.3, 0.7])
+
+
+def test_figure_colours_by_variant_with_the_studys_palette() -> None:
+    """Colour = variant (the study's palette, as in its other figures), depth = line style: before, each model
+    took the next colorblind colour, so plain-8 and plain-20 had two colours and no colour matched the report's."""
+    table = pd.DataFrame([dict(mode="intact", k=0, draw=0, unit="", layer=-1, error=0.1, loss=0.3),
+                          dict(mode="single", k=1, draw=0, unit="a", layer=0, error=0.2, loss=0.5)])  # fmt: skip
+    tables = {f"{v}-{d}": table.assign(variant=v, depth=d) for v, d in (("plain", 8), ("plain", 20), ("resnet", 8))}
+    study = {"plain": (0.0, 0.0, 1.0), "resnet": (1.0, 0.0, 0.0)}
+    fig = analysis_figures.lesion_figure(tables, "lesion study", colours=study)
+    single = fig.axes[0]
+    drawn = {ln.get_label(): ln for ln in single.get_lines() if not ln.get_label().startswith("_")}
+    assert {k: ln.get_color() for k, ln in drawn.items()} == {"plain-8": study["plain"], "plain-20": study["plain"],
+                                                             "resnet-8": study["resnet"]}
+    assert drawn["plain-8"].get_linestyle() != drawn["plain-20"].get_linestyle()
+    FigureCanvasAgg(fig).draw()  # one legend, below: clear of both panels and every title
+    box = fig.legends[0].get_window_extent()
+    covered = [*fig.axes, fig._suptitle, *(ax.title for ax in fig.axes)]
+    assert not any(box.overlaps(a.get_window_extent()) for a in covered)

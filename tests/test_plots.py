@@ -6,18 +6,18 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import seaborn as sns
+from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.collections import LineCollection, PolyCollection
 from matplotlib.colors import to_rgb
+from matplotlib.figure import Figure
 from torch import nn
 
 import variants
 from bench.reports import plots
-from bench.reports.plotdata import variant_key
+from bench.runs.config import RunConfig
 from bench.runs.results import ResultsStore
-from bench.sweeps.study import load_study
 from variants import registry
-
-REPO = Path(__file__).resolve().parent.parent
 
 SEEDS = (0, 1, 2)
 # final train accuracy per (variant, depth, seed)
@@ -79,11 +79,18 @@ def assert_labelled(ax) -> None:
 
 
 def assert_legend_outside(fig) -> None:
-    """The figure's single legend is drawn clear of every axes, so it covers no data."""
-    fig.draw_without_rendering()
+    """The figure's single legend is drawn inside the figure, clear of every axes and every title, so it covers
+    neither data nor a title."""
+    FigureCanvasAgg(fig).draw()
     (legend,) = fig.legends
     box = legend.get_window_extent()
-    assert all(ax.get_legend() is None and not box.overlaps(ax.get_window_extent()) for ax in fig.axes)
+    assert fig.bbox.x0 <= box.x0 and box.x1 <= fig.bbox.x1 and fig.bbox.y0 <= box.y0 and box.y1 <= fig.bbox.y1
+    titles = [t for t in (fig._suptitle, *(ax.title for ax in fig.axes)) if t is not None and t.get_text()]
+    assert titles
+    for ax in fig.axes:
+        assert ax.get_legend() is None and not box.overlaps(ax.get_window_extent())
+    for title in titles:
+        assert not box.overlaps(title.get_window_extent()), title.get_text()
 
 
 def assert_fraction_axis(ax) -> None:
@@ -105,34 +112,31 @@ def bar_ys(ax) -> np.ndarray:
     return np.concatenate([np.asarray(seg)[:, 1] for seg in segs])
 
 
-def test_palette_is_fixed_per_name_and_independent_of_the_others():
-    p1 = plots.palette(["resnet", "plain"])
-    p2 = plots.palette(["plain", "highway", "resnet", "my_new_block"])
-    assert p1["resnet"] == p2["resnet"] and p1["plain"] == p2["plain"]
-    assert p1["resnet"] != p1["plain"]
-    assert plots.variant_colour("resnet56") == plots.variant_colour("resnet")  # preset shares its design's colour
-    assert plots.variant_colour("preact_resnet110") == plots.variant_colour("preact")
-    assert plots.variant_colour("highway_mlp20") == plots.variant_colour("highway")  # the MLP Highway: same design
-    # A preset of another design (bottleneck, DenseNet-BC) is its own series, coloured by its key.
-    bottleneck = plots.variant_colour("preact_resnet164")
-    assert bottleneck != plots.variant_colour("preact")
-    assert bottleneck == plots.variant_colour("preact (block=bottleneck, shortcut=B)")
-    assert plots.variant_colour("densenet_bc100_k12") != plots.variant_colour("densenet100_k12")
-    # Unknown names hash (sha1, so stable across processes) into a fixed fallback palette.
-    assert plots.palette(["my_new_block"])["my_new_block"] == plots.palette(["x", "my_new_block"])["my_new_block"]
-    assert plots.variant_colour("my_new_block") in [tuple(c) for c in plots._FALLBACK]
+def cie_lab(rgb) -> np.ndarray:
+    """CIE L*a*b* (D65) of sRGB colours in [0, 1]: the space where a distance of ~2.3 is just noticeable."""
+    c = np.asarray(rgb, dtype=float)
+    c = np.where(c <= 0.04045, c / 12.92, ((c + 0.055) / 1.055) ** 2.4)
+    m = np.array([[0.4124, 0.3576, 0.1805], [0.2126, 0.7152, 0.0722], [0.0193, 0.1192, 0.9505]])
+    xyz = c @ m.T / np.array([0.95047, 1.0, 1.08883])
+    f = np.where(xyz > (6 / 29) ** 3, np.cbrt(xyz), xyz / (3 * (6 / 29) ** 2) + 4 / 29)
+    return np.stack([116 * f[..., 1] - 16, 500 * (f[..., 0] - f[..., 1]), 200 * (f[..., 1] - f[..., 2])], axis=-1)
 
 
-@pytest.mark.parametrize("path", sorted((REPO / "bench" / "studies").glob("*.toml")), ids=lambda p: p.stem)
-def test_every_shipped_study_draws_its_designs_in_distinct_colours(path):
-    """Each figure of a shipped study tells its designs apart by colour: no two of a preset share one."""
-    study = load_study(path)
-    for preset in [None, *study.presets]:
-        grid = {**study.grid, **{k: v for k, v in study.presets.get(preset, {}).items() if k in study.grid}}
-        names = {variant_key(v) for v in grid.get("variant", [study.base.get("variant")]) if v}
-        colours = {name: plots.variant_colour(name) for name in names}
-        shared = {c for c in colours.values() if list(colours.values()).count(c) > 1}
-        assert not shared, (preset, sorted(n for n, c in colours.items() if c in shared))
+def test_palette_maps_a_studys_sorted_variants_to_well_separated_colours():
+    """One colour per variant, from the study's sorted variant list: tab10 in turn, whatever order they come in."""
+    tab10 = [tuple(c) for c in sns.color_palette("tab10")]
+    p = plots.palette(["skipinit", "plain", "fixup", "resnet", "plain"])
+    assert p == {"fixup": tab10[0], "plain": tab10[1], "resnet": tab10[2], "skipinit": tab10[3]}
+    # The frontier study's 15 designs: 15 colours, no two closer than 17 in CIE L*a*b* (SkipInit and the
+    # un-normalised net are no longer two near-identical blues).
+    frontier = ["admin", "b2t", "deepnorm", "denseformer", "hybridnorm", "hyper_connections", "laurel", "llama_like",
+                "mhc", "ngpt", "postln", "preln", "resi_dual", "t_fixup", "value_residual"]  # fmt: skip
+    for names in (frontier, [f"v{i:02d}" for i in range(20)]):  # and all 20 of the two palettes
+        lab = cie_lab(list(plots.palette(names).values()))
+        distance = np.linalg.norm(lab[:, None] - lab[None], axis=-1)
+        assert distance[np.triu_indices(len(names), 1)].min() > 17
+    many = plots.palette(f"v{i:02d}" for i in range(25))  # past the two palettes: still all distinct
+    assert len(set(many.values())) == 25
 
 
 def test_variant_key_comes_from_the_registry_not_the_name():
@@ -174,7 +178,6 @@ def test_plugin_variants_are_classified_by_metadata(monkeypatch):
     assert plots.is_ln_transformer("my_lm_v2") == "post" and plots.is_ln_transformer("postln_style_cnn") is None
     assert plots.variant_key("my_lm_v2_12", 12) == "my_lm_v2"
     assert plots.variant_key("wide_lm3", 3) == "my_lm_v2 (width=16)"
-    assert plots.variant_colour("my_lm_v2_12") == plots.variant_colour("my_lm_v2")
 
 
 def test_learning_curves_plot_seed_means(results):
@@ -258,7 +261,7 @@ def test_grad_norm_at_init_is_per_layer_on_a_log_scale(results):
     labels = [ln.get_label() for ln in ax.get_lines() if not ln.get_label().startswith("_")]  # not error-bar caps
     assert sorted(labels) == sorted(f"{v} (depth {d})" for v, d in ACC)
     assert line(ax, "plain (depth 20)").get_linestyle() == "-" and ln.get_linestyle() == "--"
-    assert to_rgb(ln.get_color()) == to_rgb(plots.variant_colour("resnet"))
+    assert to_rgb(ln.get_color()) == to_rgb(plots.palette_of(frames.probes)["resnet"])
     # Seed factors 1, 2, 3: mean 2x ± t(2)·x/√3 = 2x ± 2.48x -> the lower ends are clipped to 0, never below.
     assert bar_ys(ax).min() == 0.0
     assert legend_labels(fig) == ["plain", "resnet", "depth 20", "depth 56"]
@@ -349,19 +352,83 @@ def test_warmup_plot_styles_and_labels(results):
     assert cold.get_linestyle() == "--" and warm.get_linestyle() == "-"
     expected = np.mean([loss_curve("postln", 6, s, 0) for s in (0, 1)], axis=0)
     np.testing.assert_allclose(cold.get_ydata(), [*expected, np.nan])
-    assert to_rgb(cold.get_color()) == to_rgb(plots.variant_colour("postln"))
+    assert to_rgb(cold.get_color()) == to_rgb(plots.palette_of(frames.curves)["postln"])
     assert legend_labels(fig) == ["postln", "preln", "warm-up on", "warm-up off"]
     assert ax.get_yscale() == "log" and band_ys(ax).min() >= 0.0
     assert_labelled(ax) and assert_legend_outside(fig)
 
 
-def test_a_variant_keeps_its_colour_across_figures(results):
-    _, frames = results
-    deg = line(plots.plot_degradation(frames.leaderboard, "digits").axes[0], "resnet")
-    curve = line(plots.plot_learning_curves(frames.curves, "digits").axes[0], "resnet (depth 20)")
-    pareto = line(plots.plot_pareto(frames.leaderboard, "digits").axes[0], "resnet")
-    assert to_rgb(deg.get_color()) == to_rgb(curve.get_color()) == to_rgb(pareto.get_color())
-    assert to_rgb(deg.get_color()) == to_rgb(plots.palette(["resnet"])["resnet"])
+SPIKE = 1e10  # one seed's training loss at step 10 of Fixup
+
+
+@pytest.fixture(scope="module")
+def study_figures(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Figure]:
+    """Every figure make_all draws for a study like a user's SkipInit question: BN ResNet at 120 and 300 steps,
+    Fixup, SkipInit and the un-normalised net at 120, two seeds each, one Fixup seed spiking to 1e10."""
+    root = tmp_path_factory.mktemp("study")
+    store = ResultsStore(root)
+    for variant, steps in (("resnet", 120), ("resnet", 300), ("fixup", 120), ("skipinit", 120), ("plain", 120)):
+        for seed in (0, 1):
+            cfg = RunConfig(variant=variant, depth=20, task="digits", seed=seed, steps=steps)
+            losses = [2.3 * 0.9**s + seed / 10 for s in range(25)]
+            if (variant, seed) == ("fixup", 1):
+                losses[10] = SPIKE
+            row = {"run_id": cfg.run_id, "config_hash": cfg.config_hash(), "variant": variant, "depth": 20,
+                   "task": "digits", "seed": seed, "status": "ok", "study": "skip", "final_train_acc": 0.9,
+                   "final_val_acc": 0.8 + seed / 100, "train_samples_per_s": 100.0 + seed, "peak_mem_mb": 10.0}
+            curves = {"train": [{"step": s, "loss": v} for s, v in enumerate(losses)],
+                      "eval": [{"step": s, "val_acc": 0.8 * s / 24} for s in (0, 12, 24)]}
+            probes = [{"step": 0, "layer": i, "block": f"b{i}", "metric": "grad_norm", "value": i + 1.0 + seed}
+                      for i in range(3)]
+            store.append(row, {"run_id": cfg.run_id, "row": row, "config": cfg.to_dict(), "curves": curves,
+                               "probes": probes})  # fmt: skip
+    drawn: dict[str, Figure] = {}
+    with pytest.MonkeyPatch.context() as mp:  # keep the figures, write nothing
+        mp.setattr(Figure, "savefig", lambda fig, path, **kw: drawn.setdefault(Path(path).stem, fig))
+        plots.make_all(root, "skip")
+    assert sorted(drawn) == ["cost_digits", "curves_digits", "grad_norm_init_digits", "pareto_digits"]
+    return drawn
+
+
+def test_a_variant_has_one_colour_in_every_figure_of_a_study(study_figures):
+    """Colour = variant in every figure (the configurations by line style or marker), and no two variants share
+    one: before, BN ResNet's 120-step runs and Fixup could share a colour while its 300-step runs had another."""
+    colour: dict[str, set] = {}
+    for fig in study_figures.values():
+        for ax in fig.axes:
+            for ln in ax.get_lines():
+                name = str(ln.get_label())
+                if not name.startswith("_") and name != "Pareto front":
+                    colour.setdefault(name.split(" (")[0], set()).add(to_rgb(ln.get_color()))
+    assert sorted(colour) == ["fixup", "plain", "resnet", "skipinit"]
+    assert all(len(c) == 1 for c in colour.values()), colour  # one colour per variant, across 4 figures
+    assert len({c for cs in colour.values() for c in cs}) == 4  # four variants, four colours
+    left = study_figures["curves_digits"].axes[0]
+    short, long_ = line(left, "resnet (depth 20, steps=120)"), line(left, "resnet (depth 20, steps=300)")
+    assert short.get_color() == long_.get_color() and short.get_linestyle() != long_.get_linestyle()
+    assert to_rgb(line(left, "fixup (depth 20, steps=120)").get_color()) != to_rgb(short.get_color())
+    assert legend_labels(study_figures["curves_digits"]) == [
+        "fixup", "plain", "resnet", "skipinit", "depth 20, steps=120", "depth 20, steps=300"]  # fmt: skip
+
+
+def test_the_legend_covers_no_title_and_no_data(study_figures):
+    """Before, the legend of a one-panel figure overprinted its (long) suptitle."""
+    for fig in study_figures.values():
+        assert_legend_outside(fig)
+
+
+def test_a_loss_spike_does_not_set_the_y_axis(study_figures):
+    """One 1e10 loss among losses of 0.2-2.4: the axis follows the bulk, the spike is a marker on the top edge in
+    Fixup's colour, and the y label says how many points are off-scale."""
+    left = study_figures["curves_digits"].axes[0]
+    low, high = left.get_ylim()
+    assert 0.05 < low < 0.2 and 2.4 < high < 5  # the bulk: 2.3·0.9^24 = 0.18 .. 2.4 (seed 1's start)
+    (edge,) = [ln for ln in left.get_lines() if ln.get_label() == "_off-scale"]
+    assert list(edge.get_xdata()) == [10] and edge.get_color() == line(left, "fixup (depth 20, steps=120)").get_color()
+    assert "(1 off-scale" in left.get_ylabel()
+    # A clean curve (its start 10x its end) keeps the default limits: only values far outside the bulk are cut.
+    assert plots.robust_limits(np.r_[[2.3 * 0.9**s for s in range(25)]], log=True) is None
+    assert plots.robust_limits(np.r_[np.ones(18), SPIKE], log=True) is None  # under 20 values nothing is cut
 
 
 def test_figures_need_one_task(results):
@@ -396,8 +463,6 @@ def test_load_frames_filters_a_study(tmp_path):
 def test_series_never_pool_configurations(tmp_path) -> None:
     """Runs of one variant and depth that differ in their init are two series, each over its own seeds."""
     from bench.reports.plotdata import load_frames, with_key
-    from bench.runs.config import RunConfig
-    from bench.runs.results import ResultsStore
 
     store = ResultsStore(tmp_path)
     for init, acc in (("xavier", 0.9), ("normal", 0.5)):
@@ -438,3 +503,13 @@ def test_loss_vs_time_plots_mean_loss_at_mean_training_time(tmp_path):
     assert "training time" in ax.get_xlabel() and ax.get_yscale() == "log"
     names = [p.stem for p in plots.make_all(tmp_path)]
     assert "loss_vs_time_tinytext" in names
+
+
+def test_a_configuration_without_a_value_leaves_a_gap(tmp_path):
+    """A depth whose runs recorded no peak memory: a NaN mean (an empty error bar), drawn as a gap."""
+    store = ResultsStore(tmp_path)
+    for depth in (20, 56):
+        for seed in (0, 1):
+            add_run(store, "resnet", depth, seed, peak_mem_mb=None if depth == 56 else 10.0 + seed)
+    fig = plots.plot_cost(plots.load_frames(tmp_path).leaderboard, "digits")
+    np.testing.assert_allclose(line(fig.axes[1], "resnet").get_ydata(), [10.5, np.nan])

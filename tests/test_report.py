@@ -86,7 +86,8 @@ def degradation_dir(root: Path, plain_degrades: bool, probes: bool = False, stud
     for seed in range(3):
         for variant, depth, acc in (("plain", 20, (0.95, 0.96, 0.97)), ("plain", 56, deep_plain),
                                     ("resnet", 20, (0.96, 0.97, 0.98)), ("resnet", 56, deep_resnet)):  # fmt: skip
-            extra = {"steps_to_target": (100, 200, None)[seed]} if (variant, depth) == ("plain", 20) else {}
+            targeted = (variant, depth) == ("plain", 20)
+            extra = {"steps_to_target": (100, 200, None)[seed], "target_acc": 0.9} if targeted else {}
             extra |= {"study": study} if study else {}
             add(store, variant, depth, seed, acc[seed], probes=grad_probes(depth, seed) if probes else None, **extra)
     return root
@@ -108,6 +109,18 @@ def test_leaderboard_table_numbers(tmp_path):
     assert cells["ok/runs"] == "3/3"
     assert cells["steps→target (reached)"] == "150 (2/3)"  # the run that never reached it is not its last step
     assert cells["samples/s"] == "—"  # not measured in these fake runs
+    # Rows whose runs set no target say so, not "— (0/3)" as if they had missed it.
+    assert table_row(text, "| resnet | 56 | digits |")[-1] == "no target"
+
+
+def test_no_steps_to_target_column_when_no_run_set_a_target(tmp_path):
+    store = ResultsStore(tmp_path)
+    for seed in range(3):
+        add(store, "resnet", 20, seed, 0.9)
+    text = write_report(tmp_path).read_text()
+    assert table_row(text, "| variant |") == ["variant", "depth", "task", "ok/runs", "train acc (%)", "val acc (%)",
+                                              "train loss", "samples/s", "peak MB"]
+    assert "steps→target" not in text and "(0/3)" not in text
 
 
 def claim_block(text: str, claim_id: str) -> list[str]:

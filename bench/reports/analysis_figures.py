@@ -6,13 +6,15 @@ and a loss-landscape slice look like, drawn from the tables the analyses compute
 - :func:`gradcorr_figure`: Balduzzi et al. 2017, "The Shattered Gradients Problem", Figs. 1-2.
 - :func:`landscape_figure`: Li et al. 2018, "Visualizing the Loss Landscape of Neural Nets", Figs. 1 and 5.
 
-Colours are the report's (:func:`bench.reports.plots.variant_colour`), so a design has one colour everywhere.
+Colour = variant, as in the report's figures: a study's analysis figure takes the study's
+:func:`bench.reports.plots.palette` (:mod:`bench.reports.analysis_step` passes it), so a design has one colour in
+every figure of the study; depth, seed and the rest are told apart by line style.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
 
 import numpy as np
@@ -20,11 +22,13 @@ import pandas as pd
 import seaborn as sns
 from matplotlib.colors import LogNorm, Normalize
 from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
 from matplotlib.ticker import LogFormatterSciNotation, LogLocator, MaxNLocator
 
 from bench.analysis.landscape import surface
 from bench.analysis.stats import mean_ci
-from bench.reports.plots import variant_colour
+from bench.reports.plotdata import variant_key
+from bench.reports.plots import Colour, line_styles, palette
 
 _OFFSET = 5.0  # gap between the RMS-normalised derivative traces: excursions beyond 2.5 RMS are rare
 _LOG_RATIO = 100.0  # a positive loss spanning more than this factor is drawn on log levels / a log axis
@@ -33,38 +37,64 @@ _LOG_RATIO = 100.0  # a positive loss spanning more than this factor is drawn on
 # -- lesions ---------------------------------------------------------------------------------------------------
 
 
-def plot_lesion(tables: dict[str, pd.DataFrame], path: Path | str, title: str = "") -> Path:
+def plot_lesion(tables: dict[str, pd.DataFrame], path: Path | str, title: str = "",
+                colours: Mapping[str, Colour] | None = None) -> Path:
     """Veit et al.'s two views, one line per label (its tables, e.g. the seeds of one model, pooled): the error
-    after deleting each single unit, by position (the intact error dashed), and the error against the number of
+    after deleting each single unit, by position (intact: thin dotted), and the error against the number of
     units deleted at once (mean ± std over units, draws and seeds). Returns the figure's path."""
-    fig = lesion_figure(tables, title)
+    fig = lesion_figure(tables, title, colours)
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=120, bbox_inches="tight")
     return path
 
 
-def lesion_figure(tables: dict[str, pd.DataFrame], title: str = "") -> Figure:
-    """The :func:`plot_lesion` figure as a :class:`matplotlib.figure.Figure` (its lines carry the plotted data)."""
-    colours = dict(zip(tables, sns.color_palette("colorblind", len(tables)), strict=True))
-    fig = Figure(figsize=(11, 4))
+def _variant_of(label: str, table: pd.DataFrame) -> str:
+    """The variant series (:func:`bench.reports.plotdata.variant_key`) of a table's runs, else its label."""
+    names = table["variant"].dropna().unique() if "variant" in table.columns else []
+    return variant_key(str(names[0])) if len(names) == 1 else label
+
+
+def label_colours(labels: Mapping[str, str], colours: Mapping[str, Colour] | None = None
+                  ) -> dict[str, tuple[Colour, object]]:
+    """``{label: (colour, line style)}`` of series ``{label: variant}``: the colour of the label's variant in
+    ``colours`` (the study's palette; default: :func:`bench.reports.plots.palette` of these variants), and a line
+    style per label among those of one variant (its depths, seeds), solid first."""
+    given = dict(colours) if colours else {}
+    own = palette(v for v in labels.values() if v not in given)
+    out: dict[str, tuple[Colour, object]] = {}
+    for variant in dict.fromkeys(labels.values()):
+        mine = [label for label, v in labels.items() if v == variant]
+        styles = line_styles(mine)
+        for label in mine:
+            out[label] = (given.get(variant) or own[variant], styles[label][0])
+    return {label: out[label] for label in labels}
+
+
+def lesion_figure(tables: dict[str, pd.DataFrame], title: str = "", colours: Mapping[str, Colour] | None = None
+                  ) -> Figure:
+    """The :func:`plot_lesion` figure as a :class:`matplotlib.figure.Figure` (its lines carry the plotted data):
+    colour = the tables' variant (``colours``, the study's palette), line style = the rest (depth)."""
+    looks = label_colours({label: _variant_of(label, t) for label, t in tables.items()}, colours)
+    fig = Figure(figsize=(11, 4), layout="constrained")
     single, many = fig.subplots(1, 2)
     for label, t in tables.items():
-        c = colours[label]
+        c, ls = looks[label]
         per_unit = t[t["mode"] == "single"].groupby("layer")["error"].mean()
-        single.plot(per_unit.index, per_unit.to_numpy(), marker=".", color=c, label=label)
-        single.axhline(float(t.loc[t["mode"] == "intact", "error"].mean()), color=c, ls="--", lw=1)
+        single.plot(per_unit.index, per_unit.to_numpy(), marker=".", color=c, linestyle=ls, label=label)
+        single.axhline(float(t.loc[t["mode"] == "intact", "error"].mean()), color=c, ls=":", lw=1)
         used = t[(t["mode"] != "random") | (t["k"] > 1)]
         curve = used.groupby("k")["error"].agg(["mean", "std"])
-        many.errorbar(curve.index, curve["mean"], yerr=curve["std"].fillna(0.0), color=c, marker="o", capsize=3,
-                      label=label)
+        many.errorbar(curve.index, curve["mean"], yerr=curve["std"].fillna(0.0), color=c, linestyle=ls, marker="o",
+                      capsize=3, label=label)
     single.set(xlabel="deleted unit (position among all units)", ylabel="validation error",
-               title="one unit deleted (dashed: none)", ylim=(0, 1))
+               title="one unit deleted (thin dotted: none)", ylim=(0, 1))
     many.set(xlabel="units deleted at once", ylabel="validation error", title="k random units deleted (mean ± std)",
              ylim=(0, 1))
     for ax in (single, many):
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-    many.legend(loc="center left", bbox_to_anchor=(1.02, 0.5), frameon=False)
+    fig.legend(*many.get_legend_handles_labels(), loc="outside lower center", ncols=min(len(tables), 6),
+               frameon=False, title="colour: variant; line: depth")
     if title:
         fig.suptitle(title)
     return fig
@@ -85,16 +115,22 @@ def _deepest(df: pd.DataFrame, summary: pd.DataFrame) -> pd.DataFrame:
     return df[df["depth"] == df["variant"].map(top)]
 
 
-def gradcorr_figure(summary: pd.DataFrame, acf: pd.DataFrame, series: pd.DataFrame) -> Figure:
+def gradcorr_figure(summary: pd.DataFrame, acf: pd.DataFrame, series: pd.DataFrame,
+                    colours: Mapping[str, Colour] | None = None) -> Figure:
     """Three panels: neighbour correlation vs depth (mean over seeds, 95% t-CI band); ACF vs lag at each
     variant's largest depth; the directional derivative along the line there (lowest seed), each divided by its
-    RMS and offset by 5 per variant — smooth (correlated) vs white noise (shattered)."""
+    RMS and offset by 5 per variant — smooth (correlated) vs white noise (shattered). Colour = variant
+    (``colours``, the study's palette; default: :func:`bench.reports.plots.palette` of these variants)."""
     with sns.axes_style("whitegrid"):
         fig = Figure(figsize=(17, 4.8), layout="constrained")
         left, mid, right = fig.subplots(1, 3)
     names = sorted(summary["variant"].unique())
+    keys = {v: variant_key(str(v)) for v in names}
+    given = dict(colours) if colours else {}
+    own = palette(k for k in keys.values() if k not in given)
+    colour_of = {v: given.get(k) or own[k] for v, k in keys.items()}
     for v in names:
-        colour = variant_colour(v)
+        colour = colour_of[v]
         st = _corr_stats(summary[summary["variant"] == v], "depth", "neighbor_corr")
         left.plot(st["depth"], st["mean"], "o-", color=colour, label=v)
         left.fill_between(st["depth"], st["lo"], st["hi"], color=colour, alpha=0.2, linewidth=0)
@@ -115,38 +151,28 @@ def gradcorr_figure(summary: pd.DataFrame, acf: pd.DataFrame, series: pd.DataFra
         part = part[part["seed"] == part["seed"].min()].sort_values("t")
         y = part["dfdt"].to_numpy(dtype=float)
         rms = float(np.sqrt(np.mean(y**2))) or 1.0
-        right.plot(part["t"], y / rms + _OFFSET * i, color=variant_colour(v), linewidth=1,
+        right.plot(part["t"], y / rms + _OFFSET * i, color=colour_of[v], linewidth=1,
                    label=f"{v} (depth {part['depth'].iloc[0]}, seed {part['seed'].iloc[0]})")  # fmt: skip
     right.set(xlabel="t (position on the line x0 + t d)", ylabel=f"df/dt ÷ its RMS, offset {_OFFSET:g} per variant",
               title="Derivative along the line at the largest depth")  # fmt: skip
-    for ax in (left, mid, right):
-        ax.legend(fontsize="small")
+    handles = [Line2D([], [], color=colour_of[v], linewidth=2, label=v) for v in names]
+    handles.append(Line2D([], [], color="0.4", linestyle=":", linewidth=1, label="1/e (correlation length)"))
+    fig.legend(handles=handles, loc="outside lower center", ncols=min(len(handles), 6), fontsize="small",
+               frameon=False, title="colour: variant (middle and right: its largest depth)")
     fig.suptitle("Shattered gradients at initialisation (Balduzzi et al. 2017, Fig. 1-2)")
     return fig
 
 
-def plot_gradcorr(summary: pd.DataFrame, acf: pd.DataFrame, series: pd.DataFrame, path: Path | str) -> Path:
+def plot_gradcorr(summary: pd.DataFrame, acf: pd.DataFrame, series: pd.DataFrame, path: Path | str,
+                  colours: Mapping[str, Colour] | None = None) -> Path:
     """Write :func:`gradcorr_figure` as a PNG at ``path`` (parent directories created); returns the path."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    gradcorr_figure(summary, acf, series).savefig(path, dpi=120)
+    gradcorr_figure(summary, acf, series, colours).savefig(path, dpi=120)
     return path
 
 
 # -- loss landscapes -------------------------------------------------------------------------------------------
-
-
-Colour = tuple[float, float, float]
-
-
-def _colours(labels: Sequence[str], given: Mapping[str, Colour] | None) -> list[Colour]:
-    """``given[label]``, else the project's colour of the label (:func:`bench.reports.plots.variant_colour`; an empty
-    label gets tab10's first); tab10 by position for all when two labels would share a colour."""
-    tab10 = sns.color_palette("tab10", max(len(labels), 1))
-    colours = [
-        given[label] if given and label in given else variant_colour(label) if label else tab10[0] for label in labels
-    ]
-    return colours if len(set(colours)) == len(colours) else list(tab10)
 
 
 def _levels(frames: Mapping[str, pd.DataFrame]) -> tuple[np.ndarray, Normalize]:
@@ -163,11 +189,12 @@ def _levels(frames: Mapping[str, pd.DataFrame]) -> tuple[np.ndarray, Normalize]:
     return np.linspace(lo, hi, 16), Normalize(lo, hi)
 
 
-def landscape_figure(frames: Mapping[str, pd.DataFrame], title: str = "", colours: Mapping[str, Colour] | None = None
-                     ) -> Figure:
+def landscape_figure(frames: Mapping[str, pd.DataFrame], title: str = "", colours: Mapping[str, Colour] | None = None,
+                     variants: Mapping[str, str] | None = None) -> Figure:
     """1-D slices: loss (and accuracy, where every frame has it) vs α, one line per label; 2-D slices: one filled
     contour panel per label on shared levels and one colour bar. The origin (trained weights) is marked.
-    ``colours`` maps labels to line colours (e.g. ``variant_colour(variant)`` when labels are run names)."""
+    Colour = the label's variant (``variants``: ``{label: variant series}``, default the label itself) in ``colours``
+    (the study's palette); labels of one variant (seeds, depths) differ by line style."""
     if not frames:
         raise ValueError("no slices to plot")
     dims = {2 if "beta" in f.columns else 1 for f in frames.values()}
@@ -175,16 +202,17 @@ def landscape_figure(frames: Mapping[str, pd.DataFrame], title: str = "", colour
         raise ValueError("cannot plot 1-D and 2-D slices in one figure")
 
     labels = list(frames)
-    line_colours = _colours(labels, colours)
+    looks = label_colours({label: (variants or {}).get(label, label) for label in labels}, colours)
     with sns.axes_style("whitegrid"):
         if dims == {1}:
             with_acc = all("acc" in f.columns for f in frames.values())
             fig = Figure(figsize=(6.4 * (1 + with_acc) + 1.6, 4.8), layout="constrained")
             axes = fig.subplots(1, 1 + with_acc, squeeze=False)[0]
-            for label, colour in zip(labels, line_colours, strict=True):
+            for label in labels:
                 part = frames[label].sort_values("alpha")
+                colour, ls = looks[label]
                 for ax, col in zip(axes, ("loss", "acc"), strict=False):
-                    ax.plot(part["alpha"], part[col], color=colour, marker="o", markersize=3, label=label)
+                    ax.plot(part["alpha"], part[col], color=colour, linestyle=ls, marker="o", markersize=3, label=label)
             losses = np.concatenate([f["loss"].to_numpy(float) for f in frames.values()])
             losses = losses[np.isfinite(losses)]
             if len(losses) and losses.min() > 0 and losses.max() / losses.min() > _LOG_RATIO:
@@ -200,7 +228,8 @@ def landscape_figure(frames: Mapping[str, pd.DataFrame], title: str = "", colour
             for ax in axes:
                 ax.axvline(0.0, color="0.5", linestyle=":", linewidth=1)
             if any(labels):
-                fig.legend(*axes[0].get_legend_handles_labels(), loc="outside right upper", fontsize="small")
+                fig.legend(*axes[0].get_legend_handles_labels(), loc="outside lower center",
+                           ncols=min(len(labels), 6), fontsize="small", frameon=False)
         else:
             levels, norm = _levels(frames)
             ncols = min(len(frames), 4)
@@ -229,12 +258,13 @@ def landscape_figure(frames: Mapping[str, pd.DataFrame], title: str = "", colour
 
 
 def plot_landscape(
-    frames: Mapping[str, pd.DataFrame], path: Path | str, title: str = "", colours: Mapping[str, Colour] | None = None
+    frames: Mapping[str, pd.DataFrame], path: Path | str, title: str = "", colours: Mapping[str, Colour] | None = None,
+    variants: Mapping[str, str] | None = None,
 ) -> Path:
     """Write :func:`landscape_figure` of ``{label: slice}`` to ``path`` (parent folders created); return the path."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    landscape_figure(frames, title, colours).savefig(path, dpi=120)
+    landscape_figure(frames, title, colours, variants).savefig(path, dpi=120)
     return path
 
 

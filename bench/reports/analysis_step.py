@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import datetime
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +24,8 @@ from bench.analysis.stats import t_ci
 from bench.analysis.studyfile import find_study, read_study_file
 from bench.reports.analysis_figures import plot_gradcorr, plot_landscape, plot_lesion
 from bench.reports.markdown import claim_lines, markdown_table
+from bench.reports.plotdata import variant_key
+from bench.reports.plots import Colour, palette_of
 from bench.runs.env import environment
 from bench.runs.results import ResultsStore, atomic_write_text
 
@@ -35,22 +37,24 @@ def _series(table: pd.DataFrame, seed: bool) -> dict[str, pd.DataFrame]:
     return {name: keyed[keyed["_label"] == name].drop(columns="_label") for name in dict.fromkeys(labels)}
 
 
-def draw(output: Output, figure: Path) -> list[Path]:
-    """The figure(s) of ``output`` at ``figure`` (a landscape gets one per number of directions, ``<stem>_<d>d``);
-    returns their paths."""
+def draw(output: Output, figure: Path, colours: Mapping[str, Colour] | None = None) -> list[Path]:
+    """The figure(s) of ``output`` at ``figure`` (a landscape gets one per number of directions, ``<stem>_<d>d``),
+    coloured by variant with ``colours`` (the study's palette, as in its other figures); returns their paths."""
     if output.kind == "lesion":  # seeds of one model pooled in one line
         return [plot_lesion(_series(output.tables[""], seed=False), figure,
-                            "lesion study (Veit et al. 2016, Figs. 3 and 5)")]
+                            "lesion study (Veit et al. 2016, Figs. 3 and 5)", colours)]
     if output.kind == "gradcorr":
-        return [plot_gradcorr(output.summary, output.tables["-acf"], output.tables["-series"], figure)]
+        return [plot_gradcorr(output.summary, output.tables["-acf"], output.tables["-series"], figure, colours)]
     paths = []
     table = output.tables[""]
     for d in dict.fromkeys(table["dims"]):
         columns = ["alpha", *(["beta"] if d == 2 else []), "loss", *(["acc"] if "acc" in table else [])]
-        slices = {name: frame[columns] for name, frame in _series(table[table["dims"] == d], seed=True).items()}
+        series = _series(table[table["dims"] == d], seed=True)
+        slices = {name: frame[columns] for name, frame in series.items()}
+        kinds = {name: variant_key(str(frame["variant"].iloc[0])) for name, frame in series.items()}
         path = figure.with_name(f"{figure.stem}_{d}d{figure.suffix}")
         paths.append(plot_landscape(slices, path, title=f"loss landscape, {d}-D filter-normalised slice "
-                                                        "(Li et al. 2018)"))
+                                                        "(Li et al. 2018)", colours=colours, variants=kinds))
     return paths
 
 
@@ -82,9 +86,17 @@ def for_study(name: str, options: dict[str, Any], results_dir: str | Path, run_i
         run = analyses.run_lesion if kind == "lesion" else analyses.run_landscape
         out = run(root, ids, **opts)
     paths = analyses.write(out, root, f"{name}/{kind}")
-    paths += draw(out, root / "plots" / name / f"{kind}.png")
+    paths += draw(out, root / "plots" / name / f"{kind}.png", _study_palette(root, name))
     atomic_write_text(root / "analysis" / name / "meta.json", json.dumps(_meta(preset), indent=1))
     return paths
+
+
+def _study_palette(root: Path, study: str) -> dict[str, Colour] | None:
+    """The colours of the study's other figures (:func:`bench.reports.plots.palette_of` its runs), None without
+    runs (a study of models at initialisation: the figure's own variants then)."""
+    board = ResultsStore(root).load_leaderboard()
+    rows = board[board["study"] == study] if not board.empty else board
+    return palette_of(rows) if len(rows) else None
 
 
 def _meta(preset: str | None) -> dict[str, Any]:

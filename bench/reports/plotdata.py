@@ -91,13 +91,30 @@ def is_ln_transformer(variant: str) -> str | None:
 
 
 def with_key(df: pd.DataFrame) -> pd.DataFrame:
-    """``df`` with a ``key`` column: the :func:`variant_key` of each row's variant (looked up once per name),
-    followed by its ``config`` label (:func:`config_labels`) where it has one."""
+    """``df`` with the columns a figure encodes its series by:
+
+    - ``series``: the :func:`variant_key` of each row's variant (looked up once per name): what the colour shows;
+    - ``key``: ``series`` followed by the row's ``config`` label (:func:`config_labels`) where it has one, so
+      series never pool the seeds of several configurations;
+    - ``style``: the rest of the row's configuration, ``depth 56`` and/or its ``config`` label, what line style and
+      marker show (``""`` when there is neither).
+    """
     keys = {v: variant_key(str(v)) for v in df["variant"].unique()}
-    key = df["variant"].map(keys).astype(object)
-    if "config" in df.columns:  # one series per configuration, never seeds of several pooled
-        key = key + df["config"].fillna("").map(lambda c: f" ({c})" if c else "")
-    return df.assign(key=key)
+    series = df["variant"].map(keys).astype(object)
+    config = df["config"].fillna("").astype(str) if "config" in df.columns else pd.Series("", index=df.index)
+    depth = df["depth"] if "depth" in df.columns else pd.Series(math.nan, index=df.index)
+    style = [", ".join(p for p in (_depth_text(d), c) if p) for d, c in zip(depth, config, strict=True)]
+    key = series + config.map(lambda c: f" ({c})" if c else "")
+    return df.assign(series=series, key=key, style=pd.Series(style, index=df.index, dtype=object))
+
+
+def _depth_text(depth: Any) -> str:
+    """``depth 56`` (``""`` for a run without a depth)."""
+    try:
+        d = float(depth)
+    except (TypeError, ValueError):
+        return ""
+    return "" if math.isnan(d) else f"depth {int(d) if d.is_integer() else d}"
 
 
 @dataclass
@@ -210,4 +227,4 @@ def grad_norm_init_data(probes: pd.DataFrame, task: str | None = None) -> tuple[
     df = with_key(df[df["metric"] == metric])
     df = df.assign(kind=df["kind"].map(lambda k: "" if pd.isna(k) else str(k)))
     df = df.assign(index=df.groupby(["run_id", "kind"])["layer"].rank(method="dense").astype(int) - 1)
-    return mean_ci(df, ["kind", "key", "depth"], "index", "value", metric), metric, task
+    return mean_ci(df, ["kind", "series", "key", "style"], "index", "value", metric), metric, task

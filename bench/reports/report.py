@@ -35,8 +35,11 @@ FIGURE_NOTE = (
     "Lines: mean over seeds. Bands and error bars: 95% Student-t CI of that mean, clipped to the metric's "
     "valid range (accuracy and error in [0, 1]; loss, throughput, memory and gradient norm ≥ 0) — with 3 "
     "seeds the unclipped interval often leaves it. On a log axis a band that runs off the bottom edge has a "
-    "CI that reaches 0. Colour = variant (the same in every figure); line style = depth (or warm-up); "
-    "training loss and gradient norms use a log scale; gaps in a curve are non-finite losses."
+    "CI that reaches 0. Colour = variant, one colour per variant in every figure of these runs; line style "
+    "(or marker) = the rest of the configuration (depth, warm-up, and any field that differs between the runs, "
+    "such as steps or learning rate). Training loss and gradient norms use a log scale; gaps in a curve are "
+    "non-finite losses. A y axis follows the bulk of its values: a point far outside it (a loss spike) is a "
+    "triangle on the edge, and the axis label says how many there are."
 )
 CLAIMS_NOTE = (
     "Each study file declares its claims — metric, groups, expected direction, margin, paper and figure — and "
@@ -74,30 +77,50 @@ def _stat_cell(s: pd.Series, scale: float, fmt: str) -> str:
     return f"{mean} ± {std} (±{ci})"
 
 
+def _targeted(board: pd.DataFrame) -> pd.Series:
+    """Per row: did its run set a target (``target_acc`` or ``target_loss``)? Only then is steps-to-target a
+    measurement; without one it is empty by construction, not "never reached"."""
+    cols = [c for c in ("target_acc", "target_loss") if c in board.columns]
+    return board[cols].notna().any(axis=1) if cols else pd.Series(False, index=board.index)
+
+
 def leaderboard_table(board: pd.DataFrame, runs: Sequence[Mapping[str, Any]] | None = None) -> str:
     """The aggregated leaderboard: one row per configuration (seeds pooled, nothing else; rules: bench.analysis.stats).
 
     Rows are named by variant, depth, task and every configuration field that differs between them
     (:func:`bench.analysis.stats.differing_fields`, from the leaderboard and the run JSONs ``runs``); if two rows
-    would still look alike (a difference recorded nowhere but in the config hash), the hash is shown too.
+    would still look alike (a difference recorded nowhere but in the config hash), the hash is shown too. The
+    steps-to-target column is there only when some run set a target (:func:`_targeted`); a row none of whose runs
+    set one reads ``no target``.
     """
     named, by = by_configuration(board, runs, ROW_COLUMNS)
+    named = named.assign(_targeted=_targeted(named))
+    with_target = bool(named["_targeted"].any())
     metrics = [m for m, *_ in TABLE_METRICS]
     agg = aggregate_long(named, by=by, metrics=[*metrics, "steps_to_target"])
     keys = group_keys(agg, by)
     configs = agg.drop_duplicates(keys)
     shown = [*by, CONFIG_KEY] if CONFIG_KEY in keys and configs[by].astype(str).duplicated().any() else by
+    per_row = [bool(r["_targeted"].any()) for _, r in named.groupby(keys, sort=True, dropna=False)]
     rows = []
-    for _, g in agg.groupby(keys, sort=True, dropna=False):
+    for (_, g), targeted in zip(agg.groupby(keys, sort=True, dropna=False), per_row, strict=True):
         g = g.set_index("metric")
         first = g.iloc[0]
         runs_cell = f"{int(first['n_runs'] - first['n_failed'])}/{int(first['n_runs'])}"
-        target = g.loc["steps_to_target"]
-        reached = f"{fmt_number(target['median'], '.0f')} ({int(target['n'])}/{int(target['n_runs'])})"
         cells = [_value(first[c]) for c in shown]
-        rows.append([*cells, runs_cell, *(_stat_cell(g.loc[m], sc, f) for m, _, sc, f in TABLE_METRICS), reached])
-    headers = [*shown, "ok/runs", *(h for _, h, *_ in TABLE_METRICS), "steps→target (reached)"]
-    return markdown_table(headers, rows)
+        row = [*cells, runs_cell, *(_stat_cell(g.loc[m], sc, f) for m, _, sc, f in TABLE_METRICS)]
+        if with_target:
+            target = g.loc["steps_to_target"]
+            reached = f"{fmt_number(target['median'], '.0f')} ({int(target['n'])}/{int(target['n_runs'])})"
+            row.append(reached if targeted else "no target")
+        rows.append(row)
+    headers = [*shown, "ok/runs", *(h for _, h, *_ in TABLE_METRICS)]
+    return markdown_table([*headers, *(["steps→target (reached)"] if with_target else [])], rows)
+
+
+def has_target(board: pd.DataFrame) -> bool:
+    """Whether any run of ``board`` set a target (and the leaderboard shows steps to it)."""
+    return bool(_targeted(board).any())
 
 
 def _value(v: Any) -> str:
@@ -248,9 +271,9 @@ def write_report(results_dir: str | Path, study: str | None = None) -> Path:
         "## Leaderboard",
         "",
         "Cells: mean ± std over seeds (±95% CI half-width, Student t); `(n=1)` = a single run, no spread. "
-        "Only runs with status `ok` count; `ok/runs` shows how many did. steps→target: median over the "
-        "runs that reached the target, (reached/runs); a run that never reached it is not counted as its "
-        "last step.",
+        "Only runs with status `ok` count; `ok/runs` shows how many did."
+        + (" steps→target: median over the runs that reached the target, (reached/runs); a run that never "
+           "reached it is not counted as its last step." if has_target(board) else ""),
         "",
         leaderboard_table(board, runs),
         "",
