@@ -48,6 +48,7 @@ vary = ["norm"]
 [base]
 task = "copy"
 steps = 4
+chance_band = 0  # four steps learn nothing: the journey checks the mechanics, not the outcome
 batch_size = 8
 seq_len = 16
 train_size = 64
