@@ -19,7 +19,8 @@ from variants import blocks, combinators, formulas, registry, transformer
 
 NAMES = variants.list_variants()
 PATHS = code_paths()  # an alias at another size builds the same classes as the name standing for it
-ROOT = Path(variants.__file__).resolve().parent.parent
+ROOT = Path(variants.__file__).resolve().parent.parent  # where the package is installed (site-packages under tox)
+REPO = Path(__file__).resolve().parent.parent  # the checkout: docs/
 # A code span holding an equation or an update: ``y = x + F(x)``, ``h ← Norm(...)``.
 FORMULA = re.compile(r"``[^`]*[=←][^`]*``")
 UNITLESS: set[str] = set()  # shipped variants without any residual unit: none
@@ -90,7 +91,7 @@ def test_the_norm_type_is_located_too() -> None:
     ln = variants.formula("preln")["norm"][0]
     assert ln["class"] == "torch.nn.modules.normalization.LayerNorm" and ln["package"] == "torch"
     assert ln["file"] == "torch/nn/modules/normalization.py"
-    page = (ROOT / "docs" / "variants.md").read_text(encoding="utf-8")
+    page = (REPO / "docs" / "variants.md").read_text(encoding="utf-8")
     assert f"- norm `variants.norms.DyT` (`variants/norms.py:{dyt[0]['line']}`): ``DyT(x)" in page
     assert "- norm `torch.nn.modules.normalization.LayerNorm` (from torch)" in page
 
