@@ -1,4 +1,4 @@
-"""Commands that read a results directory: ``leaderboard``, ``compare``, ``plot``, ``report``, ``track``."""
+"""Commands that read a results directory: ``leaderboard``, ``compare``, ``plot``, ``report``, ``site``, ``track``."""
 
 from __future__ import annotations
 
@@ -113,6 +113,14 @@ def cmd_plot(ns: argparse.Namespace) -> int:
 
 def cmd_report(ns: argparse.Namespace) -> int:
     print(write_report(ns.results_dir, ns.study))
+    return 0
+
+
+def cmd_site(ns: argparse.Namespace) -> int:
+    from bench.reports.site import build_site  # plotly is the site extra's: only this command loads it
+
+    site = build_site(ns.results_dir, ns.out)
+    print(f"{site.root / 'index.html'}: {site.pages} pages, {site.bytes / 1e6:.1f} MB")
     return 0
 
 

@@ -22,7 +22,7 @@ from typing import Any
 
 import pandas as pd
 
-from bench.analysis.claims import evaluate_claims, parse_claims
+from bench.analysis.claims import Result, evaluate_claims, parse_claims
 from bench.analysis.stats import CONFIG_KEY, aggregate_long, by_configuration, group_keys
 from bench.analysis.studyfile import PLUGIN_ORIGIN, find_study, is_shipped, read_study_file, shipped_studies
 from bench.reports import plots
@@ -118,6 +118,21 @@ def _study_path(root: Path, name: str) -> Path | None:
         return None
 
 
+def study_claims(
+    board: pd.DataFrame, probes: pd.DataFrame, runs: Sequence[Mapping[str, Any]], root: Path, name: str
+) -> tuple[Path | None, list[Result]]:
+    """The study file of ``name``'s runs (None when there is none) and its leaderboard claims' verdicts on the runs
+    of ``board`` in that study (the analyses' claims have their own section: :mod:`bench.reports.analysis_step`)."""
+    path = _study_path(root, name)
+    if path is None:
+        return None, []
+    claims = [c for c in parse_claims(read_study_file(path).get("claims", []), str(path)) if c.table == "leaderboard"]
+    if not claims:
+        return path, []
+    rows = board[board["study"] == name]
+    return path, evaluate_claims(claims, rows, probes[probes["run_id"].isin(rows["run_id"])], runs)
+
+
 def _claims_section(
     board: pd.DataFrame, probes: pd.DataFrame, runs: Sequence[Mapping[str, Any]], root: Path, study: str | None
 ) -> list[str]:
@@ -125,13 +140,9 @@ def _claims_section(
     names = [study] if study else sorted(str(s) for s in board["study"].dropna().unique())
     body: list[str] = []
     for name in names:
-        path = _study_path(root, name)
-        claims = [c for c in parse_claims(read_study_file(path).get("claims", []), str(path))
-                  if c.table == "leaderboard"] if path else []  # analyses: their own section
-        if path is None or not claims:
+        path, results = study_claims(board, probes, runs, root, name)
+        if path is None or not results:
             continue
-        rows = board[board["study"] == name]
-        results = evaluate_claims(claims, rows, probes[probes["run_id"].isin(rows["run_id"])], runs)
         tally = ", ".join(f"{sum(r.verdict == v for r in results)} {w}" for v, w in TALLY_WORDS.items())
         body += [f"### Study `{name}`", "", f"Claims declared in `{_shown_path(path, root)}`; verdicts: {tally}.",
                  "", *claim_lines(results), ""]  # fmt: skip
