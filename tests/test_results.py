@@ -354,8 +354,8 @@ def test_a_leaderboard_before_the_data_columns_reads_them_empty(tmp_path: Path, 
     assert list(df.columns) == list(COLUMNS)
     assert df["grad_accum"].tolist() == [4] and df["restarts"].tolist() == [2]
     assert df[list(schema.DATA_COLUMNS)].isna().all().all()
-    assert "(final_val_perplexity, eval_time_s, model_samples_per_s, input_bound_fraction, loader_workers left empty; " \
-        "chance_loss left empty; machine left empty)" in capsys.readouterr().err
+    assert ("(final_val_perplexity, eval_time_s, model_samples_per_s, input_bound_fraction, loader_workers left empty; "
+            "chance_loss left empty; machine left empty)") in capsys.readouterr().err
 
 
 def test_a_leaderboard_before_the_chance_level_reads_it_empty_and_keeps_each_status(
@@ -376,7 +376,8 @@ def test_a_leaderboard_before_the_machine_fingerprint_reads_it_empty(
     old = [c for c in COLUMNS if c != "machine"]
     assert tuple(old) == schema.COLUMNS_V8
     (tmp_path / "leaderboard.csv").write_text(",".join(old) + "\n" + ",".join(
-        {"run_id": "a", "status": "ok", "chance_loss": "5.5", "device_name": "AMD EPYC"}.get(c, "") for c in old) + "\n")
+        {"run_id": "a", "status": "ok", "chance_loss": "5.5", "device_name": "AMD EPYC"}.get(c, "") for c in old)
+        + "\n")
     df = ResultsStore(tmp_path).load_leaderboard()
     assert list(df.columns) == list(COLUMNS) and df["machine"].isna().all()
     assert df[["chance_loss", "device_name"]].values.tolist() == [[5.5, "AMD EPYC"]]

@@ -228,7 +228,8 @@ def aggregate_long(
                 out.append(base | {"metric": metric} | t_ci(observations(counted_rows(group, metric), metric)))
                 continue
             for machine, part in group.groupby(MACHINE_KEY, sort=True):  # a cost figure: one row per machine
-                out.append(base | {"metric": metric, MACHINE_KEY: machine}
+                out.append(base | {"metric": metric, MACHINE_KEY: machine, "n_runs": len(part),
+                                   "n_failed": int((part["status"] != "ok").sum())}
                            | t_ci(observations(counted_rows(part, metric), metric)))
     return pd.DataFrame(out, columns=[*by, *([MACHINE_KEY] if split else []), *AGG_COLUMNS])
 
