@@ -4,6 +4,7 @@ memory) are never pooled across machines while convergence metrics pool every se
 from __future__ import annotations
 
 import math
+import statistics
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +13,7 @@ import pytest
 
 from bench.analysis.claims import evaluate_claims, parse_claims
 from bench.analysis.comparison import compare_table
-from bench.analysis.stats import aggregate
+from bench.analysis.stats import aggregate, t_halfwidth
 from bench.cli import main
 from bench.runs.config import RunConfig
 from bench.runs.env import MACHINE_FIELDS, machine_fingerprint
@@ -147,3 +148,23 @@ def test_the_site_of_merged_results_shows_both_machines(merged_board, tmp_path: 
     for env in (ENV_A, ENV_B):  # a filter value, and a bar series of the cost figure, per machine
         assert f'<option value="{machine_fingerprint(env)}">' in study
         assert f'"name":"{machine_fingerprint(env)}"' in study
+
+
+def test_leaderboard_and_report_of_merged_results_show_cost_per_machine(merged_board,
+                                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    from bench.reports.report import write_report
+
+    _, _, out = merged_board
+    assert main(["leaderboard", "--results-dir", str(out), "--metrics", "final_val_loss",
+                 "train_samples_per_s"]) == 0
+    lines = [line.split() for line in capsys.readouterr().out.splitlines()]
+    assert lines[0] == ["variant", "depth", "task", "machine", "n_runs", "n_failed", "final_val_loss",
+                        "train_samples_per_s"]
+    pre = {line[3]: line[6:] for line in lines[1:] if line[0] == "preln"}
+    loss = f"{2.15:.4g} ± {float(t_halfwidth(statistics.stdev([2.0, 2.1, 2.2, 2.3]), 4)):.2g} (4)".split()
+    assert pre == {machine_fingerprint(ENV_A): [*loss, "100.5", "±", "6.4", "(2)"],
+                   machine_fingerprint(ENV_B): [*loss, "200.5", "±", "6.4", "(2)"]}
+    text = write_report(out).read_text(encoding="utf-8")
+    rows = [line for line in text.splitlines() if line.startswith("| preln |")]
+    assert [row.split(" | ")[3] for row in rows] == sorted([machine_fingerprint(ENV_A), machine_fingerprint(ENV_B)])
+    assert f"- machines: {', '.join(sorted([machine_fingerprint(ENV_A), machine_fingerprint(ENV_B)]))}" in text

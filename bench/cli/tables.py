@@ -62,7 +62,8 @@ def cmd_leaderboard(ns: argparse.Namespace) -> int:
         if path:
             write(path)
             print(f"full table ({len(full.columns)} columns) written to {path}")
-    compact = full[[*by, "n_runs", "n_failed"]].astype(object)
+    shown = [*by, *(["machine"] if "machine" in full.columns else [])]  # several machines: cost cells per machine
+    compact = full[[*shown, "n_runs", "n_failed"]].astype(object)
     compact = compact.where(compact.notna(), MISSING)  # a missing value reads as in `bench compare`
     for m in metrics:
         compact[m] = [_cell(*v) for v in zip(full[f"{m}_mean"], full[f"{m}_ci"], full[f"{m}_n"], strict=True)]

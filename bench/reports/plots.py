@@ -33,6 +33,7 @@ from matplotlib.lines import Line2D
 from matplotlib.ticker import MaxNLocator
 from matplotlib.transforms import offset_copy
 
+from bench.analysis.stats import machines_of, several_machines
 from bench.reports.plotdata import (
     Frames,
     curves_frame,
@@ -258,10 +259,16 @@ def _throughput_column(df: pd.DataFrame) -> tuple[str, str]:
     )
 
 
+def per_machine(df: pd.DataFrame) -> pd.DataFrame:
+    """Where ``df``'s runs were measured on several machines, each series ``key`` names its machine (``preln @
+    9275ebfd``): a cost figure is never pooled across machines (:mod:`bench.analysis.stats`)."""
+    return df.assign(key=df["key"] + " @ " + machines_of(df)) if several_machines(df) else df
+
+
 def plot_cost(leaderboard: pd.DataFrame, task: str | None = None) -> Figure:
-    """Two panels: training throughput vs depth and peak memory vs depth, one line per variant."""
+    """Two panels: training throughput vs depth and peak memory vs depth, one line per variant (and machine)."""
     df, task = one_task(leaderboard[leaderboard["status"] == "ok"], task)
-    df = with_key(df)
+    df = per_machine(with_key(df))
     column, unit = _throughput_column(df)
     fig, axes = _figure(2)
     for ax, col, ylabel in zip(
@@ -283,9 +290,9 @@ def pareto_front(x: np.ndarray, y: np.ndarray) -> np.ndarray:
 
 
 def plot_pareto(leaderboard: pd.DataFrame, task: str | None = None, metric: str = "final_val_acc") -> Figure:
-    """Accuracy vs throughput, one point per (variant, depth) (seed means), with the Pareto front."""
+    """Accuracy vs throughput, one point per (variant, depth) (seed means; and machine), with the Pareto front."""
     df, task = one_task(leaderboard[leaderboard["status"] == "ok"], task)
-    df = with_key(df)
+    df = per_machine(with_key(df))
     column, unit = _throughput_column(df)
     pts = df.groupby(["key", "depth"])[[column, metric]].mean(numeric_only=True).dropna().reset_index()
     fig, (ax,) = _figure()

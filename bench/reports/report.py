@@ -23,7 +23,15 @@ from typing import Any
 import pandas as pd
 
 from bench.analysis.claims import Result, evaluate_claims, parse_claims
-from bench.analysis.stats import CONFIG_KEY, aggregate_long, by_configuration, group_keys
+from bench.analysis.stats import (
+    CONFIG_KEY,
+    MACHINE_KEY,
+    aggregate_long,
+    by_configuration,
+    group_keys,
+    machines_of,
+    several_machines,
+)
 from bench.analysis.studyfile import PLUGIN_ORIGIN, find_study, is_shipped, read_study_file, shipped_studies
 from bench.reports import plots
 from bench.reports.analysis_step import report_lines
@@ -79,6 +87,8 @@ def leaderboard_table(board: pd.DataFrame, runs: Sequence[Mapping[str, Any]] | N
     would still look alike (a difference recorded nowhere but in the config hash), the hash is shown too.
     """
     named, by = by_configuration(board, runs, ROW_COLUMNS)
+    if several_machines(named):  # cost cells per machine: a row per configuration and machine
+        named, by = named.assign(**{MACHINE_KEY: machines_of(named)}), [*by, MACHINE_KEY]
     metrics = [m for m, *_ in TABLE_METRICS]
     agg = aggregate_long(named, by=by, metrics=[*metrics, "steps_to_target"])
     keys = group_keys(agg, by)
@@ -223,7 +233,8 @@ def _provenance(board: pd.DataFrame, results_dir: Path, study: str | None) -> li
         "```",
         "",
     ]
-    for col, name in (("torch_version", "torch"), ("device_name", "devices"), ("git_sha", "git commits")):
+    for col, name in (("torch_version", "torch"), ("device_name", "devices"), ("machine", "machines"),
+                      ("git_sha", "git commits")):
         values = sorted(str(v) for v in board[col].dropna().unique())
         out.append(f"- {name}: {', '.join(values) if values else 'unrecorded'}")
     return [*out, ""]
