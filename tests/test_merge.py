@@ -168,3 +168,13 @@ def test_leaderboard_and_report_of_merged_results_show_cost_per_machine(merged_b
     rows = [line for line in text.splitlines() if line.startswith("| preln |")]
     assert [row.split(" | ")[3] for row in rows] == sorted([machine_fingerprint(ENV_A), machine_fingerprint(ENV_B)])
     assert f"- machines: {', '.join(sorted([machine_fingerprint(ENV_A), machine_fingerprint(ENV_B)]))}" in text
+
+
+def test_a_recorded_run_carries_the_fingerprint_of_its_environment(tmp_path: Path) -> None:
+    assert main(["run", "--variant", "highway_mlp", "--depth", "2", "--task", "digits", "--steps", "2", "--batch-size",
+                 "16", "--eval-every", "2", "--measure", "--quiet", "--results-dir", str(tmp_path)]) == 0
+    store = ResultsStore(tmp_path)
+    (row,) = store.load_leaderboard().to_dict("records")
+    env = store.load_run(row["run_id"])["env"]
+    assert row["machine"] == machine_fingerprint(env) and env["device_count"] == 1 and env["cpu"]
+    assert set(MACHINE_FIELDS) <= set(env)
