@@ -117,6 +117,17 @@ def test_site_command_and_its_errors(tmp_path: Path, capsys: pytest.CaptureFixtu
     assert "pip install 'resbench[site]'" in capsys.readouterr().err
 
 
+def test_a_cost_figure_measured_once_and_copied_is_one_measurement(tmp_path: Path) -> None:
+    store = ResultsStore(tmp_path / "results")
+    first = RunConfig(variant="preln", depth=2, seed=0, task="copy").run_id  # the run that measured, as sweeps do
+    add_run(store, "preln", 2, 0, study=None, cost_source=first)
+    add_run(store, "preln", 2, 1, study=None, cost_source=first, train_samples_per_s=200.0)  # a copy of seed 0's
+    site = build_site(store.root, tmp_path / "site").root
+    page = (site / "study" / "no-study.html").read_text(encoding="utf-8")
+    bars = re.findall(r'"type":"bar","x":\["preln d2"\],"y":\[([\d.]+)\],"name":"cpu","customdata":\[(\d+)\]', page)
+    assert bars == [("200.0", "1"), ("20.0", "1")]  # throughput and memory: one measurement each, not two
+
+
 # -- in a browser ---------------------------------------------------------------------------------------------------
 
 

@@ -28,9 +28,9 @@ from typing import Any
 
 import pandas as pd
 
-from bench.analysis.claims import Result, describe
-from bench.analysis.stats import mean_ci
-from bench.reports.markdown import TALLY_WORDS, VERDICT_WORDS
+from bench.analysis.claims import Group, Result, describe
+from bench.analysis.stats import counted_rows, mean_ci, observations, t_ci
+from bench.reports.markdown import TALLY_WORDS, VERDICT_WORDS, fmt_number
 from bench.reports.plotdata import Frames, frames_of, grad_norm_init_data, with_key
 from bench.reports.report import _shown_path, _study_command, study_claims
 from bench.runs.config import config_from_dict
@@ -209,13 +209,16 @@ def _cost_figures(figs: _Figures, frames: Frames, name: str) -> list[str]:
             if part[metric].notna().sum() == 0:
                 continue
             traces = []
-            for machine, rows in part.groupby("_machine", sort=True):
-                rows = rows.assign(design=rows["key"].astype(str) + rows["depth"].map(
-                    lambda d: "" if pd.isna(d) else f" d{int(d)}"))
-                stats = mean_ci(rows, [], "design", metric, metric) if len(rows) else rows
-                traces.append({"type": "bar", "x": stats["design"].tolist(), "y": _floats(stats["mean"]),
-                               "name": str(machine),
-                               "error_y": {"type": "data", "array": _floats(stats["ci"].fillna(0))}})
+            design = part["key"].astype(str) + part["depth"].map(lambda d: "" if pd.isna(d) else f" d{int(d)}")
+            for machine, rows in part.assign(_design=design).groupby("_machine", sort=True):
+                # one observation per measurement: seeds that share a cost_source hold copies of one figure
+                stats = {d: t_ci(observations(counted_rows(g, metric), metric))
+                         for d, g in rows.groupby("_design", sort=True)}
+                traces.append({"type": "bar", "x": list(stats), "y": _floats(s["mean"] for s in stats.values()),
+                               "name": str(machine), "customdata": [s["n"] for s in stats.values()],
+                               "hovertemplate": "%{x}: %{y:.4g} (%{customdata} measurement(s))<extra></extra>",
+                               "error_y": {"type": "data", "array": _floats(
+                                   0.0 if math.isnan(s["ci"]) else s["ci"] for s in stats.values())}})
             fig = figs.figure(traces, f"{label} — {task}: mean per configuration and machine", "design", label,
                               legend="machine", barmode="group")
             out.append(figs.html(fig, f"cost {name} {task} {metric}"))
@@ -265,17 +268,23 @@ def _tally(results: Sequence[Result]) -> str:
     return ", ".join(f"{sum(r.verdict == v for r in results)} {w}" for v, w in TALLY_WORDS.items())
 
 
+def _group_html(g: Group) -> str:
+    """``label: mean ± 95% CI half-width (counted/runs, failed)``, as the report writes a group."""
+    spread = f" ± {fmt_number(g.ci, '.2g')}" if g.n > 1 else ""
+    failed = f", {g.n_failed} failed" if g.n_failed else ""
+    return f"{html.escape(g.label)}: {fmt_number(g.mean, '.4g')}{spread} ({g.n}/{g.n_runs} runs{failed})"
+
+
 def _claims_html(results: Sequence[Result]) -> str:
     rows = []
     for r in results:
         c = r.claim
-        groups = "<br>".join(
-            f"{html.escape(g.label)}: {_e(g.mean)}{f' ± {_e(g.ci)}' if g.n > 1 else ''} ({g.n}/{g.n_runs} runs"
-            f"{f', {g.n_failed} failed' if g.n_failed else ''})" for g in r.groups)
+        groups = "<br>".join(_group_html(g) for g in r.groups)
         known = math.isfinite(r.diff) and math.isfinite(r.spread)
         interval = f"{r.diff - r.spread:+.3g} … {r.diff + r.spread:+.3g}" if known else ""
         rows.append([f"<b>{html.escape(c.id)}</b><br>{html.escape(c.paper)}: {html.escape(c.text)}",
-                     html.escape(describe(c)), html.escape(r.context), groups, _e(r.diff), interval,
+                     html.escape(describe(c)), html.escape(r.context), groups,
+                     fmt_number(r.diff, "+.4g") if r.groups else "", interval,
                      f'<span class="verdict {r.verdict}">{VERDICT_WORDS[r.verdict]}</span>'
                      + (f"<br><small>{html.escape(r.note)}</small>" if r.note else "")])
     return _table(("claim", "test", "configuration", "groups (mean ± 95% CI)", "difference", "95% CI",
