@@ -12,7 +12,8 @@ import bench
 from bench.cli import main
 from bench.runs.results import ResultsStore
 
-FAST = {"steps": 2, "batch_size": 64, "eval_every": 2, "measure": [], "chance_band": 0.0}  # about the harness, not learning: a 2-step run ends at chance (bench.runs.chance)
+# About the harness, not learning: a 2-step run ends at chance (bench.runs.chance), so chance_band = 0.
+FAST = {"steps": 2, "batch_size": 64, "eval_every": 2, "measure": [], "chance_band": 0.0}
 
 
 def test_public_names_are_the_functions_even_after_every_submodule_is_imported() -> None:
@@ -72,7 +73,8 @@ def test_load_and_compare(tmp_path: Path) -> None:
 def test_sweep_runs_a_study_file(tmp_path: Path) -> None:
     study = tmp_path / "tiny.toml"
     study.write_text('name = "tiny"\nvary = ["combinator"]\n[base]\ndepth = 8\nsteps = 2\nbatch_size = 64\n'
-                     'eval_every = 2\nmeasure = []\nchance_band = 0.0\n[grid]\nvariant = ["plain", "resnet"]\nseed = [0]\n')
+                     'eval_every = 2\nmeasure = []\nchance_band = 0.0\n[grid]\nvariant = ["plain", "resnet"]\n'
+                     'seed = [0]\n')
     res = bench.sweep(study, results_dir=tmp_path / "r", progress=False)
     assert res.study == "tiny" and sorted(res.runs["variant"]) == ["plain", "resnet"]
     assert set(res.runs["status"]) == {"ok"} and (tmp_path / "r" / "studies" / "tiny.toml").is_file()

@@ -64,7 +64,8 @@ def test_run_reports_progress_unless_quiet(tmp_path: Path, capsys: pytest.Captur
 def test_a_quiet_sweep_prints_its_summary_only(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     study = tmp_path / "tiny.toml"
     study.write_text('name = "tiny"\nvary = ["combinator"]\n[base]\ndepth = 8\nsteps = 2\nbatch_size = 64\n'
-                     'eval_every = 2\nmeasure = []\nchance_band = 0.0\n[grid]\nvariant = ["plain", "resnet"]\nseed = [0]\n')
+                     'eval_every = 2\nmeasure = []\nchance_band = 0.0\n[grid]\nvariant = ["plain", "resnet"]\n'
+                     'seed = [0]\n')
     assert main(["sweep", str(study), "--quiet", "--results-dir", str(tmp_path / "r")]) == 0
     out = capsys.readouterr().out
     assert "started" not in out and "[1/2]" not in out

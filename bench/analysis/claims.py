@@ -55,6 +55,8 @@ Rules of the verdicts (``agrees`` / ``disagrees`` / ``inconclusive``):
   inconclusive; two groups that both failed decide nothing (and never agree). If only some runs failed but
   more (as a fraction) in one group, an answer that does not also make that group the worse one is downgraded to
   inconclusive.
+- **Cost figures per machine.** A claim on a cost figure (throughput, memory, FLOPs, MFU) over runs of several
+  machines (the rows' ``machine`` fingerprints) gets one verdict per machine: they are never pooled.
 - **slope.** The slope's 95% CI (Student t, n - 2 dof) inside ``expect_range``: agrees; entirely outside:
   disagrees; else (or with fewer than three runs or two x values) inconclusive. Non-positive values cannot
   enter a log and are left out (and counted in the note).
@@ -81,15 +83,19 @@ from scipy import stats as sps
 import variants
 from bench.analysis.stats import (
     CONFIG_KEY,
+    MACHINE_KEY,
     MIN_RUNS,
     config_table,
     counted_rows,
+    machines_of,
     observations,
+    several_machines,
     t_ci,
     two_groups,
     with_config_hash,
 )
 from bench.runs.results import COLUMNS
+from bench.runs.schema import COST_COLUMNS
 
 KINDS = ("compare", "slope", "value")
 EXPECTS = ("greater", "less", "not_greater", "not_less", "similar")
@@ -560,6 +566,10 @@ def _evaluate(claim: Claim, frame: pd.DataFrame, fields: Sequence[str], probes: 
                     for v in _present(df[claim.for_each])]  # fmt: skip
     side = claim.compare or claim.x
     rest = [f for f in fields if f not in (claim.for_each, "seed")]
+    if claim.metric in COST_COLUMNS and several_machines(df):  # a cost figure is never pooled across machines
+        machine = machines_of(df)
+        contexts = [(", ".join(filter(None, [label, f"{MACHINE_KEY}={m}"])), part[machine.loc[part.index] == m])
+                    for label, part in contexts for m in sorted(set(machine.loc[part.index]))]
     run = {"compare": _compare, "slope": _slope, "value": _value}[claim.kind]
     out = []
     for label, part in contexts:

@@ -10,6 +10,9 @@ compared with the baseline's configuration that matches it in every field the va
 - **Test.** Welch's t-test (unequal variances, two-sided) of the runs' values, ``diff = mean - mean(baseline)``;
   at least two counted runs a side, else no p-value. A cost figure a sweep measured once and copied into its other
   seeds' rows counts once (:func:`bench.analysis.stats.observations`): ``n = 1``, no p-value from copies.
+- **Cost per machine.** Where the runs were measured on several machines (:func:`bench.analysis.stats.aggregate_long`),
+  a cost metric has a row per configuration and machine (the ``machine`` column), compared with the baseline's runs
+  on the same machine only; convergence metrics pool the machines (their ``machine`` reads ``all``).
 - **Multiple comparisons.** Holm's step-down correction (Holm 1979, "A simple sequentially rejective multiple
   test procedure") over every p-value of the table, all metrics together: ``p_holm`` controls the family-wise
   error rate of the whole table.
@@ -29,9 +32,11 @@ import pandas as pd
 from bench.analysis.stats import (
     CONFIG_KEY,
     DEFAULT_BY,
+    MACHINE_KEY,
     aggregate_long,
     by_configuration,
     counted_rows,
+    machines_of,
     observations,
     two_groups,
     with_config_hash,
@@ -84,12 +89,19 @@ def compare_table(
     match = [f for f in by if f != "variant" and f not in implied]
     table = aggregate_long(named, by, metrics)  # grouped by config_hash too: one configuration per row
     runs_of = dict(tuple(named.groupby(CONFIG_KEY, sort=False)))
+    per_machine = MACHINE_KEY in table.columns  # several machines: a cost metric's rows are per machine
+    if per_machine:
+        match = [*match, MACHINE_KEY]
 
     def matched(row: pd.Series) -> pd.Series | None:
         cand = table[(table["variant"] == baseline) & (table["metric"] == row["metric"])]
         for f in match:
             cand = cand[cand[f].isna()] if pd.isna(row[f]) else cand[cand[f] == row[f]]
         return cand.iloc[0] if len(cand) == 1 else None
+
+    def rows_of(row: pd.Series) -> pd.DataFrame:
+        rows = runs_of[row[CONFIG_KEY]]
+        return rows[machines_of(rows) == row[MACHINE_KEY]] if per_machine and pd.notna(row[MACHINE_KEY]) else rows
 
     diffs, ps = [], []
     for _, row in table.iterrows():
@@ -98,9 +110,10 @@ def compare_table(
             diffs.append(math.nan)
             ps.append(math.nan)
             continue
-        pair = two_groups(_values(runs_of[row[CONFIG_KEY]], row["metric"]),
-                          _values(runs_of[ref[CONFIG_KEY]], row["metric"]))
+        pair = two_groups(_values(rows_of(row), row["metric"]), _values(rows_of(ref), row["metric"]))
         diffs.append(pair.diff)
         ps.append(pair.p)
     table = table.assign(diff=diffs, p=ps, p_holm=holm(ps))
-    return table[[*by, *COLUMNS]].reset_index(drop=True)
+    if per_machine:  # which machine a figure came from; a convergence metric's are all of them
+        table[MACHINE_KEY] = table[MACHINE_KEY].astype(object).where(table[MACHINE_KEY].notna(), "all")
+    return table[[*by, *([MACHINE_KEY] if per_machine else []), *COLUMNS]].reset_index(drop=True)

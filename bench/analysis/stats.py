@@ -23,6 +23,12 @@ Rules (the report and the plots rely on them):
   configuration and copies the figures into its other seeds' rows (:data:`bench.runs.schema.COST_COLUMNS`; the
   row's ``cost_source`` names the run that measured): :func:`observations` counts each measurement once, so
   copies never narrow a CI nor feed a test (``n = 1``: no spread, no p-value).
+- **Cost figures are per machine.** Throughput, memory, FLOPs and MFU describe the machine that measured them
+  (the row's ``machine`` fingerprint, :func:`bench.runs.env.machine_fingerprint`): where a frame holds runs of more
+  than one machine, each cost metric gets one row per group and machine (:func:`aggregate_long`'s ``machine``
+  column; ``unrecorded`` for rows from before the fingerprint), never one mean over machines. Convergence metrics
+  still pool every seed of a configuration, whatever machine ran it (their ``machine`` is empty). One machine: no
+  ``machine`` column, nothing changes.
 - **Comparing two groups** (:func:`two_groups`, the one comparison behind ``bench compare``, the claims and
   :func:`compare`): ``diff = mean(variant) - mean(baseline)``; Welch's t-test (unequal variances, two-sided), the
   95% Welch CI of ``diff`` (``diff ± t(0.975, ν)·√(s²/n + s_base²/n_base)``, ν the Welch–Satterthwaite degrees of
@@ -73,6 +79,8 @@ AGG_COLUMNS: tuple[str, ...] = (
 )
 MIN_RUNS = 2  # counted runs a side needs for a CI, a t-test, a decided claim: one run has no spread
 CONFIG_KEY = "config_hash"
+MACHINE_KEY = "machine"
+UNRECORDED = "unrecorded"  # the machine of a row recorded before rows carried one
 _INF = math.inf
 # Valid range of each quantity we draw; a band or error bar never leaves it. Unknown names: unbounded.
 DOMAINS: dict[str, tuple[float, float]] = {
@@ -205,6 +213,9 @@ def aggregate_long(
     df = with_config_hash(df)
     by = group_keys(df, by, by_config)
     _check_columns(df, [*by, "status", *metrics])
+    split = several_machines(df) and MACHINE_KEY not in by
+    if split:
+        df = df.assign(**{MACHINE_KEY: machines_of(df)})
     out: list[dict[str, Any]] = []
     for key, group in df.groupby(by, sort=True, dropna=False):
         key = key if isinstance(key, tuple) else (key,)
@@ -213,8 +224,27 @@ def aggregate_long(
             "n_failed": int((group["status"] != "ok").sum()),
         }
         for metric in metrics:
-            out.append(base | {"metric": metric} | t_ci(observations(counted_rows(group, metric), metric)))
-    return pd.DataFrame(out, columns=[*by, *AGG_COLUMNS])
+            if not (split and metric in COST_COLUMNS):
+                out.append(base | {"metric": metric} | t_ci(observations(counted_rows(group, metric), metric)))
+                continue
+            for machine, part in group.groupby(MACHINE_KEY, sort=True):  # a cost figure: one row per machine
+                out.append(base | {"metric": metric, MACHINE_KEY: machine, "n_runs": len(part),
+                                   "n_failed": int((part["status"] != "ok").sum())}
+                           | t_ci(observations(counted_rows(part, metric), metric)))
+    return pd.DataFrame(out, columns=[*by, *([MACHINE_KEY] if split else []), *AGG_COLUMNS])
+
+
+def machines_of(df: pd.DataFrame) -> pd.Series:
+    """Each row's machine fingerprint, :data:`UNRECORDED` where it has none."""
+    if MACHINE_KEY not in df.columns:
+        return pd.Series(UNRECORDED, index=df.index, dtype=object)
+    machine = df[MACHINE_KEY].astype(object)
+    return machine.where(machine.notna() & (machine.astype(str) != ""), UNRECORDED).astype(str)
+
+
+def several_machines(df: pd.DataFrame) -> bool:
+    """Whether ``df``'s rows were measured on more than one machine (an unrecorded one counts as a machine)."""
+    return MACHINE_KEY in df.columns and machines_of(df).nunique() > 1
 
 
 def aggregate(
@@ -227,12 +257,26 @@ def aggregate(
     """
     long = aggregate_long(df, by, metrics)
     by = group_keys(long, by)
-    wide = long.drop_duplicates(by)[[*by, "n_runs", "n_failed"]].reset_index(drop=True)
+    stats = ("mean", "std", "n", "ci", "ci_low", "ci_high", "median")
+    cost = long[long["metric"].isin(COST_COLUMNS)] if MACHINE_KEY in long.columns else long.iloc[:0]
+    if cost.empty:  # one machine (or no cost metric): one row per group
+        wide = long.drop_duplicates(by)[[*by, "n_runs", "n_failed"]].reset_index(drop=True)
+        for metric in metrics:
+            part = long[long["metric"] == metric].reset_index(drop=True)
+            for stat in stats:
+                wide[f"{metric}_{stat}"] = part[stat].to_numpy()
+        return wide
+    # Several machines: one row per group and machine; its cost cells are that machine's, its convergence cells
+    # the group's over every machine (and n_runs, n_failed the group's).
+    wide = cost.drop_duplicates([*by, MACHINE_KEY])[[*by, MACHINE_KEY]]
+    one = cost[cost["metric"] == cost["metric"].iloc[0]]  # its machines' rows partition each group's runs
+    counts = one.groupby(by, dropna=False, sort=False)[["n_runs", "n_failed"]].sum().reset_index()
+    wide = wide.merge(counts, on=by, how="left")
     for metric in metrics:
-        part = long[long["metric"] == metric].reset_index(drop=True)
-        for stat in ("mean", "std", "n", "ci", "ci_low", "ci_high", "median"):
-            wide[f"{metric}_{stat}"] = part[stat].to_numpy()
-    return wide
+        keys = [*by, MACHINE_KEY] if metric in COST_COLUMNS else by
+        part = long[long["metric"] == metric][[*keys, *stats]]
+        wide = wide.merge(part.rename(columns={s: f"{metric}_{s}" for s in stats}), on=keys, how="left")
+    return wide.reset_index(drop=True)
 
 
 def target_summary(df: pd.DataFrame, by: Sequence[str] = DEFAULT_BY, metric: str = "steps_to_target") -> pd.DataFrame:

@@ -218,6 +218,23 @@ def _plot_and_report(sub: Sub) -> None:
     _handler(q, "tables:cmd_report")
 
 
+def _merge(sub: Sub) -> None:
+    q = sub.add_parser("merge", help="merge results folders (from several machines) into one: a row per run id, "
+                       "identical copies dropped, conflicting ones refused; run JSONs and study files copied")
+    q.add_argument("sources", nargs="+", metavar="DIR", help="results folders to merge")
+    q.add_argument("-o", "--out", required=True, metavar="DIR",
+                   help="the merged results folder (its own runs are kept; merging again changes nothing)")
+    _handler(q, "runs:cmd_merge")
+
+
+def _site(sub: Sub) -> None:
+    q = sub.add_parser("site", help="write a static results site (works offline from file://): studies with their "
+                       "claims' verdicts, sortable leaderboards, interactive figures, a page per run")
+    _results(q)
+    q.add_argument("-o", "--out", required=True, metavar="SITE", help="the folder the site is written to")
+    _handler(q, "tables:cmd_site")
+
+
 def _sweeps(sub: Sub) -> None:
     for name, target, helptext in (
         ("sweep", "file", "run a study file (TOML grid of variants x depths x seeds)"),
@@ -400,7 +417,7 @@ def _recipes(sub: Sub) -> None:
 
 
 COMMANDS = (_list, _show_variant, _run, _leaderboard, _compare, _show, _upgrade, _probe, _diff, _plot_and_report,
-            _sweeps, _track, _data, _perf, _analyses, _recipes)  # fmt: skip
+            _site, _merge, _sweeps, _track, _data, _perf, _analyses, _recipes)  # fmt: skip
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,4 +1,5 @@
-"""Commands about single runs: ``run``, ``show``, ``data download``, ``perf overhead``, ``perf scaling``."""
+"""Commands about single runs: ``run``, ``show``, ``upgrade``, ``merge``, ``data download``, ``perf overhead``,
+``perf scaling``."""
 
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ import pandas as pd
 from bench import api
 from bench.cli.parser import config_from_args
 from bench.runs import plugins
+from bench.runs.merge import describe as describe_merge
+from bench.runs.merge import merge
 from bench.runs.perf import overhead
 from bench.runs.results import ResultsStore
 from bench.runs.runner import measurement_failures
@@ -32,6 +35,11 @@ def cmd_upgrade(ns: argparse.Namespace) -> int:
         print(f"  {c.run_id}: {c.status_before} -> {c.status_after} (chance level {c.chance_loss:.4g} nats)")
     for c in skipped:
         print(f"  {c.run_id}: left as recorded: {c.note}")
+    return 0
+
+
+def cmd_merge(ns: argparse.Namespace) -> int:
+    print(describe_merge(merge(ns.sources, ns.out), ns.out))
     return 0
 
 

@@ -1,4 +1,4 @@
-"""Commands that read a results directory: ``leaderboard``, ``compare``, ``plot``, ``report``, ``track``."""
+"""Commands that read a results directory: ``leaderboard``, ``compare``, ``plot``, ``report``, ``site``, ``track``."""
 
 from __future__ import annotations
 
@@ -62,7 +62,8 @@ def cmd_leaderboard(ns: argparse.Namespace) -> int:
         if path:
             write(path)
             print(f"full table ({len(full.columns)} columns) written to {path}")
-    compact = full[[*by, "n_runs", "n_failed"]].astype(object)
+    shown = [*by, *(["machine"] if "machine" in full.columns else [])]  # several machines: cost cells per machine
+    compact = full[[*shown, "n_runs", "n_failed"]].astype(object)
     compact = compact.where(compact.notna(), MISSING)  # a missing value reads as in `bench compare`
     for m in metrics:
         compact[m] = [_cell(*v) for v in zip(full[f"{m}_mean"], full[f"{m}_ci"], full[f"{m}_n"], strict=True)]
@@ -113,6 +114,14 @@ def cmd_plot(ns: argparse.Namespace) -> int:
 
 def cmd_report(ns: argparse.Namespace) -> int:
     print(write_report(ns.results_dir, ns.study))
+    return 0
+
+
+def cmd_site(ns: argparse.Namespace) -> int:
+    from bench.reports.site import build_site  # plotly is the site extra's: only this command loads it
+
+    site = build_site(ns.results_dir, ns.out)
+    print(f"{site.root / 'index.html'}: {site.pages} pages, {site.bytes / 1e6:.1f} MB")
     return 0
 
 

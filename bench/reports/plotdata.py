@@ -11,7 +11,7 @@ al. 2020, "On Layer Normalization in the Transformer Architecture" (Fig. 2, 3).
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -179,6 +179,12 @@ def load_frames(results_dir: str | Path, study: str | None = None) -> Frames:
             )
         board = board[board["study"] == study].reset_index(drop=True)
         runs = [r for r in runs if r["run_id"] in set(board["run_id"])]
+    return frames_of(board, runs)
+
+
+def frames_of(board: pd.DataFrame, runs: Sequence[Mapping[str, Any]]) -> Frames:
+    """The :class:`Frames` of a leaderboard and its run JSONs, each row labelled with its configuration
+    (:func:`config_labels`)."""
     label = config_labels(board, runs)
     frames = (board, curves_frame(runs), probes_frame(runs))
     return Frames(*(f.assign(config=[label.get(r, "") for r in f["run_id"]]) for f in frames))

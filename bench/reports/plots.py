@@ -46,6 +46,7 @@ from matplotlib.lines import Line2D
 from matplotlib.ticker import MaxNLocator
 from matplotlib.transforms import offset_copy
 
+from bench.analysis.stats import machines_of, several_machines
 from bench.reports.plotdata import (
     Frames,
     curves_frame,
@@ -367,12 +368,22 @@ def _throughput_column(df: pd.DataFrame) -> tuple[str, str]:
     )
 
 
+def per_machine(df: pd.DataFrame) -> pd.DataFrame:
+    """Where ``df``'s runs were measured on several machines, each series' style names its machine (``depth=6 @
+    9275ebfd``): a cost figure is never pooled across machines (:mod:`bench.analysis.stats`); colour stays the
+    variant's."""
+    if not several_machines(df):
+        return df
+    machine = machines_of(df)
+    return df.assign(style=[f"{s} @ {m}" if s else f"@ {m}" for s, m in zip(df["style"], machine, strict=True)])
+
+
 def plot_cost(leaderboard: pd.DataFrame, task: str | None = None,
               colours: Mapping[str, Colour] | None = None) -> Figure:
-    """Two panels: training throughput vs depth and peak memory vs depth, one line per variant."""
+    """Two panels: training throughput vs depth and peak memory vs depth, one line per variant (and machine)."""
     colours = colours or palette_of(leaderboard)
     df, task = one_task(leaderboard[leaderboard["status"] == "ok"], task)
-    df = _config_style(with_key(df))
+    df = per_machine(_config_style(with_key(df)))
     styles = line_styles(df["style"])
     column, unit = _throughput_column(df)
     fig, axes = _figure(2)
@@ -400,11 +411,11 @@ _PARETO_MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
 
 def plot_pareto(leaderboard: pd.DataFrame, task: str | None = None, metric: str = "final_val_acc",
                 colours: Mapping[str, Colour] | None = None) -> Figure:
-    """Accuracy vs throughput, one point per (variant, configuration, depth) (seed means), with the Pareto
-    front; colour = variant, marker = configuration, the label of a point its depth."""
+    """Accuracy vs throughput, one point per (variant, configuration, depth) (seed means; and machine), with the
+    Pareto front; colour = variant, marker = configuration, the label of a point its depth."""
     colours = colours or palette_of(leaderboard)
     df, task = one_task(leaderboard[leaderboard["status"] == "ok"], task)
-    df = _config_style(with_key(df))
+    df = per_machine(_config_style(with_key(df)))
     column, unit = _throughput_column(df)
     pts = df.groupby(["series", "style", "depth"])[[column, metric]].mean(numeric_only=True).dropna().reset_index()
     configs = sorted(set(pts["style"]), key=_natural)

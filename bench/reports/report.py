@@ -22,8 +22,16 @@ from typing import Any
 
 import pandas as pd
 
-from bench.analysis.claims import evaluate_claims, parse_claims
-from bench.analysis.stats import CONFIG_KEY, aggregate_long, by_configuration, group_keys
+from bench.analysis.claims import Result, evaluate_claims, parse_claims
+from bench.analysis.stats import (
+    CONFIG_KEY,
+    MACHINE_KEY,
+    aggregate_long,
+    by_configuration,
+    group_keys,
+    machines_of,
+    several_machines,
+)
 from bench.analysis.studyfile import PLUGIN_ORIGIN, find_study, is_shipped, read_study_file, shipped_studies
 from bench.reports import plots
 from bench.reports.analysis_step import report_lines
@@ -96,6 +104,8 @@ def leaderboard_table(board: pd.DataFrame, runs: Sequence[Mapping[str, Any]] | N
     named, by = by_configuration(board, runs, ROW_COLUMNS)
     named = named.assign(_targeted=_targeted(named))
     with_target = bool(named["_targeted"].any())
+    if several_machines(named):  # cost cells per machine: a row per configuration and machine
+        named, by = named.assign(**{MACHINE_KEY: machines_of(named)}), [*by, MACHINE_KEY]
     metrics = [m for m, *_ in TABLE_METRICS]
     agg = aggregate_long(named, by=by, metrics=[*metrics, "steps_to_target"])
     keys = group_keys(agg, by)
@@ -144,6 +154,21 @@ def _study_path(root: Path, name: str) -> Path | None:
         return None
 
 
+def study_claims(
+    board: pd.DataFrame, probes: pd.DataFrame, runs: Sequence[Mapping[str, Any]], root: Path, name: str
+) -> tuple[Path | None, list[Result]]:
+    """The study file of ``name``'s runs (None when there is none) and its leaderboard claims' verdicts on the runs
+    of ``board`` in that study (the analyses' claims have their own section: :mod:`bench.reports.analysis_step`)."""
+    path = _study_path(root, name)
+    if path is None:
+        return None, []
+    claims = [c for c in parse_claims(read_study_file(path).get("claims", []), str(path)) if c.table == "leaderboard"]
+    if not claims:
+        return path, []
+    rows = board[board["study"] == name]
+    return path, evaluate_claims(claims, rows, probes[probes["run_id"].isin(rows["run_id"])], runs)
+
+
 def _claims_section(
     board: pd.DataFrame, probes: pd.DataFrame, runs: Sequence[Mapping[str, Any]], root: Path, study: str | None
 ) -> list[str]:
@@ -151,13 +176,9 @@ def _claims_section(
     names = [study] if study else sorted(str(s) for s in board["study"].dropna().unique())
     body: list[str] = []
     for name in names:
-        path = _study_path(root, name)
-        claims = [c for c in parse_claims(read_study_file(path).get("claims", []), str(path))
-                  if c.table == "leaderboard"] if path else []  # analyses: their own section
-        if path is None or not claims:
+        path, results = study_claims(board, probes, runs, root, name)
+        if path is None or not results:
             continue
-        rows = board[board["study"] == name]
-        results = evaluate_claims(claims, rows, probes[probes["run_id"].isin(rows["run_id"])], runs)
         tally = ", ".join(f"{sum(r.verdict == v for r in results)} {w}" for v, w in TALLY_WORDS.items())
         body += [f"### Study `{name}`", "", f"Claims declared in `{_shown_path(path, root)}`; verdicts: {tally}.",
                  "", *claim_lines(results), ""]  # fmt: skip
@@ -238,7 +259,8 @@ def _provenance(board: pd.DataFrame, results_dir: Path, study: str | None) -> li
         "```",
         "",
     ]
-    for col, name in (("torch_version", "torch"), ("device_name", "devices"), ("git_sha", "git commits")):
+    for col, name in (("torch_version", "torch"), ("device_name", "devices"), ("machine", "machines"),
+                      ("git_sha", "git commits")):
         values = sorted(str(v) for v in board[col].dropna().unique())
         out.append(f"- {name}: {', '.join(values) if values else 'unrecorded'}")
     return [*out, ""]

@@ -307,7 +307,8 @@ RUN_ID_PATTERN = re.compile(r"-([0-9a-f]{8})-s\d+$")
 SEQUENCE_FIELDS = ("betas", "milestones", "measure")
 # Fields added after results were recorded: hashed only when set, so existing run ids (and resuming) stay valid.
 _HASHED_UNLESS_DEFAULT = frozenset({
-    "lr_base", "lr_base_size", "lr_base_scale", "warmup_until_error", "world_size", "grad_accum", "target_loss", "subset_per_class", "skip_bad_images",
+    "lr_base", "lr_base_size", "lr_base_scale", "warmup_until_error", "world_size", "grad_accum", "target_loss",
+    "subset_per_class", "skip_bad_images",
     "vocab_size", "eval_batches", "eval_tokens",
 })  # fmt: skip
 # Every field's default (every RunConfig field has a plain one): what a run JSON written before a field existed used.

@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import platform
 import socket
 import subprocess
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from bench.runs.measure import device_name
+from bench.runs.measure import cpu_name, device_name
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -36,19 +39,45 @@ def git_sha(root: Path = REPO_ROOT) -> str:
     return f"{sha}-dirty" if dirty else sha
 
 
+def _cuda_driver() -> int | None:
+    """The CUDA version the installed driver supports (``cuDriverGetVersion``: 12040 for 12.4), None without one."""
+    try:
+        return int(torch._C._cuda_getDriverVersion()) if torch.cuda.is_available() else None  # type: ignore[attr-defined]
+    except (AttributeError, RuntimeError):
+        return None
+
+
 def environment(device: torch.device) -> dict[str, Any]:
     return {
         "torch": torch.__version__,
         "cuda": torch.version.cuda,
+        "hip": torch.version.hip,  # ROCm's build of torch; None elsewhere
+        "cuda_driver": _cuda_driver(),
         "python": platform.python_version(),
         "platform": platform.platform(),
         "device": str(device),
         "device_name": device_name(device),
+        "device_count": torch.cuda.device_count() if device.type == "cuda" else 1,
+        "cpu": cpu_name(),
         "cpu_count": os.cpu_count(),
         "torch_threads": torch.get_num_threads(),
         "hostname": socket.gethostname(),
         "git_sha": git_sha(),
     }
+
+
+# What a cost figure depends on besides the model: the device and how many there are, the driver and CUDA/ROCm
+# versions, the CPU (a CPU run's device; the input pipeline's host), torch and Python. Not the host name (two nodes
+# of one kind are one machine) nor the commit (the row's git_sha, with its -dirty mark, records that).
+MACHINE_FIELDS = ("device_name", "device_count", "cpu", "cuda_driver", "cuda", "hip", "torch", "python")
+
+
+def machine_fingerprint(env: Mapping[str, Any]) -> str:
+    """The row's ``machine``: 8 hex digits of SHA-256 over :data:`MACHINE_FIELDS` of an :func:`environment`. A field
+    the environment lacks (a run recorded before it was) counts as null, so older runs of one machine share one
+    fingerprint with each other, not with newer ones."""
+    fields = {k: env.get(k) for k in MACHINE_FIELDS}
+    return hashlib.sha256(json.dumps(fields, sort_keys=True, default=str).encode()).hexdigest()[:8]
 
 
 def machine_id(env: dict[str, Any]) -> str:

@@ -56,7 +56,8 @@ StepFn = Callable[[], Any]
 # never a wrong reuse. ``seed`` changes initial values and batch order, not shapes or kernels; ``betas`` and the
 # schedule fields only change host-side scalars; probes and evaluation never run inside a measured phase.
 COST_NEUTRAL_FIELDS: frozenset[str] = frozenset({
-    "seed", "lr", "lr_base", "lr_base_size", "lr_base_scale", "betas", "schedule", "milestones", "gamma", "warmup_steps", "warmup_kind", "warmup_factor",
+    "seed", "lr", "lr_base", "lr_base_size", "lr_base_scale", "betas", "schedule", "milestones", "gamma",
+    "warmup_steps", "warmup_kind", "warmup_factor",
     "warmup_until_error", "target", "eval_every", "probe_every", "diverge_factor", "epochs", "steps", "recipe",
     "study", "preset", "data_dir", "checkpoint_every", "checkpoint_minutes", "keep_checkpoints", "target_loss",
     "eval_batches", "eval_tokens",
@@ -95,10 +96,10 @@ def device_name(device: torch.device) -> str:
         return torch.cuda.get_device_name(device)
     if device.type == "mps":
         return "Apple MPS"
-    return _cpu_name()
+    return cpu_name()
 
 
-def _cpu_name() -> str:
+def cpu_name() -> str:
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as f:
             for line in f:

@@ -129,6 +129,22 @@ class ResultsStore:
                     for r in rows]
             atomic_write_text(self.leaderboard, _csv_text(rows))
 
+    def rows(self) -> list[dict[str, str]]:
+        """Every row as the text the leaderboard holds, in the current schema (an earlier one mapped onto it)."""
+        with self._lock:
+            return self._read_rows()
+
+    def write_all(self, rows: Iterable[Mapping[str, Any]], run_jsons: Mapping[str, Mapping[str, Any]]) -> None:
+        """Replace the whole leaderboard with ``rows`` after writing ``run_id -> run JSON`` (``bench merge``)."""
+        for row in rows:
+            new_row(**row)
+        self.root.mkdir(parents=True, exist_ok=True)
+        for run_id, run_json in run_jsons.items():
+            atomic_write_text(self.runs_dir / f"{run_id}.json",
+                              json.dumps(run_json, indent=1, default=_json_default, allow_nan=False) + "\n")
+        with self._lock:
+            atomic_write_text(self.leaderboard, _csv_text({c: _cell(r.get(c)) for c in COLUMNS} for r in rows))
+
     def _read_rows(self) -> list[dict[str, str]]:
         """Every row, in the current schema; a foreign header or a damaged line raises ValueError (how to fix it)."""
         path = self.leaderboard

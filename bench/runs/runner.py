@@ -23,7 +23,7 @@ import torch
 import variants
 from bench.runs import chance, checkpoints, distributed, plugins, probes, resume
 from bench.runs.config import RunConfig
-from bench.runs.env import environment, git_sha, machine_id
+from bench.runs.env import environment, git_sha, machine_fingerprint, machine_id
 from bench.runs.results import ResultsStore, new_row
 from bench.runs.train import Diverged, Record, measure_phases, resolve_device, resolved_kwargs, setup, train
 
@@ -269,6 +269,7 @@ def build_row(cfg: RunConfig, s: Any, rec: Record, env: dict[str, Any], wall_s: 
         params=sum(p.numel() for p in s.model.parameters()),
         epochs=rec.steps_done * cfg.global_batch / s.task.num_train if s.task.num_train else None,
         steps=rec.steps_done, device=device or str(s.device), device_name=env["device_name"],
+        machine=machine_fingerprint(env),
         status=rec.status, error=rec.error, chance_loss=s.task.chance_loss,
         final_train_loss=last.get("train_loss"), final_train_acc=last.get("train_acc"),
         final_val_loss=last.get("val_loss"), final_val_acc=last.get("val_acc"),

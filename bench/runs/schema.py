@@ -16,7 +16,7 @@ from bench.runs.config import RUN_ID_PATTERN
 COLUMNS: tuple[str, ...] = (
     "run_id", "config_hash", "variant", "family", "depth", "params", "init", "norm", "task", "seed", "epochs",
     "steps", "batch_size", "grad_accum", "optimizer", "lr", "schedule", "warmup_steps", "device", "device_name",
-    "world_size", "precision", "status", "error", "chance_loss",
+    "machine", "world_size", "precision", "status", "error", "chance_loss",
     "final_train_loss", "final_train_acc", "final_val_loss", "final_val_acc", "final_val_perplexity", "best_val_acc",
     "target_acc", "target_loss", "steps_to_target", "time_to_target_s", "eval_time_s",
     "train_samples_per_s", "train_tokens_per_s", "step_time_ms", "model_samples_per_s", "input_bound_fraction",
@@ -25,10 +25,16 @@ COLUMNS: tuple[str, ...] = (
     "resumed_from_step", "restarts", "study", "torch_version", "git_sha", "created_at",
 )  # fmt: skip
 
+# The header before machine (the fingerprint of the hardware and software a run's cost figures were measured on,
+# bench.runs.env.machine_fingerprint) was a column: it is left empty (`bench merge` fills it from each run JSON's
+# environment), and such rows' cost figures pool with each other only.
+COLUMNS_V8: tuple[str, ...] = tuple(c for c in COLUMNS if c != "machine")
+V8_MAPPING = "machine left empty"
+
 # The header before chance_loss (the task's chance level, bench.runs.chance) was a column: it is left empty, and the
 # rows keep the status they were recorded with (`bench upgrade` fills the level and judges each run by it).
-COLUMNS_V7: tuple[str, ...] = tuple(c for c in COLUMNS if c != "chance_loss")
-V7_MAPPING = "chance_loss left empty"
+COLUMNS_V7: tuple[str, ...] = tuple(c for c in COLUMNS_V8 if c != "chance_loss")
+V7_MAPPING = f"chance_loss left empty; {V8_MAPPING}"
 
 # The header before data read from disk (the loader tasks) and evaluation cost had columns: final_val_perplexity,
 # eval_time_s, model_samples_per_s, input_bound_fraction and loader_workers are left empty.
@@ -105,6 +111,7 @@ LEGACY_SCHEMAS: dict[tuple[str, ...], tuple[str, Callable[[dict[str, str]], dict
     COLUMNS_V5: (V5_MAPPING, _from_v5),
     COLUMNS_V6: (V6_MAPPING, _from_v6),
     COLUMNS_V7: (V7_MAPPING, _from_v6),
+    COLUMNS_V8: (V8_MAPPING, _from_v6),
 }
 # "killed": the run's process was ended by a signal (a user's kill, a scheduler's) before it could return its row.
 # "failed_to_learn": it trained to the end, at the task's chance level (bench.runs.chance); its numbers are kept.
@@ -121,7 +128,8 @@ def new_row(**values: Any) -> dict[str, Any]:
 
 # Columns filled from the run's measurement phases (throughput, memory, FLOPs; bench.runs.measure). A sweep
 # measures them once per model configuration and copies them into the rows of its other seeds (the row's
-# ``cost_source`` names the run that measured): the copies are one measurement, not several.
+# ``cost_source`` names the run that measured): the copies are one measurement, not several. They describe the
+# machine that measured them (the row's ``machine``): tables and claims never pool them across machines.
 COST_COLUMNS: tuple[str, ...] = (
     "train_samples_per_s", "train_tokens_per_s", "step_time_ms", "peak_mem_mb", "fwd_flops_per_sample",
     "train_flops_per_sample", "achieved_tflops", "mfu", "model_samples_per_s", "input_bound_fraction",

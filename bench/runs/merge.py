@@ -1,0 +1,102 @@
+"""``bench merge``: the results folders of several machines as one.
+
+Rows are keyed by run id. A run found in several folders with the same row and the same run JSON is one run (the
+copies are dropped); the same id with a different row or run JSON is two runs that cannot share an id, and the
+merge refuses before writing anything, naming both files. Run JSONs (with their curves and probes) and the study
+files sweeps leave in ``studies/`` are copied. A row recorded before rows carried a ``machine`` fingerprint gets the
+one of its run JSON's environment (:func:`bench.runs.env.machine_fingerprint`), so cost figures of two machines'
+older runs are not pooled either. Merging into a folder that already holds runs keeps them: a second merge of the
+same folders changes nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from bench.runs.env import machine_fingerprint
+from bench.runs.results import ResultsStore, read_run_json
+
+
+@dataclass(frozen=True)
+class Merged:
+    """What :func:`merge` did: rows added to the target, identical copies dropped, rows now there, study files."""
+
+    added: int
+    duplicates: int
+    total: int
+    studies: int
+
+
+def _with_machine(row: dict[str, str], run: Mapping[str, Any] | None) -> dict[str, str]:
+    if row.get("machine") or not run or not isinstance(run.get("env"), Mapping):
+        return row
+    return row | {"machine": machine_fingerprint(run["env"])}
+
+
+def _differs(a: Mapping[str, Any], b: Mapping[str, Any]) -> str:
+    keys = [k for k in dict.fromkeys([*a, *b]) if a.get(k) != b.get(k)]
+    shown = ", ".join(f"{k}: {a.get(k)!r} vs {b.get(k)!r}" for k in keys[:3])
+    return shown + (f" and {len(keys) - 3} more" if len(keys) > 3 else "")
+
+
+def merge(sources: Sequence[str | Path], out: str | Path) -> Merged:
+    """Merge the results folders ``sources`` into ``out`` (module docstring); ValueError before anything is written
+    when a folder is missing, or two of them record different runs under one id or different study files under
+    one name."""
+    target = ResultsStore(out)
+    target.preflight()
+    rows: dict[str, dict[str, str]] = {}
+    runs: dict[str, dict[str, Any]] = {}
+    where: dict[str, Path] = {}  # run id -> the leaderboard it was first found in
+    studies: dict[str, tuple[bytes, Path]] = {}
+    duplicates = 0
+    for folder in [Path(out), *map(Path, sources)]:
+        store = ResultsStore(folder)
+        if folder != Path(out) and not store.leaderboard.is_file():
+            raise ValueError(f"{folder} holds no results (no {store.leaderboard.name}); pass results folders")
+        for path in sorted((folder / "studies").glob("*.toml")) if (folder / "studies").is_dir() else []:
+            text = path.read_bytes()
+            if path.name in studies and studies[path.name][0] != text:
+                raise ValueError(f"study file {path.name} differs between {studies[path.name][1]} and {path}; "
+                                 "merge the folders of one study's version only")
+            studies.setdefault(path.name, (text, path))
+        for row in store.rows():
+            run_id = row["run_id"]
+            json_path = store.runs_dir / f"{run_id}.json"
+            run = read_run_json(json_path) if json_path.exists() else None
+            row = _with_machine(row, run)
+            if run_id not in rows:
+                rows[run_id], where[run_id] = row, store.leaderboard
+                if run is not None:
+                    runs[run_id] = run
+                continue
+            first = where[run_id]
+            if rows[run_id] != row:
+                raise ValueError(f"run {run_id} is recorded differently in {first} and {store.leaderboard} "
+                                 f"({_differs(rows[run_id], row)}): two runs cannot share an id; move one away")
+            if run is not None and run_id in runs and runs[run_id] != run:
+                other = first.parent / "runs" / f"{run_id}.json"
+                raise ValueError(f"run {run_id} has different run JSONs {other} and {json_path} "
+                                 f"({_differs(runs[run_id], run)}); move one away")
+            if run is not None:
+                runs.setdefault(run_id, run)
+            duplicates += folder != Path(out)
+    before = {r["run_id"]: r for r in target.rows()}
+    new_runs = {k: v for k, v in runs.items() if k not in before or not (target.runs_dir / f"{k}.json").exists()}
+    if list(before.values()) != list(rows.values()) or new_runs:
+        target.write_all(list(rows.values()), new_runs)
+    for name, (text, _) in studies.items():
+        path = Path(out) / "studies" / name
+        if not path.exists():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(text)
+    return Merged(len(set(rows) - set(before)), duplicates, len(rows), len(studies))
+
+
+def describe(merged: Merged, out: str | Path) -> str:
+    return (f"{out}: {merged.total} runs ({merged.added} added, {merged.duplicates} identical copies dropped); "
+            f"{merged.studies} study file(s)")
+

@@ -1,0 +1,180 @@
+"""bench merge and the machine fingerprint: results folders of two machines as one, whose cost figures (throughput,
+memory) are never pooled across machines while convergence metrics pool every seed of a configuration."""
+
+from __future__ import annotations
+
+import math
+import statistics
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pytest
+
+from bench.analysis.claims import evaluate_claims, parse_claims
+from bench.analysis.comparison import compare_table
+from bench.analysis.stats import aggregate, t_halfwidth
+from bench.cli import main
+from bench.runs.config import RunConfig
+from bench.runs.env import MACHINE_FIELDS, machine_fingerprint
+from bench.runs.merge import merge
+from bench.runs.results import COLUMNS, ResultsStore
+
+ENV_A = {"device_name": "NVIDIA H100", "device_count": 8, "cpu": "EPYC", "cuda_driver": 12040, "cuda": "12.4",
+         "hip": None, "torch": "2.5.0", "python": "3.11.7", "hostname": "node1"}
+ENV_B = ENV_A | {"device_name": "NVIDIA A100", "cuda_driver": 12020}
+
+
+def add(store: ResultsStore, variant: str, seed: int, env: dict[str, Any], speed: float, loss: float,
+        machine: bool = True) -> str:  # fmt: skip
+    """One run on the machine of ``env``: its row carries the fingerprint (or not: a row from before it was kept)."""
+    cfg = RunConfig(variant=variant, depth=2, seed=seed, task="copy")
+    row = {"run_id": cfg.run_id, "config_hash": cfg.config_hash(), "variant": variant, "depth": 2, "task": "copy",
+           "seed": seed, "status": "ok", "device_name": env["device_name"], "final_val_loss": loss,
+           "train_samples_per_s": speed, "machine": machine_fingerprint(env) if machine else None}
+    store.append({k: v for k, v in row.items() if k in COLUMNS},
+                 {"run_id": cfg.run_id, "row": row, "config": cfg.to_dict(), "env": env, "curves": {}, "probes": []})
+    return cfg.run_id
+
+
+def two_machines(tmp_path: Path, machine: bool = True) -> tuple[Path, Path]:
+    """Seeds 0, 1 of preln and postln on machine A, seeds 2, 3 on machine B (twice as fast)."""
+    a, b = ResultsStore(tmp_path / "a"), ResultsStore(tmp_path / "b")
+    for i, variant in enumerate(("preln", "postln")):
+        for seed in (0, 1):
+            add(a, variant, seed, ENV_A, 100.0 + 10 * i + seed, 2.0 + i + seed / 10, machine)
+            add(b, variant, seed + 2, ENV_B, 200.0 + 10 * i + seed, 2.0 + i + (seed + 2) / 10, machine)
+    return a.root, b.root
+
+
+def test_the_fingerprint_is_of_the_machine_fields_only() -> None:
+    assert machine_fingerprint(ENV_A) == machine_fingerprint(ENV_A | {"hostname": "node2", "git_sha": "x"})
+    for field in MACHINE_FIELDS:
+        assert machine_fingerprint(ENV_A | {field: "other"}) != machine_fingerprint(ENV_A), field
+    assert len(machine_fingerprint(ENV_A)) == 8
+
+
+def test_merge_keeps_one_row_per_run_and_a_second_merge_changes_nothing(tmp_path: Path,
+                                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    a, b = two_machines(tmp_path)
+    out = tmp_path / "merged"
+    assert main(["merge", str(a), str(b), str(a), "-o", str(out)]) == 0
+    assert capsys.readouterr().out == f"{out}: 8 runs (8 added, 4 identical copies dropped); 0 study file(s)\n"
+    board = ResultsStore(out).load_leaderboard()
+    assert sorted(board["machine"].value_counts().tolist()) == [4, 4]
+    assert len(list((out / "runs").glob("*.json"))) == 8
+    text = (out / "leaderboard.csv").read_bytes()
+    assert main(["merge", str(b), str(a), "-o", str(out)]) == 0
+    assert capsys.readouterr().out == f"{out}: 8 runs (0 added, 8 identical copies dropped); 0 study file(s)\n"
+    assert (out / "leaderboard.csv").read_bytes() == text
+
+
+def test_merge_fills_the_fingerprint_of_older_rows_from_their_environment(tmp_path: Path) -> None:
+    a, b = two_machines(tmp_path, machine=False)
+    merged = merge([a, b], tmp_path / "merged")
+    board = ResultsStore(tmp_path / "merged").load_leaderboard()
+    assert merged.added == 8
+    assert set(board["machine"]) == {machine_fingerprint(ENV_A), machine_fingerprint(ENV_B)}
+
+
+def test_merge_refuses_two_runs_under_one_id_naming_both_files(tmp_path: Path,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    a, b = ResultsStore(tmp_path / "a"), ResultsStore(tmp_path / "b")
+    run_id = add(a, "preln", 0, ENV_A, 100.0, 2.0)
+    add(b, "preln", 0, ENV_B, 200.0, 2.0)
+    assert main(["merge", str(a.root), str(b.root), "-o", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert f"error: run {run_id} is recorded differently in {a.leaderboard} and {b.leaderboard} (" in err
+    assert "train_samples_per_s: '100.0' vs '200.0'" in err
+    assert not (tmp_path / "out" / "leaderboard.csv").exists()  # refused before anything was written
+    assert main(["merge", str(tmp_path / "nothing"), "-o", str(tmp_path / "out")]) == 2
+    assert f"error: {tmp_path / 'nothing'} holds no results" in capsys.readouterr().err
+
+
+@pytest.fixture
+def merged_board(tmp_path: Path) -> tuple[pd.DataFrame, list[dict[str, Any]], Path]:
+    out = tmp_path / "merged"
+    merge(two_machines(tmp_path), out)
+    store = ResultsStore(out)
+    return store.load_leaderboard(), store.load_runs(), out
+
+
+def test_cost_is_aggregated_per_machine_and_convergence_over_every_seed(merged_board) -> None:
+    board, _, _ = merged_board
+    wide = aggregate(board, metrics=["final_val_loss", "train_samples_per_s"])
+    pre = wide[wide["variant"] == "preln"].set_index("machine")
+    assert list(pre.index) == sorted([machine_fingerprint(ENV_A), machine_fingerprint(ENV_B)])
+    assert pre.loc[machine_fingerprint(ENV_A), "train_samples_per_s_mean"] == 100.5
+    assert pre.loc[machine_fingerprint(ENV_B), "train_samples_per_s_mean"] == 200.5
+    assert (pre["train_samples_per_s_n"] == 2).all() and (pre["n_runs"] == 4).all()
+    assert pre["final_val_loss_mean"].tolist() == pytest.approx([2.15, 2.15])  # seeds 0..3, both machines
+    assert pre["final_val_loss_n"].tolist() == [4, 4]
+    one = aggregate(board[board["machine"] == machine_fingerprint(ENV_A)], metrics=["train_samples_per_s"])
+    assert "machine" not in one.columns and one["train_samples_per_s_mean"].tolist() == [110.5, 100.5]
+
+
+def test_compare_pairs_cost_rows_on_one_machine_and_names_it(merged_board) -> None:
+    board, runs, _ = merged_board
+    table = compare_table(board, runs, "preln", ["final_val_loss", "train_samples_per_s"])
+    post = table[table["variant"] == "postln"].set_index(["metric", "machine"])
+    assert post.loc[("final_val_loss", "all"), "n"] == 4
+    assert post.loc[("final_val_loss", "all"), "diff"] == pytest.approx(1.0)
+    for env in (ENV_A, ENV_B):
+        row = post.loc[("train_samples_per_s", machine_fingerprint(env))]
+        assert row["n"] == 2 and row["diff"] == pytest.approx(10.0) and math.isfinite(row["p"])
+
+
+def test_a_claim_on_a_cost_figure_gets_a_verdict_per_machine(merged_board) -> None:
+    board, runs, _ = merged_board
+    claim = parse_claims([{"id": "faster", "paper": "p", "text": "t", "metric": "train_samples_per_s",
+                           "compare": "variant", "a": "preln", "b": "postln", "expect": "greater"}])
+    results = evaluate_claims(claim, board, None, runs)
+    assert [r.context for r in results] == [f"machine={m}" for m in
+                                            sorted([machine_fingerprint(ENV_A), machine_fingerprint(ENV_B)])]
+    assert [r.diff for r in results] == pytest.approx([10.0, 10.0])
+    assert [g.n for r in results for g in r.groups] == [2, 2, 2, 2]
+
+
+def test_the_site_of_merged_results_shows_both_machines(merged_board, tmp_path: Path) -> None:
+    pytest.importorskip("plotly", reason="bench site needs plotly: pip install 'resbench[site]'")
+    from bench.reports.site import build_site
+
+    _, _, out = merged_board
+    site = build_site(out, tmp_path / "site").root
+    index = (site / "index.html").read_text(encoding="utf-8")
+    machines = ", ".join(sorted([machine_fingerprint(ENV_A), machine_fingerprint(ENV_B)]))
+    assert f"<td>{machines}</td>" in index
+    study = (site / "study" / "no-study.html").read_text(encoding="utf-8")
+    for env in (ENV_A, ENV_B):  # a filter value, and a bar series of the cost figure, per machine
+        assert f'<option value="{machine_fingerprint(env)}">' in study
+        assert f'"name":"{machine_fingerprint(env)}"' in study
+
+
+def test_leaderboard_and_report_of_merged_results_show_cost_per_machine(merged_board,
+                                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    from bench.reports.report import write_report
+
+    _, _, out = merged_board
+    assert main(["leaderboard", "--results-dir", str(out), "--metrics", "final_val_loss",
+                 "train_samples_per_s"]) == 0
+    lines = [line.split() for line in capsys.readouterr().out.splitlines()]
+    assert lines[0] == ["variant", "depth", "task", "machine", "n_runs", "n_failed", "final_val_loss",
+                        "train_samples_per_s"]
+    pre = {line[3]: line[6:] for line in lines[1:] if line[0] == "preln"}
+    loss = f"{2.15:.4g} ± {float(t_halfwidth(statistics.stdev([2.0, 2.1, 2.2, 2.3]), 4)):.2g} (4)".split()
+    assert pre == {machine_fingerprint(ENV_A): [*loss, "100.5", "±", "6.4", "(2)"],
+                   machine_fingerprint(ENV_B): [*loss, "200.5", "±", "6.4", "(2)"]}
+    text = write_report(out).read_text(encoding="utf-8")
+    rows = [line for line in text.splitlines() if line.startswith("| preln |")]
+    assert [row.split(" | ")[3] for row in rows] == sorted([machine_fingerprint(ENV_A), machine_fingerprint(ENV_B)])
+    assert f"- machines: {', '.join(sorted([machine_fingerprint(ENV_A), machine_fingerprint(ENV_B)]))}" in text
+
+
+def test_a_recorded_run_carries_the_fingerprint_of_its_environment(tmp_path: Path) -> None:
+    assert main(["run", "--variant", "highway_mlp", "--depth", "2", "--task", "digits", "--steps", "2", "--batch-size",
+                 "16", "--eval-every", "2", "--measure", "--quiet", "--results-dir", str(tmp_path)]) == 0
+    store = ResultsStore(tmp_path)
+    (row,) = store.load_leaderboard().to_dict("records")
+    env = store.load_run(row["run_id"])["env"]
+    assert row["machine"] == machine_fingerprint(env) and env["device_count"] == 1 and env["cpu"]
+    assert set(MACHINE_FIELDS) <= set(env)

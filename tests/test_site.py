@@ -1,0 +1,248 @@
+"""bench site: the static results site — its files from a small results directory, and the pages in a real browser
+(headless Chromium driven by Playwright: `tox -e site`; skipped, saying why, where either is missing)."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import re
+import shutil
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bench.cli import main
+from bench.runs.config import RunConfig
+from bench.runs.results import COLUMNS, ResultsStore
+
+pytest.importorskip("plotly", reason="bench site needs plotly: pip install 'resbench[site]'")
+
+from bench.reports.site import build_site, slug  # after the skip: it needs plotly
+
+ROOT = Path(__file__).resolve().parent.parent
+VARIANTS, DEPTHS, SEEDS = ("preln", "postln", "rezero"), (2, 4), (0, 1)
+STUDY = """name = "mini"
+[[claims]]
+id = "deeper-is-better"
+paper = "Nobody 2026, Fig. 1"
+text = "the deeper Pre-LN has a lower validation loss"
+metric = "final_val_loss"
+where = { variant = "preln" }
+compare = "depth"
+a = "min"
+b = "max"
+expect = "less"
+"""
+
+
+def add_run(store: ResultsStore, variant: str, depth: int, seed: int, study: str | None = "mini",
+            **row: Any) -> RunConfig:  # fmt: skip
+    """One run as bench records it: the row, and a run JSON with its config, environment, curves and probes."""
+    cfg = RunConfig(variant=variant, depth=depth, seed=seed, task="copy", study=study)
+    loss = 1.0 / depth + 0.01 * seed + 0.1 * VARIANTS.index(variant)
+    full = {"run_id": cfg.run_id, "config_hash": cfg.config_hash(), "variant": variant, "family": "transformer",
+            "depth": depth, "task": "copy", "seed": seed, "device": "cpu", "device_name": "cpu", "status": "ok",
+            "final_train_loss": loss, "final_val_loss": loss + 0.05, "final_val_acc": 1 - loss,
+            "train_samples_per_s": 100.0 * depth, "peak_mem_mb": 10.0 * depth, "study": study} | row
+    run = {"run_id": cfg.run_id, "row": full, "config": cfg.to_dict(),
+           "env": {"torch": "2.14.1", "python": "3.11.7", "device_name": "cpu", "git_sha": "abc123"},
+           "curves": {"train": [{"step": s, "loss": loss * (6 - s)} for s in range(1, 6)],
+                      "eval": [{"step": 5, "val_loss": loss + 0.05, "val_acc": 1 - loss}]},
+           "probes": [{"step": 0, "layer": i, "block": f"blocks.{i}", "kind": "ffn", "metric": "grad_norm",
+                       "value": 1.0 + i} for i in range(depth)]}  # fmt: skip
+    store.append({k: v for k, v in full.items() if k in COLUMNS}, run)
+    return cfg
+
+
+def mini_results(root: Path) -> Path:
+    store = ResultsStore(root)
+    (root / "studies").mkdir(parents=True)
+    (root / "studies" / "mini.toml").write_text(STUDY, encoding="utf-8")
+    for variant in VARIANTS:
+        for depth in DEPTHS:
+            for seed in SEEDS:
+                add_run(store, variant, depth, seed)
+    add_run(store, "preln", 2, 0, study=None)  # a run outside any study
+    return root
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = mini_results(tmp_path_factory.mktemp("results"))
+    return build_site(root, tmp_path_factory.mktemp("site") / "site").root
+
+
+def test_the_site_has_its_pages_and_carries_plotly_once(site: Path) -> None:
+    pages = sorted(p.relative_to(site).as_posix() for p in site.rglob("*.html"))
+    runs = len(VARIANTS) * len(DEPTHS) * len(SEEDS) + 1
+    assert pages[:2] == ["index.html", "run/" + sorted(p.name for p in (site / "run").iterdir())[0]]
+    assert len(pages) == 1 + runs + 2 and {"study/mini.html", "study/no-study.html"} <= set(pages)
+    assert (site / "plotly.min.js").stat().st_size > 1_000_000 and (site / "site.js").is_file()
+    for page in site.rglob("*.html"):  # offline: nothing is loaded from elsewhere, plotly.js only from the site's copy
+        text = page.read_text(encoding="utf-8")
+        assert not re.search(r"""(src|href)=["']https?:""", text), page
+        assert "cdn.plot.ly" not in text
+        assert text.count('src="') == (0 if page.name == "index.html" else 2)  # plotly.min.js and site.js
+    index = (site / "index.html").read_text(encoding="utf-8")
+    assert '<a href="study/mini.html">mini</a></td><td>12</td><td>12</td>' in index
+    assert "1 agree, 0 disagree, 0 inconclusive" in index  # the study file's claim, evaluated
+
+
+def test_a_run_page_shows_its_config_hash_command_and_environment(site: Path) -> None:
+    cfg = RunConfig(variant="rezero", depth=4, seed=1, task="copy", study="mini")
+    text = (site / "run" / f"{slug(cfg.run_id)}.html").read_text(encoding="utf-8")
+    assert f'<code id="config-hash">{cfg.config_hash()}</code>' in text
+    assert "python -m bench run --variant rezero --depth 4 --task copy --seed 1 --results-dir" in text
+    assert "<td>abc123</td>" in text and "<td>3.11.7</td>" in text  # the environment the run recorded
+
+
+def test_site_command_and_its_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                     monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    root = tmp_path / "results"
+    add_run(ResultsStore(root), "preln", 2, 0, study=None)
+    assert main(["site", "--results-dir", str(root), "-o", str(tmp_path / "s")]) == 0
+    assert re.fullmatch(rf"{re.escape(str(tmp_path / 's' / 'index.html'))}: 3 pages, \d+\.\d MB\n",
+                        capsys.readouterr().out)
+    assert main(["site", "--results-dir", str(tmp_path / "none"), "-o", str(tmp_path / "t")]) == 2
+    assert f"error: no runs in {tmp_path / 'none'}: nothing to show" in capsys.readouterr().err
+    (tmp_path / "file").write_text("x")
+    assert main(["site", "--results-dir", str(root), "-o", str(tmp_path / "file")]) == 2
+    assert "is a file; bench site writes a folder" in capsys.readouterr().err
+    monkeypatch.setitem(sys.modules, "plotly.io", None)  # as if plotly were not installed
+    assert main(["site", "--results-dir", str(root), "-o", str(tmp_path / "u")]) == 2
+    assert "pip install 'resbench[site]'" in capsys.readouterr().err
+
+
+def test_a_cost_figure_measured_once_and_copied_is_one_measurement(tmp_path: Path) -> None:
+    store = ResultsStore(tmp_path / "results")
+    first = RunConfig(variant="preln", depth=2, seed=0, task="copy").run_id  # the run that measured, as sweeps do
+    add_run(store, "preln", 2, 0, study=None, cost_source=first)
+    add_run(store, "preln", 2, 1, study=None, cost_source=first, train_samples_per_s=200.0)  # a copy of seed 0's
+    site = build_site(store.root, tmp_path / "site").root
+    page = (site / "study" / "no-study.html").read_text(encoding="utf-8")
+    bars = re.findall(r'"type":"bar","x":\["preln d2"\],"y":\[([\d.]+)\],"name":"cpu","customdata":\[(\d+)\]', page)
+    assert bars == [("200.0", "1"), ("20.0", "1")]  # throughput and memory: one measurement each, not two
+
+
+# -- in a browser ---------------------------------------------------------------------------------------------------
+
+
+def chromium_path() -> str | None:
+    """Debian's chromium (Playwright cannot download its own browsers here), or $RESBENCH_CHROMIUM."""
+    return os.environ.get("RESBENCH_CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+def missing(reason: str) -> None:
+    """Skip, saying why; fail instead where the browser is required (``tox -e site`` sets RESBENCH_REQUIRE_BROWSER)."""
+    if os.environ.get("RESBENCH_REQUIRE_BROWSER"):
+        pytest.fail(reason)
+    pytest.skip(reason)
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    try:
+        from playwright import sync_api
+    except ImportError:
+        missing("the browser test needs playwright: pip install 'resbench[browser]' (or run tox -e site)")
+    exe = chromium_path()
+    if exe is None:
+        missing("the browser test needs a chromium executable: apt-get install chromium, or set RESBENCH_CHROMIUM")
+    with sync_api.sync_playwright() as p:
+        b = p.chromium.launch(executable_path=exe)
+        yield b
+        b.close()
+
+
+class Page:
+    """A browser page that collects console errors and uncaught exceptions of whatever it loads."""
+
+    def __init__(self, browser: Any) -> None:
+        self.page = browser.new_page()
+        self.errors: list[str] = []
+        self.page.on("console", lambda m: self.errors.append(m.text) if m.type == "error" else None)
+        self.page.on("pageerror", lambda e: self.errors.append(str(e)))
+
+    def open(self, path: Path) -> Any:
+        self.page.goto(path.resolve().as_uri())
+        self.page.wait_for_load_state("load")
+        return self.page
+
+    def shown(self) -> tuple[int, int]:
+        """The count the page states, and the table rows that are visible."""
+        return (int(self.page.inner_text("#shown")),
+                self.page.locator("#leaderboard tbody tr:visible").count())
+
+
+def legend_traces(page: Any, figure_prefix: str) -> list[list[str]]:
+    """The legend entries (trace names; a design's CI band has none of its own) of each figure named so."""
+    return page.evaluate("""prefix => Array.from(document.querySelectorAll('figure.plot'))
+        .filter(f => f.dataset.figure.startsWith(prefix))
+        .map(f => f.querySelector('.plotly-graph-div').data.filter(t => t.showlegend !== false).map(t => t.name))""",
+                         figure_prefix)
+
+
+def test_study_page_in_a_browser_filters_sorts_and_draws_a_trace_per_design(site: Path, browser: Any) -> None:
+    p = Page(browser)
+    page = p.open(site / "index.html")
+    page.click("text=mini")
+    page.wait_for_load_state("load")
+    assert page.url.endswith("/study/mini.html")
+    assert p.shown() == (12, 12)
+    page.select_option("select[data-col=depth]", "4")
+    assert p.shown() == (6, 6)
+    page.select_option("select[data-col=variant]", "rezero")
+    assert p.shown() == (2, 2)
+    page.select_option("select[data-col=depth]", "*")
+    assert p.shown() == (4, 4)
+    page.select_option("select[data-col=variant]", "*")
+    page.click("#leaderboard th[data-col=final_train_loss]")  # ascending: the lowest loss, deepest preln seed 0
+    first = page.locator("#leaderboard tbody tr").first.inner_text()
+    assert first.startswith(RunConfig(variant="preln", depth=4, seed=0, task="copy", study="mini").run_id)
+    curves = legend_traces(page, "curves mini copy d4 train")
+    assert curves == [sorted(VARIANTS)]  # one trace per design, its band in its legend group
+    cfg = RunConfig(variant="rezero", depth=4, seed=1, task="copy", study="mini")
+    page.click(f"text={cfg.run_id}")
+    page.wait_for_load_state("load")
+    assert page.inner_text("#config-hash") == cfg.config_hash()
+    assert p.errors == []
+
+
+def test_the_console_check_sees_a_planted_error(site: Path, browser: Any, tmp_path: Path) -> None:
+    """A broken script is caught: the same page with an error planted in site.js fails the check."""
+    broken = tmp_path / "site"
+    shutil.copytree(site, broken)
+    with (broken / "site.js").open("a", encoding="utf-8") as f:
+        f.write("\nundefinedFunctionOfTheSite();\n")
+    p = Page(browser)
+    p.open(broken / "study" / "mini.html")
+    assert p.errors == ["undefinedFunctionOfTheSite is not defined"]
+
+
+def committed(tmp_path: Path, study: str) -> Path:
+    """A results directory holding the committed runs of one study (its rows, run JSONs and nothing else)."""
+    src = ROOT / "results"
+    with (src / "leaderboard.csv").open(encoding="utf-8", newline="") as f:
+        reader = csv.DictReader(f)
+        rows = [r for r in reader if r["study"] == study]
+    store = ResultsStore(tmp_path)
+    for row in rows:
+        run = json.loads((src / "runs" / f"{row['run_id']}.json").read_text(encoding="utf-8"))
+        store.append({k: v for k, v in row.items() if k in COLUMNS}, run)
+    return tmp_path
+
+
+def test_the_committed_crosslayer_leaderboard_in_a_browser(browser: Any, tmp_path: Path) -> None:
+    site = build_site(committed(tmp_path / "results", "crosslayer"), tmp_path / "site").root
+    p = Page(browser)
+    page = p.open(site / "study" / "crosslayer.html")
+    assert p.shown() == (54, 54)
+    page.select_option("select[data-col=depth]", "24")
+    assert p.shown() == (27, 27)
+    designs = sorted({path.name.split("-d")[0] for path in (tmp_path / "results" / "runs").iterdir()})
+    assert legend_traces(page, "curves crosslayer tinytext d24 train") == [designs]
+    assert p.errors == []
