@@ -78,7 +78,7 @@ def main() -> None:
     ns = p.parse_args()
     board = ResultsStore(ns.results_dir).load_leaderboard()
     runs = board[(board["study"] == ns.study) & board["variant"].isin(VARIANTS) & (board["seed"] == ns.seed)
-                 & (board["status"] == "ok")]
+                 & board["status"].isin(["ok", "failed_to_learn"])]  # a stalled run's weights are the diagnosis
     out: list[dict[str, object]] = []
     plots = Path(ns.results_dir) / "plots" / ns.study
     plots.mkdir(parents=True, exist_ok=True)

@@ -98,7 +98,9 @@ def test_the_readme_notebook_example_runs_as_written(tmp_path: Path, monkeypatch
     res = namespace["res"]
     assert isinstance(res, bench.Results) and res.study == "frontier"
     assert sorted(res.runs["variant"]) == ["postln", "postln", "preln", "preln"]
-    assert set(res.runs["status"]) == {"ok"} and {r["config"]["preset"] for r in res.records} == {"smoke"}
+    # A smoke run is too short to learn: it ends at or above the text's unigram loss, and its row says so.
+    assert set(res.runs["status"]) <= {"ok", "failed_to_learn"} and {r["config"]["preset"] for r in res.records} == {
+        "smoke"}
     run = namespace["run"]
     assert isinstance(run, bench.Run) and run.path.is_file() and run.row["variant"] == "preln"
 

@@ -153,7 +153,8 @@ def test_cpu_forms_of_the_checks_pass(name, tmp_path):
     if name == "imagefolder-loader":
         assert 0 <= detail["input_bound_fraction"] <= 1 and detail["status"] == "ok"
     if name == "gpt2-small-tokens":
-        assert detail["tokens_per_s"] > 0 and detail["status"] == "ok"
+        # A few CPU steps learn nothing (failed_to_learn); the check measures throughput.
+        assert detail["tokens_per_s"] > 0 and detail["status"] in ("ok", "failed_to_learn")
     if name == "full-scale-bills":
         assert detail["bills"]["tiny"]["runs"] == 1 and detail["bills"]["tiny"]["steps"] == 20
         assert detail["not_reached"] == [] and not (tmp_path / "bills").exists()  # a dry run records nothing

@@ -143,8 +143,8 @@ def test_per_rank_windows_are_disjoint_under_two_gloo_processes(tmp_path: Path) 
         from bench.runs.train import StepRunner, batch_generator, setup
 
         cfg = RunConfig(variant="preln", depth=1, task="tokens", data_path={str(data)!r}, vocab_size={VOCAB},
-                        seq_len={T}, batch_size=8, steps=3, measure=(), workers=1, optimizer="adam", lr=1e-3,
-                        eval_tokens=64, world_size=2)
+                        seq_len={T}, batch_size=8, steps=3, measure=(), workers=1, chance_band=0, optimizer="adam",
+                        lr=1e-3, eval_tokens=64, world_size=2)
         world = distributed.current()
         with distributed.session(world, torch.device("cpu")):
             s = setup(cfg)
@@ -196,8 +196,8 @@ def test_a_200_mb_shard_set_trains_under_an_address_space_limit_below_its_size(t
 
         def run(root, results):
             return execute(RunConfig(variant="preln", depth=1, task="tokens", data_path=root, vocab_size=4000,
-                                     seq_len=64, batch_size=8, steps=4, measure=(), workers=0, optimizer="adam",
-                                     lr=1e-3, eval_tokens=4096), results)
+                                     seq_len=64, batch_size=8, steps=4, measure=(), workers=0, chance_band=0,
+                                     optimizer="adam", lr=1e-3, eval_tokens=4096), results)
 
         run({str(llmc_set(tmp_path / "small"))!r}, {str(tmp_path / "r1")!r})  # imports and allocations made once
         limit = int((_proc_status_mb("VmSize") + 180) * 2**20)

@@ -118,8 +118,8 @@ class RunConfig:
     train_size: int = _f(4096, "generated tasks (synthetic, copy, reverse, recall): training samples")
     val_size: int = _f(1024, "generated tasks: validation samples")
     augment: bool = _f(True, "image tasks: on-device pad-and-crop and flip where the task allows it")
-    save_checkpoint: bool = _f(False, "keep the trained weights of an ok run as RESULTS/checkpoints/<run_id>.pt "
-                               "(for `bench lesion` / `bench landscape`)")
+    save_checkpoint: bool = _f(False, "keep the trained weights of a run that finished (ok or failed_to_learn) as "
+                               "RESULTS/checkpoints/<run_id>.pt (for `bench lesion` / `bench landscape`)")
     checkpoint_every: int | None = _f(None, "save the whole training state every N steps into "
                                             "RESULTS/checkpoints/<run_id>/; rerunning the same command continues "
                                             "from the newest (a SIGTERM or SIGUSR1 always saves before it stops)")
