@@ -32,7 +32,10 @@
   Where ours differs from the authors' code: the favoured stream is k mod n (theirs draws one at random per
   sublayer when no layer index is given, as their GPT does); their RMSNorm of the flattened token has a learnable
   gain (n·d weights per sublayer), here absorbed in φ as in ``mhc``; they apply the mixing as ``H_resᵀ x`` (the same
-  set of matrices: P_kᵀ is the permutation σ_k⁻¹); they norm each stream before summing them at the end.
+  set of matrices: P_kᵀ is the permutation σ_k⁻¹); they norm each stream before summing them at the end. On copied
+  weights (their coefficient of P_k as ours of P_k⁻¹, their gain at its init 1, ε = 0 as theirs) one join of ours
+  computes what their ``MHCLite`` does to 7e-16 in float64; that check needs their repository and einops, so it is
+  not among the tests.
 
 Where mHC differs from Hyper-Connections: one projection reads the whole flattened token (HC reads each
 stream's own d-vector, so its coefficients are per stream); no tanh; three gates α (HC shares s_α between
