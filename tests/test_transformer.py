@@ -56,8 +56,8 @@ def test_family_is_registered_with_papers() -> None:
     assert FAMILY == ["admin", "attn_res", "attn_res_block", "b2t", "dca", "deep_delta", "deepnorm", "denseformer",
                       "derf", "dyt", "dyt_llama", "frac_connections", "gpt2_small", "hybridnorm", "hyper_connections",
                       "laurel", "llama_like", "lns", "mhc", "mhc_lite", "mixln", "mudd", "ngpt", "ortho_preln",
-                      "postln", "preln", "resi_dual", "rezero_lm", "sandwich", "seednorm", "speedrun", "t_fixup",
-                      "value_residual"]
+                      "postln", "preln", "preln_backout", "preln_unet", "preln_x0", "preln_xsa", "resi_dual",
+                      "rezero_lm", "sandwich", "seednorm", "speedrun", "t_fixup", "value_residual"]
     for name in FAMILY:
         d = variants.describe(name)
         assert d["paper"] and "placement" in d["axes"] and d["defaults"]["vocab_size"] >= 1
@@ -133,7 +133,9 @@ OWN_FORMULA_TEST = {"denseformer", "resi_dual", "hyper_connections", "mhc", "mhc
                     # the 2025-26 frontier: tests/test_variants_crosslayer.py (cross-layer designs, speedrun) and
                     # tests/test_variants_norms.py (norm types, their presets, LNS, orthogonal/deep-delta updates)
                     "attn_res", "attn_res_block", "dca", "deep_delta", "derf", "dyt", "dyt_llama", "frac_connections",
-                    "lns", "mudd", "ortho_preln", "seednorm", "speedrun"}
+                    "lns", "mudd", "ortho_preln", "seednorm", "speedrun",
+                    # the speedrun's tricks one at a time: tests/test_speedrun_tricks.py
+                    "preln_backout", "preln_unet", "preln_x0", "preln_xsa"}
 
 
 def test_every_variant_has_a_formula_test() -> None:
@@ -207,6 +209,10 @@ def test_layernorm_count(name: str) -> None:
         "ortho_preln": 2 * n + 1,
         "deep_delta": 2 * n + 1,
         "speedrun": 2 * n + 1,
+        "preln_x0": 2 * n + 1,
+        "preln_unet": 2 * n + 1,
+        "preln_backout": 2 * n + 1,
+        "preln_xsa": 2 * n + 1,
         "attn_res": 2 * n + 1,  # its keys' RMSNorm has no weight: a function
         "attn_res_block": 2 * n + 1,
         "frac_connections": 2 * n + 1 + 2 * n,  # as hyper_connections: the dynamic form's norm per sublayer
