@@ -21,6 +21,13 @@ record's 11 or 12 layers to any depth:
 - backout (10/2025, "Backout"): before the final norm, ``x ← x − λ_b·x_k`` removes part of the stream after layer
   k = ⌊2L/3⌋ (the record's 2/3 point), λ_b = 0.5 at init (the record's).
 
+Each trick is also registered alone on Pre-LN, so that a study adds one at a time: ``preln_x0`` (the lambdas and the
+embeddings in every sublayer; Pre-LN exactly at init), ``preln_unet`` (the gated skip), ``preln_backout`` — and
+``preln_xsa``, exclusive self attention (Zhai 2026, arXiv 2603.09078) in every attention: ``z_i = y_i −
+(y_i·v_i)·v_i/‖v_i‖²`` per head, the paper's form. The records (train_gpt.py at f411b3d, 08/2026) gate it instead,
+``y − tanh(α)·(y·v)/‖v‖²·v`` with α per head and token from their MUDD gate, 0 at init, in layers 1, 3, 4 and 7 of
+11; that gate is the MUDD machinery's and is not reproduced.
+
 Not reproduced: the records' trimmed MUDD connections (``mudd`` is MUDDFormer itself), their smear gate, attention
 lambdas, rotary positions and ReLU² MLP (not the residual stream), and their per-parameter learning rates.
 """
