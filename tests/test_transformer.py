@@ -54,10 +54,10 @@ def ln(norm: nn.Module, x: torch.Tensor) -> torch.Tensor:
 
 def test_family_is_registered_with_papers() -> None:
     assert FAMILY == ["admin", "attn_res", "attn_res_block", "b2t", "dca", "deep_delta", "deepnorm", "denseformer",
-                      "derf", "dyt", "dyt_llama", "frac_connections", "gpt2_small", "hybridnorm", "hyper_connections",
-                      "laurel", "llama_like", "lns", "mhc", "mhc_lite", "mixln", "mudd", "ngpt", "ortho_preln",
-                      "postln", "preln", "preln_backout", "preln_unet", "preln_x0", "preln_xsa", "resi_dual",
-                      "rezero_lm", "sandwich", "seednorm", "speedrun", "t_fixup", "value_residual"]
+                      "derf", "dyt", "dyt_llama", "frac_connections", "gpas", "gpt2_small", "hybridnorm",
+                      "hyper_connections", "laurel", "llama_like", "lns", "mhc", "mhc_lite", "mixln", "mudd", "ngpt",
+                      "ortho_preln", "postln", "preln", "preln_backout", "preln_unet", "preln_x0", "preln_xsa",
+                      "resi_dual", "rezero_lm", "sandwich", "seednorm", "speedrun", "t_fixup", "value_residual"]
     for name in FAMILY:
         d = variants.describe(name)
         assert d["paper"] and "placement" in d["axes"] and d["defaults"]["vocab_size"] >= 1
@@ -135,7 +135,8 @@ OWN_FORMULA_TEST = {"denseformer", "resi_dual", "hyper_connections", "mhc", "mhc
                     "attn_res", "attn_res_block", "dca", "deep_delta", "derf", "dyt", "dyt_llama", "frac_connections",
                     "lns", "mudd", "ortho_preln", "seednorm", "speedrun",
                     # the speedrun's tricks one at a time: tests/test_speedrun_tricks.py
-                    "preln_backout", "preln_unet", "preln_x0", "preln_xsa"}
+                    "preln_backout", "preln_unet", "preln_x0", "preln_xsa",
+                    "gpas"}  # tests/test_gpas.py
 
 
 def test_every_variant_has_a_formula_test() -> None:
@@ -213,6 +214,7 @@ def test_layernorm_count(name: str) -> None:
         "preln_unet": 2 * n + 1,
         "preln_backout": 2 * n + 1,
         "preln_xsa": 2 * n + 1,
+        "gpas": 2 * n + 1,
         "attn_res": 2 * n + 1,  # its keys' RMSNorm has no weight: a function
         "attn_res_block": 2 * n + 1,
         "frac_connections": 2 * n + 1 + 2 * n,  # as hyper_connections: the dynamic form's norm per sublayer
