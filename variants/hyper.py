@@ -21,21 +21,21 @@
 - ``mhc_lite``: Yang & Gao 2026, "mHC-lite: You Don't Need 20 Sinkhorn-Knopp Iterations" (arXiv 2601.05732). mHC's
   join and mappings with ``H_res = Σ_k a_k P_k``, ``a = softmax(α_res·x'φ_res + b_res)`` over all n! permutation
   matrices P_k: by the Birkhoff-von Neumann theorem a convex combination of permutations is doubly stochastic, and
-  this one is exactly (rows and columns sum to 1 to rounding, every entry ≥ 0), with no iterations. The formula
-  and the init are the authors' code's (github.com/FFTYYY/mhc-lite, ``hyper_conn/mhc_lite.py``; the paper's
-  equation numbers are not cited here): φ = 0, the gates 0.01,
-  ``b_pre = b_post = ±1`` (+1 on one stream), b_res 0 on the identity and −8 on the other permutations, so a starts
-  at (1, e⁻⁸, …)/(1 + (n! − 1)·e⁻⁸), 0.992 on the identity at n = 4. Not Pre-LN at init: H_post = 2σ(±1) writes the
-  sublayer's output unequally into the streams. What holds for any weights is exact: H_res's columns sum to 1, so
-  it conserves the sum of the streams, ``1ᵀx_{l+1} = 1ᵀx_l + (1ᵀH_post)·F`` — and with H_post equal on every
-  stream the streams stay equal copies and the model is Pre-LN (as mHC, the norms' ε rescaled), whatever b_res.
-  Where ours differs from the authors' code: the favoured stream is k mod n (theirs draws one at random per
-  sublayer when no layer index is given, as their GPT does); their RMSNorm of the flattened token has a learnable
-  gain (n·d weights per sublayer), here absorbed in φ as in ``mhc``; they apply the mixing as ``H_resᵀ x`` (the same
-  set of matrices: P_kᵀ is the permutation σ_k⁻¹); they norm each stream before summing them at the end. On copied
-  weights (their coefficient of P_k as ours of P_k⁻¹, their gain at its init 1, ε = 0 as theirs) one join of ours
-  computes what their ``MHCLite`` does to 7e-16 in float64; that check needs their repository and einops, so it is
-  not among the tests.
+  this one is exactly (rows and columns sum to 1 to rounding, every entry ≥ 0), with no iterations. The formula and
+  the init are the authors' code's (github.com/FFTYYY/mhc-lite, ``hyper_conn/mhc_lite.py``; the paper's equation
+  numbers are not cited here): φ = 0, the gates 0.01, ``b_pre = b_post = ±1`` (+1 on one stream), b_res 0 on the
+  identity and −8 on the other permutations, so a starts at (1, e⁻⁸, …)/(1 + (n! − 1)·e⁻⁸), 0.992 on the identity
+  at n = 4. These biases are not ``mhc``'s (ours, above): a comparison of the two changes the init with H_res. Not
+  Pre-LN at init: H_post = 2σ(±1) writes the sublayer's output unequally into the streams. What holds for any
+  weights is exact: H_res's columns sum to 1, so it conserves the sum of the streams, ``1ᵀx_{l+1} = 1ᵀx_l +
+  (1ᵀH_post)·F``; and with φ = 0 and b_post equal on every stream the streams stay equal copies and the model is
+  Pre-LN (as mHC, the norms' ε rescaled), whatever b_res and b_pre. Where ours differs from the authors' code: the
+  favoured stream is k mod n (theirs draws one at random per sublayer when no layer index is given, as their GPT
+  does); their RMSNorm of the flattened token has a learnable gain (n·d weights per sublayer), here absorbed in φ
+  as in ``mhc``; they apply the mixing as ``H_resᵀ x`` (the same set of matrices: P_kᵀ is the permutation σ_k⁻¹);
+  they norm each stream before summing them at the end. On copied weights (their coefficient of P_k as ours of
+  P_k⁻¹, their gain at its init 1, ε = 0 as theirs) one join of ours computes what their ``MHCLite`` does to 7e-16
+  in float64; that check needs their repository and einops, so it is not among the tests.
 
 Where mHC differs from Hyper-Connections: one projection reads the whole flattened token (HC reads each
 stream's own d-vector, so its coefficients are per stream); no tanh; three gates α (HC shares s_α between
