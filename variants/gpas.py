@@ -28,7 +28,7 @@ from .transformer import Block, Design, TransformerLM, TransformerSpec
 
 axes.ship("combinator", ["gpas"])
 GPAS_PAPER = ("Chen et al. 2025, GPAS: Accelerating Convergence of LLM Pretraining via Gradient-Preserving Activation "
-              "Scaling (NeurIPS 2025, arXiv 2506.22049): x' - SiLU(a) sg(x') after each sublayer's add, one learned a "
+              "Scaling (NeurIPS 2025, arXiv 2506.22049): x' − SiLU(α)·sg(x') after each sublayer's add, one learned α "
               "per layer starting at 0 (the authors' code); Pre-LN base")
 
 

@@ -259,13 +259,12 @@ class ExclusiveSelfAttention(CausalSelfAttention):
 # backout) and XSA change no join, unit placement or body type the registry derives; each declares the axis it is on.
 RECORDS = "Jordan et al. 2024-26, modded-nanogpt speedrun records (github.com/KellerJordan/modded-nanogpt, track 1)"
 X0_PAPER = (f"{RECORDS}, 'Value and embedding skip connections' (11/2024; per sublayer in the 2026 records): "
-            "x <- l_res x + l_post F(norm(x)) + l_0 x_0 alone on Pre-LN, l_res = l_post = 1, l_0 = 0 at init")
+            "x ← λ_res·x + λ_post·F(norm(x)) + λ₀·x₀ alone on Pre-LN, λ_res = λ_post = 1, λ₀ = 0 at init")
 UNET_PAPER = (f"{RECORDS}, 'U-net pattern skip connections' (11/2024; gated 12/2025): the stream after layer "
-              "round(3L/11) added before layer round(6L/11) behind sigma(l_skip) 2 sigma(W_s x_0[:12]), alone on "
-              "Pre-LN")
-BACKOUT_PAPER = (f"{RECORDS}, 'Backout' (10/2025): x - l_b x_k before the final norm, k = floor(2L/3), l_b = 0.5 at "
-                 "init, alone on Pre-LN")
-XSA_PAPER = ("Zhai 2026, Exclusive Self Attention (arXiv 2603.09078): z_i = y_i - (y_i.v_i) v_i / |v_i|^2 per head "
+              "⌊3L/11⌉ added before layer ⌊6L/11⌉ behind σ(λ_skip)·2σ(W_s·x₀[:12]), alone on Pre-LN")
+BACKOUT_PAPER = (f"{RECORDS}, 'Backout' (10/2025): x − λ_b·x_k before the final norm, k = ⌊2L/3⌋, λ_b = 0.5 at init, "
+                 "alone on Pre-LN")
+XSA_PAPER = ("Zhai 2026, Exclusive Self Attention (arXiv 2603.09078): z_i = y_i − (y_i·v_i)·v_i/‖v_i‖² per head "
              "before the output projection, on Pre-LN")
 
 
