@@ -1,10 +1,12 @@
-"""Hyper-Connections (Zhu et al. 2025), mHC (Xie et al. 2025) and Frac-Connections' width connection: Pre-LN at init,
-the papers' forwards by hand, Sinkhorn-Knopp, causality, depth, errors, probes, and parity with the
-``hyper-connections`` package."""
+"""Hyper-Connections (Zhu et al. 2025), mHC (Xie et al. 2025), mHC-lite (Yang & Gao 2026) and Frac-Connections' width
+connection: Pre-LN at init, the papers' forwards by hand, Sinkhorn-Knopp, mHC-lite's exactly doubly stochastic H_res and
+its parameter count, causality, depth, errors, probes, and parity with the ``hyper-connections`` package."""
 
 from __future__ import annotations
 
+import itertools
 import math
+from typing import cast
 
 import pytest
 import torch
@@ -21,6 +23,9 @@ from variants.hyper import (
     HyperConnection,
     HyperUnit,
     ManifoldHyperConnection,
+    PermutationHyperConnection,
+    mhc_lite_join_params,
+    permutation_matrices,
     sinkhorn_knopp,
 )
 from variants.transformer import LN_EPS, FeedForward, TransformerLM
@@ -64,12 +69,13 @@ def layer_norm(module: nn.Module) -> nn.LayerNorm:
 
 def test_registered_with_the_family_defaults_and_axes() -> None:
     base = variants.describe("preln")["defaults"]
-    extra = {"hyper_connections": {"n": 4, "dynamic": True}, "mhc": {"n": 4, "sinkhorn_iters": 20}}
-    for name, own in extra.items():
+    extra = {"hyper_connections": ({"n": 4, "dynamic": True}, "hyper"),
+             "mhc": ({"n": 4, "sinkhorn_iters": 20}, "mhc"), "mhc_lite": ({"n": 4}, "mhc_lite")}
+    for name, (own, combinator) in extra.items():
         d = variants.describe(name)
         assert d["family"] == "transformer" and d["defaults"] == {**base, **own}
-        assert d["axes"] == {"combinator": "hyper" if name == "hyper_connections" else "mhc", "placement": "pre",
-                             "body": "attention+ffn", "norm": "layernorm"}
+        assert d["axes"] == {"combinator": combinator, "placement": "pre", "body": "attention+ffn", "norm": "layernorm"}
+    assert "2601.05732" in variants.describe("mhc_lite")["paper"]
 
 
 @pytest.mark.parametrize(("name", "kw"), CASES)
@@ -197,7 +203,138 @@ def test_mhc_mappings_at_init() -> None:
         torch.testing.assert_close(res, want_res.expand(2, 5, n, n))
 
 
-@pytest.mark.parametrize(("name", "kw"), CASES)
+def lite_joins(model: TransformerLM) -> list[PermutationHyperConnection]:
+    joins = [unit.combine for unit in units(model)]
+    assert all(isinstance(j, PermutationHyperConnection) for j in joins)
+    return cast(list[PermutationHyperConnection], joins)
+
+
+def test_permutation_matrices_are_all_n_factorial_identity_first() -> None:
+    perms = permutation_matrices(3)
+    assert perms.shape == (6, 3, 3) and torch.equal(perms[0], torch.eye(3))
+    assert len({tuple(p.flatten().tolist()) for p in perms}) == 6  # all distinct
+    for p, sigma in zip(perms, itertools.permutations(range(3)), strict=True):
+        assert torch.equal(p @ torch.arange(3.0), torch.tensor(sigma, dtype=torch.float32))  # (P x)_i = x_σ(i)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_mhc_lite_h_res_is_exactly_doubly_stochastic(dtype: torch.dtype) -> None:
+    """Every weight random (logits of size ~3 and more): rows and columns of H_res sum to 1 to the dtype's rounding,
+    no entry is negative, and H_res is Σ_k softmax(α_res·x'φ_res + b_res)_k P_k computed from the definition."""
+    n, d = 4, 8
+    join = PermutationHyperConnection(n, d, index=1).to(dtype)
+    g = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for p in join.parameters():
+            p.copy_(torch.randn(p.shape, generator=g, dtype=dtype) * 3)
+    h = torch.randn(50, n, d, generator=g, dtype=dtype)
+    _, res, _ = join.weights(h)
+    tol = 4 * torch.finfo(dtype).eps
+    ones = torch.ones(50, n, dtype=dtype)
+    torch.testing.assert_close(res.sum(-1), ones, rtol=0, atol=tol)
+    torch.testing.assert_close(res.sum(-2), ones, rtol=0, atol=tol)
+    assert (res >= 0).all()
+    x = h.flatten(-2) / torch.sqrt(h.flatten(-2).pow(2).mean(-1, keepdim=True) + LN_EPS)
+    a = torch.softmax(join.alpha_res * (x @ join.phi_res) + join.b_res, -1)
+    want = torch.zeros(50, n, n, dtype=dtype)
+    for k, sigma in enumerate(itertools.permutations(range(n))):
+        for i in range(n):
+            want[:, i, sigma[i]] += a[:, k]
+    torch.testing.assert_close(res, want)
+
+
+def test_mhc_lite_conserves_the_stream_sum_where_mhc_does_not() -> None:
+    """Columns summing to 1 exactly: ``1ᵀ(H_res h + H_postᵀ fx) = 1ᵀh + (1ᵀH_post)·fx`` for any weights. mHC's
+    Sinkhorn ends on a row normalisation, so its columns (hence the sum) are off by the iteration's error."""
+    n, d = 4, 8
+    g = torch.Generator().manual_seed(1)
+    h = torch.randn(6, n, d, generator=g, dtype=torch.float64)
+    fx = torch.randn(6, d, generator=g, dtype=torch.float64)
+    gaps = []
+    for join in (PermutationHyperConnection(n, d, 0), ManifoldHyperConnection(n, d, 0, sinkhorn_iters=2)):
+        join = join.double()
+        with torch.no_grad():
+            for p in join.parameters():
+                p.copy_(torch.randn(p.shape, generator=g, dtype=p.dtype) * 2)
+        _, _, post = join.weights(h)
+        gaps.append((join(h, fx).sum(-2) - h.sum(-2) - post.sum(-1, keepdim=True) * fx).abs().max().item())
+    assert gaps[0] < 1e-12 and gaps[1] > 1e-3
+
+
+def test_mhc_lite_mappings_at_init() -> None:
+    """The authors' init, for any input (φ = 0): H_pre = σ(±1), H_post = 2σ(±1) (+1 on stream k mod n), and
+    a = (1, e⁻⁸, …)/Z, Z = 1 + (n! − 1)e⁻⁸, so H_res[i, j] counts the permutations taking i to j: (n − 1)! of them for
+    i ≠ j, the identity and (n − 1)! − 1 others on the diagonal."""
+    n, e = 4, math.exp(-8)
+    z = 1 + (math.factorial(n) - 1) * e
+    want_res = torch.full((n, n), math.factorial(n - 1) * e / z)
+    want_res.fill_diagonal_((1 + (math.factorial(n - 1) - 1) * e) / z)
+    s = torch.sigmoid(torch.tensor([1.0, -1.0]))
+    for k, join in enumerate(lite_joins(tiny("mhc_lite", depth=2, n=n))):
+        pre, res, post = join.weights(torch.randn(2, 5, n, TINY["d_model"]))
+        one_hot = F.one_hot(torch.tensor(k % n), n).bool()
+        want_pre = torch.where(one_hot, s[0], s[1])
+        torch.testing.assert_close(pre, want_pre.expand(2, 5, n))
+        torch.testing.assert_close(post, (2 * want_pre).expand(2, 5, n))
+        torch.testing.assert_close(res, want_res.expand(2, 5, n, n))
+    assert torch.diagonal(want_res).min().item() == pytest.approx(0.994, abs=1e-3)
+
+
+def mhc_lite_by_hand(model: TransformerLM, idx: torch.Tensor, n: int) -> torch.Tensor:
+    """mHC's Eq. 3 with mHC-lite's H_res: x' = RMSNorm(vec(x_l)); H_pre = σ(α_pre x'φ_pre + b_pre), H_post =
+    2σ(α_post x'φ_post + b_post), H_res = Σ_k softmax(α_res x'φ_res + b_res)_k P_k over itertools' permutations."""
+    perms = torch.stack([torch.eye(n, dtype=torch.float64)[list(sigma)] for sigma in itertools.permutations(range(n))])
+    x = model.tok_emb.weight[idx] + model.pos_emb.weight[: idx.shape[1]]
+    h = torch.stack([x] * n, dim=-2)
+    for unit, m in zip(units(model), lite_joins(model), strict=True):
+        v = h.flatten(-2)
+        v = v / torch.sqrt(v.pow(2).mean(-1, keepdim=True) + LN_EPS)
+        h_pre = torch.sigmoid(m.alpha_pre * (v @ m.phi_pre) + m.b_pre).unsqueeze(-2)  # 1×n
+        h_post = 2 * torch.sigmoid(m.alpha_post * (v @ m.phi_post) + m.b_post).unsqueeze(-2)  # 1×n
+        a = torch.softmax(m.alpha_res * (v @ m.phi_res) + m.b_res, dim=-1)
+        h_res = (a[..., None, None] * perms).sum(-3)
+        out = unit.body(ln(unit.norm_in, (h_pre @ h).squeeze(-2)))
+        h = h_res @ h + h_post.transpose(-1, -2) @ out.unsqueeze(-2)
+    return ln(model.norm, h.sum(-2)) @ model.tok_emb.weight.T
+
+
+def test_mhc_lite_forward_equals_its_equations() -> None:
+    model = randomized(tiny("mhc_lite", n=3))
+    torch.testing.assert_close(model(IDX), mhc_lite_by_hand(model, IDX, 3))
+
+
+def test_mhc_lite_is_preln_when_h_post_is_the_same_on_every_stream() -> None:
+    """φ = 0 and b_post = 0 (H_post = 1): the streams stay equal copies for any b_res (H_res's rows sum to 1) and any
+    b_pre, and the model is Pre-LN with the sublayers' norms' ε times c² (c = Σσ(b_pre)) and the final's times n²."""
+    n = 3
+    pre = randomized(tiny("preln"), seed=1)
+    model = tiny("mhc_lite", n=n).double().eval()
+    missing, unexpected = model.load_state_dict(pre.state_dict(), strict=False)
+    assert not unexpected and all(".combine." in k for k in missing)
+    layer_norm(model.norm).eps = LN_EPS * n**2
+    g = torch.Generator().manual_seed(2)
+    for unit, join in zip(units(model), lite_joins(model), strict=True):
+        with torch.no_grad():
+            join.b_post.zero_()
+            join.b_res.copy_(torch.randn(join.b_res.shape, generator=g, dtype=torch.float64) * 3)
+            join.b_pre.copy_(torch.randn(n, generator=g, dtype=torch.float64))
+        layer_norm(unit.norm_in).eps = LN_EPS * torch.sigmoid(join.b_pre).sum().item() ** 2
+    torch.testing.assert_close(model(IDX), pre(IDX), rtol=1e-10, atol=1e-10)
+
+
+@pytest.mark.parametrize(("n", "per_join"), [(2, 32 * (4 + 2) + 3 + 4 + 2), (3, 48 * (6 + 6) + 3 + 6 + 6),
+                                              (4, 64 * (8 + 24) + 3 + 8 + 24)])
+def test_mhc_lite_parameter_count(n: int, per_join: int) -> None:
+    """Per sublayer n·d·(2n + n!) weights of φ, three gates, 2n + n! biases (d = 16 here); nothing else is new."""
+    assert mhc_lite_join_params(n, TINY["d_model"]) == per_join
+    model, pre = tiny("mhc_lite", n=n), tiny("preln")
+    count = sum(p.numel() for p in model.parameters())
+    assert count == sum(p.numel() for p in pre.parameters()) + 2 * TINY["depth"] * per_join
+    assert variants.describe("mhc_lite")["params"] == variants.describe("preln")["params"] + 12 * mhc_lite_join_params(
+        4, 128)
+
+
+@pytest.mark.parametrize(("name", "kw"), [*CASES, ("mhc_lite", {})])
 def test_causal(name: str, kw: dict[str, object]) -> None:
     model = randomized(tiny(name, **kw))
     changed = IDX.clone()
@@ -208,7 +345,7 @@ def test_causal(name: str, kw: dict[str, object]) -> None:
 
 
 @pytest.mark.parametrize("depth", [2, 6, 24])
-@pytest.mark.parametrize("name", ["hyper_connections", "mhc"])
+@pytest.mark.parametrize("name", ["hyper_connections", "mhc", "mhc_lite"])
 def test_builds_and_trains_at_depth(name: str, depth: int) -> None:
     torch.manual_seed(0)
     model = tiny(name, depth=depth)
@@ -234,13 +371,16 @@ def test_builds_and_trains_at_depth(name: str, depth: int) -> None:
     ("mhc", {"n": 0}, r"n \(the expansion rate.*got 0"),
     ("mhc", {"sinkhorn_iters": 0}, r"sinkhorn_iters \(Sinkhorn-Knopp iterations.*got 0"),
     ("mhc", {"dynamic": False}, r"takes no keyword argument\(s\) \['dynamic'\]"),
+    ("mhc_lite", {"n": 0}, r"n \(the expansion rate.*got 0"),
+    ("mhc_lite", {"n": 7}, r"all n! permutation matrices: n must be at most 6 \(720 permutations\), got 7 \(5040\)"),
+    ("mhc_lite", {"sinkhorn_iters": 20}, r"takes no keyword argument\(s\) \['sinkhorn_iters'\]"),
 ])
 def test_bad_arguments_raise_naming_them(name: str, kw: dict[str, object], message: str) -> None:
     with pytest.raises(ValueError, match=message):
         tiny(name, **kw)
 
 
-@pytest.mark.parametrize("name", ["hyper_connections", "mhc"])
+@pytest.mark.parametrize("name", ["hyper_connections", "mhc", "mhc_lite"])
 def test_probes_see_every_sublayer_and_only_its_body_weights(name: str) -> None:
     model = randomized(tiny(name, depth=3)).float()
     rows = probe(model, IDX, IDX, lambda out, y: F.cross_entropy(out.flatten(0, 1), y.flatten()), step=0)

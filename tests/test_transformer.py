@@ -54,8 +54,9 @@ def ln(norm: nn.Module, x: torch.Tensor) -> torch.Tensor:
 
 def test_family_is_registered_with_papers() -> None:
     assert FAMILY == ["admin", "attn_res", "attn_res_block", "b2t", "dca", "deep_delta", "deepnorm", "denseformer",
-                      "derf", "dyt", "dyt_llama", "frac_connections", "gpt2_small", "hybridnorm", "hyper_connections",
-                      "laurel", "llama_like", "lns", "mhc", "mixln", "mudd", "ngpt", "ortho_preln", "postln", "preln",
+                      "derf", "dyt", "dyt_llama", "frac_connections", "gpas", "gpt2_small", "hybridnorm",
+                      "hyper_connections", "laurel", "llama_like", "lns", "mhc", "mhc_lite", "mixln", "mudd", "ngpt",
+                      "ortho_preln", "postln", "preln", "preln_backout", "preln_unet", "preln_x0", "preln_xsa",
                       "resi_dual", "rezero_lm", "sandwich", "seednorm", "speedrun", "t_fixup", "value_residual"]
     for name in FAMILY:
         d = variants.describe(name)
@@ -128,11 +129,14 @@ FINAL_NORM = {"postln": False, "preln": True, "sandwich": True, "deepnorm": Fals
               "llama_like": True, "b2t": False, "hybridnorm": True, "value_residual": True, "t_fixup": False,
               "laurel": True, "admin": False}
 # Variants whose whole-model formula is tested on its own (more than one stream, or an average across layers).
-OWN_FORMULA_TEST = {"denseformer", "resi_dual", "hyper_connections", "mhc",  # the last two: tests/test_hyper.py
+OWN_FORMULA_TEST = {"denseformer", "resi_dual", "hyper_connections", "mhc", "mhc_lite",  # these: tests/test_hyper.py
                     # the 2025-26 frontier: tests/test_variants_crosslayer.py (cross-layer designs, speedrun) and
                     # tests/test_variants_norms.py (norm types, their presets, LNS, orthogonal/deep-delta updates)
                     "attn_res", "attn_res_block", "dca", "deep_delta", "derf", "dyt", "dyt_llama", "frac_connections",
-                    "lns", "mudd", "ortho_preln", "seednorm", "speedrun"}
+                    "lns", "mudd", "ortho_preln", "seednorm", "speedrun",
+                    # the speedrun's tricks one at a time: tests/test_speedrun_tricks.py
+                    "preln_backout", "preln_unet", "preln_x0", "preln_xsa",
+                    "gpas"}  # tests/test_gpas.py
 
 
 def test_every_variant_has_a_formula_test() -> None:
@@ -196,6 +200,7 @@ def test_layernorm_count(name: str) -> None:
         "admin": 2 * n,
         "hyper_connections": 2 * n + 1 + 2 * n,  # Pre-LN's, and the dynamic form's norm(H) per sublayer (eq. 10)
         "mhc": 2 * n + 1,  # its RMSNorm of the flattened stream has no weight: a function, not a module
+        "mhc_lite": 2 * n + 1,  # as mhc
         # the 2025-26 frontier: the norm types replace every norm, the final one included
         "dyt": 2 * n + 1,
         "derf": 2 * n + 1,
@@ -205,6 +210,11 @@ def test_layernorm_count(name: str) -> None:
         "ortho_preln": 2 * n + 1,
         "deep_delta": 2 * n + 1,
         "speedrun": 2 * n + 1,
+        "preln_x0": 2 * n + 1,
+        "preln_unet": 2 * n + 1,
+        "preln_backout": 2 * n + 1,
+        "preln_xsa": 2 * n + 1,
+        "gpas": 2 * n + 1,
         "attn_res": 2 * n + 1,  # its keys' RMSNorm has no weight: a function
         "attn_res_block": 2 * n + 1,
         "frac_connections": 2 * n + 1 + 2 * n,  # as hyper_connections: the dynamic form's norm per sublayer

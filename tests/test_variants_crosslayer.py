@@ -30,7 +30,8 @@ from variants.transformer import TransformerLM
 
 TINY = {"depth": 3, "d_model": 16, "n_heads": 2, "d_ff": 24, "vocab_size": 11, "max_len": 8}
 IDX = torch.tensor([[3, 1, 4, 1, 5, 9, 2, 6], [2, 7, 1, 8, 2, 8, 1, 8]])
-DESIGNS = ["frac_connections", "mudd", "dca", "attn_res", "attn_res_block", "speedrun"]
+DESIGNS = ["frac_connections", "mudd", "dca", "attn_res", "attn_res_block", "speedrun", "preln_x0", "preln_unet",
+           "preln_backout", "preln_xsa"]
 
 
 def tiny(name: str, **kw: object) -> TransformerLM:

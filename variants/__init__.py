@@ -61,6 +61,7 @@ from . import (  # noqa: F401  (families)
     dense,
     densenet,
     frac,
+    gpas,
     hyper,
     imagenet,
     lm_norms,

@@ -18,6 +18,24 @@
   once; the norm's weight absorbed in φ, §4.3.1) the raw mappings are ``α·(x' φ) + b`` (Eq. 7), then
   ``H_pre = σ(·)``, ``H_post = 2σ(·)``, ``H_res = Sinkhorn-Knopp(·)`` (Eq. 8): exp, then t_max = 20
   alternating column/row normalisations (Eq. 9), a doubly stochastic matrix up to the iteration's error.
+- ``mhc_lite``: Yang & Gao 2026, "mHC-lite: You Don't Need 20 Sinkhorn-Knopp Iterations" (arXiv 2601.05732). mHC's
+  join and mappings with ``H_res = Σ_k a_k P_k``, ``a = softmax(α_res·x'φ_res + b_res)`` over all n! permutation
+  matrices P_k: by the Birkhoff-von Neumann theorem a convex combination of permutations is doubly stochastic, and
+  this one is exactly (rows and columns sum to 1 to rounding, every entry ≥ 0), with no iterations. The formula and
+  the init are the authors' code's (github.com/FFTYYY/mhc-lite, ``hyper_conn/mhc_lite.py``; the paper's equation
+  numbers are not cited here): φ = 0, the gates 0.01, ``b_pre = b_post = ±1`` (+1 on one stream), b_res 0 on the
+  identity and −8 on the other permutations, so a starts at (1, e⁻⁸, …)/(1 + (n! − 1)·e⁻⁸), 0.992 on the identity
+  at n = 4. These biases are not ``mhc``'s (ours, above): a comparison of the two changes the init with H_res. Not
+  Pre-LN at init: H_post = 2σ(±1) writes the sublayer's output unequally into the streams. What holds for any
+  weights is exact: H_res's columns sum to 1, so it conserves the sum of the streams, ``1ᵀx_{l+1} = 1ᵀx_l +
+  (1ᵀH_post)·F``; and with φ = 0 and b_post equal on every stream the streams stay equal copies and the model is
+  Pre-LN (as mHC, the norms' ε rescaled), whatever b_res and b_pre. Where ours differs from the authors' code: the
+  favoured stream is k mod n (theirs draws one at random per sublayer when no layer index is given, as their GPT
+  does); their RMSNorm of the flattened token has a learnable gain (n·d weights per sublayer), here absorbed in φ
+  as in ``mhc``; they apply the mixing as ``H_resᵀ x`` (the same set of matrices: P_kᵀ is the permutation σ_k⁻¹);
+  they norm each stream before summing them at the end. On copied weights (their coefficient of P_k as ours of
+  P_k⁻¹, their gain at its init 1, ε = 0 as theirs) one join of ours computes what their ``MHCLite`` does to 7e-16
+  in float64; that check needs their repository and einops, so it is not among the tests.
 
 Where mHC differs from Hyper-Connections: one projection reads the whole flattened token (HC reads each
 stream's own d-vector, so its coefficients are per stream); no tanh; three gates α (HC shares s_α between
@@ -40,6 +58,8 @@ optimiser's business, not the model's.
 
 from __future__ import annotations
 
+import itertools
+import math
 from collections.abc import Callable
 from typing import cast
 
@@ -55,8 +75,12 @@ from .transformer import LN_EPS, Design, Stream, TransformerLM, TransformerSpec,
 
 GATE_INIT = 0.01  # s_α, s_β (HC Algorithm 2) and α^pre, α^post, α^res (mHC App. A.1)
 SINKHORN_ITERS = 20  # mHC's t_max (§4.2, App. A.1)
-axes.ship("combinator", ["hyper", "mhc"])
+axes.ship("combinator", ["hyper", "mhc", "mhc_lite"])
 MHC_INIT_GAP = 3.0  # our bias scale for mHC's H_pre and H_res: σ(3) = 0.95; H_res's diagonal 0.87 at n = 4
+# mHC-lite's biases, the authors' code's (github.com/FFTYYY/mhc-lite, hyper_conn/mhc_lite.py): ±1 on H_pre and H_post,
+# the identity permutation's logit 0 and every other's −8.
+LITE_INIT_GAP, LITE_RES_OFF = 1.0, -8.0
+LITE_MAX_STREAMS = 6  # n! permutations: 720 at n = 6, 40320 at n = 8 (φ_res alone n·d·n! weights per sublayer)
 
 Weights = tuple[torch.Tensor, torch.Tensor, torch.Tensor]  # (read-in, stream mixing, write-out) of one sublayer
 
@@ -142,42 +166,99 @@ def sinkhorn_knopp(logits: torch.Tensor, iters: int = SINKHORN_ITERS) -> torch.T
     return log_m.exp()
 
 
-class ManifoldHyperConnection(HyperJoin):
-    """``x_{l+1} = H_res·x_l + H_postᵀ·F(H_pre·x_l)``: Xie et al. 2025, mHC (Eq. 3).
+class ManifoldJoin(HyperJoin):
+    """``x_{l+1} = H_res·x_l + H_postᵀ·F(H_pre·x_l)``: mHC's join (Xie et al. 2025, Eq. 3), whatever places H_res
+    on the Birkhoff polytope (:meth:`mix`: Sinkhorn-Knopp in :class:`ManifoldHyperConnection`, a convex combination
+    of permutations in :class:`PermutationHyperConnection`).
 
-    One per sublayer, the k-th (``index``): ``φ`` (n·d × n, n, n²) and the gates ``α`` project
-    the RMS-normalised flattened token (Eq. 7); sigmoid, 2·sigmoid and Sinkhorn-Knopp place H_pre, H_post and
-    H_res on their manifolds (Eq. 8). Init: φ = 0, α = 0.01, biases as in the module docstring."""
+    ``φ`` (n·d × n, n, ``res_width``), zero at init, and the gates ``α`` (0.01) project the RMS-normalised flattened
+    token (Eq. 7); the biases are the subclass's. H_pre = σ(·), H_post = 2σ(·) (Eq. 8)."""
 
-    axis = "mhc"
-
-    def __init__(self, n: int, d_model: int, index: int, sinkhorn_iters: int = SINKHORN_ITERS) -> None:
+    def __init__(self, n: int, d_model: int, b_pre: torch.Tensor, b_post: torch.Tensor, b_res: torch.Tensor) -> None:
         super().__init__()
-        self.n, self.sinkhorn_iters = n, sinkhorn_iters
+        self.n = n
         self.phi_pre = nn.Parameter(torch.zeros(n * d_model, n))
         self.phi_post = nn.Parameter(torch.zeros(n * d_model, n))
-        self.phi_res = nn.Parameter(torch.zeros(n * d_model, n * n))
+        self.phi_res = nn.Parameter(torch.zeros(n * d_model, b_res.numel()))
         self.alpha_pre = nn.Parameter(torch.tensor(GATE_INIT))
         self.alpha_post = nn.Parameter(torch.tensor(GATE_INIT))
         self.alpha_res = nn.Parameter(torch.tensor(GATE_INIT))
-        b_pre = torch.full((n,), -MHC_INIT_GAP)
-        b_pre[index % n] = MHC_INIT_GAP
         self.b_pre = nn.Parameter(b_pre)
-        self.b_post = nn.Parameter(torch.zeros(n))  # 2σ(0) = 1: HC's B
-        self.b_res = nn.Parameter(MHC_INIT_GAP * torch.eye(n))
+        self.b_post = nn.Parameter(b_post)
+        self.b_res = nn.Parameter(b_res)
+
+    def mix(self, x: torch.Tensor) -> torch.Tensor:  # pragma: no cover - abstract
+        """H_res (..., n, n) from the normalised token x (..., n·d)."""
+        raise NotImplementedError
 
     def weights(self, h: torch.Tensor) -> Weights:
-        """(H_pre, H_res, H_post) per token, Eqs. 7–9."""
+        """(H_pre, H_res, H_post) per token, Eqs. 7–8."""
         x = h.flatten(-2)  # vec(x_l), (..., n·d)
         x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + LN_EPS)  # RMSNorm, its weight absorbed in φ
         pre = torch.sigmoid(self.alpha_pre * (x @ self.phi_pre) + self.b_pre)
         post = 2 * torch.sigmoid(self.alpha_post * (x @ self.phi_post) + self.b_post)
-        res = self.alpha_res * (x @ self.phi_res).unflatten(-1, (self.n, self.n)) + self.b_res  # mat(·), row-major
-        return pre, sinkhorn_knopp(res, self.sinkhorn_iters), post
+        return pre, self.mix(x), post
 
     def forward(self, h: torch.Tensor, fx: torch.Tensor, w: Weights | None = None) -> torch.Tensor:
         _, res, post = w if w is not None else self.weights(h)
         return res @ h + post.unsqueeze(-1) * fx.unsqueeze(-2)  # Eq. 3: H_res x_l + H_postᵀ F(H_pre x_l)
+
+
+def one_hot_bias(n: int, index: int, gap: float) -> torch.Tensor:
+    """+gap on stream ``index mod n``, −gap elsewhere: a sigmoid's stand-in for HC's one-hot A_m (Eq. 14)."""
+    b = torch.full((n,), -gap)
+    b[index % n] = gap
+    return b
+
+
+class ManifoldHyperConnection(ManifoldJoin):
+    """``H_res = Sinkhorn-Knopp(α_res·mat(x'φ_res) + b_res)``: Xie et al. 2025, mHC (Eqs. 7–9), in the join
+    ``x_{l+1} = H_res·x_l + H_postᵀ·F(H_pre·x_l)`` (Eq. 3).
+
+    One per sublayer, the k-th (``index``): ``φ_res`` is n·d × n²; t_max = ``sinkhorn_iters`` column/row
+    normalisations place H_res on the polytope up to the iteration's error. Init: φ = 0, α = 0.01, biases as in the
+    module docstring."""
+
+    axis = "mhc"
+
+    def __init__(self, n: int, d_model: int, index: int, sinkhorn_iters: int = SINKHORN_ITERS) -> None:
+        super().__init__(n, d_model, one_hot_bias(n, index, MHC_INIT_GAP), torch.zeros(n),  # 2σ(0) = 1: HC's B
+                         MHC_INIT_GAP * torch.eye(n))
+        self.sinkhorn_iters = sinkhorn_iters
+
+    def mix(self, x: torch.Tensor) -> torch.Tensor:
+        res = self.alpha_res * (x @ self.phi_res).unflatten(-1, (self.n, self.n)) + self.b_res  # mat(·), row-major
+        return sinkhorn_knopp(res, self.sinkhorn_iters)
+
+
+def permutation_matrices(n: int) -> torch.Tensor:
+    """All n! permutation matrices (n!, n, n) in ``itertools.permutations`` order (the identity first):
+    ``P_k[i, σ_k(i)] = 1``, so ``(P_k x)_i = x_{σ_k(i)}``."""
+    return torch.eye(n)[torch.tensor(list(itertools.permutations(range(n))), dtype=torch.long)]
+
+
+class PermutationHyperConnection(ManifoldJoin):
+    """``H_res = Σ_k a_k·P_k``, ``a = softmax(α_res·x'φ_res + b_res)``: Yang & Gao 2026, mHC-lite, in mHC's join
+    ``x_{l+1} = H_res·x_l + H_postᵀ·F(H_pre·x_l)``.
+
+    One per sublayer, the k-th (``index``): the P_k are all n! permutation matrices (:func:`permutation_matrices`),
+    ``φ_res`` is n·d × n!; a convex combination of permutations is doubly stochastic exactly (Birkhoff-von Neumann),
+    with no iterations. Init (the authors' code): φ = 0, α = 0.01, ``b_pre = b_post = ±1`` (+1 on stream k mod n),
+    ``b_res`` 0 on the identity and −8 on every other permutation."""
+
+    axis = "mhc_lite"
+
+    def __init__(self, n: int, d_model: int, index: int) -> None:
+        perms = permutation_matrices(n)
+        b_res = torch.full((len(perms),), LITE_RES_OFF)
+        b_res[0] = 0.0  # the identity permutation
+        super().__init__(n, d_model, one_hot_bias(n, index, LITE_INIT_GAP), one_hot_bias(n, index, LITE_INIT_GAP),
+                         b_res)
+        self.register_buffer("perms", perms, persistent=False)  # constants: no state-dict entry, no parameter
+
+    def mix(self, x: torch.Tensor) -> torch.Tensor:
+        a = torch.softmax(self.alpha_res * (x @ self.phi_res) + self.b_res, dim=-1)  # (..., n!)
+        return torch.einsum("...k,kij->...ij", a, self.perms)
 
 
 class HyperUnit(ResidualUnit):
@@ -221,6 +302,10 @@ MHC_PAPER = ("Xie et al. 2025, mHC: Manifold-Constrained Hyper-Connections (Deep
              "doubly stochastic by Sinkhorn-Knopp (§4.1-4.2, Eqs. 3, 7-9), Pre-LN base")
 
 
+LITE_PAPER = ("Yang & Gao 2026, mHC-lite: You Don't Need 20 Sinkhorn-Knopp Iterations (arXiv 2601.05732): H_res "
+              "a convex combination of the n! permutation matrices, exactly doubly stochastic; mHC's join, Pre-LN base")
+
+
 @register("hyper_connections", family="transformer", paper=HC_PAPER, spec=TransformerSpec())
 def hyper_connections(spec: TransformerSpec, *, n: int = 4, dynamic: bool = True) -> TransformerLM:
     """Hyper-Connections with expansion rate ``n`` (the paper's default 4); ``dynamic``: DHC (True) or SHC."""
@@ -238,3 +323,20 @@ def mhc(spec: TransformerSpec, *, n: int = 4, sinkhorn_iters: int = SINKHORN_ITE
     positive_int("sinkhorn_iters", sinkhorn_iters, "Sinkhorn-Knopp iterations, the paper's t_max")
     return _lm(MHC_PAPER, n, lambda index, make_norm: ManifoldHyperConnection(n, spec.d_model, index, sinkhorn_iters),
                spec)
+
+
+def mhc_lite_join_params(n: int, d_model: int) -> int:
+    """Parameters of one mHC-lite join: φ_pre, φ_post (n·d × n each) and φ_res (n·d × n!), three gates α, the biases
+    b_pre, b_post (n each) and b_res (n!)."""
+    return n * d_model * (2 * n + math.factorial(n)) + 3 + 2 * n + math.factorial(n)
+
+
+@register("mhc_lite", family="transformer", paper=LITE_PAPER, spec=TransformerSpec())
+def mhc_lite(spec: TransformerSpec, *, n: int = 4) -> TransformerLM:
+    """mHC-lite with expansion rate ``n`` (the paper's 4), at most 6: every sublayer holds all n! permutations."""
+    positive_int("n", n, "the expansion rate, the number of residual streams")
+    if n > LITE_MAX_STREAMS:
+        raise ValueError(f"mhc_lite mixes the streams by all n! permutation matrices: n must be at most "
+                         f"{LITE_MAX_STREAMS} ({math.factorial(LITE_MAX_STREAMS)} permutations), got {n} "
+                         f"({math.factorial(n)})")
+    return _lm(LITE_PAPER, n, lambda index, make_norm: PermutationHyperConnection(n, spec.d_model, index), spec)

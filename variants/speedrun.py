@@ -21,6 +21,13 @@ record's 11 or 12 layers to any depth:
 - backout (10/2025, "Backout"): before the final norm, ``x ← x − λ_b·x_k`` removes part of the stream after layer
   k = ⌊2L/3⌋ (the record's 2/3 point), λ_b = 0.5 at init (the record's).
 
+Each trick is also registered alone on Pre-LN, so that a study adds one at a time: ``preln_x0`` (the lambdas and the
+embeddings in every sublayer; Pre-LN exactly at init), ``preln_unet`` (the gated skip), ``preln_backout`` — and
+``preln_xsa``, exclusive self attention (Zhai 2026, arXiv 2603.09078) in every attention: ``z_i = y_i −
+(y_i·v_i)·v_i/‖v_i‖²`` per head, the paper's form. The records (train_gpt.py at f411b3d, 08/2026) gate it instead,
+``y − tanh(α)·(y·v)/‖v‖²·v`` with α per head and token from their MUDD gate, 0 at init, in layers 1, 3, 4 and 7 of
+11; that gate is the MUDD machinery's and is not reproduced.
+
 Not reproduced: the records' trimmed MUDD connections (``mudd`` is MUDDFormer itself), their smear gate, attention
 lambdas, rotary positions and ReLU² MLP (not the residual stream), and their per-parameter learning rates.
 """
@@ -35,7 +42,7 @@ from torch import nn
 
 from . import axes
 from .blocks import NormFactory, ResidualUnit
-from .combinators import Combinator
+from .combinators import COMBINATORS, Combinator
 from .registry import register
 from .transformer import Block, CausalSelfAttention, Design, Stream, TransformerLM, TransformerSpec, check_token_ids
 
@@ -44,6 +51,7 @@ SPEEDRUN_PAPER = ("Jordan et al. 2024-26, modded-nanogpt speedrun records (githu
                   "track 1): skip-to-embedding lambdas, gated value embeddings, gated U-net skip, backout; Pre-LN")
 GATE_FEATURES = 12  # the records' gates read the first 12 features
 SKIP_LAMBDA, BACKOUT_LAMBDA = -1.5, 0.5  # the records' inits: σ(-1.5) ≈ 0.18 on the skip, 0.5 backed out
+XSA_ALPHA = 1.0  # Zhai 2026: the whole component along the token's own value is removed
 
 
 class State(NamedTuple):
@@ -93,21 +101,33 @@ class ValueEmbeddingAttention(CausalSelfAttention):
         return self.resid_dropout(self.proj(y.transpose(1, 2).reshape(b, t, c)))
 
 
-class SpeedrunUnit(ResidualUnit):
-    """``x ← λ_res·x + λ_post·F(norm(x)) + λ₀·x₀``: a Pre-LN sublayer of the speedrun (its value embedding, where
-    its layer has one, handed to the attention)."""
+class StatePreNorm(ResidualUnit):
+    """``x ← x + F(norm(x))``: Pre-LN's sublayer on the speedrun's :class:`State` (the embeddings and the saved
+    streams carried along; its value embedding, where its layer has one, handed to the attention)."""
 
     placement = "pre"
 
-    def __init__(self, body: nn.Module, combine: SkipToEmbedding, norm: NormFactory, value_table: int | None) -> None:
+    def __init__(self, body: nn.Module, combine: Combinator, norm: NormFactory, value_table: int | None = None) -> None:
         super().__init__(body, combine)
-        self.norm_in = norm()
+        self.norm_in = norm()  # PreNorm's name: a Pre-LN state dict loads as it is
         self.value_table = value_table
 
-    def forward(self, state: State) -> State:  # type: ignore[override]
+    def branch(self, state: State) -> torch.Tensor:
+        """``F(norm(x))``, the value embedding handed to F where this sublayer has one."""
         h = self.norm_in(state.x)
         fx = self.body(h) if self.value_table is None else self.body(h, state.values[self.value_table])
-        return state._replace(x=self.combine(state.x, self.drop_path(fx), state.x0))
+        return cast(torch.Tensor, self.drop_path(fx))
+
+    def forward(self, state: State) -> State:  # type: ignore[override]
+        return state._replace(x=self.combine(state.x, self.branch(state)))
+
+
+class SpeedrunUnit(StatePreNorm):
+    """``x ← λ_res·x + λ_post·F(norm(x)) + λ₀·x₀``: a Pre-LN sublayer of the speedrun, joined by
+    :class:`SkipToEmbedding`."""
+
+    def forward(self, state: State) -> State:  # type: ignore[override]
+        return state._replace(x=self.combine(state.x, self.branch(state), state.x0))
 
 
 class SpeedrunLayer(Block):
@@ -137,9 +157,20 @@ class SpeedrunLayer(Block):
         return state
 
 
-class Backout(Stream):
-    """``y = x − λ_b·x_k``: the speedrun's backout before the final norm (λ_b = 0.5 at init); the state it ends is
-    the layers' :class:`State` (:class:`SpeedrunLM` begins it)."""
+class EmbeddingStream(Stream):
+    """``State(x, x₀ = x)``: the stream with the embeddings kept beside it for every layer (and the streams the
+    U-net skip and backout save); its output is the stream ``x``."""
+
+    def begin(self, x: torch.Tensor) -> State:
+        return State(x, x, (), None, None)
+
+    def end(self, state: State) -> torch.Tensor:
+        return state.x
+
+
+class Backout(EmbeddingStream):
+    """``y = x − λ_b·x_k``: the speedrun's backout before the final norm (λ_b = 0.5 at init), x_k the stream after
+    the layer that saved it."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -164,7 +195,7 @@ class SpeedrunLM(TransformerLM):
     def forward(self, idx: torch.Tensor) -> torch.Tensor:
         t = check_token_ids(idx, self.max_len)
         x = self.drop(self.tok_emb(idx) + self.pos_emb(torch.arange(t, device=idx.device)))
-        state = State(x, x, tuple(table(idx) for table in self.value_embeds), None, None)
+        state = cast(State, self.stream.begin(x))._replace(values=tuple(table(idx) for table in self.value_embeds))
         for block in self.blocks:
             state = block(state)
         return F.linear(self.norm(self.stream.end(state)), self.tok_emb.weight)
@@ -203,3 +234,94 @@ def speedrun(spec: TransformerSpec, *, n_value_embeds: int = 3) -> TransformerLM
     for table in model.value_embeds:
         nn.init.normal_(cast(nn.Embedding, table).weight, std=0.02)  # the family's token-embedding draw
     return model
+
+
+class ExclusiveSelfAttention(CausalSelfAttention):
+    """``z_i = y_i − α·(y_i·v̂_i)·v̂_i``, ``v̂_i = v_i/‖v_i‖``: Zhai 2026, "Exclusive Self Attention" (XSA, arXiv
+    2603.09078), each head's attention output y_i less its component along the token's own value v_i (α = 1, the
+    paper's ``z_i = y_i − (y_iᵀv_i)·v_i/‖v_i‖²``), then the output projection; α = 0 is the family's attention."""
+
+    def __init__(self, d_model: int, n_heads: int, dropout: float, bias: bool) -> None:
+        super().__init__(d_model, n_heads, dropout, bias)
+        self.alpha = XSA_ALPHA  # a constant of the design, not a parameter
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, t, c = x.shape
+        q, k, v = self.heads(x)
+        p = self.attn_dropout if self.training else 0.0
+        y = F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=True)  # (B, H, T, d_head)
+        v_hat = F.normalize(v, dim=-1)
+        z = y - self.alpha * (y * v_hat).sum(-1, keepdim=True) * v_hat
+        return self.resid_dropout(self.proj(z.transpose(1, 2).reshape(b, t, c)))
+
+
+# Each of the speedrun's tricks alone on Pre-LN, so that a study adds one at a time. The stream tricks (U-net skip,
+# backout) and XSA change no join, unit placement or body type the registry derives; each declares the axis it is on.
+RECORDS = "Jordan et al. 2024-26, modded-nanogpt speedrun records (github.com/KellerJordan/modded-nanogpt, track 1)"
+X0_PAPER = (f"{RECORDS}, 'Value and embedding skip connections' (11/2024; per sublayer in the 2026 records): "
+            "x ← λ_res·x + λ_post·F(norm(x)) + λ₀·x₀ alone on Pre-LN, λ_res = λ_post = 1, λ₀ = 0 at init")
+UNET_PAPER = (f"{RECORDS}, 'U-net pattern skip connections' (11/2024; gated 12/2025): the stream after layer "
+              "⌊3L/11⌉ added before layer ⌊6L/11⌉ behind σ(λ_skip)·2σ(W_s·x₀[:12]), alone on Pre-LN")
+BACKOUT_PAPER = (f"{RECORDS}, 'Backout' (10/2025): x − λ_b·x_k before the final norm, k = ⌊2L/3⌋, λ_b = 0.5 at init, "
+                 "alone on Pre-LN")
+XSA_PAPER = ("Zhai 2026, Exclusive Self Attention (arXiv 2603.09078): z_i = y_i − (y_i·v_i)·v_i/‖v_i‖² per head "
+             "before the output projection, on Pre-LN")
+
+
+def _pre(depth: int) -> list[str]:
+    return ["pre"] * depth
+
+
+def _add(depth: int, d_model: int) -> Combinator:
+    return COMBINATORS["add"]()
+
+
+def _state_unit(index: int, placement: str, body: nn.Module, combine: Combinator, norm: NormFactory) -> ResidualUnit:
+    return StatePreNorm(body, combine, norm)
+
+
+@register("preln_x0", family="transformer", paper=X0_PAPER, spec=TransformerSpec())
+def preln_x0(spec: TransformerSpec) -> TransformerLM:
+    """Pre-LN with every sublayer joined by :class:`SkipToEmbedding`: learned λ_res, λ_post and the embeddings x₀
+    added back with λ₀ (Pre-LN exactly at init)."""
+    design = Design(X0_PAPER, _pre, lambda depth, d: SkipToEmbedding(),
+                    unit=lambda index, placement, body, combine, norm: SpeedrunUnit(body, combine, norm),
+                    stream=lambda norm: EmbeddingStream(), final_norm=True)
+    return TransformerLM(design, spec)
+
+
+@register("preln_unet", family="transformer", paper=UNET_PAPER, spec=TransformerSpec(), axes={"stream": "unet"})
+def preln_unet(spec: TransformerSpec) -> TransformerLM:
+    """Pre-LN with the speedrun's gated U-net skip (:class:`SpeedrunLayer`, at :func:`positions`; none where the stack
+    is too shallow for it to go forward)."""
+    at = positions(spec.depth)
+    skips = at["skip_in"] < at["skip_out"]
+
+    def layer(i: int, attn: ResidualUnit, ffn: ResidualUnit) -> Block:
+        return SpeedrunLayer(attn, ffn, skip_in=skips and i == at["skip_in"], skip_out=skips and i == at["skip_out"],
+                             backout=False, gate_features=min(GATE_FEATURES, spec.d_model))
+
+    design = Design(UNET_PAPER, _pre, _add, unit=_state_unit, layer=layer, stream=lambda norm: EmbeddingStream(),
+                    final_norm=True)
+    return TransformerLM(design, spec)
+
+
+@register("preln_backout", family="transformer", paper=BACKOUT_PAPER, spec=TransformerSpec(),
+          axes={"stream": "backout"})
+def preln_backout(spec: TransformerSpec) -> TransformerLM:
+    """Pre-LN with the speedrun's backout: the stream after layer ⌊2L/3⌋ saved (:class:`SpeedrunLayer`), λ_b of it
+    subtracted before the final norm (:class:`Backout`)."""
+    at = positions(spec.depth)
+
+    def layer(i: int, attn: ResidualUnit, ffn: ResidualUnit) -> Block:
+        return SpeedrunLayer(attn, ffn, skip_in=False, skip_out=False, backout=i == at["backout"])
+
+    design = Design(BACKOUT_PAPER, _pre, _add, unit=_state_unit, layer=layer, stream=lambda norm: Backout(),
+                    final_norm=True)
+    return TransformerLM(design, spec)
+
+
+@register("preln_xsa", family="transformer", paper=XSA_PAPER, spec=TransformerSpec(), axes={"attention": "xsa"})
+def preln_xsa(spec: TransformerSpec) -> TransformerLM:
+    """Pre-LN with every attention an :class:`ExclusiveSelfAttention`."""
+    return TransformerLM(Design(XSA_PAPER, _pre, _add, attention=ExclusiveSelfAttention), spec)
