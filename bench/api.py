@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import shutil
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -193,13 +194,19 @@ def sweep(study: str | Path, *, results_dir: str | Path = DEFAULT_RESULTS, optio
 
 def _dry_run(spec: Study, configs: Sequence[RunConfig], options: SweepOptions) -> Results:
     """The bill of a study's runs under ``options`` (:mod:`bench.sweeps.bill`); nothing run, nothing recorded."""
-    print(f"dry run of study {spec.name!r} ({options.preset or 'full'}): {len(configs)} runs checked; measuring what "
-          "each model configuration costs here", flush=True)
-    bills = bill(configs, options, cost_key)
+    print(f"dry run of study {spec.name!r} ({options.preset or 'full'}): {len(configs)} runs checked; counting and "
+          "timing what each model configuration costs here", flush=True)
+    t0 = time.perf_counter()
+    bills = bill(configs, options, cost_key, say=lambda line: print(line, flush=True))
     device = environment(resolve_device(configs[0].device if configs else "auto"))["device_name"]
     precision = configs[0].precision if configs else "fp32"
-    for line in render(bills, options, device, accelerators(precision)):
+    by_class: dict[str, float] = {}
+    for b in bills:
+        for c, n in b.costs.flops_by_class.items():
+            by_class[c] = by_class.get(c, 0.0) + n * b.steps
+    for line in render(bills, options, device, accelerators(precision, by_class)):
         print(line)
+    print(f"billed in {time.perf_counter() - t0:.0f} s")
     empty = pd.DataFrame()
     return Results(Path("."), spec.name, empty, empty, empty, [])
 

@@ -157,6 +157,17 @@ def count_step_flops(forward: Callable[[], torch.Tensor], device: torch.device) 
     return StepFlops(int(fwd.get_total_flops()), {k: f[k] + b[k] for k in OP_CLASSES})
 
 
+def meta_step_flops(build: Callable[[], torch.nn.Module], x: torch.Tensor, y: torch.Tensor,
+                    loss: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]) -> StepFlops:
+    """FLOPs of one training step of the model ``build()`` returns, on inputs of ``x``'s and targets of ``y``'s shapes
+    and dtypes, counted on the meta device: exact (the counter reads shapes only), with no memory and no compute, so
+    a GPT-2-sized model at its full batch costs a second. Attention is counted as the math backend computes it."""
+    with torch.device("meta"):
+        model = build()
+        xm, ym = torch.empty(x.shape, dtype=x.dtype), torch.empty(y.shape, dtype=y.dtype)
+        return count_step_flops(lambda: loss(model(xm), ym), torch.device("cpu"))
+
+
 def count_flops(forward: Callable[[], torch.Tensor], device: torch.device) -> tuple[int, int]:
     """FLOPs of one training step, (forward, forward + backward), counted by ``torch.utils.flop_counter``.
 
@@ -261,6 +272,30 @@ def measured_matmul_peak(device: torch.device, precision: str, n: int = 1024, re
     tried = " and ".join(str(dt).replace("torch.", "") for dt in dtypes)
     return best[0], f"measured: {n}x{n} {best[1]} matmul, best of {repeats}" + (
         f" (the faster of {tried})" if len(dtypes) > 1 else "")
+
+
+def _conv(device: torch.device, dtype: torch.dtype) -> tuple[StepFn, int]:
+    """A 3x3 convolution of 64 to 64 channels on 8 images of 32x32 (a CIFAR ResNet's middle stage) and its FLOPs."""
+    x = torch.randn(8, 64, 32, 32, device=device, dtype=dtype)
+    w = torch.randn(64, 64, 3, 3, device=device, dtype=dtype)
+    return (lambda: torch.nn.functional.conv2d(x, w, padding=1)), 2 * 8 * 32 * 32 * 64 * 64 * 9
+
+
+_RATES: dict[tuple[str, str, int], dict[str, float]] = {}
+
+
+def device_rates(device: torch.device, precision: str) -> dict[str, float]:
+    """FLOP/s this device reaches on each op class (:data:`OP_CLASSES`) in ``precision`` with the current torch
+    threads: the best of 3 timings of a 512x512 matmul (:func:`measured_matmul_peak`) and of a 3x3 convolution
+    (:func:`_conv`). Measured once per process (device, precision, threads), in well under a second on a CPU."""
+    key = (str(device), precision, torch.get_num_threads())
+    if key not in _RATES:
+        matmul, _ = measured_matmul_peak(device, precision, n=512, repeats=3)
+        dtype = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[precision]
+        conv, flops = _conv(device, torch.float32 if device.type == "cpu" and dtype == torch.float16 else dtype)
+        ms = time_steps(conv, device, warmup=1, repeats=3, steps=1)
+        _RATES[key] = {"matmul": matmul, "conv": flops / (min(ms) / 1e3)}
+    return _RATES[key]
 
 
 # -- peak memory -------------------------------------------------------------------------------
