@@ -38,6 +38,7 @@ from bench.reports.report import write_report
 from bench.reports.trackers import Tracker, log_all, make_trackers
 from bench.runs import distributed, plugins
 from bench.runs.config import DEFAULT_RESULTS, RunConfig, build
+from bench.runs.cost import cost_table
 from bench.runs.env import environment
 from bench.runs.measure import cost_key
 from bench.runs.progress import Progress
@@ -269,3 +270,14 @@ def compare(results: Results, baseline: str, metrics: Sequence[str] = ("final_va
     mean, CI and n per metric, the difference, Welch's p and Holm's correction over the table."""
     board = results.runs.drop(columns=["config"], errors="ignore")
     return compare_table(board, results.records, baseline, list(metrics))
+
+
+def cost(designs: Sequence[str], shape: str = "gpt2_small", *, measure_time: bool = True, compiled: bool = False,
+         batch: int | None = None, repeats: int = 3, device: str = "cpu", progress: bool = False) -> pd.DataFrame:
+    """What each design costs at a reference shape relative to its family's baseline — ``bench cost``: parameters
+    and exact training FLOPs per sample (meta device), and with ``measure_time`` the step time and memory measured
+    beside the baseline, alternating, eager (and ``compiled``). Shapes: :data:`bench.runs.cost.SHAPES`
+    (``gpt2_small``, ``gpt2_medium``, ``resnet50_224``, ``cifar_resnet110``); ValueError naming the choices for an
+    unknown shape or design."""
+    return cost_table(designs, shape, measure_time=measure_time, compiled=compiled, batch=batch, repeats=repeats,
+                      device=device, progress=progress)
