@@ -46,14 +46,16 @@ def test_the_counts_are_flop_counters_on_the_real_model(tiny: cost.Shape) -> Non
 def test_the_table_is_relative_to_the_baseline_timed_alternately(tiny: cost.Shape,
                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     order: list[int] = []
-    real = measure.time_steps
+    real = cost.measured_step
 
-    def time_steps(step: cost.Trainee, *args: int | torch.device, **kw: int) -> list[float]:
+    def measured_step(step: cost.Trainee, device: torch.device) -> tuple[float, float]:
         order.append(sum(p.numel() for p in step.model.parameters()))
-        return real(step, *args, **kw)  # type: ignore[arg-type]
+        return real(step, device)
 
-    monkeypatch.setattr(measure, "time_steps", time_steps)
-    table = cost.cost_table(["mhc"], "tiny", repeats=2)
+    monkeypatch.setattr(cost, "measured_step", measured_step)
+    partial: list[cost.pd.DataFrame] = []
+    table = cost.cost_table(["mhc"], "tiny", repeats=2, partial=partial.append)
+    assert len(partial) == 1 and partial[0].equals(table)  # after each design timed: the table so far
     base, mhc = (cost.count(n, tiny) for n in ("preln", "mhc"))
     assert list(table["design"]) == ["preln", "mhc"]  # the baseline first, added where not named
     assert order == [base.params, mhc.params] * 2  # alternating, after one untimed step each

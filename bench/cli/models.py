@@ -8,6 +8,8 @@ import shlex
 import sys
 from pathlib import Path
 
+import pandas as pd
+
 import variants
 from bench.cli.parser import config_from_args
 from bench.reports.markdown import render_cost
@@ -88,13 +90,18 @@ def cmd_recipes(ns: argparse.Namespace) -> int:
 
 
 def cmd_cost(ns: argparse.Namespace) -> int:
+    command = "python -m bench " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+
+    def write(table: pd.DataFrame, note: str = "") -> None:
+        if ns.out:
+            text = render_cost(table, ns.format)
+            made = f"Made by `{command}`{note}.\n\n" if ns.format == "markdown" else ""
+            Path(ns.out).parent.mkdir(parents=True, exist_ok=True)
+            Path(ns.out).write_text(made + text, encoding="utf-8")
+
     table = cost_table(ns.designs, ns.shape, measure_time=ns.measure_time, compiled=ns.compile, batch=ns.batch,
-                       repeats=ns.repeats, device=ns.device, progress=True)
-    text = render_cost(table, ns.format)
-    print(text, end="")
-    if ns.out:
-        command = "python -m bench " + " ".join(shlex.quote(a) for a in sys.argv[1:])
-        made = f"Made by `{command}`.\n\n" if ns.format == "markdown" else ""
-        Path(ns.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(ns.out).write_text(made + text, encoding="utf-8")
+                       repeats=ns.repeats, device=ns.device, progress=True,
+                       partial=lambda t: write(t, " (unfinished: the designs timed so far)"))
+    print(render_cost(table, ns.format), end="")
+    write(table)
     return 0

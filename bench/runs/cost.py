@@ -25,6 +25,7 @@ import contextlib
 import ctypes
 import statistics
 import sys
+import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -164,34 +165,36 @@ class Trainee:
         self.opt.step()
 
 
-def _step_memory_mb(step: Callable[[], None], device: torch.device) -> float:
-    """The memory one step needs above what was resident before it (module docstring)."""
+def measured_step(step: Callable[[], None], device: torch.device) -> tuple[float, float]:
+    """One step's time in ms and the memory it needs above what was resident before it (module docstring), from the
+    same call."""
     if device.type == "cuda":
         torch.cuda.synchronize(device)
         allocated = torch.cuda.memory_allocated(device)
         torch.cuda.reset_peak_memory_stats(device)
-        step()
-        torch.cuda.synchronize(device)
-        return (torch.cuda.max_memory_allocated(device) - allocated) / 2**20
-    resident = measure.rss_mb()
-    measure.reset_peak_rss()
+    else:
+        resident = measure.rss_mb()
+        measure.reset_peak_rss()
+    t0 = time.perf_counter()
     step()
-    return measure.max_rss_mb() - resident
+    measure.synchronize(device)
+    ms = (time.perf_counter() - t0) * 1e3
+    if device.type == "cuda":
+        return ms, (torch.cuda.max_memory_allocated(device) - allocated) / 2**20
+    return ms, measure.max_rss_mb() - resident
 
 
 def side_by_side(trainees: Sequence[Callable[[], None]], device: torch.device, repeats: int
                  ) -> list[tuple[float, float]]:
     """(median step ms, median step memory MiB) of each trainee: one untimed step each, then ``repeats`` rounds in
-    which each takes one timed step in turn (alternating, so that a drift of the machine falls on every one)."""
+    which each takes one measured step in turn (alternating, so that a drift of the machine falls on every one)."""
     for t in trainees:
         t()
-    times: list[list[float]] = [[] for _ in trainees]
-    mems: list[list[float]] = [[] for _ in trainees]
+    measured: list[list[tuple[float, float]]] = [[] for _ in trainees]
     for _ in range(repeats):
         for i, t in enumerate(trainees):
-            times[i].extend(measure.time_steps(t, device, warmup=0, repeats=1, steps=1))
-            mems[i].append(_step_memory_mb(t, device))
-    return [(statistics.median(ts), statistics.median(ms)) for ts, ms in zip(times, mems, strict=True)]
+            measured[i].append(measured_step(t, device))
+    return [(statistics.median(ms for ms, _ in m), statistics.median(mb for _, mb in m)) for m in measured]
 
 
 @contextlib.contextmanager
@@ -200,13 +203,14 @@ def _progress(enabled: bool) -> Iterator[Callable[[str], None]]:
 
 
 def cost_table(designs: Sequence[str], shape: str, *, measure_time: bool = True, compiled: bool = False,
-               batch: int | None = None, repeats: int = 3, device: str = "cpu", progress: bool = False
-               ) -> pd.DataFrame:
+               batch: int | None = None, repeats: int = 3, device: str = "cpu", progress: bool = False,
+               partial: Callable[[pd.DataFrame], None] | None = None) -> pd.DataFrame:
     """One row per design (the baseline first, added where not named): parameters, training FLOPs per sample, and
     with ``measure_time`` the step time and step memory at ``batch`` (default: the shape's), each beside its ratio to
     the baseline's; the time ratios paired with a baseline timed alternately with that design (:func:`side_by_side`),
     eager and, with ``compiled``, under ``torch.compile``; ``time_per_flop`` the eager time ratio over the FLOPs
-    ratio. ValueError naming the choices for an unknown shape or a design of another family."""
+    ratio. ``partial`` is called with the table so far after each design is timed (a long measurement keeps what it
+    has). ValueError naming the choices for an unknown shape or a design of another family."""
     sh = shape_of(shape)
     _check(sh, designs)
     names = [sh.baseline, *[d for d in dict.fromkeys(designs) if d != sh.baseline]]
@@ -247,10 +251,17 @@ def cost_table(designs: Sequence[str], shape: str, *, measure_time: bool = True,
                     rows[sh.baseline].setdefault(f"step_ms{suffix}", t0)
                     rows[sh.baseline].setdefault(f"step_mem_mb{suffix}", m0)
                     rows[sh.baseline][f"step_rel{suffix}"] = rows[sh.baseline][f"mem_rel{suffix}"] = 1.0
-            for r in rows.values():
-                r["time_per_flop"] = r["step_rel"] / r["flops_rel"]
-    table = pd.DataFrame(list(rows.values()))
-    table.attrs.update(shape=sh.name, what=sh.what, batch=b, device=measure.device_name(dev), repeats=repeats,
+                if partial is not None:
+                    partial(_frame(rows, sh, b, dev, repeats, pinned))
+    return _frame(rows, sh, b, dev, repeats, pinned)
+
+
+def _frame(rows: dict[str, dict[str, Any]], sh: Shape, batch: int, dev: torch.device, repeats: int, pinned: bool
+           ) -> pd.DataFrame:
+    """The rows measured so far as a table (``time_per_flop`` where a step was timed), saying how it was measured."""
+    table = pd.DataFrame([{**r, **({"time_per_flop": r["step_rel"] / r["flops_rel"]} if "step_rel" in r else {})}
+                          for r in rows.values()])
+    table.attrs.update(shape=sh.name, what=sh.what, batch=batch, device=measure.device_name(dev), repeats=repeats,
                        memory="cuda_max_memory_allocated" if dev.type == "cuda" else
                        "rss_high_water_mark" + ("" if pinned else " (mmap threshold not pinned: rough)"))
     return table
