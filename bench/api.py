@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import shutil
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,6 +38,7 @@ from bench.reports.report import write_report
 from bench.reports.trackers import Tracker, log_all, make_trackers
 from bench.runs import distributed, plugins
 from bench.runs.config import DEFAULT_RESULTS, RunConfig, build
+from bench.runs.cost import cost_table
 from bench.runs.env import environment
 from bench.runs.measure import cost_key
 from bench.runs.progress import Progress
@@ -193,13 +195,19 @@ def sweep(study: str | Path, *, results_dir: str | Path = DEFAULT_RESULTS, optio
 
 def _dry_run(spec: Study, configs: Sequence[RunConfig], options: SweepOptions) -> Results:
     """The bill of a study's runs under ``options`` (:mod:`bench.sweeps.bill`); nothing run, nothing recorded."""
-    print(f"dry run of study {spec.name!r} ({options.preset or 'full'}): {len(configs)} runs checked; measuring what "
-          "each model configuration costs here", flush=True)
-    bills = bill(configs, options, cost_key)
+    print(f"dry run of study {spec.name!r} ({options.preset or 'full'}): {len(configs)} runs checked; counting and "
+          "timing what each model configuration costs here", flush=True)
+    t0 = time.perf_counter()
+    bills = bill(configs, options, cost_key, say=lambda line: print(line, flush=True))
     device = environment(resolve_device(configs[0].device if configs else "auto"))["device_name"]
     precision = configs[0].precision if configs else "fp32"
-    for line in render(bills, options, device, accelerators(precision)):
+    by_class: dict[str, float] = {}
+    for b in bills:
+        for c, n in b.costs.flops_by_class.items():
+            by_class[c] = by_class.get(c, 0.0) + n * b.steps
+    for line in render(bills, options, device, accelerators(precision, by_class)):
         print(line)
+    print(f"billed in {time.perf_counter() - t0:.0f} s")
     empty = pd.DataFrame()
     return Results(Path("."), spec.name, empty, empty, empty, [])
 
@@ -262,3 +270,14 @@ def compare(results: Results, baseline: str, metrics: Sequence[str] = ("final_va
     mean, CI and n per metric, the difference, Welch's p and Holm's correction over the table."""
     board = results.runs.drop(columns=["config"], errors="ignore")
     return compare_table(board, results.records, baseline, list(metrics))
+
+
+def cost(designs: Sequence[str], shape: str = "gpt2_small", *, measure_time: bool = True, compiled: bool = False,
+         batch: int | None = None, repeats: int = 3, device: str = "cpu", progress: bool = False) -> pd.DataFrame:
+    """What each design costs at a reference shape relative to its family's baseline — ``bench cost``: parameters
+    and exact training FLOPs per sample (meta device), and with ``measure_time`` the step time and memory measured
+    beside the baseline, alternating, eager (and ``compiled``). Shapes: :data:`bench.runs.cost.SHAPES`
+    (``gpt2_small``, ``gpt2_medium``, ``resnet50_224``, ``cifar_resnet110``); ValueError naming the choices for an
+    unknown shape or design."""
+    return cost_table(designs, shape, measure_time=measure_time, compiled=compiled, batch=batch, repeats=repeats,
+                      device=device, progress=progress)

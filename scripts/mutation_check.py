@@ -8,7 +8,7 @@ failing test kills the mutant, if it passes on an unmutated copy). Prints one li
 INVALID where the test that failed fails without the mutant too; by which test; in how long) and exits 1 unless
 every mutant was killed; a mutant whose text is no longer in the code stops it (update the mutant here).
 
-    python scripts/mutation_check.py                      # the README command's suite (not slow, not gpucheck), 2 workers
+    python scripts/mutation_check.py                      # the README command's suite, 2 workers
     python scripts/mutation_check.py --only holm -- -k stats
 """
 

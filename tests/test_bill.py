@@ -5,11 +5,13 @@ from __future__ import annotations
 import dataclasses
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
 from _nets import write
 
+import variants
 from bench.cli import main
 from bench.runs.config import RunConfig
 from bench.sweeps import bill
@@ -33,14 +35,17 @@ seed = [0, 1, 2]
 '''
 
 
-@pytest.mark.slow  # every model of a study built and timed: about a minute
+@pytest.mark.slow  # every model of a study built, counted and timed once: some 10 s
 def test_a_dry_run_prints_the_bill_and_records_nothing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     study = write(tmp_path / "tiny.toml", STUDY)
     code = main(["sweep", str(study), "--dry-run", "--jobs", "2", "--results-dir", str(tmp_path / "res")])
     out, err = capsys.readouterr()
     assert code == 0, err
     assert not (tmp_path / "res").exists()
-    assert out.count("  measuring ") == 2  # one per model configuration, not per run
+    assert out.count("  timing plain-d8-") == 1 and out.count("  timing resnet-d8-") == 1  # per configuration
+    assert out.index("  timing one step of each of 2 model configurations (1 thread): at least ") < out.index(
+        "  timing plain-d8-")  # the bill's own time, said first
+    assert re.search(r"billed in \d+ s", out)
     lines = {line.split()[0]: line.split() for line in out.splitlines() if re.match(r"(plain|resnet)-d8 digits", line)}
     assert lines["plain-d8"][2:4] == ["3", "36"] and lines["resnet-d8"][2:4] == ["3", "36"]  # runs, steps
     total = re.search(r"total: 6 runs, 72 steps, (\S+) training FLOPs; on this device \(.+\): (.+) with --jobs 2 "
@@ -97,14 +102,14 @@ def test_a_cpu_peak_in_bf16_is_never_below_fp32s() -> None:
     assert "float32 matmul" in source and "faster" not in source
 
 
-@pytest.mark.slow  # full-size stand-ins timed: about 30 s
+@pytest.mark.slow  # a full-size stand-in timed once
 def test_a_task_without_its_data_is_measured_on_a_stand_in_of_the_same_shapes(tmp_path: Path) -> None:
     cfg = RunConfig(variant="resnet", depth=8, task="cifar10", data_dir=str(tmp_path / "none"), epochs=1,
                     batch_size=16, measure=())
-    stand, num_train, name = bill._stand_in(cfg)
+    stand, num_train, name = bill._setup(cfg)
     assert name == "synthetic" and num_train == 50_000
-    assert (stand.task, stand.image_size, stand.num_classes) == ("synthetic", 32, 10)
-    costs = bill.measure_costs(cfg, "k", threads=1)
+    assert (stand.cfg.task, stand.cfg.image_size, stand.cfg.num_classes) == ("synthetic", 32, 10)
+    costs = bill.measure_costs(bill.plan(cfg, "k"), RATES)
     assert costs.stand_in == "synthetic" and costs.num_train == 50_000 and costs.step_s > 0 and costs.eval_s > 0
     assert bill._steps(cfg, costs) == 3125  # an epoch of CIFAR-10 at batch 16
 
@@ -123,32 +128,97 @@ def test_a_tokens_run_without_its_shards_is_measured_on_generated_shards_of_its_
     cfg = RunConfig(variant="preln", depth=2, task="tokens", data_path=str(tmp_path / "none"), vocab_size=1000,
                     seq_len=16, batch_size=4, steps=50, eval_tokens=320,
                     model_args={"d_model": 32, "n_heads": 2, "d_ff": 64}, measure=())
-    stand, num_train, name = bill._stand_in(cfg)
-    assert name == "generated shards" and num_train is None and stand.task == "tokens" and stand.vocab_size == 1000
-    costs = bill.measure_costs(cfg, "k", threads=1)
+    stand, num_train, name = bill._setup(cfg)
+    assert name == "generated shards" and num_train is None and stand.cfg.task == "tokens"
+    assert stand.cfg.vocab_size == 1000
+    costs = bill.measure_costs(bill.plan(cfg, "k"), RATES)
     assert costs.stand_in == "generated shards" and costs.num_train is None and costs.step_s > 0
     assert bill._steps(cfg, costs) == 50
     assert bill.STAND_INS["tokens"](cfg)[2] == 20  # one evaluation reads 320 tokens: 20 windows of 16
 
 
-def test_a_step_too_heavy_to_time_twenty_times_is_the_median_of_three(monkeypatch: pytest.MonkeyPatch,
-                                                                       tmp_path: Path) -> None:
-    """Above the budget even at 2 samples (GPT-2 small at 1,024 tokens on a CPU), a step is timed 3 times after one
-    untimed, and an evaluation on one batch per split; the bill scales both to the run's batch and splits."""
-    cfg = RunConfig(variant="preln", depth=2, task="tokens", data_path=str(tmp_path / "none"), vocab_size=1000,
-                    seq_len=16, batch_size=8, steps=50, eval_tokens=320,
-                    model_args={"d_model": 32, "n_heads": 2, "d_ff": 64}, measure=())
-    assert bill.measure_costs(cfg, "k", threads=1).timed_steps == 20
+class CountingRunner(bill.StepRunner):
+    calls = 0
+
+    def __call__(self) -> torch.Tensor:
+        CountingRunner.calls += 1
+        return super().__call__()
+
+
+@pytest.fixture
+def timed(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, int, int]]:
+    """Every step the bill takes counted (CountingRunner.calls) and each timing call recorded (warm-up, repeats,
+    steps); a timed step reads 100 ms, the device's rates :data:`RATES`."""
+    CountingRunner.calls = 0
+    monkeypatch.setattr(bill, "StepRunner", CountingRunner)
+    calls: list[tuple[int, int, int]] = []
+    real = bill.measure.time_steps
+
+    def time_steps(step: Any, device: torch.device, warmup: int, repeats: int, steps: int) -> list[float]:
+        calls.append((warmup, repeats, steps))
+        real(step, device, warmup, repeats, steps)
+        return [100.0] * repeats
+
+    monkeypatch.setattr(bill.measure, "time_steps", time_steps)
+    monkeypatch.setattr(bill.measure, "device_rates", lambda device, precision: RATES)
+    return calls
+
+
+RATES = {"matmul": 4e10, "conv": 1e11}
+TINY = RunConfig(variant="resnet", depth=8, task="digits", batch_size=32, grad_accum=2, steps=12, eval_every=4,
+                 probe_every=6, measure=("flops", "throughput", "memory"), timing_warmup=1, timing_repeats=2,
+                 timing_steps=2)
+
+
+def test_the_bill_is_the_one_timed_step_scaled_by_exact_flops(timed: list[tuple[int, int, int]],
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """A step over the budget is timed on a halving of the batch that fits it; every figure follows from that one
+    timed step (100 ms) and the step's FLOPs, counted exactly on the meta device."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    model = variants.create("resnet", depth=8, in_chans=1)
+    x, y = torch.randn(32, 1, 8, 8), torch.randint(0, 10, (32,))
+    with FlopCounterMode(display=False) as direct:
+        torch.nn.functional.cross_entropy(model(x), y).backward()
+    with FlopCounterMode(display=False) as direct_fwd:
+        model(x)
+    train, fwd = direct.get_total_flops(), direct_fwd.get_total_flops()
+    monkeypatch.setattr(bill, "STEP_BUDGET", train * 10 / 32)  # 10 samples' worth: 32 -> 16 -> 8
+    p = bill.plan(TINY, "k")
+    assert (p.micro.train, p.micro.forward, p.timed, p.warmup) == (train, fwd, 8, 1)
+    conv, mm = p.micro.train_by_class["conv"], p.micro.train_by_class["matmul"]
+    assert conv + mm == train and mm == 3 * 32 * 2 * 64 * 10  # the classifier's forward and two gradients
+    assert p.expected_s(RATES) == 2 * (conv / 4 / 1e11 + mm / 4 / 4e10)  # warm-up + timed, a quarter of the batch
+    c = bill.measure_costs(p, RATES)
+    assert timed == [(1, 1, 1)] and CountingRunner.calls == 2  # one untimed step, one timed: nothing else
+    micro_s = 0.1 * 32 / 8  # one micro-batch of 32, from the 8 timed
+    step_s = 2 * micro_s  # grad_accum 2
+    assert c.step_s == step_s and c.flops_per_step == 2 * train and c.timed_samples == 8
+    assert c.flops_by_class == {"matmul": 2 * mm, "conv": 2 * conv}
+    assert c.measure_s == micro_s + (1 + 2 * 2) * step_s + (bill.PROCESS_START_S + 4 * step_s)
+    assert c.eval_s == (360 + 1437) * (micro_s / 32 * fwd / train)  # digits: 360 validation, 1,437 training samples
+    assert c.probe_s == micro_s and c.peak_mb is None
+    assert c.mfu == 2 * train / step_s / (2 * train / (2 * conv / 1e11 + 2 * mm / 4e10))
+    run = bill.RunBill(TINY, c, steps=12, evals=3, probe_calls=3, measures=True)
+    assert run.seconds == c.setup_s + c.measure_s + 12 * step_s + 3 * c.eval_s + 3 * micro_s
+
+
+def test_the_bill_times_one_step_per_model_configuration(timed: list[tuple[int, int, int]],
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """Runs that differ in their seed share a configuration: two configurations of four runs take four steps (one
+    untimed each); a step over the budget even at one sample is timed once, with no warm-up."""
+    configs = [dataclasses.replace(TINY, variant=v, seed=seed, measure=()) for v in ("plain", "resnet")
+               for seed in (0, 1)]
+    said: list[str] = []
+    bills = bill.bill(configs, bill.SweepOptions(), bill.measure.cost_key, say=said.append)
+    assert CountingRunner.calls == 4 and timed == [(1, 1, 1)] * 2
+    assert [b.measures for b in bills] == [False] * 4 and bills[0].costs is bills[1].costs
+    assert said[0] == "  counting the FLOPs of 2 model configurations on the meta device ..."
+    assert re.match(r"  timing one step of each of 2 model configurations \(\d threads?\): at least 0 s \(their "
+                    r"FLOPs at this device's rates: matmul 40 GFLOP/s, conv 100 GFLOP/s\)$", said[1])
+    assert said[2].startswith("  timing plain-d8-digits-") and " one step of 32 samples (" in said[2]
+    CountingRunner.calls, timed[:] = 0, []
     monkeypatch.setattr(bill, "STEP_BUDGET", 1.0)
-    seen: list[tuple[int, int, int, int]] = []
-    real_setup, real_eval = bill.setup, bill.eval_pass
-    monkeypatch.setattr(bill, "setup", lambda c: seen.append(
-        (c.batch_size, c.timing_warmup, c.timing_repeats, c.timing_steps)) or real_setup(c))
-    evaluated: list[int] = []
-    monkeypatch.setattr(bill, "eval_pass", lambda model, task, batches: evaluated.append(len(batches))
-                        or real_eval(model, task, batches))
-    costs = bill.measure_costs(cfg, "k", threads=1)
-    assert costs.timed_steps == 3 and costs.step_s > 0 and costs.eval_s > 0
-    assert seen[-1] == (2, 1, 3, 1)  # halved to 2 samples, then 1 untimed + the median of 3 single steps
-    assert evaluated == [1, 1]  # one batch of the validation split, one of the training-error subset
-    assert costs.peak_mb is None  # not timed whole: no peak-memory figure
+    bills = bill.bill(configs[:1], bill.SweepOptions(), bill.measure.cost_key, say=said.append)
+    assert CountingRunner.calls == 1 and timed == [(0, 1, 1)] and bills[0].costs.timed_samples == 1
+    assert bills[0].costs.step_s == 0.1 * 32 * 2

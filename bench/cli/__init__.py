@@ -1,5 +1,5 @@
 """The command line: ``python -m bench COMMAND`` (list, show-variant, run, leaderboard, compare, show, upgrade, probe,
-diff, plot, report, site, merge, sweep, reproduce, track, data, perf, lesion, gradcorr, landscape, recipes).
+diff, plot, report, site, merge, sweep, reproduce, track, data, perf, lesion, gradcorr, landscape, cost, recipes).
 
 Bad input (unknown variant, task or option, invalid depth, missing or corrupt dataset, a plugin that fails to load
 or whose model fails a forward on the task) prints one line starting with ``error:`` and exits with status 2,

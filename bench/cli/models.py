@@ -1,17 +1,22 @@
-"""Commands about models, not runs: ``list``, ``show-variant``, ``diff``, ``probe``, ``recipes``."""
+"""Commands about models, not runs: ``list``, ``show-variant``, ``diff``, ``probe``, ``cost``, ``recipes``."""
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import shlex
 import sys
+from pathlib import Path
 
+import pandas as pd
 import torch
 
 import variants
 from bench.cli.parser import config_from_args
+from bench.reports.markdown import render_cost
 from bench.runs import plugins
 from bench.runs.config import RECIPES
+from bench.runs.cost import cost_table
 from bench.runs.probes import format_probe_table, probe, probe_table
 from bench.runs.train import setup
 from bench.sweeps import structure
@@ -97,4 +102,22 @@ def cmd_diff(ns: argparse.Namespace) -> int:
 def cmd_recipes(ns: argparse.Namespace) -> int:
     for name, values in sorted(RECIPES.items()):
         print(f"{name}: " + ", ".join(f"{k}={v}" for k, v in values.items()))
+    return 0
+
+
+def cmd_cost(ns: argparse.Namespace) -> int:
+    command = "python -m bench " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+
+    def write(table: pd.DataFrame, note: str = "") -> None:
+        if ns.out:
+            text = render_cost(table, ns.format)
+            made = f"Made by `{command}`{note}.\n\n" if ns.format == "markdown" else ""
+            Path(ns.out).parent.mkdir(parents=True, exist_ok=True)
+            Path(ns.out).write_text(made + text, encoding="utf-8")
+
+    table = cost_table(ns.designs, ns.shape, measure_time=ns.measure_time, compiled=ns.compile, batch=ns.batch,
+                       repeats=ns.repeats, device=ns.device, progress=True,
+                       partial=lambda t: write(t, " (unfinished: the designs timed so far)"))
+    print(render_cost(table, ns.format), end="")
+    write(table)
     return 0

@@ -411,13 +411,30 @@ def _analyses(sub: Sub) -> None:
     _handler(q, "analyses:cmd_landscape")
 
 
+def _cost(sub: Sub) -> None:
+    q = sub.add_parser("cost", help="what designs cost at a reference shape (GPT-2 small, ResNet-50 ...) relative to "
+                       "their family's baseline: parameters, exact training FLOPs, step time and memory side by side")
+    q.add_argument("--designs", nargs="+", required=True, metavar="DESIGN", help="registered variants of one family")
+    q.add_argument("--shape", default="gpt2_small",
+                   help="gpt2_small, gpt2_medium, resnet50_224 or cifar_resnet110 (default: gpt2_small)")
+    q.add_argument("--compile", action="store_true", help="also time each step under torch.compile")
+    q.add_argument("--no-timing", dest="measure_time", action="store_false",
+                   help="count parameters and FLOPs only (meta device: seconds at any shape)")
+    q.add_argument("--batch", type=_positive(int), help="samples of the timed step (default: the shape's, 1 or 8)")
+    q.add_argument("--repeats", type=_positive(int), default=3, help="alternating timed steps of each (default: 3)")
+    q.add_argument("--device", default="cpu", help="where to time (default: cpu)")
+    q.add_argument("--format", choices=("markdown", "csv"), default="markdown")
+    q.add_argument("--out", metavar="FILE", help="also write the table there, with the command that made it")
+    _handler(q, "models:cmd_cost")
+
+
 def _recipes(sub: Sub) -> None:
     q = sub.add_parser("recipes", help="list the named training recipes and their settings")
     _handler(q, "models:cmd_recipes")
 
 
 COMMANDS = (_list, _show_variant, _run, _leaderboard, _compare, _show, _upgrade, _probe, _diff, _plot_and_report,
-            _site, _merge, _sweeps, _track, _data, _perf, _analyses, _recipes)  # fmt: skip
+            _site, _merge, _sweeps, _track, _data, _perf, _analyses, _cost, _recipes)  # fmt: skip
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -107,3 +107,20 @@ def render_comparison(table: pd.DataFrame, fmt: str = "markdown") -> str:
     if fmt == "latex":
         return shown.to_latex(index=False)
     return markdown_table(list(shown.columns), shown.to_numpy().tolist())
+
+
+def render_cost(table: pd.DataFrame, fmt: str = "markdown") -> str:
+    """A cost table (:func:`bench.runs.cost.cost_table`) as Markdown, headed by a line saying at which shape, batch
+    and device it was measured, or CSV."""
+    if fmt not in ("markdown", "csv"):
+        raise ValueError(f"format must be markdown or csv, got {fmt!r}")
+    if fmt == "csv":
+        return str(table.to_csv(index=False))
+    a = table.attrs
+    head = f"Cost at {a.get('shape')} ({a.get('what')}), relative to {table['design'].iloc[0]}"
+    if "step_ms" in table:
+        head += (f"; step time and memory at batch {a.get('batch')} on {a.get('device')}, median of "
+                 f"{a.get('repeats')} alternating steps, memory: {a.get('memory')}")
+    rows = [[v if isinstance(v, str) else f"{v:,}" if isinstance(v, int) else fmt_number(float(v), ".4g")
+             for v in row] for row in table.itertuples(index=False)]
+    return head + ".\n\n" + markdown_table(list(table.columns), rows) + "\n"

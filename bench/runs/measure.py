@@ -24,7 +24,7 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -110,6 +110,65 @@ def cpu_name() -> str:
     return platform.processor() or platform.machine() or "cpu"
 
 
+# Op classes of torch.utils.flop_counter's counted ops, by the precision flag that decides their peak in fp32 on CUDA:
+# convolutions run on TF32 tensor cores when cuDNN's flag allows it (on by default), matmuls and attention when the
+# matmul flag does (off by default: torch.set_float32_matmul_precision("high") turns it on).
+CONV_OPS = frozenset({"convolution", "_convolution", "convolution_backward", "cudnn_convolution",
+                      "convolution_overrideable", "_slow_conv2d_forward"})
+OP_CLASSES = ("matmul", "conv")
+
+
+def op_class(op: Any) -> str:
+    """``"conv"`` for a convolution op of the counter (forward or backward), ``"matmul"`` for the rest (mm, addmm,
+    bmm, baddbmm, scaled-dot-product and flex attention: all matmuls)."""
+    return "conv" if str(op).removeprefix("aten.") in CONV_OPS else "matmul"
+
+
+def flops_by_class(counter: FlopCounterMode) -> dict[str, int]:
+    """A counter's FLOPs split into :data:`OP_CLASSES` (each present, 0 where none)."""
+    out = dict.fromkeys(OP_CLASSES, 0)
+    for op, n in counter.get_flop_counts().get("Global", {}).items():
+        out[op_class(op)] += int(n)
+    return out
+
+
+@dataclasses.dataclass(frozen=True)
+class StepFlops:
+    """FLOPs of one training step: the forward's, and the forward + backward's split by op class."""
+
+    forward: int
+    train_by_class: dict[str, int]
+
+    @property
+    def train(self) -> int:
+        return sum(self.train_by_class.values())
+
+
+def count_step_flops(forward: Callable[[], torch.Tensor], device: torch.device) -> StepFlops:
+    """FLOPs of one training step, counted by ``torch.utils.flop_counter`` (see :func:`count_flops`), the training
+    step's split by op class (:func:`op_class`)."""
+    fwd, bwd = FlopCounterMode(display=False), FlopCounterMode(display=False)
+    backend = sdpa_kernel(SDPBackend.MATH) if device.type == "cpu" else contextlib.nullcontext()
+    with backend:
+        with fwd:
+            loss = forward()
+        with bwd:
+            loss.backward()
+    f, b = flops_by_class(fwd), flops_by_class(bwd)
+    return StepFlops(int(fwd.get_total_flops()), {k: f[k] + b[k] for k in OP_CLASSES})
+
+
+def meta_step_flops(build: Callable[[], torch.nn.Module], x: torch.Tensor, y: torch.Tensor,
+                    loss: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]) -> StepFlops:
+    """FLOPs of one training step of the model ``build()`` returns, on inputs of ``x``'s and targets of ``y``'s shapes
+    and dtypes, counted on the meta device: exact (the counter reads shapes only), with no memory and no compute, so
+    a GPT-2-sized model at its full batch costs a second. Attention is counted as the math backend computes it."""
+    with torch.device("meta"):
+        model = build()
+        xm, ym = torch.empty(x.shape, dtype=x.dtype), torch.empty(y.shape, dtype=y.dtype)
+        return count_step_flops(lambda: loss(model(xm), ym), torch.device("cpu"))
+
+
 def count_flops(forward: Callable[[], torch.Tensor], device: torch.device) -> tuple[int, int]:
     """FLOPs of one training step, (forward, forward + backward), counted by ``torch.utils.flop_counter``.
 
@@ -120,15 +179,8 @@ def count_flops(forward: Callable[[], torch.Tensor], device: torch.device) -> tu
     On CPU, attention runs through the math backend while counting: the counter has no formula
     for the CPU flash-attention kernel and would count its matmuls as zero.
     """
-    fwd, bwd = FlopCounterMode(display=False), FlopCounterMode(display=False)
-    backend = sdpa_kernel(SDPBackend.MATH) if device.type == "cpu" else contextlib.nullcontext()
-    with backend:
-        with fwd:
-            loss = forward()
-        with bwd:
-            loss.backward()
-    n_fwd = int(fwd.get_total_flops())
-    return n_fwd, n_fwd + int(bwd.get_total_flops())
+    counted = count_step_flops(forward, device)
+    return counted.forward, counted.train
 
 
 def time_steps(step: StepFn, device: torch.device, warmup: int, repeats: int, steps: int) -> list[float]:
@@ -154,17 +206,46 @@ def median(xs: list[float]) -> float:
     return float(statistics.median(xs))
 
 
-def peak_flops(device: torch.device, precision: str) -> tuple[float, str]:
-    """The device's peak FLOP/s for ``precision`` and where the figure came from."""
+def tf32_classes() -> frozenset[str]:
+    """The op classes that run fp32 on TF32 tensor cores under this process's flags: convolutions with
+    ``torch.backends.cudnn.allow_tf32`` (PyTorch's default: on), matmuls with ``torch.backends.cuda.matmul.allow_tf32``
+    (on when ``torch.set_float32_matmul_precision`` is "high" or "medium"; PyTorch's default and bench's: off)."""
+    return frozenset({c for c, on in (("conv", torch.backends.cudnn.allow_tf32),
+                                      ("matmul", torch.backends.cuda.matmul.allow_tf32)) if on})
+
+
+def datasheet_peak(name: str, precision: str, flops: Mapping[str, float] | None = None,
+                   tf32: frozenset[str] = frozenset()) -> tuple[float, str] | None:
+    """The datasheet peak FLOP/s of the device called ``name`` for a step of ``flops`` (by op class), or None.
+
+    In bf16/fp16 every class has one peak. In fp32 a class in ``tf32`` runs at the TF32 peak and the rest at the fp32
+    one, so the step's peak is the rate at which its FLOPs would run with every op at its class's peak:
+    ``sum(flops) / sum(flops[c] / peak[c])``. With no split given, the step counts as all matmuls."""
+    table = next((t for pattern, t in PEAK_FLOPS if re.search(rf"\b{re.escape(pattern)}\b", name, re.IGNORECASE)),
+                 None)
+    pattern = next((p for p, t in PEAK_FLOPS if t is table), "")
+    if table is None or precision not in table:
+        return None
+    if precision != "fp32":
+        return table[precision], f"datasheet: {pattern} {precision} dense"
+    split = {c: float(n) for c, n in (flops or {"matmul": 1.0}).items() if n} or {"matmul": 1.0}
+    keys = {c: "tf32" if c in tf32 and "tf32" in table else "fp32" for c in split}
+    if len(set(keys.values())) == 1:
+        key = next(iter(keys.values()))
+        return table[key], f"datasheet: {pattern} {key} dense"
+    peak = sum(split.values()) / sum(n / table[keys[c]] for c, n in split.items())
+    shares = ", ".join(f"{c} {n / sum(split.values()):.0%} at {keys[c]}" for c, n in sorted(split.items()))
+    return peak, f"datasheet: {pattern} dense, by op class ({shares})"
+
+
+def peak_flops(device: torch.device, precision: str, flops: Mapping[str, float] | None = None) -> tuple[float, str]:
+    """The device's peak FLOP/s for a step of ``precision`` whose FLOPs split by op class as ``flops``
+    (:attr:`StepFlops.train_by_class`; none given: all matmuls), and where the figure came from. A datasheet figure
+    on a known GPU (:func:`datasheet_peak`, each class at the peak its TF32 flag gives it), else a measured one."""
     if device.type == "cuda":
-        name = torch.cuda.get_device_name(device)
-        key = precision
-        # fp32 matmuls/convs run on TF32 tensor cores when either flag allows it (cuDNN's is on by default).
-        if precision == "fp32" and (torch.backends.cuda.matmul.allow_tf32 or torch.backends.cudnn.allow_tf32):
-            key = "tf32"
-        for pattern, table in PEAK_FLOPS:
-            if re.search(rf"\b{re.escape(pattern)}\b", name, re.IGNORECASE) and key in table:
-                return table[key], f"datasheet: {pattern} {key} dense"
+        found = datasheet_peak(torch.cuda.get_device_name(device), precision, flops, tf32_classes())
+        if found is not None:
+            return found
     return measured_matmul_peak(device, precision)
 
 
@@ -192,6 +273,30 @@ def measured_matmul_peak(device: torch.device, precision: str, n: int = 1024, re
     tried = " and ".join(str(dt).replace("torch.", "") for dt in dtypes)
     return best[0], f"measured: {n}x{n} {best[1]} matmul, best of {repeats}" + (
         f" (the faster of {tried})" if len(dtypes) > 1 else "")
+
+
+def _conv(device: torch.device, dtype: torch.dtype) -> tuple[StepFn, int]:
+    """A 3x3 convolution of 64 to 64 channels on 8 images of 32x32 (a CIFAR ResNet's middle stage) and its FLOPs."""
+    x = torch.randn(8, 64, 32, 32, device=device, dtype=dtype)
+    w = torch.randn(64, 64, 3, 3, device=device, dtype=dtype)
+    return (lambda: torch.nn.functional.conv2d(x, w, padding=1)), 2 * 8 * 32 * 32 * 64 * 64 * 9
+
+
+_RATES: dict[tuple[str, str, int], dict[str, float]] = {}
+
+
+def device_rates(device: torch.device, precision: str) -> dict[str, float]:
+    """FLOP/s this device reaches on each op class (:data:`OP_CLASSES`) in ``precision`` with the current torch
+    threads: the best of 3 timings of a 512x512 matmul (:func:`measured_matmul_peak`) and of a 3x3 convolution
+    (:func:`_conv`). Measured once per process (device, precision, threads), in well under a second on a CPU."""
+    key = (str(device), precision, torch.get_num_threads())
+    if key not in _RATES:
+        matmul, _ = measured_matmul_peak(device, precision, n=512, repeats=3)
+        dtype = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[precision]
+        conv, flops = _conv(device, torch.float32 if device.type == "cpu" and dtype == torch.float16 else dtype)
+        ms = time_steps(conv, device, warmup=1, repeats=3, steps=1)
+        _RATES[key] = {"matmul": matmul, "conv": flops / (min(ms) / 1e3)}
+    return _RATES[key]
 
 
 # -- peak memory -------------------------------------------------------------------------------

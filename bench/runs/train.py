@@ -329,13 +329,16 @@ def measure_phases(s: Setup, rec: Record) -> None:
             with autocast(cfg, device):
                 return s.task.loss(model(x), y)
 
-        fwd, train_step = measure.count_flops(forward, device)
+        counted = measure.count_step_flops(forward, device)
+        fwd, train_step = counted.forward, counted.train
         model.zero_grad(set_to_none=True)
         # per_step (forward + backward of every micro-batch) is what a training step computes: MFU divides it by the
         # step time. Under torchrun a loader task's batch is this rank's share: the step computes the whole batch.
         n, scale = len(x), cfg.batch_size / len(x)
         return {"per_step": train_step * scale * cfg.grad_accum, "train_per_sample": train_step / n,
-                "fwd_per_step": fwd * scale, "fwd_per_sample": fwd / n, "method": "torch.utils.flop_counter"}
+                "fwd_per_step": fwd * scale, "fwd_per_sample": fwd / n,
+                "train_per_sample_by_class": {c: f / n for c, f in counted.train_by_class.items()},
+                "method": "torch.utils.flop_counter"}
 
     def throughput() -> dict[str, Any]:
         runner = StepRunner(cfg, s, model, batch_generator(s, 2))
@@ -344,7 +347,10 @@ def measure_phases(s: Setup, rec: Record) -> None:
         warmup = cfg.timing_warmup + cfg.prefetch * (s.task.loader_workers or 0)
         times = measure.time_steps(runner, device, warmup, cfg.timing_repeats, cfg.timing_steps)
         med = measure.median(times)
-        rec.measurements["peak_flops"], rec.measurements["peak_source"] = measure.peak_flops(device, cfg.precision)
+        # the peak of the step's own mix of matmuls and convolutions (in fp32 on CUDA they can differ 7x)
+        by_class = rec.measurements.get("flops", {}).get("train_per_sample_by_class")
+        rec.measurements["peak_flops"], rec.measurements["peak_source"] = measure.peak_flops(
+            device, cfg.precision, by_class)
         return {
             "step_times_ms": times, "median_step_ms": med, "samples_per_s": cfg.global_batch / (med / 1e3),
             "warmup_steps": warmup, "repeats": cfg.timing_repeats, "steps_per_repeat": cfg.timing_steps,

@@ -1,11 +1,18 @@
 """What a study costs before it runs: ``bench sweep|reproduce ... --dry-run``.
 
 Every model of the grid is built and checked first, as a sweep does (meta device, the confound guard). Then, per
-model configuration (:func:`bench.runs.measure.cost_key`: the runs that share one measure the same step), on the
-device at hand and with the threads a run of this sweep would get, the bill measures what a run spends its time on:
-setting up its task and model, the measurement phases (FLOPs, the timed steps, the peak-memory probe: what the first
-run of each configuration does), one training step (the median of 20 timed ones, or of 3 for a step too large to time
-so often here: :data:`HEAVY_TIMING`), one evaluation pass, one probe.
+model configuration (:func:`bench.runs.measure.cost_key`: the runs that share one measure the same step), the bill
+counts the exact FLOPs of one training step at the run's batch on the meta device (``torch.utils.flop_counter``,
+split into matmuls and convolutions) and times **one** short step on the device at hand, with the threads a run of
+this sweep would get: at the run's batch, or at the largest halving of it whose FLOPs fit :data:`STEP_BUDGET`, after
+one untimed step (a first step pays one-off costs no later step does); a step over the budget even at one sample
+(GPT-2 small at 1,024 tokens) is timed once, with no warm-up. Before timing, it prints what the timing will take:
+those steps' FLOPs at the device's rate for each op class (:func:`bench.runs.measure.device_rates`, measured once).
+
+From these (:func:`step_seconds` and :class:`Costs`): a run's step takes the timed step's time scaled by its FLOPs
+(FLOPs grow with the batch; so does a step's time, at the rate the timed step achieved); an evaluated sample costs
+the forward's share of a training sample's time; a probe call a training step's; the measurement phases of a
+configuration's first run their steps, and the memory probe a process start (:data:`PROCESS_START_S`) besides.
 Each run's wall time is then ``setup + [measurement] + steps x step + evaluations x evaluation + probes x probe``;
 the sweep's, those runs scheduled longest-first on ``--jobs`` slots. Nothing is recorded.
 
@@ -14,16 +21,16 @@ A task whose data is not on this machine (CIFAR not downloaded) is measured on a
 
 The bill also says what the study's runs would take on the accelerators of the peak-FLOP/s table
 (:data:`bench.runs.measure.PEAK_FLOPS`): the training FLOPs of every run divided by (the model FLOP utilisation
-measured here x the device's peak). An estimate, and printed as one: small models (CIFAR ResNets) use less of an
-accelerator's peak than of a CPU's, so these figures are lower bounds. Peak memory is printed where the step was
-timed whole.
+measured here x the device's peak for the study's mix of op classes). An estimate, and printed as one: small models
+(CIFAR ResNets) use less of an accelerator's peak than of a CPU's, so these figures are lower bounds. Peak memory is
+printed on CUDA (the timed step's, where it ran whole); a CPU's needs a process of its own (``bench run --measure
+memory``).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import heapq
-import itertools
 import math
 import statistics
 import tempfile
@@ -35,11 +42,12 @@ from typing import Any
 
 import torch
 
-from bench.runs import measure, probes
+import variants
+from bench.runs import measure
 from bench.runs.config import RunConfig
 from bench.runs.tasks import TaskError, synth
 from bench.runs.tasks.tokens import DEFAULT_EVAL_TOKENS
-from bench.runs.train import Record, eval_pass, measure_phases, setup
+from bench.runs.train import StepRunner, batch_generator, setup
 from bench.sweeps.executors.local import plan_placements
 from bench.sweeps.options import SweepOptions
 
@@ -68,31 +76,29 @@ STAND_INS: dict[str, Callable[[RunConfig], tuple[dict[str, Any], int | None, int
     # a corpus's size is the user's (the shipped presets count steps); an evaluation reads --eval-tokens
     "tokens": lambda c: (_token_shards(c), None, (c.eval_tokens or DEFAULT_EVAL_TOKENS) // c.seq_len),
 }
-TIMING = (2, 4, 5)  # the training step's cost: untimed warm-up steps, then the median over 4 repeats of 5 steps
-STEP_BUDGET = 2e10  # FLOPs of a step timed whole here; a larger step is timed on fewer samples and scaled
-# A step still above the budget at 2 samples (a 124M-parameter LM at 1,024 tokens: ~2e12 FLOPs, some 17 s on
-# a 2-core CPU) is timed as the median of 3 single steps after one untimed, and an evaluation on one batch per split.
-HEAVY_TIMING = (1, 3, 1)
-EVAL_SAMPLES = 64  # samples of each evaluated split timed; the pass's time is scaled from them
+STEP_BUDGET = 2e10  # FLOPs of a step timed whole here (some 0.3 s on a 2-core CPU); a larger one on fewer samples
+EVAL_SAMPLES = 64  # validation windows of the generated token shards
+PROCESS_START_S = 5.0  # the memory probe's own process: start Python, import torch, build the task and model
 
 
 @dataclass(frozen=True)
 class Costs:
-    """What one model configuration's runs spend, in seconds (each measured once, here)."""
+    """What one model configuration's runs spend, in seconds (:func:`measure_costs`)."""
 
     key: str
     setup_s: float
     measure_s: float
     step_s: float
-    eval_s: float
+    eval_s: float  # one evaluation pass
     probe_s: float
     flops_per_step: float  # forward + backward of one optimiser step
     peak_mb: float | None
-    mfu: float | None  # achieved / peak of this device, in the timed steps
+    mfu: float | None  # achieved / this device's rate for the step's op classes, in the timed step
     num_train: int | None  # None: a corpus not on this machine (its runs must count steps)
     stand_in: str | None  # the task it was measured on, when not the run's own
     default_steps: int | None = None  # the task's run length when neither steps nor epochs is given
-    timed_steps: int = TIMING[1] * TIMING[2]  # the steps step_s is the median of (fewer for a heavy step)
+    timed_samples: int = 0  # the samples of the one timed step
+    flops_by_class: Mapping[str, float] = dataclasses.field(default_factory=dict)  # of one optimiser step
 
 
 @dataclass(frozen=True)
@@ -115,92 +121,113 @@ class RunBill:
         return self.steps * self.costs.flops_per_step
 
 
-def _stand_in(cfg: RunConfig) -> tuple[RunConfig, int | None, str | None]:
-    """``cfg`` measured as it is when its task loads here; else the stand-in of the same shapes."""
-    if cfg.task not in STAND_INS:
-        return cfg, None, None
+@dataclass
+class Plan:
+    """One configuration before it is timed: its set-up task and model, the exact FLOPs of one micro-batch (the
+    run's ``batch_size`` samples) and the samples of the step to time."""
+
+    cfg: RunConfig
+    key: str
+    s: Any  # bench.runs.train.Setup, at the timed batch, its model on the meta device
+    setup_s: float
+    micro: measure.StepFlops  # one forward + backward of a micro-batch of the run
+    timed: int  # samples of the timed step
+    num_train: int | None
+    stand_in: str | None
+
+    @property
+    def timed_flops(self) -> float:
+        return self.micro.train * self.timed / self.cfg.batch_size
+
+    @property
+    def warmup(self) -> int:
+        """An untimed step first, unless the timed step is over the budget (its one-off costs are then noise)."""
+        return int(self.timed_flops <= STEP_BUDGET)
+
+    def expected_s(self, rates: Mapping[str, float]) -> float:
+        """What timing it takes: its steps' FLOPs at the device's rate for each op class (a floor: overheads
+        are not FLOPs)."""
+        share = self.timed / self.cfg.batch_size
+        return (1 + self.warmup) * sum(n * share / rates[c] for c, n in self.micro.train_by_class.items() if n)
+
+
+def step_seconds(timed_s: float, timed_samples: int, cfg: RunConfig) -> float:
+    """One optimiser step of ``cfg`` from one timed step of ``timed_samples`` samples: a step's FLOPs, and its
+    time, grow with its samples (each micro-batch of ``batch_size``, ``grad_accum`` of them)."""
+    return timed_s * cfg.batch_size / timed_samples * cfg.grad_accum
+
+
+def _setup(cfg: RunConfig) -> tuple[Any, int | None, str | None]:
+    """``cfg`` set up as it is when its task loads here, else on the stand-in of the same shapes (:data:`STAND_INS`):
+    the setup, the real dataset's training samples (stand-ins only) and the stand-in's name."""
+    cfg = dataclasses.replace(cfg, grad_accum=1, global_batch_size=None, steps=1, epochs=None, measure=())
     try:
-        setup(dataclasses.replace(cfg, steps=1, epochs=None, measure=()))
-        return cfg, None, None
+        return setup(cfg), None, None
     except TaskError:
+        if cfg.task not in STAND_INS:
+            raise
         fields, num_train, _ = STAND_INS[cfg.task](cfg)
         size = max(4 * cfg.batch_size, 64)
-        stand = dataclasses.replace(cfg, **fields, train_size=size, val_size=size, steps=1, epochs=None)
-        return stand, num_train, "generated shards" if stand.task == cfg.task else stand.task
+        stand = dataclasses.replace(cfg, **fields, train_size=size, val_size=size)
+        return setup(stand), num_train, "generated shards" if stand.task == cfg.task else stand.task
 
 
-def measure_costs(cfg: RunConfig, key: str, threads: int) -> Costs:
-    """One model configuration's costs (module docstring), measured with ``threads`` torch threads. A step too
-    large to time quickly here (more than :data:`STEP_BUDGET` FLOPs) is timed on fewer samples and scaled by the
-    batch: a step's cost grows with its samples."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(threads)
-    try:
-        probe_cfg, real_train, stand = _stand_in(cfg)
-        probe_cfg = dataclasses.replace(probe_cfg, grad_accum=1, global_batch_size=None)
-        small = setup(dataclasses.replace(probe_cfg, batch_size=2))  # also what a run's process has imported already
-        rec = Record()
-        measure_phases(dataclasses.replace(small, cfg=dataclasses.replace(small.cfg, measure=("flops",))), rec)
-        per_sample = float(rec.measurements.get("flops", {}).get("train_per_sample") or 0.0)
-        b = cfg.batch_size
-        while b > 2 and per_sample * b > STEP_BUDGET:
-            b //= 2
-        heavy = per_sample * b > STEP_BUDGET
-        warmup, repeats, steps = HEAVY_TIMING if heavy else TIMING
-        t0 = time.perf_counter()
-        s = setup(dataclasses.replace(probe_cfg, batch_size=b, timing_warmup=warmup, timing_repeats=repeats,
-                                      timing_steps=steps))
-        setup_s = time.perf_counter() - t0
-        rec, spent = Record(), {}
-        # each timed alone (a run pays for the ones it asks for); memory only where the step is timed whole
-        for phase in ("throughput", "memory") if b == cfg.batch_size else ("throughput",):
-            t0 = time.perf_counter()
-            measure_phases(dataclasses.replace(s, cfg=dataclasses.replace(s.cfg, measure=(phase,))), rec)
-            spent[phase] = time.perf_counter() - t0
-        m = rec.measurements
-        if "error" in m.get("throughput", {"error": ""}):
-            raise ValueError(f"cannot time {cfg.run_id}: {m.get('throughput', {}).get('error')}")
-        timed_s = m["throughput"]["median_step_ms"] / 1e3
-        micro_s = timed_s * cfg.batch_size / b  # one micro-batch of the run
-        step_s = micro_s * cfg.grad_accum
-        flops = per_sample * cfg.global_batch
-        peak = m.get("peak_flops")
-        mfu = flops / step_s / peak if flops and peak else None
-        # The run's own phases: FLOPs is one forward and backward of a micro-batch, the timing phase its configured
-        # warm-up and repeats of steps, the memory probe a process of its own that takes three steps.
-        phase_s = {"flops": micro_s, "throughput": (cfg.timing_warmup + cfg.timing_repeats * cfg.timing_steps) * step_s,
-                   "memory": spent.get("memory", 5.0) + 3 * max(step_s - timed_s, 0.0)}  # a process start
-        measure_s = sum(phase_s[p] for p in cfg.measure)
-        eval_s = _eval_seconds(s, b, STAND_INS[cfg.task](cfg)[2] if stand is not None else None,
-                               b if heavy else EVAL_SAMPLES)
-        probe_s = 0.0
-        if cfg.probe_every:
-            x, y = next(iter(s.task.train_eval_batches(b)))
-            t0 = time.perf_counter()
-            probes.probe(s.model, x, y, s.task.loss, 0)
-            probe_s = (time.perf_counter() - t0) * cfg.batch_size / b
-        memory = m.get("memory", {})
-        peak_mb = memory.get("peak_mb")
-        return Costs(key, setup_s, measure_s, step_s, eval_s, probe_s, flops, peak_mb if b == cfg.batch_size else None,
-                     mfu, real_train if stand is not None else s.task.num_train, stand, s.task.default_steps,
-                     timed_steps=repeats * steps)
-    finally:
-        torch.set_num_threads(before)
+def plan(cfg: RunConfig, key: str) -> Plan:
+    """Set up ``cfg`` (its stand-in where its data is not here), count one micro-batch's FLOPs on the meta device and
+    choose the timed step: the run's batch, halved while its FLOPs exceed :data:`STEP_BUDGET` (down to one sample)."""
+    t0 = time.perf_counter()
+    s, num_train, stand = _setup(cfg)
+    setup_s = time.perf_counter() - t0
+    x, y = next(s.task.train_batches(1, batch_generator(s, 1)))
+    b = cfg.batch_size
+    micro = measure.meta_step_flops(lambda: variants.create(cfg.variant, **s.model_kwargs),
+                                    x.expand(b, *x.shape[1:]), y.expand(b, *y.shape[1:]), s.task.loss)
+    while b > 1 and micro.train * b / cfg.batch_size > STEP_BUDGET:
+        b //= 2
+    # the model moves to the meta device until its step is timed: a study's models are never all in memory at once
+    s = dataclasses.replace(s, cfg=dataclasses.replace(s.cfg, batch_size=b), model=s.model.to("meta"))
+    return Plan(cfg, key, s, setup_s, micro, b, num_train, stand)
 
 
-def _eval_seconds(s: Any, batch: int, evaluated: int | None, samples: int = EVAL_SAMPLES) -> float:
-    """One evaluation (the validation split and the training-error subset): timed on up to ``samples`` samples of
-    each, scaled by the samples one evaluation reads (``evaluated``, else the task's own splits)."""
-    seconds, timed, counted = 0.0, 0, 0
-    for batches in (s.task.val_batches(batch), s.task.train_eval_batches(batch)):
-        taken = list(itertools.islice(batches, max(1, samples // batch)))
-        t0 = time.perf_counter()
-        eval_pass(s.model, s.task, taken)
-        seconds += time.perf_counter() - t0
-        here = sum(s.task.count(y) for _, y in taken)
-        timed += here
-        counted += here + sum(s.task.count(y) for _, y in batches)  # the rest of the pass: counted, not computed
-    return seconds * (evaluated if evaluated is not None else counted) / max(timed, 1)
+def _built(s: Any) -> Any:
+    """``s`` with its model built again on its device, as :func:`bench.runs.train.setup` builds it."""
+    torch.manual_seed(s.cfg.seed)
+    model = variants.create(s.cfg.variant, **s.model_kwargs).to(s.device)
+    return dataclasses.replace(s, model=model.to(memory_format=torch.channels_last) if s.cfg.channels_last else model)
+
+
+def measure_costs(p: Plan, rates: Mapping[str, float]) -> Costs:
+    """One configuration's costs (module docstring) from one timed step of :func:`plan`'s choosing: the only step
+    the bill times for it (after one untimed one, for a step within the budget)."""
+    cfg, s, device = p.cfg, _built(p.s), p.s.device
+    runner = StepRunner(s.cfg, s, s.model, batch_generator(s, 2))
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+    timed_s = measure.time_steps(runner, device, warmup=p.warmup, repeats=1, steps=1)[0] / 1e3
+    peak_mb = torch.cuda.max_memory_allocated(device) / 2**20 if device.type == "cuda" and p.timed == cfg.batch_size \
+        else None
+    micro_s = timed_s * cfg.batch_size / p.timed  # one micro-batch of the run
+    step_s = step_seconds(timed_s, p.timed, cfg)
+    flops = p.micro.train * cfg.grad_accum
+    by_class = {c: n * cfg.grad_accum for c, n in p.micro.train_by_class.items()}
+    rate = flops / sum(n / rates[c] for c, n in by_class.items() if n) if flops else 0.0
+    mfu = flops / step_s / rate if flops and rate else None
+    # The run's own phases: FLOPs is one forward and backward of a micro-batch, the timing phase its configured
+    # warm-up and repeats of steps, the memory probe a process of its own that takes four steps.
+    phase_s = {"flops": micro_s, "throughput": (cfg.timing_warmup + cfg.timing_repeats * cfg.timing_steps) * step_s,
+               "memory": PROCESS_START_S + 4 * step_s}
+    # an evaluated sample: the forward's share of a training sample's time
+    sample_s = micro_s / cfg.batch_size * p.micro.forward / max(p.micro.train, 1)
+    evaluated = STAND_INS[cfg.task](cfg)[2] if p.stand_in is not None else _evaluated(s)
+    return Costs(p.key, p.setup_s, sum(phase_s[q] for q in cfg.measure), step_s, evaluated * sample_s,
+                 micro_s if cfg.probe_every else 0.0, flops, peak_mb, mfu,
+                 p.num_train if p.stand_in is not None else s.task.num_train, p.stand_in, s.task.default_steps,
+                 p.timed, by_class)
+
+
+def _evaluated(s: Any) -> int:
+    """The samples one evaluation reads: the validation split and the training-error subset (counted, not run)."""
+    return sum(len(y) for batches in (s.task.val_batches(256), s.task.train_eval_batches(256)) for _, y in batches)
 
 
 def _steps(cfg: RunConfig, costs: Costs) -> int:
@@ -217,23 +244,45 @@ def _steps(cfg: RunConfig, costs: Costs) -> int:
     return max(1, math.ceil(epochs * costs.num_train / cfg.global_batch))
 
 
-def bill(configs: Sequence[RunConfig], options: SweepOptions, cost_key: Any) -> list[RunBill]:
-    """Every run's bill, its configuration's costs measured once (``cost_key`` names a configuration)."""
+def bill(configs: Sequence[RunConfig], options: SweepOptions, cost_key: Any,
+         say: Callable[[str], None] = print) -> list[RunBill]:
+    """Every run's bill, its configuration's costs measured once (``cost_key`` names a configuration): each
+    configuration planned (:func:`plan`), the timing's expected time said, then one step of each timed."""
     threads = plan_placements(options.jobs, 0)[0].threads
-    costs: dict[str, Costs] = {}
-    out = []
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        plans: dict[str, Plan] = {}
+        keys = {cost_key(cfg) for cfg in configs}
+        say(f"  counting the FLOPs of {len(keys)} model configuration{'s' if len(keys) != 1 else ''} on the meta "
+            "device ...")
+        for cfg in configs:
+            key = cost_key(cfg)
+            if key not in plans:
+                plans[key] = plan(cfg, key)
+        first = next(iter(plans.values()), None)
+        rates = measure.device_rates(first.s.device, first.cfg.precision) if first else {}
+        expected = sum(p.expected_s(rates) for p in plans.values())
+        say(f"  timing one step of each of {len(plans)} model configuration{'s' if len(plans) != 1 else ''} "
+            f"({threads} thread{'s' if threads > 1 else ''}): at least {_clock(expected)} (their FLOPs at this "
+            f"device's rates: {', '.join(f'{c} {r / 1e9:.0f} GFLOP/s' for c, r in rates.items())})")
+        costs = {}
+        for key, p in plans.items():
+            say(f"  timing {p.cfg.run_id}: one step of {p.timed} sample{'s' if p.timed > 1 else ''} "
+                f"({p.timed_flops:.3g} FLOPs) ...")
+            costs[key] = measure_costs(p, rates)
+    finally:
+        torch.set_num_threads(before)
+    out, seen = [], set()
     for cfg in configs:
         key = cost_key(cfg)
-        first = key not in costs
-        if first:
-            print(f"  measuring {cfg.run_id} ({threads} thread{'s' if threads > 1 else ''}) ...", flush=True)
-            costs[key] = measure_costs(cfg, key, threads)
         c = costs[key]
         steps = _steps(cfg, c)
         every = cfg.eval_every or max(1, steps // 10)
         evals = len({*range(every, steps + 1, every), steps})
         probe_calls = (steps // cfg.probe_every + (steps % cfg.probe_every == 0)) if cfg.probe_every else 0
-        measures = bool(cfg.measure) and (first or options.measure_every_run)
+        measures = bool(cfg.measure) and (key not in seen or options.measure_every_run)
+        seen.add(key)
         out.append(RunBill(cfg, c, steps, evals, probe_calls, measures))
     return out
 
@@ -288,7 +337,10 @@ def render(bills: Sequence[RunBill], options: SweepOptions, device: str,
     return lines
 
 
-def accelerators(precision: str) -> dict[str, float]:
-    """The peak FLOP/s of each accelerator of the table at ``precision`` (TF32 for fp32 matmuls)."""
-    key = "tf32" if precision == "fp32" else precision
-    return {name: table[key] for name, table in measure.PEAK_FLOPS if key in table}
+def accelerators(precision: str, flops: Mapping[str, float] | None = None) -> dict[str, float]:
+    """The peak FLOP/s of each accelerator of the table at ``precision`` for a step of ``flops`` by op class
+    (:func:`bench.runs.measure.datasheet_peak`: in fp32, convolutions at TF32 and matmuls at fp32, as PyTorch's
+    default flags run them)."""
+    found = {name: measure.datasheet_peak(name, precision, flops, measure.tf32_classes()) for name, _ in
+             measure.PEAK_FLOPS}
+    return {name: peak[0] for name, peak in found.items() if peak is not None}

@@ -58,9 +58,9 @@ class SweepOptions:
     set: tuple[str, ...] = _o((), "set a run-config field of every run of the study, KEY=VALUE (repeatable), e.g. "
                                    "data_path=/data/imagenet: where this machine keeps the study's dataset",
                               metavar="KEY=VALUE", repeat=True)
-    dry_run: bool = _o(False, "run nothing: check the study, measure what each model configuration's runs cost on "
-                              "this device, and print the bill (wall time here at --jobs, FLOPs, peak memory, time on "
-                              "the accelerators of the peak-FLOP/s table)")
+    dry_run: bool = _o(False, "run nothing: check the study, count each model configuration's FLOPs (meta device) "
+                              "and time one of its steps on this device, and print the bill (wall time here at "
+                              "--jobs, FLOPs, peak memory on CUDA, time on the accelerators of the peak-FLOP/s table)")
 
     def __post_init__(self) -> None:
         for name in ("add_variants", "tracker", "tracker_uri", "set"):

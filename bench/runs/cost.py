@@ -1,0 +1,267 @@
+"""What a design costs at a paper's scale: ``python -m bench cost`` and :func:`bench.api.cost`.
+
+For the designs of one family at a named reference shape (:data:`SHAPES`: GPT-2 small and medium at 1,024 tokens,
+ResNet-50 at 224x224, the CIFAR ResNet-110), each relative to the family's baseline (Pre-LN, ResNet):
+
+* parameters and the exact training FLOPs of one sample (forward + backward, ``torch.utils.flop_counter`` on the
+  meta device: no memory, no compute, so GPT-2 medium costs a second or two);
+* the measured time of one training step (forward, backward, optimiser) and the memory it needs, at a small batch
+  (the shape of one sequence or image is the paper's), the baseline and the design built side by side in one process
+  and timed alternately, so that drifts of a shared machine fall on both. Eager, and with ``compiled`` under
+  ``torch.compile`` as well.
+
+``time_per_flop`` (a design's step-time ratio over its FLOPs ratio) says how much more time a design takes than its
+FLOPs imply: 1 where its extra work runs as efficiently as the baseline's matmuls; well above 1 where it is many small
+ops (per-op overhead) or memory traffic the FLOPs do not show.
+
+Memory: on CUDA the peak allocated during the step; on a CPU the step's high-water mark of the resident set above
+what was resident before it (activations, gradients, optimiser temporaries), read with glibc's mmap threshold pinned
+low so that a freed tensor leaves the resident set (``mallopt``; where that is unavailable the figure is rougher).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import statistics
+import sys
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import pandas as pd
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import variants
+from bench.runs import measure
+
+
+@dataclass(frozen=True)
+class Shape:
+    """A reference shape: the model arguments every design is built with, one sample's input, the family's baseline
+    and the families whose designs it admits."""
+
+    name: str
+    what: str  # the model and where its sizes come from
+    baseline: str
+    families: tuple[str, ...]
+    model_args: dict[str, Any]
+    sample: tuple[int, ...]  # one input's shape (tokens: (seq_len,); images: (C, H, W))
+    classes: int  # the vocabulary or the classes
+    batch: int = 1  # timed on a CPU
+
+    @property
+    def tokens(self) -> bool:
+        return len(self.sample) == 1
+
+    def inputs(self, batch: int, device: torch.device | str = "cpu") -> tuple[torch.Tensor, torch.Tensor]:
+        g = torch.Generator().manual_seed(0)
+        if self.tokens:
+            x = torch.randint(0, self.classes, (batch, *self.sample), generator=g)
+            y = torch.randint(0, self.classes, (batch, *self.sample), generator=g)
+        else:
+            x = torch.randn(batch, *self.sample, generator=g)
+            y = torch.randint(0, self.classes, (batch,), generator=g)
+        return x.to(device), y.to(device)
+
+    def loss(self, logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return F.cross_entropy(logits.flatten(0, -2).float(), y.flatten())
+
+
+_GPT2 = {"vocab_size": 50257, "max_len": 1024}
+_CONV_FAMILIES = ("resnet", "plain", "highway", "preact", "normfree", "densenet", "wrn", "resnext", "convnext",
+                  "repvgg", "nfnet")
+SHAPES: dict[str, Shape] = {s.name: s for s in (
+    Shape("gpt2_small", "GPT-2 small (Radford et al. 2019, 124M): 12 layers x 768, 12 heads, d_ff 3,072, vocabulary "
+          "50,257, one sequence of 1,024 tokens", "preln", ("transformer",),
+          {"depth": 12, "d_model": 768, "n_heads": 12, "d_ff": 3072, **_GPT2}, (1024,), 50257),
+    Shape("gpt2_medium", "GPT-2 medium (Radford et al. 2019, 350M): 24 layers x 1,024, 16 heads, d_ff 4,096, "
+          "vocabulary 50,257, one sequence of 1,024 tokens", "preln", ("transformer",),
+          {"depth": 24, "d_model": 1024, "n_heads": 16, "d_ff": 4096, **_GPT2}, (1024,), 50257),
+    Shape("resnet50_224", "ResNet-50 (He et al. 2015, Table 1) on one 224x224 ImageNet image, 1,000 classes",
+          "resnet50", ("resnet_imagenet",), {"num_classes": 1000}, (3, 224, 224), 1000),
+    Shape("cifar_resnet110", "the CIFAR ResNet-110 (He et al. 2015, §4.2: 6n+2 layers, n = 18) on 32x32 images, "
+          "10 classes, timed at 8 images", "resnet", _CONV_FAMILIES, {"depth": 110, "num_classes": 10},
+          (3, 32, 32), 10, batch=8),
+)}  # fmt: skip
+
+
+def shape_of(name: str) -> Shape:
+    if name not in SHAPES:
+        raise ValueError(f"unknown shape {name!r}; shapes: {', '.join(SHAPES)}")
+    return SHAPES[name]
+
+
+def designs_for(shape: Shape) -> list[str]:
+    """The registered variants a shape admits: those of its families."""
+    return sorted(n for family in shape.families for n in variants.list_variants(family=family))
+
+
+def _check(shape: Shape, designs: Sequence[str]) -> None:
+    allowed = designs_for(shape)
+    unknown = [d for d in designs if d not in allowed]
+    if unknown:
+        raise ValueError(f"design(s) {', '.join(map(repr, unknown))} not of the {'/'.join(shape.families)} family at "
+                         f"shape {shape.name!r}; its designs: {', '.join(allowed)}")
+
+
+def build(design: str, shape: Shape) -> nn.Module:
+    """``design`` at ``shape``: the shape's model arguments, less those the design fixes at the same value."""
+    fixed = variants.describe(design).get("fixed", {})
+    args = {k: v for k, v in shape.model_args.items() if k not in fixed}
+    return variants.create(design, **args)
+
+
+@dataclass(frozen=True)
+class Counted:
+    """What the meta device says of a design at a shape: parameters and one sample's training FLOPs."""
+
+    params: int
+    flops: measure.StepFlops
+
+
+def count(design: str, shape: Shape) -> Counted:
+    with torch.device("meta"):
+        params = sum(p.numel() for p in build(design, shape).parameters())
+    x, y = shape.inputs(1, "meta")
+    return Counted(params, measure.meta_step_flops(lambda: build(design, shape), x, y, shape.loss))
+
+
+# -- timing and memory, side by side --------------------------------------------------------------------------------
+
+
+def pin_mmap_threshold(nbytes: int = 1 << 16) -> bool:
+    """glibc: serve every allocation of ``nbytes`` or more by mmap, so that freeing it leaves the resident set and
+    the high-water mark of one step is that step's (the dynamic threshold would keep freed tensors resident)."""
+    try:
+        return bool(ctypes.CDLL("libc.so.6").mallopt(-3, nbytes))  # M_MMAP_THRESHOLD
+    except (OSError, AttributeError):
+        return False
+
+
+@dataclass
+class Trainee:
+    """One model at a shape with its optimiser: what a training step of it does."""
+
+    model: nn.Module
+    shape: Shape
+    batch: tuple[torch.Tensor, torch.Tensor]
+    compiled: bool = False
+    opt: torch.optim.Optimizer = field(init=False)
+
+    def __post_init__(self) -> None:
+        # the papers' optimisers: AdamW for the LMs (GPT-2's recipe), SGD with momentum for the ResNets
+        self.opt = torch.optim.AdamW(self.model.parameters(), lr=1e-4) if self.shape.tokens else \
+            torch.optim.SGD(self.model.parameters(), lr=1e-3, momentum=0.9)
+        self.forward = torch.compile(self.model) if self.compiled else self.model
+
+    def __call__(self) -> None:
+        x, y = self.batch
+        self.opt.zero_grad(set_to_none=True)
+        self.shape.loss(self.forward(x), y).backward()
+        self.opt.step()
+
+
+def measured_step(step: Callable[[], None], device: torch.device) -> tuple[float, float]:
+    """One step's time in ms and the memory it needs above what was resident before it (module docstring), from the
+    same call."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+        allocated = torch.cuda.memory_allocated(device)
+        torch.cuda.reset_peak_memory_stats(device)
+    else:
+        resident = measure.rss_mb()
+        measure.reset_peak_rss()
+    t0 = time.perf_counter()
+    step()
+    measure.synchronize(device)
+    ms = (time.perf_counter() - t0) * 1e3
+    if device.type == "cuda":
+        return ms, (torch.cuda.max_memory_allocated(device) - allocated) / 2**20
+    return ms, measure.max_rss_mb() - resident
+
+
+def side_by_side(trainees: Sequence[Callable[[], None]], device: torch.device, repeats: int
+                 ) -> list[tuple[float, float]]:
+    """(median step ms, median step memory MiB) of each trainee: one untimed step each, then ``repeats`` rounds in
+    which each takes one measured step in turn (alternating, so that a drift of the machine falls on every one)."""
+    for t in trainees:
+        t()
+    measured: list[list[tuple[float, float]]] = [[] for _ in trainees]
+    for _ in range(repeats):
+        for i, t in enumerate(trainees):
+            measured[i].append(measured_step(t, device))
+    return [(statistics.median(ms for ms, _ in m), statistics.median(mb for _, mb in m)) for m in measured]
+
+
+@contextlib.contextmanager
+def _progress(enabled: bool) -> Iterator[Callable[[str], None]]:
+    yield (lambda line: print(line, file=sys.stderr, flush=True)) if enabled else (lambda line: None)
+
+
+def cost_table(designs: Sequence[str], shape: str, *, measure_time: bool = True, compiled: bool = False,
+               batch: int | None = None, repeats: int = 3, device: str = "cpu", progress: bool = False,
+               partial: Callable[[pd.DataFrame], None] | None = None) -> pd.DataFrame:
+    """One row per design (the baseline first, added where not named): parameters, training FLOPs per sample, and
+    with ``measure_time`` the step time and step memory at ``batch`` (default: the shape's), each beside its ratio to
+    the baseline's; the time ratios paired with a baseline timed alternately with that design (:func:`side_by_side`),
+    eager and, with ``compiled``, under ``torch.compile``; ``time_per_flop`` the eager time ratio over the FLOPs
+    ratio. ``partial`` is called with the table so far after each design is timed (a long measurement keeps what it
+    has). ValueError naming the choices for an unknown shape or a design of another family."""
+    sh = shape_of(shape)
+    _check(sh, designs)
+    names = [sh.baseline, *[d for d in dict.fromkeys(designs) if d != sh.baseline]]
+    dev = torch.device(device)
+    b = batch or sh.batch
+    pinned = pin_mmap_threshold() if dev.type == "cpu" else True
+    rows: dict[str, dict[str, Any]] = {}
+    with _progress(progress) as say:
+        for name in names:
+            c = count(name, sh)
+            rows[name] = {"design": name, "params": c.params, "train_flops_per_sample": c.flops.train,
+                          "matmul_share": c.flops.train_by_class["matmul"] / max(c.flops.train, 1)}
+            say(f"  {name}: {c.params:,} parameters, {c.flops.train:.4g} training FLOPs per sample (meta device)")
+        base = rows[sh.baseline]
+        for r in rows.values():
+            r["params_rel"] = r["params"] / base["params"]
+            r["flops_rel"] = r["train_flops_per_sample"] / base["train_flops_per_sample"]
+        modes = [False, True] if compiled else [False]
+        if measure_time:
+            x, y = sh.inputs(b, dev)
+            others = names[1:] or names  # each beside the baseline; the baseline alone when no other is named
+            for name in others:
+                pair = list(dict.fromkeys([sh.baseline, name]))
+                for mode in modes:
+                    suffix = "_compiled" if mode else ""
+                    say(f"  timing {' vs '.join(pair)}{' compiled' if mode else ''}: {repeats} alternating steps of "
+                        f"{b} sample{'s' if b > 1 else ''} each ...")
+                    trainees = []
+                    for n in pair:
+                        torch.manual_seed(0)
+                        trainees.append(Trainee(build(n, sh).to(dev), sh, (x, y), compiled=mode))
+                    (t0, m0), (t1, m1) = (measured := side_by_side(trainees, dev, repeats))[0], measured[-1]
+                    del trainees
+                    r = rows[name]
+                    r[f"step_ms{suffix}"], r[f"step_rel{suffix}"] = t1, t1 / t0
+                    r[f"step_mem_mb{suffix}"], r[f"mem_rel{suffix}"] = m1, m1 / m0 if m0 > 0 else float("nan")
+                    # the baseline's own row: its figures beside the first design, its ratios 1 by definition
+                    rows[sh.baseline].setdefault(f"step_ms{suffix}", t0)
+                    rows[sh.baseline].setdefault(f"step_mem_mb{suffix}", m0)
+                    rows[sh.baseline][f"step_rel{suffix}"] = rows[sh.baseline][f"mem_rel{suffix}"] = 1.0
+                if partial is not None:
+                    partial(_frame(rows, sh, b, dev, repeats, pinned))
+    return _frame(rows, sh, b, dev, repeats, pinned)
+
+
+def _frame(rows: dict[str, dict[str, Any]], sh: Shape, batch: int, dev: torch.device, repeats: int, pinned: bool
+           ) -> pd.DataFrame:
+    """The rows measured so far as a table (``time_per_flop`` where a step was timed), saying how it was measured."""
+    table = pd.DataFrame([{**r, **({"time_per_flop": r["step_rel"] / r["flops_rel"]} if "step_rel" in r else {})}
+                          for r in rows.values()])
+    table.attrs.update(shape=sh.name, what=sh.what, batch=batch, device=measure.device_name(dev), repeats=repeats,
+                       memory="cuda_max_memory_allocated" if dev.type == "cuda" else
+                       "rss_high_water_mark" + ("" if pinned else " (mmap threshold not pinned: rough)"))
+    return table

@@ -1,0 +1,88 @@
+"""`bench cost`: parameters and exact FLOPs at a paper's shape, step time and memory beside the baseline."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from torch.utils.flop_counter import FlopCounterMode
+
+from bench.cli import main
+from bench.runs import cost, measure
+
+TINY = cost.Shape("tiny", "a tiny LM", "preln", ("transformer",),
+                  {"depth": 2, "d_model": 32, "n_heads": 2, "d_ff": 64, "vocab_size": 97, "max_len": 16}, (16,), 97)
+
+
+@pytest.fixture
+def tiny(monkeypatch: pytest.MonkeyPatch) -> cost.Shape:
+    monkeypatch.setitem(cost.SHAPES, "tiny", TINY)
+    return TINY
+
+
+def test_gpt2_small_counts_are_gpt2s() -> None:
+    """Pre-LN at gpt2_small is GPT-2 small: 124,439,808 parameters with the embedding tied to the output, and a
+    training step of 3x its forward's matmul FLOPs (the token embedding is a gather: no input gradient)."""
+    d, ff, vocab, t, layers = 768, 3072, 50257, 1024, 12
+    per_layer = (4 * d * d + 4 * d) + (2 * d * ff + ff + d) + 2 * 2 * d  # attention, MLP, two LayerNorms
+    c = cost.count("preln", cost.SHAPES["gpt2_small"])
+    assert c.params == vocab * d + t * d + layers * per_layer + 2 * d == 124_439_808
+    # per token: the layers' weight matmuls and the output head; per layer: QK^T and AV over all t x t pairs
+    forward = t * (2 * layers * (4 * d * d + 2 * d * ff) + 2 * vocab * d) + layers * 2 * 2 * t * t * d
+    assert c.flops.forward == forward and c.flops.train == 3 * forward == 874_944_921_600
+
+
+def test_the_counts_are_flop_counters_on_the_real_model(tiny: cost.Shape) -> None:
+    torch.manual_seed(0)
+    model = cost.build("hyper_connections", tiny)
+    x, y = tiny.inputs(1)
+    with measure.sdpa_kernel(measure.SDPBackend.MATH), FlopCounterMode(display=False) as counter:
+        tiny.loss(model(x), y).backward()
+    c = cost.count("hyper_connections", tiny)
+    assert c.flops.train == counter.get_total_flops() and c.params == sum(p.numel() for p in model.parameters())
+
+
+def test_the_table_is_relative_to_the_baseline_timed_alternately(tiny: cost.Shape,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    order: list[int] = []
+    real = cost.measured_step
+
+    def measured_step(step: cost.Trainee, device: torch.device) -> tuple[float, float]:
+        order.append(sum(p.numel() for p in step.model.parameters()))
+        return real(step, device)
+
+    monkeypatch.setattr(cost, "measured_step", measured_step)
+    partial: list[cost.pd.DataFrame] = []
+    table = cost.cost_table(["mhc"], "tiny", repeats=2, partial=partial.append)
+    assert len(partial) == 1 and partial[0].equals(table)  # after each design timed: the table so far
+    base, mhc = (cost.count(n, tiny) for n in ("preln", "mhc"))
+    assert list(table["design"]) == ["preln", "mhc"]  # the baseline first, added where not named
+    assert order == [base.params, mhc.params] * 2  # alternating, after one untimed step each
+    b, m = table.iloc[0], table.iloc[1]
+    assert (b.params_rel, b.flops_rel, b.step_rel, b.mem_rel, b.time_per_flop) == (1.0, 1.0, 1.0, 1.0, 1.0)
+    assert m.params == mhc.params and m.params_rel == mhc.params / base.params
+    assert m.train_flops_per_sample == mhc.flops.train and m.flops_rel == mhc.flops.train / base.flops.train
+    assert m.time_per_flop == m.step_rel / m.flops_rel and m.step_ms > 0
+    assert table.attrs["shape"] == "tiny" and table.attrs["batch"] == 1
+
+
+def test_cli_writes_the_table_with_its_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "cost.md"
+    assert main(["cost", "--designs", "hyper_connections", "--shape", "gpt2_small", "--no-timing",
+                 "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert printed.startswith("Cost at gpt2_small (GPT-2 small (Radford et al. 2019, 124M)")
+    assert "| preln | 124,439,808 | 874,944,921,600 | 1 | 1 | 1 |" in printed
+    assert out.read_text().startswith("Made by `python -m bench ") and printed in out.read_text()
+
+
+def test_unknown_shapes_and_designs_name_the_choices(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(ValueError, match=r"unknown shape .gpt3.; shapes: gpt2_small, gpt2_medium, resnet50_224, "
+                                         r"cifar_resnet110$"):
+        cost.cost_table(["preln"], "gpt3")
+    with pytest.raises(ValueError, match=r"design\(s\) 'resnet50' not of the transformer family at shape "
+                                         r"'gpt2_small'; its designs: admin, attn_res, "):
+        cost.cost_table(["mhc", "resnet50"], "gpt2_small")
+    assert main(["cost", "--designs", "nope", "--shape", "cifar_resnet110", "--no-timing"]) == 2
+    assert "error: design(s) 'nope' not of the resnet/plain/highway" in capsys.readouterr().err
