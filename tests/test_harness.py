@@ -343,8 +343,8 @@ def _scripted_eval_point(monkeypatch: pytest.MonkeyPatch, val_accs: list[float],
     monkeypatch.setattr(train_mod, "evaluate", lambda s, model, batches: (1.0, next(accs) if batches == "val" else 0.0))
     task = SimpleNamespace(num_train=100, val_batches=lambda b: "val", train_eval_batches=lambda b: "train",
                            extra_metrics=lambda loss: {})
-    s = SimpleNamespace(model=None, task=task, cfg=SimpleNamespace(batch_size=10, global_batch=10, target=target,
-                                                                     target_loss=None, eval_batches=None))
+    cfg = SimpleNamespace(batch_size=10, global_batch=10, target=target, target_loss=None, eval_batches=None)
+    s = SimpleNamespace(model=torch.nn.Identity(), task=task, cfg=cfg)  # a model without residual scalars
     rec = train_mod.Record()
     for step in (2, 4, 6):
         rec.train_time_s = step / 2

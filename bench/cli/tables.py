@@ -14,6 +14,7 @@ from bench.analysis.stats import aggregate, by_configuration
 from bench.reports.markdown import MISSING, render_comparison
 from bench.reports.plots import make_all
 from bench.reports.report import write_report
+from bench.reports.site import build_site  # plotly, the site extra, is imported by build_site alone
 from bench.runs.results import ResultsStore
 from bench.runs.schema import HEADLINE_METRICS as LEADERBOARD_METRICS
 
@@ -118,8 +119,6 @@ def cmd_report(ns: argparse.Namespace) -> int:
 
 
 def cmd_site(ns: argparse.Namespace) -> int:
-    from bench.reports.site import build_site  # plotly is the site extra's: only this command loads it
-
     site = build_site(ns.results_dir, ns.out)
     print(f"{site.root / 'index.html'}: {site.pages} pages, {site.bytes / 1e6:.1f} MB")
     return 0

@@ -250,8 +250,8 @@ def _grad_figures(figs: _Figures, frames: Frames, name: str) -> list[str]:
             continue
         if stats.empty:
             continue
-        stats = stats.assign(design=stats["key"].astype(str) + stats["depth"].map(
-            lambda d: "" if pd.isna(d) else f" d{int(d)}") + stats["kind"].map(lambda k: f" {k}" if k else ""))
+        stats = stats.assign(design=stats["key"].astype(str) + stats["style"].map(
+            lambda st: f" ({st})" if st else "") + stats["kind"].map(lambda k: f" {k}" if k else ""))
         colours = _colour(stats["design"])
         traces = [t for design, s in stats.groupby("design", sort=True)
                   for t in figs.series(s, "index", str(design), colours[str(design)])]
