@@ -306,7 +306,7 @@ def test_structure_runs_the_forward_and_says_what_is_learned() -> None:
 
 def test_a_plugin_gate_and_join_are_seen_by_what_they_declare() -> None:
     """Neither subclasses our classes: the profile reads their declared scalars, the structure finds their units."""
-    from tests._nets import plugin_net
+    from _nets import plugin_net
 
     net = plugin_net()
     assert weight_profile(net)["scalars"] == {"*.join beta": pytest.approx(0.375), "*.gate bias": pytest.approx(-1.5)}

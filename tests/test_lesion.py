@@ -105,7 +105,7 @@ class PluginPlain(nn.Module):
 
 
 def test_a_plugin_join_is_a_unit_by_what_it_declares() -> None:
-    from tests._nets import plugin_net
+    from _nets import plugin_net
 
     torch.manual_seed(0)
     model = plugin_net()

@@ -219,7 +219,7 @@ def test_residual_scale_is_mean_abs_of_a_learnable_beta_only():
 def test_a_plugin_join_and_gate_are_probed_by_what_they_declare():
     """Joins, gates and residual scalars are recognised by the interface they declare (variants.roles), not by our
     classes: the plugin's join and gate subclass nothing of ours."""
-    from tests._nets import plugin_net
+    from _nets import plugin_net
 
     rows = probe(plugin_net(), torch.randn(5, 4), torch.randn(5, 3), half_sse, 0)
     assert by_metric(rows, "residual_scale") == {1: pytest.approx(0.25), 3: pytest.approx(0.5)}
@@ -231,8 +231,9 @@ def test_a_plugin_join_and_gate_are_probed_by_what_they_declare():
 def test_learned_scalars_are_the_declared_learned_ones_one_number_each():
     """bench.runs.scalars: the plugin's g and gate bias (means), a per-channel β as its mean, LAuReL's computed
     α = 2σ(a) as learned; a fixed β (DeepNorm-like) is not recorded."""
+    from _nets import plugin_net
+
     from bench.runs.scalars import learned_scalars
-    from tests._nets import plugin_net
     from variants.combinators import Laurel
 
     assert learned_scalars(plugin_net(), 7) == [
