@@ -40,6 +40,27 @@ def randomized(model: M, seed: int = 0) -> M:
     return model
 
 
+
+# A Transformer at test size: depth 3, width 16, 2 heads, a vocabulary of 11 (the hand-computed tests' sizes).
+TINY_LM = {"depth": 3, "d_model": 16, "n_heads": 2, "d_ff": 24, "vocab_size": 11, "max_len": 8}
+
+
+def tiny_lm(name: str, **kw: object) -> nn.Module:
+    """``name`` built at :data:`TINY_LM`'s sizes (``kw`` overrides them), checked to be a TransformerLM."""
+    from variants.transformer import TransformerLM
+
+    model = variants.create(name, **{**TINY_LM, **kw})
+    assert isinstance(model, TransformerLM)
+    return model
+
+
+def layer_norm_by_hand(norm: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """``norm`` (a LayerNorm with a bias) applied by its formula: (x − μ)/√(σ² + ε)·γ + β."""
+    assert isinstance(norm, nn.LayerNorm) and norm.bias is not None
+    mu = x.mean(-1, keepdim=True)
+    return (x - mu) / torch.sqrt(x.var(-1, unbiased=False, keepdim=True) + norm.eps) * norm.weight + norm.bias
+
+
 def write(path: Path, text: str) -> Path:
     """``text`` (dedented) into ``path``, creating its folders: a plugin or a study file of a test."""
     path.parent.mkdir(parents=True, exist_ok=True)

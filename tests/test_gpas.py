@@ -6,27 +6,23 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
-from _nets import randomized
-from torch import nn
+from _nets import TINY_LM, layer_norm_by_hand, randomized, tiny_lm
 
 import variants
 from variants.gpas import GradientPreservingAdd
 from variants.transformer import TransformerLM
 
-TINY = {"depth": 3, "d_model": 16, "n_heads": 2, "d_ff": 24, "vocab_size": 11, "max_len": 8}
+TINY = TINY_LM
 IDX = torch.tensor([[3, 1, 4, 1, 5, 9, 2, 6], [2, 7, 1, 8, 2, 8, 1, 8]])
 
 
 def tiny(name: str, **kw: object) -> TransformerLM:
-    model = variants.create(name, **{**TINY, **kw})
+    model = tiny_lm(name, **{**TINY, **kw})
     assert isinstance(model, TransformerLM)
     return model
 
 
-def ln(norm: nn.Module, x: torch.Tensor) -> torch.Tensor:
-    assert isinstance(norm, nn.LayerNorm) and norm.bias is not None
-    mu = x.mean(-1, keepdim=True)
-    return (x - mu) / torch.sqrt(x.var(-1, unbiased=False, keepdim=True) + norm.eps) * norm.weight + norm.bias
+ln = layer_norm_by_hand
 
 
 def test_join_scales_the_value_and_passes_the_gradient_through() -> None:

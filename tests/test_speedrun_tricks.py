@@ -9,8 +9,7 @@ import math
 
 import pytest
 import torch
-from _nets import randomized
-from torch import nn
+from _nets import TINY_LM, layer_norm_by_hand, randomized, tiny_lm
 
 import variants
 from variants.speedrun import (
@@ -24,21 +23,18 @@ from variants.speedrun import (
 )
 from variants.transformer import CausalSelfAttention, TransformerLM
 
-TINY = {"depth": 6, "d_model": 16, "n_heads": 2, "d_ff": 24, "vocab_size": 11, "max_len": 8}
+TINY = {**TINY_LM, "depth": 6}
 IDX = torch.tensor([[3, 1, 4, 1, 5, 9, 2, 6], [2, 7, 1, 8, 2, 8, 1, 8]])
 TRICKS = ["preln_x0", "preln_unet", "preln_backout", "preln_xsa"]
 
 
 def tiny(name: str, **kw: object) -> TransformerLM:
-    model = variants.create(name, **{**TINY, **kw})
+    model = tiny_lm(name, **{**TINY, **kw})
     assert isinstance(model, TransformerLM)
     return model
 
 
-def ln(norm: nn.Module, x: torch.Tensor) -> torch.Tensor:
-    assert isinstance(norm, nn.LayerNorm) and norm.bias is not None
-    mu = x.mean(-1, keepdim=True)
-    return (x - mu) / torch.sqrt(x.var(-1, unbiased=False, keepdim=True) + norm.eps) * norm.weight + norm.bias
+ln = layer_norm_by_hand
 
 
 def embed(model: TransformerLM, idx: torch.Tensor) -> torch.Tensor:
