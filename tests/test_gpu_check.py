@@ -151,7 +151,8 @@ def test_cpu_forms_of_the_checks_pass(name, tmp_path):
     if name == "headline-resnet50":
         assert detail["eager_harness"] > 0 and detail["registry_eager_harness"] > 0
     if name == "imagefolder-loader":
-        assert 0 <= detail["input_bound_fraction"] <= 1 and detail["status"] == "ok"
+        # a short CPU run of the loader learns nothing (failed_to_learn); the check measures the input pipeline
+        assert 0 <= detail["input_bound_fraction"] <= 1 and detail["status"] in ("ok", "failed_to_learn")
     if name == "gpt2-small-tokens":
         # A few CPU steps learn nothing (failed_to_learn); the check measures throughput.
         assert detail["tokens_per_s"] > 0 and detail["status"] in ("ok", "failed_to_learn")
