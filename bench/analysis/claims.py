@@ -487,7 +487,7 @@ def _value(claim: Claim, context: str, part: pd.DataFrame) -> Result:
 def _slope(claim: Claim, context: str, part: pd.DataFrame) -> Result:
     x = str(claim.x)
     groups = tuple(_group(f"{x}={_fmt(v)}", part[_matches(part[x], v)], claim) for v in _present(part[x]))
-    counted = part if claim.probe else part[part["status"] == "ok"]
+    counted = part if claim.probe else counted_rows(part, claim.metric)  # the rows its groups count
     xs, ys = pd.to_numeric(counted[x], errors="coerce").to_numpy(float), counted["_value"].to_numpy(float)
     finite = np.isfinite(xs) & np.isfinite(ys)
     keep = finite & (xs > 0) & (ys > 0)

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 import variants
-from bench.runs import plugins
+from bench.runs import chance, plugins
 from bench.runs.config import RunConfig
 from bench.runs.env import REPO_ROOT, changed_since, machine_id
 from bench.runs.measure import complete, cost_key
@@ -54,7 +54,7 @@ OnRecord = Callable[[Mapping[str, Any]], Any]
 
 
 # Outcomes a rerun reproduces (a configuration and seed diverge, or stay at chance, every time): resume keeps them.
-SETTLED = ("ok", "diverged", "failed_to_learn")
+SETTLED = ("ok", "diverged", chance.STATUS)
 
 
 def run_sweep(configs: Sequence[RunConfig], results_dir: str | Path, executor: Executor, *, resume: bool = True,

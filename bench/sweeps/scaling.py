@@ -22,7 +22,7 @@ from typing import Any
 
 import pandas as pd
 
-from bench.runs import plugins
+from bench.runs import chance, plugins
 from bench.runs.config import RunConfig
 from bench.runs.results import ResultsStore
 
@@ -47,7 +47,7 @@ def _one(cfg: RunConfig, nproc: int, threads: int, root: Path) -> dict[str, Any]
         tail = " ".join((done.stderr or done.stdout).strip().splitlines()[-3:])
         raise RuntimeError(f"the {nproc}-process run failed (exit {done.returncode}): {tail}")
     row = ResultsStore(out).load_leaderboard().iloc[0]
-    if row["status"] not in ("ok", "failed_to_learn") or pd.isna(row["train_samples_per_s"]):  # a cost: learnt or not
+    if row["status"] not in ("ok", chance.STATUS) or pd.isna(row["train_samples_per_s"]):  # a cost: learnt or not
         raise RuntimeError(f"the {nproc}-process run recorded no throughput: {row['status']} {row['error']}")
     return {"nproc": nproc, "threads_per_proc": threads, "device": row["device"],
             "samples_per_s": float(row["train_samples_per_s"]), "step_time_ms": float(row["step_time_ms"])}
