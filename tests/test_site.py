@@ -1,5 +1,6 @@
 """bench site: the static results site — its files from a small results directory, and the pages in a real browser
-(headless Chromium driven by Playwright: `tox -e site`; skipped, saying why, where either is missing)."""
+(headless Chromium driven by Playwright, in every tox test environment; skipped, saying why, where either is
+missing, and failing instead where RESBENCH_REQUIRE_BROWSER is set, as in CI)."""
 
 from __future__ import annotations
 
@@ -137,7 +138,7 @@ def chromium_path() -> str | None:
 
 
 def missing(reason: str) -> None:
-    """Skip, saying why; fail instead where the browser is required (``tox -e site`` sets RESBENCH_REQUIRE_BROWSER)."""
+    """Skip, saying why; fail instead where the browser is required (CI sets RESBENCH_REQUIRE_BROWSER)."""
     if os.environ.get("RESBENCH_REQUIRE_BROWSER"):
         pytest.fail(reason)
     pytest.skip(reason)
@@ -148,7 +149,7 @@ def browser() -> Iterator[Any]:
     try:
         from playwright import sync_api
     except ImportError:
-        missing("the browser test needs playwright: pip install 'resbench[browser]' (or run tox -e site)")
+        missing("the browser test needs playwright: pip install 'resbench[browser]' (tox's test environments have it)")
     exe = chromium_path()
     if exe is None:
         missing("the browser test needs a chromium executable: apt-get install chromium, or set RESBENCH_CHROMIUM")
