@@ -58,7 +58,7 @@ def test_no_environment_is_skipped_for_a_missing_interpreter() -> None:
 
 def test_workflow_matrix_runs_existing_tox_envs_and_everything_ci_runs() -> None:
     workflow = (ROOT / ".github" / "workflows" / "tests.yml").read_text()
-    matrix = re.findall(r"\{ env: (\w+), python: \"(3\.\d+)\"(?:, pytest: \"([^\"]+)\")? \}", workflow)
+    matrix = re.findall(r"\{ env: (\w+), python: \"(3\.\d+)\"(?:, pytest: \"([^\"]+)\")?(?:, \w+: \w+)* \}", workflow)
     jobs = [(env, args) for env, _, args in matrix]
     assert len(jobs) == len(set(jobs)) >= 8
     assert {env for env, _ in jobs if not re.fullmatch(r"py3\d+", env)} <= _tox_envs()  # pyXY: tox's own
@@ -70,6 +70,7 @@ def test_workflow_matrix_runs_existing_tox_envs_and_everything_ci_runs() -> None
         for env in envs.split(","):
             assert (env, args) in jobs, (env, args)
     assert ("py", "-m slow") in jobs and ("py", "-m gpucheck") in jobs
+    assert '{ env: py, python: "3.11", pytest: "tests/test_site.py", browser: true }' in workflow  # installs chromium
 
 
 def test_workflow_installs_the_extras_the_tests_read_back() -> None:

@@ -129,6 +129,53 @@ def test_a_cost_figure_measured_once_and_copied_is_one_measurement(tmp_path: Pat
     assert bars == [("200.0", "1"), ("20.0", "1")]  # throughput and memory: one measurement each, not two
 
 
+ATINIT = """name = "atinit"
+[analysis]
+kind = "gradcorr"
+variants = ["plain", "resnet"]
+depths = [20]
+[[claims]]
+id = "shortcuts-keep-correlation"
+paper = "Balduzzi et al. 2017, Fig. 2"
+text = "with shortcuts the gradients stay more correlated"
+table = "gradcorr"
+metric = "neighbor_corr"
+compare = "variant"
+a = "plain"
+b = "resnet"
+expect = "greater"
+"""
+
+
+def test_a_study_that_trains_nothing_has_a_page_with_its_analysis_and_its_claims(tmp_path: Path) -> None:
+    root = tmp_path / "results"
+    add_run(ResultsStore(root), "preln", 2, 0, study=None)
+    (root / "studies").mkdir()
+    (root / "studies" / "atinit.toml").write_text(ATINIT, encoding="utf-8")
+    (root / "analysis" / "atinit").mkdir(parents=True)
+    (root / "analysis" / "atinit" / "meta.json").write_text('{"preset": "quick"}', encoding="utf-8")
+    with (root / "analysis" / "atinit" / "gradcorr-summary.csv").open("w", newline="", encoding="utf-8") as f:
+        csv.writer(f).writerows([("variant", "depth", "seed", "neighbor_corr", "corr_length", "status"),
+                                 ("plain", 20, 0, 0.30, 2.0, "ok"), ("plain", 20, 1, 0.32, 2.0, "ok"),
+                                 ("resnet", 20, 0, 0.90, 9.0, "ok"), ("resnet", 20, 1, 0.92, 9.0, "ok")])
+    (root / "plots" / "atinit").mkdir(parents=True)
+    (root / "plots" / "atinit" / "gradcorr.png").write_bytes(b"\x89PNG figure")
+    (root / "analysis" / "stray").mkdir()  # analysis tables no study file declares: no page
+    site = build_site(root, tmp_path / "site").root
+    assert sorted(p.name for p in (site / "study").glob("*.html")) == ["atinit.html", "no-study.html"]
+    page = (site / "study" / "atinit.html").read_text(encoding="utf-8")
+    assert "no training runs: the study measures models at initialisation" in page and "Leaderboard" not in page
+    assert "python -m bench reproduce atinit --preset quick" in page
+    assert ("<tr><td>plain</td><td>20</td><td>0.31 ± 0.13</td><td>2 ± 0</td><td>2</td></tr>"
+            "<tr><td>resnet</td><td>20</td><td>0.91 ± 0.13</td><td>9 ± 0</td><td>2</td></tr>") in page
+    assert '<img src="img/atinit/gradcorr.png"' in page
+    assert (site / "study" / "img" / "atinit" / "gradcorr.png").read_bytes() == b"\x89PNG figure"
+    assert "shortcuts-keep-correlation" in page and '<span class="verdict agrees">' in page
+    index = (site / "index.html").read_text(encoding="utf-8")
+    assert '<a href="study/atinit.html">atinit</a></td><td>0</td><td>0</td>' in index
+    assert "1 agree, 0 disagree, 0 inconclusive" in index  # the analysis's claim counts in the study's tally
+
+
 # -- in a browser ---------------------------------------------------------------------------------------------------
 
 

@@ -178,7 +178,7 @@ def _show(sub: Sub) -> None:
 def _upgrade(sub: Sub) -> None:
     q = sub.add_parser("upgrade", help="bring results recorded by an earlier resbench up to this one's rules: fill "
                        "each run's chance level from its task and mark the runs that ended at it failed_to_learn "
-                       "(numbers kept)")
+                       "(numbers kept), and each row's machine fingerprint from its run's environment")
     q.add_argument("--dry-run", action="store_true", help="print what would change, write nothing")
     _results(q)
     _handler(q, "runs:cmd_upgrade")

@@ -26,11 +26,14 @@ from bench.sweeps.scaling import scaling
 
 def cmd_upgrade(ns: argparse.Namespace) -> int:
     changes = upgrade(ns.results_dir, dry_run=ns.dry_run)
+    levels = [c for c in changes if c.chance_loss is not None]
     moved = [c for c in changes if c.status_after != c.status_before]
     skipped = [c for c in changes if c.note]
+    machines = [c for c in changes if c.machine]
     verb = "would change" if ns.dry_run else "changed"
-    print(f"{ns.results_dir}: {len(changes) - len(skipped)} run(s) given their task's chance level; {verb} the "
-          f"status of {len(moved)}; {len(skipped)} left as recorded")
+    print(f"{ns.results_dir}: {len(levels)} run(s) given their task's chance level; {verb} the status of "
+          f"{len(moved)}; {len(skipped)} left as recorded; {len(machines)} given their machine fingerprint "
+          f"({', '.join(sorted({c.machine for c in machines})) or 'none'})")
     for c in moved:
         print(f"  {c.run_id}: {c.status_before} -> {c.status_after} (chance level {c.chance_loss:.4g} nats)")
     for c in skipped:

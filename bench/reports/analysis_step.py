@@ -10,6 +10,7 @@ from __future__ import annotations
 import datetime
 import json
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +19,7 @@ import torch
 
 from bench.analysis import analyses
 from bench.analysis.analyses import Output, label
-from bench.analysis.claims import TABLES, evaluate_claims, parse_claims
+from bench.analysis.claims import TABLES, Result, evaluate_claims, parse_claims
 from bench.analysis.options import check_options
 from bench.analysis.stats import t_ci
 from bench.analysis.studyfile import find_study, read_study_file
@@ -106,9 +107,21 @@ def _meta(preset: str | None) -> dict[str, Any]:
             "created_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
 
 
-def report_lines(results_dir: str | Path, study: str, runs: Sequence[dict[str, Any]] = ()) -> list[str]:
-    """The report section of a study's analysis (none if it has none or it has not run): the summary over seeds,
-    the figures, and the claims about it with their verdicts."""
+@dataclass(frozen=True)
+class Summary:
+    """A study's analysis as its report and its site page show it: the rows of ``<kind>-summary.csv`` per model
+    (mean ± 95% CI half-width over seeds, as text), its figures, and the verdicts of the claims about it."""
+
+    kind: str
+    source: str  # the summary CSV, relative to the results folder
+    headers: list[str]
+    rows: list[list[Any]]
+    figures: list[Path]
+    results: list[Result]
+
+
+def summary_of(results_dir: str | Path, study: str, runs: Sequence[dict[str, Any]] = ()) -> Summary | None:
+    """The :class:`Summary` of ``study``'s analysis, None if it declares none or it has not run."""
     root = Path(results_dir)
     try:
         path: Path | None = find_study(study, root)
@@ -118,7 +131,7 @@ def report_lines(results_dir: str | Path, study: str, runs: Sequence[dict[str, A
     kind = data.get("analysis", {}).get("kind")
     summary_csv = root / "analysis" / study / f"{kind}-summary.csv"
     if not kind or not summary_csv.is_file():
-        return []
+        return None
     summary = pd.read_csv(summary_csv)
     metrics = TABLES[kind]
     by = [c for c in ("variant", "depth", "dims", "k") if c in summary]
@@ -129,14 +142,24 @@ def report_lines(results_dir: str | Path, study: str, runs: Sequence[dict[str, A
             s = t_ci(g[m].to_numpy(dtype=float))
             cells.append("n/a" if s["n"] == 0 else f"{s['mean']:.4g}" + (f" ± {s['ci']:.2g}" if s["n"] > 1 else ""))
         rows.append([*(key if isinstance(key, tuple) else (key,)), *cells, len(g)])
-    lines = [f"## Analysis: {kind}", "", f"Rows of `analysis/{study}/{kind}-summary.csv`, mean ± 95% CI half-width "
-             "over seeds (n = models). Every evaluation is in the other CSVs of `analysis/" + study + "/`.", "",
-             markdown_table([*by, *metrics, "n"], rows), ""]
-    for fig in sorted((root / "plots" / study).glob(f"{kind}*.png")):
-        lines.append(f"![{fig.stem}]({fig.relative_to(root).as_posix()})")
-    lines.append("")
     claims = [c for c in parse_claims(data.get("claims", []), str(path)) if c.table == kind]
-    if claims:
-        results = evaluate_claims(claims, summary, None, list(runs))
-        lines += [f"### Claims about the {kind} analysis", "", *claim_lines(results), ""]
+    return Summary(kind, summary_csv.relative_to(root).as_posix(), [*by, *metrics, "n"], rows,
+                   sorted((root / "plots" / study).glob(f"{kind}*.png")),
+                   evaluate_claims(claims, summary, None, list(runs)) if claims else [])
+
+
+def report_lines(results_dir: str | Path, study: str, runs: Sequence[dict[str, Any]] = ()) -> list[str]:
+    """The report section of a study's analysis (none if it has none or it has not run): the summary over seeds,
+    the figures, and the claims about it with their verdicts."""
+    root = Path(results_dir)
+    made = summary_of(root, study, runs)
+    if made is None:
+        return []
+    lines = [f"## Analysis: {made.kind}", "", f"Rows of `{made.source}`, mean ± 95% CI half-width "
+             "over seeds (n = models). Every evaluation is in the other CSVs of `analysis/" + study + "/`.", "",
+             markdown_table(made.headers, made.rows), ""]
+    lines += [f"![{fig.stem}]({fig.relative_to(root).as_posix()})" for fig in made.figures]
+    lines.append("")
+    if made.results:
+        lines += [f"### Claims about the {made.kind} analysis", "", *claim_lines(made.results), ""]
     return lines

@@ -30,9 +30,10 @@ import pandas as pd
 
 from bench.analysis.claims import Group, Result, describe
 from bench.analysis.stats import counted_rows, mean_ci, observations, t_ci
+from bench.reports.analysis_step import Summary, summary_of
 from bench.reports.markdown import TALLY_WORDS, VERDICT_WORDS, fmt_number
 from bench.reports.plotdata import Frames, frames_of, grad_norm_init_data, with_key
-from bench.reports.report import _shown_path, _study_command, study_claims
+from bench.reports.report import _analysis_meta, _shown_path, _study_command, _study_path, study_claims
 from bench.runs.config import config_from_dict
 from bench.runs.results import ResultsStore
 
@@ -418,27 +419,59 @@ class _Study:
     runs: list[dict[str, Any]]
     path: Path | None
     results: list[Result]
+    analysis: Summary | None = None
+
+    @property
+    def verdicts(self) -> list[Result]:
+        """Every claim of the study: about its leaderboard, then about its analysis."""
+        return [*self.results, *(self.analysis.results if self.analysis else [])]
 
 
-def _study_page(study: _Study, frames: Frames, figs: _Figures, root: Path) -> str:
+def _analysis_html(made: Summary, study: str, root: Path, site: Path) -> list[str]:
+    """The analysis section: its summary table, its figures (the report's PNGs, copied beside the page) and the
+    claims about it."""
+    body = [f"<h2>Analysis: {html.escape(made.kind)}</h2>",
+            f"<p>Rows of <code>{html.escape(made.source)}</code>, mean ± 95% CI half-width over seeds "
+            "(n = models).</p>",
+            _table(made.headers, ([_e(c) for c in row] for row in made.rows), "analysis")]
+    for fig in made.figures:
+        target = site / "study" / "img" / slug(study) / fig.name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(fig, target)
+        body.append(f'<p><img src="img/{slug(study)}/{html.escape(fig.name)}" alt="{html.escape(fig.stem)}" '
+                    'class="analysis-figure"></p>')
+    if made.results:
+        body += [f"<h3>Claims about the {html.escape(made.kind)} analysis</h3>", _claims_html(made.results)]
+    return body
+
+
+def _study_page(study: _Study, frames: Frames | None, figs: _Figures, root: Path, site: Path) -> str:
+    """A study's page; ``frames`` is None for a study that trains nothing (its analysis measures models at init)."""
     presets = sorted({(r.get("config") or {}).get("preset") for r in study.runs},
                      key=lambda p: (p is not None, p or ""))
     commands = [_study_command(study.name, p, root, study.runs) for p in presets] if study.name != NO_STUDY else []
+    if frames is None:
+        preset = _analysis_meta(root, study.name).get("preset")
+        commands = [f"python -m bench reproduce {study.name}" + (f" --preset {preset}" if preset else "")]
     board = study.board
+    trained = (f"{len(board)} runs, {int((board['status'] == 'ok').sum())} ok" if frames is not None else
+               "no training runs: the study measures models at initialisation")
     body = [f"<h1>study {html.escape(study.name)}</h1>",
-            f"<p>{len(board)} runs, {int((board['status'] == 'ok').sum())} ok"
-            + (f"; claims declared in <code>{html.escape(_shown_path(study.path, root))}</code>: "
-               f"{_tally(study.results)}" if study.path and study.results else "") + "</p>"]
+            f"<p>{trained}" + (f"; claims declared in <code>{html.escape(_shown_path(study.path, root))}</code>: "
+                               f"{_tally(study.verdicts)}" if study.path and study.verdicts else "") + "</p>"]
     if commands:
         body += ["<h2>Reproduce</h2>", *(f"<pre class='command'>{html.escape(c)}</pre>" for c in commands)]
-    body += ["<h2>Leaderboard</h2>", "<p>Click a header to sort; choose a value above a column to filter. Cost "
-             "columns are this run's machine's; the run's page has its environment.</p>",
-             _leaderboard_html(board, 1)]
+    if frames is not None:
+        body += ["<h2>Leaderboard</h2>", "<p>Click a header to sort; choose a value above a column to filter. Cost "
+                 "columns are this run's machine's; the run's page has its environment.</p>",
+                 _leaderboard_html(board, 1)]
     if study.results:
         body += ["<h2>Paper claims vs measured</h2>", _claims_html(study.results)]
+    if study.analysis:
+        body += _analysis_html(study.analysis, study.name, root, site)
     sections = (("Curves", _curve_figures), ("Cost and Pareto", _cost_figures),
                 ("Gradient norms at initialisation", _grad_figures))
-    for title, make in sections:
+    for title, make in sections if frames is not None else ():
         made = make(figs, frames, study.name)
         if made:
             body += [f"<h2>{title}</h2>", *made]
@@ -453,7 +486,7 @@ def _index_page(studies: Sequence[_Study], root: Path) -> str:
                      str(int((s.board["status"] == "ok").sum())), html.escape(", ".join(sorted(
                          map(str, s.board["task"].dropna().unique())))),
                      html.escape(", ".join(machines)),
-                     _tally(s.results) if s.results else "no claims"])
+                     _tally(s.verdicts) if s.verdicts else "no claims"])
     body = ["<h1>resbench results</h1>",
             f"<p>From <code>{html.escape(str(root))}</code>: {sum(len(s.board) for s in studies)} runs in "
             f"{len(studies)} studies. Each study's page has its runs, its claims' verdicts and its figures.</p>",
@@ -481,14 +514,20 @@ def build_site(results_dir: str | Path, out: str | Path) -> Site:
     board = board.assign(study=board["study"].astype(object).where(board["study"].notna(), NO_STUDY))
     studies: list[_Study] = []
     pages = 0
-    for name, part in board.groupby("study", sort=True):
-        part = part.reset_index(drop=True)
+    parts = {str(name): part.reset_index(drop=True) for name, part in board.groupby("study", sort=True)}
+    analysed = {p.name for p in (root / "analysis").iterdir() if p.is_dir()} if (root / "analysis").is_dir() else set()
+    for name in sorted(set(parts) | analysed):
+        part = parts.get(name, board.iloc[:0])
         of = [runs[r] for r in part["run_id"] if r in runs]
-        frames = frames_of(part, of)
-        path, results = study_claims(part, frames.probes, of, root, str(name)) if name != NO_STUDY else (None, [])
-        study = _Study(str(name), part, of, path, results)
+        analysis = summary_of(root, name, of) if name != NO_STUDY else None
+        if name not in parts and analysis is None:
+            continue  # a folder of analysis tables that no study file declares
+        frames = frames_of(part, of) if name in parts else None
+        path, results = (study_claims(part, frames.probes, of, root, name) if frames is not None and name != NO_STUDY
+                         else (_study_path(root, name), []))
+        study = _Study(name, part, of, path, results, analysis)
         studies.append(study)
-        _write(site / "study" / f"{slug(study.name)}.html", _study_page(study, frames, figs, root))
+        _write(site / "study" / f"{slug(study.name)}.html", _study_page(study, frames, figs, root, site))
         pages += 1
     for row in board.to_dict("records"):
         run = runs.get(row["run_id"], {"run_id": row["run_id"]})

@@ -17,19 +17,23 @@ from typing import Any
 
 from bench.runs import chance, tasks
 from bench.runs.config import config_from_dict
+from bench.runs.env import machine_fingerprint
 from bench.runs.results import ResultsStore
 from bench.runs.train import task_options
 
 
 @dataclass(frozen=True)
 class Change:
-    """What the upgrade did to one run (or could not do: ``note``)."""
+    """What the upgrade did to one run (or could not do: ``note``): its chance level where it had none (None where it
+    had one, or where it could not be rebuilt), its status before and after, its machine fingerprint where it had
+    none (else "")."""
 
     run_id: str
     chance_loss: float | None
     status_before: str
     status_after: str
     note: str = ""
+    machine: str = ""
 
 
 def _missing(value: Any) -> bool:
@@ -46,32 +50,47 @@ def _chance_of(config: Mapping[str, Any], cache: dict[tuple[Any, ...], float | N
     return cache[key]
 
 
+def _machine_of(row: Mapping[str, Any], run: Mapping[str, Any]) -> str:
+    """The fingerprint a row without one gets from its run JSON's environment ("" where it has one or no env)."""
+    env = run.get("env")
+    return machine_fingerprint(env) if _missing(row.get("machine")) and isinstance(env, Mapping) else ""
+
+
 def upgrade(results_dir: str | Path, *, dry_run: bool = False) -> list[Change]:
-    """Fill every run's missing ``chance_loss`` and judge the ``ok`` ones by it (module docstring); returns one
-    :class:`Change` per run that lacked a chance level. With ``dry_run`` nothing is written."""
+    """Fill every run's missing ``chance_loss`` and judge the ``ok`` ones by it, and every row's missing ``machine``
+    (module docstring); returns one :class:`Change` per run that lacked either. With ``dry_run`` nothing is written."""
     store = ResultsStore(results_dir)
     store.preflight()
     board = store.load_leaderboard()
     cache: dict[tuple[Any, ...], float | None] = {}
     changes: list[Change] = []
     updates: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {}
-    for run_id, level in zip(board["run_id"], board["chance_loss"], strict=True):
-        if not _missing(level):
+    for run_id, level, machine in zip(board["run_id"], board["chance_loss"], board["machine"], strict=True):
+        if not _missing(level) and not _missing(machine):
             continue
         run = store.load_run(str(run_id))
         row = dict(run["row"])
-        if "config" not in run:
-            changes.append(Change(run_id, None, row["status"], row["status"], "no configuration in its run JSON"))
-            continue
-        try:
-            level = _chance_of(run["config"], cache)
-        except (ValueError, OSError) as exc:  # a dataset not on this machine, a config of another version
-            changes.append(Change(run_id, None, row["status"], row["status"], f"task not rebuilt here: {exc}"))
-            continue
-        judged = chance.judge({**row, "chance_loss": level}, float(run["config"].get("chance_band",
-                                                                                    chance.CHANCE_BAND)))
-        changes.append(Change(run_id, level, row["status"], judged["status"]))
-        updates[run_id] = (judged, {**run, "row": judged})
+        fingerprint = _machine_of(row, run)
+        if fingerprint:
+            row["machine"] = fingerprint
+        status = row["status"]
+        if not _missing(level):
+            level, note = None, ""
+        elif "config" not in run:
+            level, note = None, "no configuration in its run JSON"
+        else:
+            try:
+                level, note = _chance_of(run["config"], cache), ""
+            except (ValueError, OSError) as exc:  # a dataset not on this machine, a config of another version
+                level, note = None, f"task not rebuilt here: {exc}"
+            else:
+                row = chance.judge({**row, "chance_loss": level},
+                                   float(run["config"].get("chance_band", chance.CHANCE_BAND)))
+        if level is None and not note and not fingerprint:
+            continue  # only the machine was missing, and the run JSON records no environment to take it from
+        changes.append(Change(str(run_id), level, status, row["status"], note, fingerprint))
+        if level is not None or fingerprint:
+            updates[str(run_id)] = (row, {**run, "row": row})
     if updates and not dry_run:
         store.replace(updates)
     return changes
