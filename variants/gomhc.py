@@ -34,6 +34,13 @@ stream, so they stay equal and the model is mHC's at init, Pre-LN with the subla
 (ε rescaled) whatever b_res and b_pre, mHC-lite's condition. For any weights, H_res's columns summing to 1 conserve
 the streams' sum, ``1ᵀx_{l+1} = 1ᵀx_l + (1ᵀH_post)·F``. H_res's rows and columns sum to 1 up to the solve's
 rounding, at most about κ(I + A)·ε_machine (measured: 1.3·κ·ε over 12,000 draws).
+
+Three later multi-stream designs are not shipped, because no formula could be pinned to their papers: Virtual Width
+Networks (Seed 2025, arXiv 2511.11238: an r·d-wide stream compressed to d per block by generalised hyper-connections),
+Hyperloop Transformers (Zeitoun, Torroba-Hennigen & Kim 2026, arXiv 2604.21254: a looped middle block with mHC-style
+connections after each loop) and Multi-Gate Residuals (Zheng et al. 2026, arXiv 2605.23259: per-stream sigmoid gates
+and attention pooling over the streams). The stored copies of the three papers hold their abstracts and introductions
+only, and no code by their authors could be found; the descriptions found elsewhere are third parties' readings.
 """
 
 from __future__ import annotations
