@@ -54,7 +54,7 @@ def ln(norm: nn.Module, x: torch.Tensor) -> torch.Tensor:
 
 def test_family_is_registered_with_papers() -> None:
     assert FAMILY == ["admin", "attn_res", "attn_res_block", "b2t", "dca", "deep_delta", "deepnorm", "denseformer",
-                      "derf", "dyt", "dyt_llama", "frac_connections", "gpas", "gpt2_small", "hybridnorm",
+                      "derf", "dyt", "dyt_llama", "frac_connections", "go_mhc", "gpas", "gpt2_small", "hybridnorm",
                       "hyper_connections", "laurel", "llama_like", "lns", "mhc", "mhc_lite", "mixln", "mudd", "ngpt",
                       "ortho_preln", "postln", "preln", "preln_backout", "preln_unet", "preln_x0", "preln_xsa",
                       "resi_dual", "rezero_lm", "sandwich", "seednorm", "speedrun", "t_fixup", "value_residual"]
@@ -136,7 +136,8 @@ OWN_FORMULA_TEST = {"denseformer", "resi_dual", "hyper_connections", "mhc", "mhc
                     "lns", "mudd", "ortho_preln", "seednorm", "speedrun",
                     # the speedrun's tricks one at a time: tests/test_speedrun_tricks.py
                     "preln_backout", "preln_unet", "preln_x0", "preln_xsa",
-                    "gpas"}  # tests/test_gpas.py
+                    "gpas",  # tests/test_gpas.py
+                    "go_mhc"}  # tests/test_go_mhc.py
 
 
 def test_every_variant_has_a_formula_test() -> None:
@@ -201,6 +202,7 @@ def test_layernorm_count(name: str) -> None:
         "hyper_connections": 2 * n + 1 + 2 * n,  # Pre-LN's, and the dynamic form's norm(H) per sublayer (eq. 10)
         "mhc": 2 * n + 1,  # its RMSNorm of the flattened stream has no weight: a function, not a module
         "mhc_lite": 2 * n + 1,  # as mhc
+        "go_mhc": 2 * n + 1,  # as mhc
         # the 2025-26 frontier: the norm types replace every norm, the final one included
         "dyt": 2 * n + 1,
         "derf": 2 * n + 1,

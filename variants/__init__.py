@@ -61,6 +61,7 @@ from . import (  # noqa: F401  (families)
     dense,
     densenet,
     frac,
+    gomhc,
     gpas,
     hyper,
     imagenet,
