@@ -471,8 +471,8 @@ def _study_page(study: _Study, frames: Frames | None, figs: _Figures, root: Path
         body += _analysis_html(study.analysis, study.name, root, site)
     sections = (("Curves", _curve_figures), ("Cost and Pareto", _cost_figures),
                 ("Gradient norms at initialisation", _grad_figures))
-    for title, make in sections if frames is not None else ():
-        made = make(figs, frames, study.name)
+    for title, make in sections:
+        made = make(figs, frames, study.name) if frames is not None else []
         if made:
             body += [f"<h2>{title}</h2>", *made]
     return _page(f"study {study.name}", body, 1)
