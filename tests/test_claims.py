@@ -190,7 +190,7 @@ def test_load_claims_and_study_file_lookup(tmp_path: Path):
     copy.write_text('name = "degradation"\n')
     assert find_study("degradation", tmp_path) == copy  # the copy the sweep ran from wins
     assert find_study("degradation") == STUDIES_DIR / "degradation.toml"  # without a results directory: shipped
-    with pytest.raises(ValueError, match=r"no shipped study 'unheard-of'; shipped studies: crosslayer, degradation"):
+    with pytest.raises(ValueError, match=r"no shipped study 'unheard-of'; shipped studies: cost, crosslayer, degradation"):
         find_study("unheard-of", tmp_path)
 
 
@@ -387,6 +387,17 @@ def test_seeds_pool_only_within_one_configuration():
                    runs("plain", 56, [3.0, 3.1]))  # fmt: skip
     r = one(depth_claim("greater", threshold=0.5), hidden)
     assert r.verdict == "inconclusive" and r.groups == () and "spans several configurations (config_hash)" in r.note
+
+
+def test_a_configuration_without_one_group_is_left_out_where_another_has_both():
+    # lr 0.01 ran the shallow net only (a preset of other designs): it asks nothing of a depth comparison
+    df = board(runs("plain", 20, [1.0, 1.1], lr=0.1), runs("plain", 56, [3.0, 3.1], lr=0.1),
+               runs("plain", 20, [1.0, 1.1], lr=0.01))  # fmt: skip
+    r = one(depth_claim("greater", threshold=0.5), df)
+    assert (r.context, r.verdict) == ("lr=0.1", "agrees")
+    # no configuration has both: the claim still says which group is missing
+    r = one(depth_claim("greater", threshold=0.5), board(runs("plain", 20, [1.0, 1.1])))
+    assert r.verdict == "inconclusive" and r.note == "no runs with depth=56"
 
 
 def test_a_field_that_differs_only_between_the_groups_is_reported_as_a_confound():

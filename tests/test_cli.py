@@ -231,7 +231,7 @@ def test_bad_study_files(tmp_path: Path, content: str, message: str, capsys: pyt
 def test_sweep_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert run_cli(["sweep", str(tmp_path / "none.toml")], capsys)[0] == 2
     code, _, err = run_cli(["reproduce", "nonexistent"], capsys)
-    assert code == 2 and "shipped studies: crosslayer, degradation" in err
+    assert code == 2 and "shipped studies: cost, crosslayer, degradation" in err
     code, _, err = run_cli(["reproduce", "degradation", "--preset", "huge"], capsys)
     assert code == 2 and "has no preset 'huge'; presets: cifar10, cifar10_110, quick" in err
 

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pandas as pd
 import pytest
 import torch
+from _nets import write
 from torch.utils.flop_counter import FlopCounterMode
 
 from bench.cli import main
@@ -86,3 +88,76 @@ def test_unknown_shapes_and_designs_name_the_choices(capsys: pytest.CaptureFixtu
         cost.cost_table(["mhc", "resnet50"], "gpt2_small")
     assert main(["cost", "--designs", "nope", "--shape", "cifar_resnet110", "--no-timing"]) == 2
     assert "error: design(s) 'nope' not of the resnet/plain/highway" in capsys.readouterr().err
+
+
+def _fixed_steps(monkeypatch: pytest.MonkeyPatch, baseline_params: int) -> None:
+    """Every timed step of the baseline takes 10 ms and 100 MiB, every other model's 15 ms and 130 MiB."""
+    def measured_step(step: cost.Trainee, device: torch.device) -> tuple[float, float]:
+        ours = sum(p.numel() for p in step.model.parameters())
+        return (10.0, 100.0) if ours == baseline_params else (15.0, 130.0)
+
+    monkeypatch.setattr(cost, "measured_step", measured_step)
+
+
+def test_overhead_rounds_pair_each_round_with_the_baseline_step_before_it(tiny: cost.Shape,
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    base, mhc = (cost.count(n, tiny) for n in ("preln", "mhc"))
+    _fixed_steps(monkeypatch, base.params)
+    table = cost.overhead_rounds(["preln", "mhc"], "tiny", repeats=3)  # the baseline named too: no row of its own
+    assert list(table["variant"]) == ["mhc"] * 3 and list(table["repeat"]) == [0, 1, 2]
+    assert (table["step_overhead"] == 0.5).all() and list(table["mem_overhead"]) == pytest.approx([0.3] * 3)
+    assert (table["params_overhead"] == mhc.params / base.params - 1).all()
+    assert (table["flops_overhead"] == mhc.flops.train / base.flops.train - 1).all()
+    assert set(table["mode"]) == {"eager"} and set(table["baseline"]) == {"preln"} and set(table["batch"]) == {1}
+    with pytest.raises(ValueError, match=r"unknown mode\(s\) 'jit'; modes: eager, compiled$"):
+        cost.overhead_rounds(["mhc"], "tiny", modes=["jit"])
+
+
+def test_a_cost_study_checks_the_papers_overheads(tiny: cost.Shape, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    """A study that trains nothing: its cost analysis times each design beside the baseline, and its claims hold the
+    rounds' overheads against a paper's figure by the value rule (here every round is the same: a CI of width 0)."""
+    _fixed_steps(monkeypatch, cost.count("preln", tiny).params)
+    res = tmp_path / "res"
+    study = write(tmp_path / "tinycost.toml", """
+        name = "tinycost"
+        [analysis]
+        kind = "cost"
+        designs = ["mhc"]
+        shape = "tiny"
+        repeats = 2
+        [[claims]]
+        id = "mhc-time"
+        paper = "a paper's figure: +50% step time"
+        text = "mHC adds half a step"
+        table = "cost"
+        metric = "step_overhead"
+        kind = "value"
+        where = { variant = "mhc", mode = "eager" }
+        expect = "similar"
+        threshold = 0.5
+        tolerance = 0.01
+        [[claims]]
+        id = "mhc-cheap"
+        paper = "a paper's figure: at most +6.7% step time"
+        text = "mHC adds at most 6.7%"
+        table = "cost"
+        metric = "step_overhead"
+        kind = "value"
+        where = { variant = "mhc" }
+        expect = "not_greater"
+        threshold = 0.067
+    """)
+    assert main(["sweep", str(study), "--results-dir", str(res), "--quiet"]) == 0
+    summary = pd.read_csv(res / "analysis" / "tinycost" / "cost-summary.csv")
+    assert len(summary) == 2 and set(summary["step_overhead"]) == {0.5}
+    assert (res / "plots" / "tinycost" / "cost.png").is_file()
+    assert main(["report", "--results-dir", str(res), "--study", "tinycost"]) == 0
+    report = (res / "REPORT-tinycost.md").read_text()
+    assert "## Analysis: cost" in report and "| mhc | tiny | eager | 0.5 ± 0 | 0.3 ± 0 |" in report
+    assert "**agrees**" in report.split("mhc-time")[1].split("mhc-cheap")[0]
+    assert "**DISAGREES**" in report.split("mhc-cheap")[1]
+    capsys.readouterr()
+    bad = write(tmp_path / "badcost.toml", '[analysis]\nkind = "cost"\ndesigns = ["resnet50"]\nshape = "tiny"\n')
+    assert main(["sweep", str(bad), "--results-dir", str(res), "--dry-run"]) == 2
+    assert "study 'badcost': [analysis]: design(s) 'resnet50' not of the transformer family" in capsys.readouterr().err

@@ -7,6 +7,8 @@
   inputs, at initialisation — no training, no runs.
 - ``landscape`` (:mod:`bench.analysis.landscape`; Li et al. 2018): the loss of trained runs on filter-normalised random
   directions through their weights.
+- ``cost`` (:mod:`bench.runs.cost`): what designs add to their family's baseline at a paper's shape (parameters,
+  FLOPs, step time and memory, timed side by side) — no training, no runs: the papers' overhead figures as claims.
 
 Each computes a tidy table of everything it evaluated and a *summary* (one row per model — per model and number
 of deleted units for ``lesion`` — with the run's identifying fields): an :class:`Output`, written as CSVs by
@@ -97,6 +99,17 @@ def run_gradcorr(*, variants: Sequence[str], depths: Sequence[int], seeds: Seque
                                        span=span, max_lag=max_lag)
     tables = {"-acf": frames.acf.assign(study=study), "-series": frames.series.assign(study=study)}
     return Output("gradcorr", tables, frames.summary.assign(study=study, status="ok"))
+
+
+def run_cost(*, designs: Sequence[str], shape: str, repeats: int, modes: Sequence[str], study: str | None = None
+             ) -> Output:
+    """What each design adds to its family's baseline at a reference shape (:func:`bench.runs.cost.overhead_rounds`,
+    on the CPU), one row per design, mode and timed round: the summary claims read."""
+    from bench.runs.cost import overhead_rounds  # torch models at a paper's shape: loaded only to measure them
+
+    with plugins.blame(*designs):
+        table = overhead_rounds(designs, shape, repeats=repeats, modes=modes, progress=True)
+    return Output("cost", {}, table.assign(study=study, status="ok"))
 
 
 def _first_samples(batches: Any, n: int) -> list[Any]:

@@ -38,8 +38,9 @@ Rules of the verdicts (``agrees`` / ``disagrees`` / ``inconclusive``):
 - **Seeds pool only with seeds.** Within a claim (and ``for_each`` value), runs are split by every
   configuration field that varies inside one compared group, so a group's mean is always over the seeds of
   one configuration; a group whose runs still differ in ``config_hash`` (in a field recorded nowhere else)
-  is inconclusive. Fields that differ *between* the groups but are fixed within each (an init that comes
-  with a variant, say) are reported as confounds.
+  is inconclusive. A configuration under which one compared group has no runs at all (a preset that runs other
+  designs) is left out when another configuration has runs in every group. Fields that differ *between* the
+  groups but are fixed within each (an init that comes with a variant, say) are reported as confounds.
 - **compare.** ``diff = mean(b) - mean(a)`` and its 95% Welch confidence interval ``[lo, hi] = diff ± t(0.975,
   ν)·√(s_a²/n_a + s_b²/n_b)`` (ν the Welch–Satterthwaite degrees of freedom; two constant groups: a width of 0;
   fewer than two counted runs in a group: no interval, *inconclusive*). With the margin ``m`` (``threshold``):
@@ -109,6 +110,7 @@ TABLES: dict[str, tuple[str, ...]] = {
     "lesion": ("error", "loss", "error_increase"),
     "gradcorr": ("neighbor_corr", "corr_length"),
     "landscape": ("loss_center", "edge_rise", "nonconvex_fraction", "roughness"),
+    "cost": ("step_overhead", "mem_overhead", "params_overhead", "flops_overhead"),
 }
 _FIELDS = {
     "compare": (*_COMMON, "compare", "a", "b", "expect", "threshold", "relative"),
@@ -437,7 +439,7 @@ def _compare(claim: Claim, context: str, part: pd.DataFrame) -> Result:
         return Result(claim, context, "inconclusive", note=f"only {field_}={_fmt(a)} is present", **done)
     empty = [g.label for g in (ga, gb) if g.n_runs == 0]
     if empty:
-        return Result(claim, context, "inconclusive", note=f"no runs with {' or '.join(empty)}", **done)
+        return Result(claim, context, "inconclusive", note=f"{_NO_RUNS}{' or '.join(empty)}", **done)
     orient = None if claim.probe else _orientation(claim.metric)
     worse, note = None, ""  # the group the failures make worse: "a" or "b"
     if ga.n == 0 or gb.n == 0:
@@ -502,6 +504,9 @@ def _slope(claim: Claim, context: str, part: pd.DataFrame) -> Result:
     r0, r1 = claim.expect_range or (-math.inf, math.inf)
     verdict = "agrees" if r0 <= low and high <= r1 else "disagrees" if high < r0 or low > r1 else "inconclusive"
     return Result(claim, context, verdict, groups, float(fit.slope), math.nan, half, note)
+
+
+_NO_RUNS = "no runs with "
 
 
 def _splits(part: pd.DataFrame, side: str | None, fields: Sequence[str]) -> list[tuple[str, pd.DataFrame, str]]:
@@ -573,13 +578,18 @@ def _evaluate(claim: Claim, frame: pd.DataFrame, fields: Sequence[str], probes: 
     run = {"compare": _compare, "slope": _slope, "value": _value}[claim.kind]
     out = []
     for label, part in contexts:
+        mine = []
         for inner, sub, note in _splits(part, side, rest):
             context = ", ".join(filter(None, [label, inner]))
             if note.startswith("a group spans"):
-                out.append(Result(claim, context, "inconclusive", note=note))
+                mine.append(Result(claim, context, "inconclusive", note=note))
                 continue
             result = run(claim, context, sub)
-            out.append(dataclasses.replace(result, note="; ".join(filter(None, [result.note, note]))))
+            mine.append(dataclasses.replace(result, note="; ".join(filter(None, [result.note, note]))))
+        # A configuration under which a compared group was never run (a preset of other designs) asks nothing of
+        # this claim: it is left out where another configuration has runs in every group.
+        answered = [r for r in mine if not r.note.startswith(_NO_RUNS)]
+        out += answered if answered else mine
     return out
 
 

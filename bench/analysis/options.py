@@ -1,4 +1,4 @@
-"""The options of each analysis (``lesion``, ``gradcorr``, ``landscape``): their types and defaults, shared by
+"""The options of each analysis (``lesion``, ``gradcorr``, ``landscape``, ``cost``): their types and defaults, shared by
 study files' ``[analysis]`` tables and the commands of the same names, and their validation.
 
 This module imports nothing but the standard library: the command line's parser reads the defaults from here.
@@ -18,6 +18,9 @@ OPTIONS: dict[str, dict[str, tuple[type, bool, Any]]] = {
                  "span": (float, False, 1.0), "max_lag": (int, False, 32)},
     "landscape": {"dims": (int, True, [1]), "points": (int, False, 21), "span": (float, False, 1.0),
                   "samples": (int, False, 512), "seed": (int, False, 0), "batch_size": (int, False, 256)},
+    # bench.runs.cost.overhead_rounds: designs against their family's baseline at a reference shape, per timed round
+    "cost": {"designs": (str, True, ["mhc"]), "shape": (str, False, "gpt2_small"), "repeats": (int, False, 3),
+             "modes": (str, True, ["eager"])},
 }
 # The fields of a run that identify it in an analysis's tables (and that claims filter on).
 RUN_FIELDS = ("run_id", "variant", "depth", "task", "seed", "study", "init")

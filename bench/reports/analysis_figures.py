@@ -26,7 +26,7 @@ from matplotlib.lines import Line2D
 from matplotlib.ticker import LogFormatterSciNotation, LogLocator, MaxNLocator
 
 from bench.analysis.landscape import surface
-from bench.analysis.stats import mean_ci
+from bench.analysis.stats import mean_ci, t_ci
 from bench.reports.plotdata import variant_key
 from bench.reports.plots import Colour, line_styles, palette
 
@@ -271,3 +271,43 @@ def plot_landscape(
 def plot_slice(frame: pd.DataFrame, path: Path | str, title: str = "") -> Path:
     """One slice's figure (:func:`plot_landscape` with a single, unlabelled slice)."""
     return plot_landscape({"": frame}, path, title)
+
+
+# -- cost at a paper's shape -----------------------------------------------------------------------------------
+
+
+COST_METRICS = {"step_overhead": "step time", "mem_overhead": "step memory", "flops_overhead": "training FLOPs",
+                "params_overhead": "parameters"}
+
+
+def cost_figure(summary: pd.DataFrame, colours: Mapping[str, Colour] | None = None) -> Figure:
+    """One panel per overhead (step time, step memory, FLOPs, parameters): a bar per design and mode, the mean over
+    the timed rounds with its 95% CI (Student t), in percent of the baseline's; 0 is the baseline."""
+    modes = list(dict.fromkeys(summary["mode"]))
+    names = list(dict.fromkeys(summary["variant"]))
+    colour_of = label_colours({n: n for n in names}, colours)
+    fig = Figure(figsize=(4.2 * len(COST_METRICS), 0.45 * len(names) * len(modes) + 1.8), layout="constrained")
+    axes = fig.subplots(1, len(COST_METRICS), sharey=True)
+    ticks = [f"{n} ({m})" if len(modes) > 1 else n for n in names for m in modes]
+    for ax, (metric, what) in zip(axes, COST_METRICS.items(), strict=True):
+        for i, (name, mode) in enumerate((n, m) for n in names for m in modes):
+            values = summary.loc[(summary["variant"] == name) & (summary["mode"] == mode), metric].to_numpy(float)
+            s = t_ci(values)
+            ax.barh(i, 100 * s["mean"], xerr=100 * s["ci"] if s["n"] > 1 else None, color=colour_of[name][0],
+                    hatch="//" if mode == "compiled" else None, capsize=3)
+        ax.axvline(0, color="0.3", linewidth=0.8)
+        ax.set(xlabel=f"{what}: % over the baseline", title=what)
+    axes[0].set_yticks(range(len(ticks)), ticks)
+    axes[0].invert_yaxis()
+    row = summary.iloc[0]
+    fig.suptitle(f"What each design adds to {row['baseline']} at {row['shape']} ({row['device']}, batch "
+                 f"{row['batch']}; mean and 95% CI over the timed rounds)")
+    return fig
+
+
+def plot_cost(summary: pd.DataFrame, path: Path | str, colours: Mapping[str, Colour] | None = None) -> Path:
+    """Write :func:`cost_figure` as a PNG at ``path`` (parent directories created); returns the path."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    cost_figure(summary, colours).savefig(path, dpi=120)
+    return path

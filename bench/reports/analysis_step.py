@@ -23,7 +23,7 @@ from bench.analysis.claims import TABLES, Result, evaluate_claims, parse_claims
 from bench.analysis.options import check_options
 from bench.analysis.stats import t_ci
 from bench.analysis.studyfile import find_study, read_study_file
-from bench.reports.analysis_figures import plot_gradcorr, plot_landscape, plot_lesion
+from bench.reports.analysis_figures import plot_cost, plot_gradcorr, plot_landscape, plot_lesion
 from bench.reports.markdown import claim_lines, markdown_table
 from bench.reports.plotdata import variant_key
 from bench.reports.plots import Colour, palette_of
@@ -46,6 +46,8 @@ def draw(output: Output, figure: Path, colours: Mapping[str, Colour] | None = No
                             "lesion study (Veit et al. 2016, Figs. 3 and 5)", colours)]
     if output.kind == "gradcorr":
         return [plot_gradcorr(output.summary, output.tables["-acf"], output.tables["-series"], figure, colours)]
+    if output.kind == "cost":
+        return [plot_cost(output.summary, figure, colours)]
     paths = []
     table = output.tables[""]
     for d in dict.fromkeys(table["dims"]):
@@ -75,6 +77,8 @@ def for_study(name: str, options: dict[str, Any], results_dir: str | Path, run_i
     root = Path(results_dir)
     if kind == "gradcorr":
         out = analyses.run_gradcorr(study=name, **opts)
+    elif kind == "cost":
+        out = analyses.run_cost(study=name, **opts)
     else:
         board = ResultsStore(root).load_leaderboard()
         ok = set(board.loc[board["status"] == "ok", "run_id"]) if not board.empty else set()
@@ -134,7 +138,7 @@ def summary_of(results_dir: str | Path, study: str, runs: Sequence[dict[str, Any
         return None
     summary = pd.read_csv(summary_csv)
     metrics = TABLES[kind]
-    by = [c for c in ("variant", "depth", "dims", "k") if c in summary]
+    by = [c for c in ("variant", "depth", "dims", "k", "shape", "mode") if c in summary]
     rows = []
     for key, g in summary.groupby(by, sort=True):
         cells = []
@@ -155,8 +159,10 @@ def report_lines(results_dir: str | Path, study: str, runs: Sequence[dict[str, A
     made = summary_of(root, study, runs)
     if made is None:
         return []
-    lines = [f"## Analysis: {made.kind}", "", f"Rows of `{made.source}`, mean ± 95% CI half-width "
-             "over seeds (n = models). Every evaluation is in the other CSVs of `analysis/" + study + "/`.", "",
+    over = ("over the timed rounds (n = rounds; each overhead a fraction of the baseline's, timed beside it in the "
+            "same round)" if made.kind == "cost" else "over seeds (n = models). Every evaluation is in the other "
+            f"CSVs of `analysis/{study}/`")
+    lines = [f"## Analysis: {made.kind}", "", f"Rows of `{made.source}`, mean ± 95% CI half-width {over}.", "",
              markdown_table(made.headers, made.rows), ""]
     lines += [f"![{fig.stem}]({fig.relative_to(root).as_posix()})" for fig in made.figures]
     lines.append("")

@@ -89,6 +89,9 @@ SHAPES: dict[str, Shape] = {s.name: s for s in (
 )}  # fmt: skip
 
 
+MODES = ("eager", "compiled")  # how a step runs: as written, or under torch.compile
+
+
 def shape_of(name: str) -> Shape:
     if name not in SHAPES:
         raise ValueError(f"unknown shape {name!r}; shapes: {', '.join(SHAPES)}")
@@ -100,12 +103,16 @@ def designs_for(shape: Shape) -> list[str]:
     return sorted(n for family in shape.families for n in variants.list_variants(family=family))
 
 
-def _check(shape: Shape, designs: Sequence[str]) -> None:
+def check_designs(shape: Shape, designs: Sequence[str], modes: Sequence[str] = ("eager",)) -> None:
+    """ValueError naming the choices for a design of another family than ``shape``'s, or an unknown mode."""
     allowed = designs_for(shape)
     unknown = [d for d in designs if d not in allowed]
     if unknown:
         raise ValueError(f"design(s) {', '.join(map(repr, unknown))} not of the {'/'.join(shape.families)} family at "
                          f"shape {shape.name!r}; its designs: {', '.join(allowed)}")
+    bad = [m for m in modes if m not in MODES]
+    if bad:
+        raise ValueError(f"unknown mode(s) {', '.join(map(repr, bad))}; modes: {', '.join(MODES)}")
 
 
 def build(design: str, shape: Shape) -> nn.Module:
@@ -184,17 +191,24 @@ def measured_step(step: Callable[[], None], device: torch.device) -> tuple[float
     return ms, measure.max_rss_mb() - resident
 
 
-def side_by_side(trainees: Sequence[Callable[[], None]], device: torch.device, repeats: int
-                 ) -> list[tuple[float, float]]:
-    """(median step ms, median step memory MiB) of each trainee: one untimed step each, then ``repeats`` rounds in
+def rounds(trainees: Sequence[Callable[[], None]], device: torch.device, repeats: int
+           ) -> list[list[tuple[float, float]]]:
+    """Per round, (step ms, step memory MiB) of each trainee: one untimed step each, then ``repeats`` rounds in
     which each takes one measured step in turn (alternating, so that a drift of the machine falls on every one)."""
     for t in trainees:
         t()
-    measured: list[list[tuple[float, float]]] = [[] for _ in trainees]
-    for _ in range(repeats):
-        for i, t in enumerate(trainees):
-            measured[i].append(measured_step(t, device))
-    return [(statistics.median(ms for ms, _ in m), statistics.median(mb for _, mb in m)) for m in measured]
+    return [[measured_step(t, device) for t in trainees] for _ in range(repeats)]
+
+
+def timed_pair(pair: Sequence[str], sh: Shape, batch: tuple[torch.Tensor, torch.Tensor], device: torch.device,
+               repeats: int, compiled: bool) -> list[list[tuple[float, float]]]:
+    """The :func:`rounds` of ``pair`` (the baseline, then a design) at ``sh``, each built from seed 0 beside the
+    other in this process."""
+    trainees = []
+    for n in pair:
+        torch.manual_seed(0)
+        trainees.append(Trainee(build(n, sh).to(device), sh, batch, compiled=compiled))
+    return rounds(trainees, device, repeats)
 
 
 @contextlib.contextmanager
@@ -207,12 +221,13 @@ def cost_table(designs: Sequence[str], shape: str, *, measure_time: bool = True,
                partial: Callable[[pd.DataFrame], None] | None = None) -> pd.DataFrame:
     """One row per design (the baseline first, added where not named): parameters, training FLOPs per sample, and
     with ``measure_time`` the step time and step memory at ``batch`` (default: the shape's), each beside its ratio to
-    the baseline's; the time ratios paired with a baseline timed alternately with that design (:func:`side_by_side`),
-    eager and, with ``compiled``, under ``torch.compile``; ``time_per_flop`` the eager time ratio over the FLOPs
-    ratio. ``partial`` is called with the table so far after each design is timed (a long measurement keeps what it
-    has). ValueError naming the choices for an unknown shape or a design of another family."""
+    the baseline's; the time ratios paired with a baseline timed alternately with that design (:func:`timed_pair`,
+    medians over the rounds), eager and, with ``compiled``, under ``torch.compile``; ``time_per_flop`` the eager
+    time ratio over the FLOPs ratio. ``partial`` is called with the table so far after each design is timed (a
+    long measurement keeps what it has). ValueError naming the choices for an unknown shape or a design of
+    another family."""
     sh = shape_of(shape)
-    _check(sh, designs)
+    check_designs(sh, designs)
     names = [sh.baseline, *[d for d in dict.fromkeys(designs) if d != sh.baseline]]
     dev = torch.device(device)
     b = batch or sh.batch
@@ -238,12 +253,9 @@ def cost_table(designs: Sequence[str], shape: str, *, measure_time: bool = True,
                     suffix = "_compiled" if mode else ""
                     say(f"  timing {' vs '.join(pair)}{' compiled' if mode else ''}: {repeats} alternating steps of "
                         f"{b} sample{'s' if b > 1 else ''} each ...")
-                    trainees = []
-                    for n in pair:
-                        torch.manual_seed(0)
-                        trainees.append(Trainee(build(n, sh).to(dev), sh, (x, y), compiled=mode))
-                    (t0, m0), (t1, m1) = (measured := side_by_side(trainees, dev, repeats))[0], measured[-1]
-                    del trainees
+                    by_round = timed_pair(pair, sh, (x, y), dev, repeats, mode)
+                    (t0, m0), (t1, m1) = [(statistics.median(r[i][0] for r in by_round),
+                                           statistics.median(r[i][1] for r in by_round)) for i in (0, -1)]
                     r = rows[name]
                     r[f"step_ms{suffix}"], r[f"step_rel{suffix}"] = t1, t1 / t0
                     r[f"step_mem_mb{suffix}"], r[f"mem_rel{suffix}"] = m1, m1 / m0 if m0 > 0 else float("nan")
@@ -265,3 +277,37 @@ def _frame(rows: dict[str, dict[str, Any]], sh: Shape, batch: int, dev: torch.de
                        memory="cuda_max_memory_allocated" if dev.type == "cuda" else
                        "rss_high_water_mark" + ("" if pinned else " (mmap threshold not pinned: rough)"))
     return table
+
+
+
+def overhead_rounds(designs: Sequence[str], shape: str, *, repeats: int = 3, modes: Sequence[str] = ("eager",),
+                    batch: int | None = None, device: str = "cpu", progress: bool = False) -> pd.DataFrame:
+    """What each design adds to its family's baseline at ``shape``, one row per design, mode and timed round: the
+    fractions ``params_overhead`` and ``flops_overhead`` (exact, the same in every round) and ``step_overhead`` and
+    ``mem_overhead``, the design's step time and memory over those of the baseline step taken right before it in the
+    same round, minus 1 (:func:`timed_pair`): the rounds are the independent draws a claim's interval is over, as seeds
+    are for a trained metric. The ``cost`` analysis of a study (:mod:`bench.analysis.analyses`) is this table."""
+    sh = shape_of(shape)
+    check_designs(sh, designs, modes)
+    dev = torch.device(device)
+    b = batch or sh.batch
+    if dev.type == "cpu":
+        pin_mmap_threshold()
+    x, y = sh.inputs(b, dev)
+    base = count(sh.baseline, sh)
+    out = []
+    with _progress(progress) as say:
+        for name in dict.fromkeys(d for d in designs if d != sh.baseline):
+            c = count(name, sh)
+            for mode in modes:
+                say(f"  timing {sh.baseline} vs {name} ({mode}): {repeats} alternating steps of {b} each ...")
+                for i, ((t0, m0), (t1, m1)) in enumerate(timed_pair([sh.baseline, name], sh, (x, y), dev, repeats,
+                                                                    mode == "compiled")):
+                    out.append({"variant": name, "baseline": sh.baseline, "shape": sh.name, "mode": mode,
+                                "device": measure.device_name(dev), "batch": b, "repeat": i,
+                                "params_overhead": c.params / base.params - 1,
+                                "flops_overhead": c.flops.train / base.flops.train - 1,
+                                "step_overhead": t1 / t0 - 1,
+                                "mem_overhead": m1 / m0 - 1 if m0 > 0 else float("nan"),
+                                "step_ms": t1, "baseline_step_ms": t0, "step_mem_mb": m1, "baseline_step_mem_mb": m0})
+    return pd.DataFrame(out)

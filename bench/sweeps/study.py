@@ -43,7 +43,7 @@ import variants
 from bench.analysis.claims import AXES, TABLES, Claim, parse_claims
 from bench.analysis.options import check_options
 from bench.analysis.studyfile import find_study, plugin_spec, read_study_file
-from bench.runs import plugins
+from bench.runs import cost, plugins
 from bench.runs.config import FIELD_DEFAULTS, RunConfig, build
 from bench.runs.results import COLUMNS
 from bench.runs.tasks import TaskError
@@ -51,6 +51,8 @@ from bench.runs.tasks import get as get_task
 from bench.runs.train import model_kwargs, task_options
 from bench.sweeps.fairness import DEFAULT_PARAM_TOLERANCE, check_grid
 
+# The analyses of a study that trains nothing, each with the option that lists its models.
+UNTRAINED = {"gradcorr": "variants", "cost": "designs"}
 KEYS = ("name", "description", "claim", "base", "grid", "presets", "vary", "param_tolerance", "claims", "analysis",
         "plugins")  # fmt: skip
 
@@ -101,12 +103,13 @@ class Study:
                                  "add only variants it does not have")
             return [*listed, *names]
 
-        if not self.grid and self.analysis.get("kind") == "gradcorr":  # a study of models at init: no grid
-            listed = list(self.analysis.get("variants", []))
+        if not self.grid and self.analysis.get("kind") in UNTRAINED:  # a study of models it trains not: no grid
+            key = UNTRAINED[self.analysis["kind"]]
+            listed = list(self.analysis.get(key, []))
             if present := [n for n in names if n in listed]:
                 raise ValueError(f"study {self.name!r} already measures variant(s) {present}; add only variants it "
                                  "does not have")
-            analysis = {**self.analysis, "variants": [*listed, *names]}
+            analysis = {**self.analysis, key: [*listed, *names]}
             return dataclasses.replace(self, analysis=analysis, added=(*self.added, *names))
         base, grid = dict(self.base), dict(self.grid)
         if "variant" in grid:
@@ -150,11 +153,19 @@ class Study:
         return out
 
     def _check_models(self, preset: str | None) -> None:
-        """The models a study without runs measures (``gradcorr``'s variants x depths) pass the same checks as a
-        grid's: valid names and depths, and no difference beyond ``vary`` (:func:`bench.sweeps.fairness.check_grid`)."""
+        """The models a study without runs measures pass the checks of a grid's: ``gradcorr``'s variants x depths
+        valid names and depths, with no difference beyond ``vary`` (:func:`bench.sweeps.fairness.check_grid`);
+        ``cost``'s designs of the family its shape admits, in modes it knows (what differs between a design and
+        its baseline is what a cost measures)."""
         opts = check_options(self.analysis_options(preset))
-        if opts["kind"] != "gradcorr":
+        if opts["kind"] not in UNTRAINED:
             raise ValueError(f"study {self.name!r}: a {opts['kind']} analysis needs trained runs: give it a [grid]")
+        if opts["kind"] == "cost":
+            try:
+                cost.check_designs(cost.shape_of(opts["shape"]), opts["designs"], opts["modes"])
+            except ValueError as exc:
+                raise ValueError(f"study {self.name!r}: [analysis]: {exc}") from None
+            return
         models = [RunConfig(variant=v, depth=d, task=opts["task"], study=self.name, preset=preset)
                   for v in opts["variants"] for d in opts["depths"]]  # fmt: skip
         _check_variants(models)
