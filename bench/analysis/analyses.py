@@ -32,6 +32,7 @@ import pandas as pd
 from bench.analysis import gradcorr, landscape, lesion
 from bench.analysis.options import RUN_FIELDS
 from bench.runs import checkpoints, plugins
+from bench.runs.cost import overhead_rounds
 from bench.runs.results import atomic_write_text
 
 
@@ -105,8 +106,6 @@ def run_cost(*, designs: Sequence[str], shape: str, repeats: int, modes: Sequenc
              ) -> Output:
     """What each design adds to its family's baseline at a reference shape (:func:`bench.runs.cost.overhead_rounds`,
     on the CPU), one row per design, mode and timed round: the summary claims read."""
-    from bench.runs.cost import overhead_rounds  # torch models at a paper's shape: loaded only to measure them
-
     with plugins.blame(*designs):
         table = overhead_rounds(designs, shape, repeats=repeats, modes=modes, progress=True)
     return Output("cost", {}, table.assign(study=study, status="ok"))

@@ -17,7 +17,7 @@ from mkdocs.structure.files import File, Files
 
 from bench.reports.site import build_site
 
-RESULTS = Path(__file__).resolve().parent.parent / "results"
+RESULTS = Path(__file__).resolve().parent.parent / "results"  # beside this folder
 PREFIX = "results"  # the folder of the documentation site the results site lands in
 _built: list[tempfile.TemporaryDirectory[str]] = []  # kept until the build ends: the files are copied from here
 
