@@ -200,6 +200,12 @@ def rounds(trainees: Sequence[Callable[[], None]], device: torch.device, repeats
     return [[measured_step(t, device) for t in trainees] for _ in range(repeats)]
 
 
+def medians(by_round: Sequence[Sequence[tuple[float, float]]]) -> list[tuple[float, float]]:
+    """(median step ms, median step memory MiB) of each trainee over the :func:`rounds`."""
+    return [(statistics.median(r[i][0] for r in by_round), statistics.median(r[i][1] for r in by_round))
+            for i in range(len(by_round[0]))]
+
+
 def timed_pair(pair: Sequence[str], sh: Shape, batch: tuple[torch.Tensor, torch.Tensor], device: torch.device,
                repeats: int, compiled: bool) -> list[list[tuple[float, float]]]:
     """The :func:`rounds` of ``pair`` (the baseline, then a design) at ``sh``, each built from seed 0 beside the
@@ -253,9 +259,7 @@ def cost_table(designs: Sequence[str], shape: str, *, measure_time: bool = True,
                     suffix = "_compiled" if mode else ""
                     say(f"  timing {' vs '.join(pair)}{' compiled' if mode else ''}: {repeats} alternating steps of "
                         f"{b} sample{'s' if b > 1 else ''} each ...")
-                    by_round = timed_pair(pair, sh, (x, y), dev, repeats, mode)
-                    (t0, m0), (t1, m1) = [(statistics.median(r[i][0] for r in by_round),
-                                           statistics.median(r[i][1] for r in by_round)) for i in (0, -1)]
+                    (t0, m0), *_, (t1, m1) = medians(timed_pair(pair, sh, (x, y), dev, repeats, mode))
                     r = rows[name]
                     r[f"step_ms{suffix}"], r[f"step_rel{suffix}"] = t1, t1 / t0
                     r[f"step_mem_mb{suffix}"], r[f"mem_rel{suffix}"] = m1, m1 / m0 if m0 > 0 else float("nan")
@@ -279,7 +283,6 @@ def _frame(rows: dict[str, dict[str, Any]], sh: Shape, batch: int, dev: torch.de
     return table
 
 
-
 def overhead_rounds(designs: Sequence[str], shape: str, *, repeats: int = 3, modes: Sequence[str] = ("eager",),
                     batch: int | None = None, device: str = "cpu", progress: bool = False) -> pd.DataFrame:
     """What each design adds to its family's baseline at ``shape``, one row per design, mode and timed round: the
@@ -295,6 +298,7 @@ def overhead_rounds(designs: Sequence[str], shape: str, *, repeats: int = 3, mod
         pin_mmap_threshold()
     x, y = sh.inputs(b, dev)
     base = count(sh.baseline, sh)
+    device_name = measure.device_name(dev)
     out = []
     with _progress(progress) as say:
         for name in dict.fromkeys(d for d in designs if d != sh.baseline):
@@ -304,7 +308,7 @@ def overhead_rounds(designs: Sequence[str], shape: str, *, repeats: int = 3, mod
                 for i, ((t0, m0), (t1, m1)) in enumerate(timed_pair([sh.baseline, name], sh, (x, y), dev, repeats,
                                                                     mode == "compiled")):
                     out.append({"variant": name, "baseline": sh.baseline, "shape": sh.name, "mode": mode,
-                                "device": measure.device_name(dev), "batch": b, "repeat": i,
+                                "device": device_name, "batch": b, "repeat": i,
                                 "params_overhead": c.params / base.params - 1,
                                 "flops_overhead": c.flops.train / base.flops.train - 1,
                                 "step_overhead": t1 / t0 - 1,

@@ -103,7 +103,7 @@ class Study:
                                  "add only variants it does not have")
             return [*listed, *names]
 
-        if not self.grid and self.analysis.get("kind") in UNTRAINED:  # a study of models it trains not: no grid
+        if not self.grid and self.analysis.get("kind") in UNTRAINED:  # a study that trains nothing: no grid
             key = UNTRAINED[self.analysis["kind"]]
             listed = list(self.analysis.get(key, []))
             if present := [n for n in names if n in listed]:
