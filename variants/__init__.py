@@ -108,6 +108,7 @@ from .layers import CifarSpec, Slot, build_cifar, conv_branch, make_shortcut
 from .mlp import MlpSpec, build_mlp
 from .registry import (
     DuplicateVariantError,
+    axis_names,
     create,
     derive_axes,
     describe,
@@ -142,6 +143,7 @@ __all__ = [
     "TransformGate",
     "TransformerSpec",
     "TrunkSpec",
+    "axis_names",
     "build_cifar",
     "build_mlp",
     "build_transformer",

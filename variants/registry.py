@@ -153,6 +153,15 @@ def list_variants(pattern: str = "*", family: str | None = None) -> list[str]:
     )
 
 
+DERIVED_AXES = ("combinator", "body", "norm", "placement")  # what :func:`derive_axes` reads from any model
+
+
+def axis_names() -> set[str]:
+    """Every axis a registered variant can have: those :func:`derive_axes` derives and those any variant declares
+    (``stream``, ``attention`` ...). Nothing is built."""
+    return {*DERIVED_AXES, *(a for spec in _REGISTRY.values() for a in spec.axes)}
+
+
 def create(name: str, **overrides: Any) -> nn.Module:
     """Build variant ``name``; ``overrides`` may change any default but never a preset's pinned value."""
     if name.startswith(TIMM_PREFIX):

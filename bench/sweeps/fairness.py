@@ -256,10 +256,11 @@ def check_grid(configs: Iterable[RunConfig], vary: Sequence[str], param_toleranc
     for group in groups.values():
         for f in group.values():
             known |= set(f.axes) | set(f.kwargs)
-    unknown = sorted(set(vary) - known)
+    # A study's `vary` covers all its presets: an axis only another preset's models have is declared, not a typo.
+    unknown = sorted(set(vary) - known - variants.axis_names())
     if unknown:
-        raise ValueError(f"study {study!r}: `vary` names {unknown}, which no model of the grid has; "
-                         f"choose from {sorted(known)}")
+        raise ValueError(f"study {study!r}: `vary` names {unknown}, which no model of the grid has and no registered "
+                         f"variant declares; choose from {sorted(known)}")
     for group in groups.values():
         first, *others = group.values()
         for other in others:
