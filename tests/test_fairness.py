@@ -106,6 +106,12 @@ def test_guard_compares_only_within_a_grid_cell() -> None:
     check_grid(configs, [], study="t")
 
 
+def test_guard_runs_no_forward_for_a_study_of_structures(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Varying placement compares structures by design: the guard describes none (a forward each, its main cost).
+    monkeypatch.setattr(structure, "describe", lambda model: pytest.fail("described a model"))
+    check_grid(_configs(["postln", "preln"], depth=2, task="text"), ["placement"], study="t")
+
+
 def test_guard_rejects_unknown_vary_names() -> None:
     with pytest.raises(ValueError, match=r"`vary` names \['placment'\], which no model of the grid has"):
         check_grid(_configs(["postln", "preln"], depth=2, task="text"), ["placment"], study="t")
@@ -184,7 +190,7 @@ def test_cli_diff(capsys: pytest.CaptureFixture[str]) -> None:
 
 def _fake_grid(monkeypatch: pytest.MonkeyPatch, facts: dict[str, Facts]) -> list[RunConfig]:
     """Configs of the variants in ``facts`` (two seeds each); model_facts answers from ``facts``."""
-    monkeypatch.setattr(fairness, "model_facts", lambda variant, depth, overrides: facts[variant])
+    monkeypatch.setattr(fairness, "model_facts", lambda variant, depth, overrides, described=True: facts[variant])
     return _configs(list(facts))
 
 

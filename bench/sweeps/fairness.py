@@ -74,16 +74,17 @@ def _overrides(depth: int | None, model_args: Mapping[str, Any] | None) -> dict[
 
 
 def model_facts(variant: str, depth: int | None = None, model_args: Mapping[str, Any] | None = None,
-                model: nn.Module | None = None) -> Facts:
+                model: nn.Module | None = None, described: bool = True) -> Facts:
     """Axes, resolved kwargs and parameter count of ``variant``: of ``model`` when given (built with these
-    overrides), else of one built on the meta device (no memory, no data)."""
+    overrides), else of one built on the meta device (no memory, no data). ``described``: with its structure,
+    which runs one forward (on the meta device, most of the cost); without, ``structure`` is None."""
     over = _overrides(depth, model_args)
     if model is None:
         with torch.device("meta"):
             model = variants.create(variant, **over)
     desc = variants.describe(variant)
     return Facts(variant, desc["family"], dict(desc["axes"]), resolved_kwargs(variant, over),
-                 sum(p.numel() for p in model.parameters()), structure.describe(model))
+                 sum(p.numel() for p in model.parameters()), structure.describe(model) if described else None)
 
 
 def _role(name: str) -> str:
@@ -246,12 +247,14 @@ def check_grid(configs: Iterable[RunConfig], vary: Sequence[str], param_toleranc
     to a variant's own combinator or body.
     """
     groups: dict[str, dict[str, Facts]] = defaultdict(dict)
+    compares_structure = _values_only(vary)  # else no forward is needed: a structural study compares structures
     for cfg in configs:
         if cfg.variant.startswith("timm:"):
             continue  # timm models carry no axes: nothing to compare them by
         group = groups[_group_key(cfg)]
         if cfg.variant not in group:
-            group[cfg.variant] = model_facts(cfg.variant, cfg.depth, cfg.model_overrides())
+            group[cfg.variant] = model_facts(cfg.variant, cfg.depth, cfg.model_overrides(),
+                                             described=compares_structure)
     known = {"params", "structure"}
     for group in groups.values():
         for f in group.values():
@@ -277,11 +280,16 @@ def check_grid(configs: Iterable[RunConfig], vary: Sequence[str], param_toleranc
             _check_structure(first, other, vary, study)
 
 
+def _values_only(vary: Sequence[str]) -> bool:
+    """Whether a study varies values only (:data:`VALUE_CONFOUNDS`, or nothing): then structures must match."""
+    return all(axis in VALUE_CONFOUNDS for axis in vary)
+
+
 def _check_structure(first: Facts, other: Facts, vary: Sequence[str], study: str) -> None:
     """Refuse two models that differ in structure in a study that varies only values (:data:`VALUE_CONFOUNDS`:
     skipinit and rezero in a study of the init). A study that varies a structural axis (combinator, placement,
     norm, body, width ... or ``structure`` itself) compares structures by design."""
-    if any(axis not in VALUE_CONFOUNDS for axis in vary):
+    if not _values_only(vary):
         return
     row = structure_row(first, other)
     if row is None or not row.differs:
