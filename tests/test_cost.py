@@ -11,6 +11,7 @@ from _nets import write
 from torch.utils.flop_counter import FlopCounterMode
 
 from bench.cli import main
+from bench.reports.markdown import render_profile
 from bench.runs import cost, measure
 
 TINY = cost.Shape("tiny", "a tiny LM", "preln", ("transformer",),
@@ -77,6 +78,33 @@ def test_cli_writes_the_table_with_its_command(tmp_path: Path, capsys: pytest.Ca
     assert printed.startswith("Cost at gpt2_small (GPT-2 small (Radford et al. 2019, 124M)")
     assert "| preln | 124,439,808 | 874,944,921,600 | 1 | 1 | 1 |" in printed
     assert out.read_text().startswith("Made by `python -m bench ") and printed in out.read_text()
+
+
+def test_a_profile_says_which_operators_the_extra_time_is(tiny: cost.Shape, tmp_path: Path,
+                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    table = cost.profile_pair("mhc", "tiny", steps=2)
+    assert list(table.columns) == ["op", "base_ms", "design_ms", "extra_ms", "base_calls", "design_calls"]
+    assert (table["extra_ms"] == table["design_ms"] - table["base_ms"]).all()
+    assert table["extra_ms"].is_monotonic_decreasing
+    a = table.attrs
+    assert (a["design"], a["baseline"], a["steps"]) == ("mhc", "preln", 2)
+    assert a["design_ms"] == pytest.approx(table["design_ms"].sum()) and a["base_ms"] > 0
+    by_op = table.set_index("op")
+    # Sinkhorn's iterations (in log space) are mHC's alone
+    assert by_op.loc["aten::logsumexp", "base_calls"] == 0 and by_op.loc["aten::logsumexp", "design_calls"] > 0
+    text = render_profile(table, top=3)
+    assert text.startswith("Where mhc's training step goes at tiny, batch 1 on ")
+    lines = [line for line in text.splitlines() if line.startswith("| ")]
+    assert lines[0] == "| operator | preln ms | mhc ms | extra ms | share of the extra | preln calls | mhc calls |"
+    assert len(lines) == 1 + 3 + 1 and lines[-1].startswith(f"| the other {len(table) - 3} operators |")
+    out = tmp_path / "profile.csv"
+    assert main(["cost", "--designs", "mhc", "--shape", "tiny", "--profile", "--repeats", "1", "--format", "csv",
+                 "--out", str(out)]) == 0
+    once = pd.read_csv(out).set_index("op")
+    assert (once["design"] == "mhc").all() and capsys.readouterr().out == out.read_text()
+    # calls are per step, whatever the number of steps profiled
+    assert once.loc["aten::mm", ["base_calls", "design_calls"]].tolist() == \
+        by_op.loc["aten::mm", ["base_calls", "design_calls"]].tolist()
 
 
 def test_unknown_shapes_and_designs_name_the_choices(capsys: pytest.CaptureFixture[str]) -> None:

@@ -13,10 +13,10 @@ import torch
 
 import variants
 from bench.cli.parser import config_from_args
-from bench.reports.markdown import render_cost
+from bench.reports.markdown import render_cost, render_profile
 from bench.runs import plugins
 from bench.runs.config import RECIPES
-from bench.runs.cost import cost_table
+from bench.runs.cost import cost_table, profile_pair
 from bench.runs.probes import format_probe_table, probe, probe_table
 from bench.runs.train import setup
 from bench.sweeps import structure
@@ -108,16 +108,25 @@ def cmd_recipes(ns: argparse.Namespace) -> int:
 def cmd_cost(ns: argparse.Namespace) -> int:
     command = "python -m bench " + " ".join(shlex.quote(a) for a in sys.argv[1:])
 
-    def write(table: pd.DataFrame, note: str = "") -> None:
+    def write(text: str, note: str = "") -> None:
         if ns.out:
-            text = render_cost(table, ns.format)
             made = f"Made by `{command}`{note}.\n\n" if ns.format == "markdown" else ""
             Path(ns.out).parent.mkdir(parents=True, exist_ok=True)
             Path(ns.out).write_text(made + text, encoding="utf-8")
 
-    table = cost_table(ns.designs, ns.shape, measure_time=ns.measure_time, compiled=ns.compile, batch=ns.batch,
-                       repeats=ns.repeats, device=ns.device, progress=True,
-                       partial=lambda t: write(t, " (unfinished: the designs timed so far)"))
-    print(render_cost(table, ns.format), end="")
-    write(table)
+    if ns.profile:
+        profiles = []
+        for design in ns.designs:
+            print(f"  profiling {design} and its baseline at {ns.shape} ...", file=sys.stderr, flush=True)
+            profiles.append(profile_pair(design, ns.shape, batch=ns.batch, steps=ns.repeats, device=ns.device))
+        text = (str(pd.concat([p.assign(design=p.attrs["design"]) for p in profiles]).to_csv(index=False))
+                if ns.format == "csv" else "\n".join(render_profile(p, ns.top) for p in profiles))
+    else:
+        table = cost_table(ns.designs, ns.shape, measure_time=ns.measure_time, compiled=ns.compile, batch=ns.batch,
+                           repeats=ns.repeats, device=ns.device, progress=True,
+                           partial=lambda t: write(render_cost(t, ns.format),
+                                                   " (unfinished: the designs timed so far)"))
+        text = render_cost(table, ns.format)
+    print(text, end="")
+    write(text)
     return 0

@@ -423,6 +423,10 @@ def _cost(sub: Sub) -> None:
     q.add_argument("--batch", type=_positive(int), help="samples of the timed step (default: the shape's, 1 or 8)")
     q.add_argument("--repeats", type=_positive(int), default=3, help="alternating timed steps of each (default: 3)")
     q.add_argument("--device", default="cpu", help="where to time (default: cpu)")
+    q.add_argument("--profile", action="store_true",
+                   help="instead of the table: where each design's extra step time goes, operator by operator "
+                        "(torch.profiler over --repeats steps of it and of the baseline)")
+    q.add_argument("--top", type=_positive(int), default=12, help="operators a profile lists (default: 12)")
     q.add_argument("--format", choices=("markdown", "csv"), default="markdown")
     q.add_argument("--out", metavar="FILE", help="also write the table there, with the command that made it")
     _handler(q, "models:cmd_cost")

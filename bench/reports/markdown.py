@@ -109,6 +109,26 @@ def render_comparison(table: pd.DataFrame, fmt: str = "markdown") -> str:
     return markdown_table(list(shown.columns), shown.to_numpy().tolist())
 
 
+def render_profile(table: pd.DataFrame, top: int = 12) -> str:
+    """A step profile (:func:`bench.runs.cost.profile_pair`) as Markdown: the ``top`` operators adding the most time,
+    each with its share of the design's whole extra time, then the rest in one row."""
+    a = table.attrs
+    extra = a["design_ms"] - a["base_ms"]
+    head = (f"Where {a['design']}'s training step goes at {a['shape']}, batch {a['batch']} on {a['device']}: "
+            f"{a['design_ms']:,.1f} ms against {a['baseline']}'s {a['base_ms']:,.1f} ms ({extra / a['base_ms']:+.1%}), "
+            f"self time per operator and step, torch.profiler over {a['steps']} steps of each")
+    rest = table.iloc[top:]
+    shown = pd.concat([table.iloc[:top], pd.DataFrame([{
+        "op": f"the other {len(rest)} operators", **rest[["base_ms", "design_ms", "extra_ms", "base_calls",
+                                                             "design_calls"]].sum()}])], ignore_index=True)
+    rows = [[r.op, f"{r.base_ms:,.1f}", f"{r.design_ms:,.1f}", f"{r.extra_ms:+,.1f}",
+             f"{r.extra_ms / extra:.0%}" if extra > 0 else "-", f"{r.base_calls:,.0f}", f"{r.design_calls:,.0f}"]
+            for r in shown.itertuples(index=False)]
+    headers = ["operator", f"{a['baseline']} ms", f"{a['design']} ms", "extra ms", "share of the extra",
+               f"{a['baseline']} calls", f"{a['design']} calls"]
+    return head + ".\n\n" + markdown_table(headers, rows) + "\n"
+
+
 def render_cost(table: pd.DataFrame, fmt: str = "markdown") -> str:
     """A cost table (:func:`bench.runs.cost.cost_table`) as Markdown, headed by a line saying at which shape, batch
     and device it was measured, or CSV."""

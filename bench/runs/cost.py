@@ -283,6 +283,53 @@ def _frame(rows: dict[str, dict[str, Any]], sh: Shape, batch: int, dev: torch.de
     return table
 
 
+def _self_ms(event: Any, device: torch.device) -> float:
+    """An operator's self time in ms: on the device for CUDA (the name of the field changed in torch 2.4), else on
+    the CPU."""
+    if device.type == "cuda":
+        return float(getattr(event, "self_device_time_total", getattr(event, "self_cuda_time_total", 0.0))) / 1e3
+    return float(event.self_cpu_time_total) / 1e3
+
+
+def profile_pair(design: str, shape: str, *, batch: int | None = None, steps: int = 2, device: str = "cpu"
+                 ) -> pd.DataFrame:
+    """Where ``design``'s extra step time goes: ``steps`` training steps of the baseline and of ``design`` at ``shape``
+    under ``torch.profiler`` (after one unprofiled step each), one row per operator (``aten::mm``, ``aten::copy_``
+    ...) with its self time per step in each (``base_ms``, ``design_ms``), the difference (``extra_ms``), and its
+    calls per step (``base_calls``, ``design_calls``), sorted by the difference. The rows say what kind of work an
+    overhead is: matmuls (``mm``, ``bmm``, ``addmm``), memory traffic (``copy_``, ``cat``, ``stack``, ``clone``),
+    elementwise ops (``mul``, ``add``, ``div``), or many calls of little time each (per-op overhead). Self times add up
+    to the step without counting a nested call twice; the profiler adds a little time per call to both. ``attrs``:
+    the totals ``base_ms`` and ``design_ms``, the shape, batch and device."""
+    sh = shape_of(shape)
+    check_designs(sh, [design])
+    dev = torch.device(device)
+    b = batch or sh.batch
+    x, y = sh.inputs(b, dev)
+    activities = [torch.profiler.ProfilerActivity.CPU]
+    if dev.type == "cuda":
+        activities.append(torch.profiler.ProfilerActivity.CUDA)
+    per: dict[str, dict[str, tuple[float, float]]] = {}
+    for name in (sh.baseline, design):
+        torch.manual_seed(0)
+        trainee = Trainee(build(name, sh).to(dev), sh, (x, y))
+        trainee()
+        with torch.profiler.profile(activities=activities) as prof:
+            for _ in range(steps):
+                trainee()
+            measure.synchronize(dev)
+        per[name] = {e.key: (_self_ms(e, dev) / steps, e.count / steps) for e in prof.key_averages()}
+    base, mine = per[sh.baseline], per[design]
+    table = pd.DataFrame([{"op": op, "base_ms": base.get(op, (0.0, 0.0))[0], "design_ms": mine.get(op, (0.0, 0.0))[0],
+                           "base_calls": base.get(op, (0.0, 0.0))[1], "design_calls": mine.get(op, (0.0, 0.0))[1]}
+                          for op in dict.fromkeys([*base, *mine])])
+    table.insert(3, "extra_ms", table["design_ms"] - table["base_ms"])
+    table = table.sort_values("extra_ms", ascending=False, ignore_index=True)
+    table.attrs.update(design=design, baseline=sh.baseline, shape=sh.name, batch=b, device=measure.device_name(dev),
+                       steps=steps, base_ms=float(table["base_ms"].sum()), design_ms=float(table["design_ms"].sum()))
+    return table
+
+
 def overhead_rounds(designs: Sequence[str], shape: str, *, repeats: int = 3, modes: Sequence[str] = ("eager",),
                     batch: int | None = None, device: str = "cpu", progress: bool = False) -> pd.DataFrame:
     """What each design adds to its family's baseline at ``shape``, one row per design, mode and timed round: the
