@@ -15,6 +15,7 @@ with timm's own script is skipped, saying so. Exit status 1 when a step failed.
 from __future__ import annotations
 
 import argparse
+import csv
 import json
 import math
 import os
@@ -461,6 +462,25 @@ def step_bills(ctx: Context) -> tuple[str, dict[str, Any]]:
     return figure + (f"; not reached: {', '.join(missed)}" if missed else ""), {"bills": billed, "not_reached": missed}
 
 
+# The crosslayer designs furthest above their papers' overheads on the CPU (results/cost/gpt2_small.md).
+COST_DESIGNS = ("mhc", "dca", "attn_res")
+
+
+def step_cost(ctx: Context) -> tuple[str, dict[str, Any]]:
+    """`bench cost` on this device: the step time and memory of the designs in :data:`COST_DESIGNS` at GPT-2 small,
+    batch 8, eager, each relative to Pre-LN timed alternately beside it (the figures the papers' overheads are
+    claims against); the CPU form times two CIFAR ResNet-110 designs at batch 1 (the code, not the figure)."""
+    table = ctx.out / "cost.csv"
+    designs, shape, batch = (COST_DESIGNS, "gpt2_small", "8") if ctx.cuda else (("preact",), "cifar_resnet110", "1")
+    ctx.bench("cost", "--designs", *designs, "--shape", shape, "--batch", batch, "--repeats", "3" if ctx.cuda else "1",
+              "--device", ctx.device, "--format", "csv", "--out", str(table))
+    with table.open(encoding="utf-8") as f:
+        measured = {row["design"]: row for row in csv.DictReader(f)}
+    rel = {d: {"step_rel": float(measured[d]["step_rel"]), "mem_rel": float(measured[d]["mem_rel"])} for d in designs}
+    figure = ", ".join(f"{d} {r['step_rel']:.3g}x time, {r['mem_rel']:.3g}x memory" for d, r in rel.items())
+    return f"{figure} at {shape}, batch {batch}", {"shape": shape, "batch": int(batch), "relative": rel}
+
+
 @dataclass(frozen=True)
 class Step:
     name: str
@@ -471,15 +491,16 @@ class Step:
 
 STEPS: tuple[Step, ...] = (
     Step("gpu-tests", step_gpu_tests, 45, 40),
-    Step("headline-resnet50", step_headline, 100, 60),
+    Step("headline-resnet50", step_headline, 85, 60),
     Step("gpt2-small-tokens", step_gpt2, 50, 35),
     Step("torchrun-nccl", step_ddp, 50, 35),
     Step("executor-per-gpu", step_executor, 30, 0),
     Step("cuda-oom", step_oom, 25, 20),
-    Step("imagefolder-loader", step_data, 50, 0),
+    Step("imagefolder-loader", step_data, 40, 0),
     Step("resume-after-sigterm", step_resume, 40, 30),
     Step("analyses", step_analyses, 25, 0),
-    Step("full-scale-bills", step_bills, 45, 0),
+    Step("full-scale-bills", step_bills, 40, 0),
+    Step("cost-gpt2-small", step_cost, 30, 0),
 )
 INSTALL_S = 20  # `pip install -e . --no-deps`, measured at about 10 s
 

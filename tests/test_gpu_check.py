@@ -131,7 +131,7 @@ def test_cuda_only_checks_say_why_they_skip_on_cpu(tmp_path):
 
 
 CPU_FORMS = ("headline-resnet50", "gpt2-small-tokens", "torchrun-nccl", "imagefolder-loader", "resume-after-sigterm",
-             "analyses", "full-scale-bills")
+             "analyses", "full-scale-bills", "cost-gpt2-small")
 
 
 @pytest.mark.gpucheck  # each check's CPU form: a few bench commands, 40-160 s on 2 busy cores; CI's own step
@@ -156,6 +156,10 @@ def test_cpu_forms_of_the_checks_pass(name, tmp_path):
     if name == "gpt2-small-tokens":
         # A few CPU steps learn nothing (failed_to_learn); the check measures throughput.
         assert detail["tokens_per_s"] > 0 and detail["status"] in ("ok", "failed_to_learn")
+    if name == "cost-gpt2-small":
+        assert detail["shape"] == "cifar_resnet110" and set(detail["relative"]) == {"preact"}
+        assert detail["relative"]["preact"]["step_rel"] > 0
+        assert (tmp_path / "cost.csv").read_text().startswith("design,")
     if name == "full-scale-bills":
         assert detail["bills"]["tiny"]["runs"] == 1 and detail["bills"]["tiny"]["steps"] == 20
         assert detail["not_reached"] == [] and not (tmp_path / "bills").exists()  # a dry run records nothing

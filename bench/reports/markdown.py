@@ -116,7 +116,7 @@ def render_profile(table: pd.DataFrame, top: int = 12) -> str:
     extra = a["design_ms"] - a["base_ms"]
     head = (f"Where {a['design']}'s training step goes at {a['shape']}, batch {a['batch']} on {a['device']}: "
             f"{a['design_ms']:,.1f} ms against {a['baseline']}'s {a['base_ms']:,.1f} ms ({extra / a['base_ms']:+.1%}), "
-            f"self time per operator and step, torch.profiler over {a['steps']} steps of each")
+            f"self time per operator and step, torch.profiler over {a['steps']} steps of each, alternating")
     rest = table.iloc[top:]
     shown = pd.concat([table.iloc[:top], pd.DataFrame([{
         "op": f"the other {len(rest)} operators", **rest[["base_ms", "design_ms", "extra_ms", "base_calls",

@@ -26,6 +26,7 @@ import ctypes
 import statistics
 import sys
 import time
+from collections import defaultdict
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -294,31 +295,38 @@ def _self_ms(event: Any, device: torch.device) -> float:
 def profile_pair(design: str, shape: str, *, batch: int | None = None, steps: int = 2, device: str = "cpu"
                  ) -> pd.DataFrame:
     """Where ``design``'s extra step time goes: ``steps`` training steps of the baseline and of ``design`` at ``shape``
-    under ``torch.profiler`` (after one unprofiled step each), one row per operator (``aten::mm``, ``aten::copy_``
-    ...) with its self time per step in each (``base_ms``, ``design_ms``), the difference (``extra_ms``), and its
-    calls per step (``base_calls``, ``design_calls``), sorted by the difference. The rows say what kind of work an
-    overhead is: matmuls (``mm``, ``bmm``, ``addmm``), memory traffic (``copy_``, ``cat``, ``stack``, ``clone``),
-    elementwise ops (``mul``, ``add``, ``div``), or many calls of little time each (per-op overhead). Self times add up
-    to the step without counting a nested call twice; the profiler adds a little time per call to both. ``attrs``:
-    the totals ``base_ms`` and ``design_ms``, the shape, batch and device."""
+    under ``torch.profiler``, alternating (one step of each per round, after one unprofiled step each; on the CPU with
+    the allocator setting of :func:`cost_table`'s timing), one row per operator (``aten::mm``, ``aten::copy_`` ...)
+    with its self time per step in each (``base_ms``, ``design_ms``), the difference (``extra_ms``), and its calls
+    per step (``base_calls``, ``design_calls``), sorted by the difference. The rows say what kind of work an overhead
+    is: matmuls (``mm``, ``bmm``, ``addmm``), memory traffic (``copy_``, ``cat``, ``stack``, ``clone``), elementwise
+    ops (``mul``, ``add``, ``div``), or many calls of little time each (per-op overhead). Self times add up to the
+    step without counting a nested call twice; the profiler adds a little time per call to both. ``attrs``: the
+    totals ``base_ms`` and ``design_ms``, the shape, batch and device."""
     sh = shape_of(shape)
     check_designs(sh, [design])
     dev = torch.device(device)
     b = batch or sh.batch
+    if dev.type == "cpu":
+        pin_mmap_threshold()
     x, y = sh.inputs(b, dev)
     activities = [torch.profiler.ProfilerActivity.CPU]
     if dev.type == "cuda":
         activities.append(torch.profiler.ProfilerActivity.CUDA)
-    per: dict[str, dict[str, tuple[float, float]]] = {}
+    trainees = {}
     for name in (sh.baseline, design):
         torch.manual_seed(0)
-        trainee = Trainee(build(name, sh).to(dev), sh, (x, y))
-        trainee()
-        with torch.profiler.profile(activities=activities) as prof:
-            for _ in range(steps):
+        trainees[name] = Trainee(build(name, sh).to(dev), sh, (x, y))
+        trainees[name]()
+    per: dict[str, dict[str, list[float]]] = {name: defaultdict(lambda: [0.0, 0.0]) for name in trainees}
+    for _ in range(steps):  # alternating: a drift of the machine's speed falls on both alike
+        for name, trainee in trainees.items():
+            with torch.profiler.profile(activities=activities) as prof:
                 trainee()
-            measure.synchronize(dev)
-        per[name] = {e.key: (_self_ms(e, dev) / steps, e.count / steps) for e in prof.key_averages()}
+                measure.synchronize(dev)
+            for e in prof.key_averages():
+                per[name][e.key][0] += _self_ms(e, dev) / steps
+                per[name][e.key][1] += e.count / steps
     base, mine = per[sh.baseline], per[design]
     table = pd.DataFrame([{"op": op, "base_ms": base.get(op, (0.0, 0.0))[0], "design_ms": mine.get(op, (0.0, 0.0))[0],
                            "base_calls": base.get(op, (0.0, 0.0))[1], "design_calls": mine.get(op, (0.0, 0.0))[1]}
