@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from scipy import stats as sps
 
-from bench.reports.report import markdown_table, write_report
+from bench.reports.report import _measured_at, markdown_table, write_report
 from bench.runs.config import RunConfig
 from bench.runs.results import COLUMNS, ResultsStore
 
@@ -111,6 +111,18 @@ def test_leaderboard_table_numbers(tmp_path):
     assert cells["samples/s"] == "—"  # not measured in these fake runs
     # Rows whose runs set no target say so, not "— (0/3)" as if they had missed it.
     assert table_row(text, "| resnet | 56 | digits |")[-1] == "no target"
+
+
+def test_the_leaderboard_says_at_which_scale_speed_and_memory_were_measured(tmp_path):
+    store = ResultsStore(tmp_path)
+    add(store, "resnet", 20, 0, 0.9)
+    batch = RunConfig(variant="resnet", depth=20).batch_size
+    assert f"measured at these runs' scale (batch {batch})" in write_report(tmp_path).read_text()
+    runs = [{"model_kwargs": {"d_model": d}, "config": {"batch_size": 16}, "env": {"device_name": "AMD EPYC"}}
+            for d in (64, 128, 64)]
+    assert _measured_at(runs).startswith(" samples/s and peak MB were measured at these runs' scale "
+                                         "(d_model 64, 128; batch 16 on AMD EPYC)")
+    assert _measured_at([{}]) == ""  # nothing recorded, nothing claimed
 
 
 def test_no_steps_to_target_column_when_no_run_set_a_target(tmp_path):

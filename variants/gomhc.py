@@ -84,9 +84,9 @@ class OrthostochasticHyperConnection(ManifoldJoin):
         super().__init__(n, d_model, one_hot_bias(n, index, MHC_INIT_GAP), torch.zeros(n), torch.rand((n * s) ** 2))
         self.s = s
 
-    def mix(self, x: torch.Tensor) -> torch.Tensor:
+    def mix(self, x_res: torch.Tensor) -> torch.Tensor:
         ns = self.n * self.s
-        theta = (self.alpha_res * (x @ self.phi_res) + self.b_res).unflatten(-1, (ns, ns))  # mat(·), row-major
+        theta = (self.alpha_res * x_res + self.b_res).unflatten(-1, (ns, ns))  # mat(·), row-major
         return generalized_orthostochastic(theta, self.n, self.s)
 
 

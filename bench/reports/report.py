@@ -16,7 +16,7 @@ import gzip
 import json
 import math
 import shlex
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -266,6 +266,29 @@ def _provenance(board: pd.DataFrame, results_dir: Path, study: str | None) -> li
     return [*out, ""]
 
 
+def _measured_at(runs: list[dict[str, Any]]) -> str:
+    """The scale the speed and memory columns were measured at (model width, batch, device), so that no reader takes
+    a toy width's cost for a design's cost; empty when the runs record none of it."""
+    def values(get: Callable[[dict[str, Any]], Any]) -> str:
+        found = {get(r) for r in runs} - {None}
+        try:
+            ordered = sorted(found)
+        except TypeError:  # mixed kinds: by their text
+            ordered = sorted(found, key=str)
+        return ", ".join(map(str, ordered))
+
+    parts = [f"{label} {v}" for label, v in (
+        ("d_model", values(lambda r: (r.get("model_kwargs") or {}).get("d_model"))),
+        ("batch", values(lambda r: (r.get("config") or {}).get("batch_size"))),
+    ) if v]
+    devices = values(lambda r: (r.get("env") or {}).get("device_name"))
+    if not parts and not devices:
+        return ""
+    where = "; ".join(parts) + (f" on {devices}" if devices else "")
+    return (f" samples/s and peak MB were measured at these runs' scale ({where.strip()}), where per-op overhead "
+            "weighs more than at a paper's width; `python -m bench cost` measures a design's cost at a paper's shape.")
+
+
 def write_report(results_dir: str | Path, study: str | None = None) -> Path:
     """Write ``results_dir/REPORT.md`` (figures under ``plots/``) and the tidy probe table ``probes.csv.gz``.
 
@@ -293,7 +316,7 @@ def write_report(results_dir: str | Path, study: str | None = None) -> Path:
         "## Leaderboard",
         "",
         "Cells: mean ± std over seeds (±95% CI half-width, Student t); `(n=1)` = a single run, no spread. "
-        "Only runs with status `ok` count; `ok/runs` shows how many did."
+        "Only runs with status `ok` count; `ok/runs` shows how many did." + _measured_at(runs)
         + (" steps→target: median over the runs that reached the target, (reached/runs); a run that never "
            "reached it is not counted as its last step." if has_target(board) else ""),
         "",
