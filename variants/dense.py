@@ -132,7 +132,10 @@ class MultiwayDenseConnection(Combinator):
 
     def forward(self, x: torch.Tensor, fx: torch.Tensor) -> torch.Tensor:
         w = self.weights(fx)  # over the history, then the newest output (kept apart: no concatenated copy)
-        return torch.einsum("...cj,...jd->...cd", w[..., :-1], x) + w[..., -1:] * fx.unsqueeze(-2)
+        # The newest output's term as a product with a contraction of one, (..., ways, 1) @ (..., 1, d): the same
+        # multiply-adds as a broadcast multiply, and the FLOP counter (which counts products, not elementwise ops)
+        # sees the whole sum over j, as it did when the outputs were one stack.
+        return torch.einsum("...cj,...jd->...cd", w[..., :-1], x) + w[..., -1:] @ fx.unsqueeze(-2)
 
 
 class GeneralizedResidual(Combinator):
