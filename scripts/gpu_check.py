@@ -462,23 +462,27 @@ def step_bills(ctx: Context) -> tuple[str, dict[str, Any]]:
     return figure + (f"; not reached: {', '.join(missed)}" if missed else ""), {"bills": billed, "not_reached": missed}
 
 
-# The crosslayer designs furthest above their papers' overheads on the CPU (results/cost/gpt2_small.md).
+# mHC (whose paper gives a training-time overhead) and the two crosslayer designs furthest above their FLOPs on the
+# CPU (results/cost/gpt2_small.md).
 COST_DESIGNS = ("mhc", "dca", "attn_res")
 
 
 def step_cost(ctx: Context) -> tuple[str, dict[str, Any]]:
     """`bench cost` on this device: the step time and memory of the designs in :data:`COST_DESIGNS` at GPT-2 small,
-    batch 8, eager, each relative to Pre-LN timed alternately beside it (the figures the papers' overheads are
-    claims against); the CPU form times two CIFAR ResNet-110 designs at batch 1 (the code, not the figure)."""
+    batch 8, eager, in bf16 autocast (the papers' precision), each relative to Pre-LN timed alternately beside it
+    (the figures the papers' overheads are claims against); the CPU form times two CIFAR ResNet-110 designs at
+    batch 1 in fp32 (the code, not the figure)."""
     table = ctx.out / "cost.csv"
-    designs, shape, batch = (COST_DESIGNS, "gpt2_small", "8") if ctx.cuda else (("preact",), "cifar_resnet110", "1")
+    designs, shape, batch, precision = ((COST_DESIGNS, "gpt2_small", "8", "bf16") if ctx.cuda else
+                                        (("preact",), "cifar_resnet110", "1", "fp32"))
     ctx.bench("cost", "--designs", *designs, "--shape", shape, "--batch", batch, "--repeats", "3" if ctx.cuda else "1",
-              "--device", ctx.device, "--format", "csv", "--out", str(table))
+              "--device", ctx.device, "--precision", precision, "--format", "csv", "--out", str(table))
     with table.open(encoding="utf-8") as f:
         measured = {row["design"]: row for row in csv.DictReader(f)}
     rel = {d: {"step_rel": float(measured[d]["step_rel"]), "mem_rel": float(measured[d]["mem_rel"])} for d in designs}
     figure = ", ".join(f"{d} {r['step_rel']:.3g}x time, {r['mem_rel']:.3g}x memory" for d, r in rel.items())
-    return f"{figure} at {shape}, batch {batch}", {"shape": shape, "batch": int(batch), "relative": rel}
+    return (f"{figure} at {shape}, batch {batch}, {precision}",
+            {"shape": shape, "batch": int(batch), "precision": precision, "relative": rel})
 
 
 @dataclass(frozen=True)

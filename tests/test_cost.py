@@ -11,7 +11,7 @@ from _nets import write
 from torch.utils.flop_counter import FlopCounterMode
 
 from bench.cli import main
-from bench.reports.markdown import render_profile
+from bench.reports.markdown import render_cost, render_profile
 from bench.runs import cost, measure
 
 TINY = cost.Shape("tiny", "a tiny LM", "preln", ("transformer",),
@@ -93,7 +93,7 @@ def test_a_profile_says_which_operators_the_extra_time_is(tiny: cost.Shape, tmp_
     # Sinkhorn's iterations (in log space) are mHC's alone
     assert by_op.loc["aten::logsumexp", "base_calls"] == 0 and by_op.loc["aten::logsumexp", "design_calls"] > 0
     text = render_profile(table, top=3)
-    assert text.startswith("Where mhc's training step goes at tiny, batch 1 on ")
+    assert text.startswith("Where mhc's training step goes at tiny, batch 1 in fp32 on ")
     lines = [line for line in text.splitlines() if line.startswith("| ")]
     assert lines[0] == "| operator | preln ms | mhc ms | extra ms | share of the extra | preln calls | mhc calls |"
     assert len(lines) == 1 + 3 + 1 and lines[-1].startswith(f"| the other {len(table) - 3} operators |")
@@ -105,6 +105,28 @@ def test_a_profile_says_which_operators_the_extra_time_is(tiny: cost.Shape, tmp_
     # calls are per step, whatever the number of steps profiled
     assert once.loc["aten::mm", ["base_calls", "design_calls"]].tolist() == \
         by_op.loc["aten::mm", ["base_calls", "design_calls"]].tolist()
+
+
+def test_bf16_steps_run_the_forward_under_autocast(tiny: cost.Shape, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The papers' precision on accelerators: the forward's matmuls in bf16, the weights and their gradients fp32."""
+    seen: list[torch.dtype] = []
+    real = cost.Trainee.__post_init__
+
+    def post_init(self: cost.Trainee) -> None:
+        real(self)
+        linear = next(m for m in self.model.modules() if isinstance(m, torch.nn.Linear))
+        linear.register_forward_hook(lambda m, i, out: seen.append(out.dtype))
+
+    monkeypatch.setattr(cost.Trainee, "__post_init__", post_init)
+    table = cost.cost_table(["mhc"], "tiny", repeats=1, precision="bf16")
+    assert set(seen) == {torch.bfloat16} and len(seen) == 2 * 2  # each model: one untimed step, one timed
+    assert table.attrs["precision"] == "bf16" and table.iloc[1].step_ms > 0
+    assert "; step time and memory at batch 1 in bf16 on " in render_cost(table)
+    seen.clear()
+    cost.cost_table(["mhc"], "tiny", repeats=1)
+    assert set(seen) == {torch.float32}
+    with pytest.raises(ValueError, match=r"^unknown precision 'fp8'; precisions: fp32, bf16$"):
+        cost.cost_table(["mhc"], "tiny", precision="fp8")
 
 
 def test_unknown_shapes_and_designs_name_the_choices(capsys: pytest.CaptureFixture[str]) -> None:

@@ -158,6 +158,7 @@ def test_cpu_forms_of_the_checks_pass(name, tmp_path):
         assert detail["tokens_per_s"] > 0 and detail["status"] in ("ok", "failed_to_learn")
     if name == "cost-gpt2-small":
         assert detail["shape"] == "cifar_resnet110" and set(detail["relative"]) == {"preact"}
+        assert detail["precision"] == "fp32"  # bf16 on CUDA
         assert detail["relative"]["preact"]["step_rel"] > 0
         assert (tmp_path / "cost.csv").read_text().startswith("design,")
     if name == "full-scale-bills":

@@ -423,6 +423,9 @@ def _cost(sub: Sub) -> None:
     q.add_argument("--batch", type=_positive(int), help="samples of the timed step (default: the shape's, 1 or 8)")
     q.add_argument("--repeats", type=_positive(int), default=3, help="alternating timed steps of each (default: 3)")
     q.add_argument("--device", default="cpu", help="where to time (default: cpu)")
+    q.add_argument("--precision", choices=("fp32", "bf16"), default="fp32",
+                   help="the timed steps' arithmetic: fp32, or bf16 autocast as the papers train on accelerators "
+                        "(default: fp32)")
     q.add_argument("--profile", action="store_true",
                    help="instead of the table: where each design's extra step time goes, operator by operator "
                         "(torch.profiler over --repeats steps of it and of the baseline)")

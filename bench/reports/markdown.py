@@ -114,7 +114,8 @@ def render_profile(table: pd.DataFrame, top: int = 12) -> str:
     each with its share of the design's whole extra time, then the rest in one row."""
     a = table.attrs
     extra = a["design_ms"] - a["base_ms"]
-    head = (f"Where {a['design']}'s training step goes at {a['shape']}, batch {a['batch']} on {a['device']}: "
+    head = (f"Where {a['design']}'s training step goes at {a['shape']}, batch {a['batch']} in "
+            f"{a.get('precision', 'fp32')} on {a['device']}: "
             f"{a['design_ms']:,.1f} ms against {a['baseline']}'s {a['base_ms']:,.1f} ms ({extra / a['base_ms']:+.1%}), "
             f"self time per operator and step, torch.profiler over {a['steps']} steps of each, alternating")
     rest = table.iloc[top:]
@@ -139,8 +140,8 @@ def render_cost(table: pd.DataFrame, fmt: str = "markdown") -> str:
     a = table.attrs
     head = f"Cost at {a.get('shape')} ({a.get('what')}), relative to {table['design'].iloc[0]}"
     if "step_ms" in table:
-        head += (f"; step time and memory at batch {a.get('batch')} on {a.get('device')}, median of "
-                 f"{a.get('repeats')} alternating steps, memory: {a.get('memory')}")
+        head += (f"; step time and memory at batch {a.get('batch')} in {a.get('precision', 'fp32')} on "
+                 f"{a.get('device')}, median of {a.get('repeats')} alternating steps, memory: {a.get('memory')}")
     rows = [[v if isinstance(v, str) else f"{v:,}" if isinstance(v, int) else fmt_number(float(v), ".4g")
              for v in row] for row in table.itertuples(index=False)]
     return head + ".\n\n" + markdown_table(list(table.columns), rows) + "\n"

@@ -8,7 +8,8 @@ ResNet-50 at 224x224, the CIFAR ResNet-110), each relative to the family's basel
 * the measured time of one training step (forward, backward, optimiser) and the memory it needs, at a small batch
   (the shape of one sequence or image is the paper's), the baseline and the design built side by side in one process
   and timed alternately, so that drifts of a shared machine fall on both. Eager, and with ``compiled`` under
-  ``torch.compile`` as well.
+  ``torch.compile`` as well; in fp32, or with ``precision="bf16"`` under bf16 autocast (the precision the papers
+  train in on accelerators; the FLOPs are the same).
 
 ``time_per_flop`` (a design's step-time ratio over its FLOPs ratio) says how much more time a design takes than its
 FLOPs imply: 1 where its extra work runs as efficiently as the baseline's matmuls; well above 1 where it is many small
@@ -91,6 +92,7 @@ SHAPES: dict[str, Shape] = {s.name: s for s in (
 
 
 MODES = ("eager", "compiled")  # how a step runs: as written, or under torch.compile
+PRECISIONS = ("fp32", "bf16")  # the step's arithmetic: fp32, or bf16 autocast (weights and optimiser state fp32)
 
 
 def shape_of(name: str) -> Shape:
@@ -104,8 +106,10 @@ def designs_for(shape: Shape) -> list[str]:
     return sorted(n for family in shape.families for n in variants.list_variants(family=family))
 
 
-def check_designs(shape: Shape, designs: Sequence[str], modes: Sequence[str] = ("eager",)) -> None:
-    """ValueError naming the choices for a design of another family than ``shape``'s, or an unknown mode."""
+def check_designs(shape: Shape, designs: Sequence[str], modes: Sequence[str] = ("eager",), precision: str = "fp32"
+                  ) -> None:
+    """ValueError naming the choices for a design of another family than ``shape``'s, an unknown mode or an unknown
+    precision."""
     allowed = designs_for(shape)
     unknown = [d for d in designs if d not in allowed]
     if unknown:
@@ -114,6 +118,8 @@ def check_designs(shape: Shape, designs: Sequence[str], modes: Sequence[str] = (
     bad = [m for m in modes if m not in MODES]
     if bad:
         raise ValueError(f"unknown mode(s) {', '.join(map(repr, bad))}; modes: {', '.join(MODES)}")
+    if precision not in PRECISIONS:
+        raise ValueError(f"unknown precision {precision!r}; precisions: {', '.join(PRECISIONS)}")
 
 
 def build(design: str, shape: Shape) -> nn.Module:
@@ -158,6 +164,7 @@ class Trainee:
     shape: Shape
     batch: tuple[torch.Tensor, torch.Tensor]
     compiled: bool = False
+    precision: str = "fp32"  # PRECISIONS: bf16 runs the forward and the loss under autocast
     opt: torch.optim.Optimizer = field(init=False)
 
     def __post_init__(self) -> None:
@@ -169,7 +176,9 @@ class Trainee:
     def __call__(self) -> None:
         x, y = self.batch
         self.opt.zero_grad(set_to_none=True)
-        self.shape.loss(self.forward(x), y).backward()
+        with torch.autocast(x.device.type, dtype=torch.bfloat16, enabled=self.precision == "bf16"):
+            loss = self.shape.loss(self.forward(x), y)
+        loss.backward()
         self.opt.step()
 
 
@@ -208,13 +217,13 @@ def medians(by_round: Sequence[Sequence[tuple[float, float]]]) -> list[tuple[flo
 
 
 def timed_pair(pair: Sequence[str], sh: Shape, batch: tuple[torch.Tensor, torch.Tensor], device: torch.device,
-               repeats: int, compiled: bool) -> list[list[tuple[float, float]]]:
+               repeats: int, compiled: bool, precision: str = "fp32") -> list[list[tuple[float, float]]]:
     """The :func:`rounds` of ``pair`` (the baseline, then a design) at ``sh``, each built from seed 0 beside the
     other in this process."""
     trainees = []
     for n in pair:
         torch.manual_seed(0)
-        trainees.append(Trainee(build(n, sh).to(device), sh, batch, compiled=compiled))
+        trainees.append(Trainee(build(n, sh).to(device), sh, batch, compiled=compiled, precision=precision))
     return rounds(trainees, device, repeats)
 
 
@@ -224,17 +233,17 @@ def _progress(enabled: bool) -> Iterator[Callable[[str], None]]:
 
 
 def cost_table(designs: Sequence[str], shape: str, *, measure_time: bool = True, compiled: bool = False,
-               batch: int | None = None, repeats: int = 3, device: str = "cpu", progress: bool = False,
-               partial: Callable[[pd.DataFrame], None] | None = None) -> pd.DataFrame:
+               batch: int | None = None, repeats: int = 3, device: str = "cpu", precision: str = "fp32",
+               progress: bool = False, partial: Callable[[pd.DataFrame], None] | None = None) -> pd.DataFrame:
     """One row per design (the baseline first, added where not named): parameters, training FLOPs per sample, and
     with ``measure_time`` the step time and step memory at ``batch`` (default: the shape's), each beside its ratio to
     the baseline's; the time ratios paired with a baseline timed alternately with that design (:func:`timed_pair`,
     medians over the rounds), eager and, with ``compiled``, under ``torch.compile``; ``time_per_flop`` the eager
-    time ratio over the FLOPs ratio. ``partial`` is called with the table so far after each design is timed (a
-    long measurement keeps what it has). ValueError naming the choices for an unknown shape or a design of
-    another family."""
+    time ratio over the FLOPs ratio; every step in ``precision`` (:data:`PRECISIONS`). ``partial`` is called with the
+    table so far after each design is timed (a long measurement keeps what it has). ValueError naming the choices
+    for an unknown shape, precision or a design of another family."""
     sh = shape_of(shape)
-    check_designs(sh, designs)
+    check_designs(sh, designs, precision=precision)
     names = [sh.baseline, *[d for d in dict.fromkeys(designs) if d != sh.baseline]]
     dev = torch.device(device)
     b = batch or sh.batch
@@ -260,7 +269,7 @@ def cost_table(designs: Sequence[str], shape: str, *, measure_time: bool = True,
                     suffix = "_compiled" if mode else ""
                     say(f"  timing {' vs '.join(pair)}{' compiled' if mode else ''}: {repeats} alternating steps of "
                         f"{b} sample{'s' if b > 1 else ''} each ...")
-                    (t0, m0), *_, (t1, m1) = medians(timed_pair(pair, sh, (x, y), dev, repeats, mode))
+                    (t0, m0), *_, (t1, m1) = medians(timed_pair(pair, sh, (x, y), dev, repeats, mode, precision))
                     r = rows[name]
                     r[f"step_ms{suffix}"], r[f"step_rel{suffix}"] = t1, t1 / t0
                     r[f"step_mem_mb{suffix}"], r[f"mem_rel{suffix}"] = m1, m1 / m0 if m0 > 0 else float("nan")
@@ -269,17 +278,17 @@ def cost_table(designs: Sequence[str], shape: str, *, measure_time: bool = True,
                     rows[sh.baseline].setdefault(f"step_mem_mb{suffix}", m0)
                     rows[sh.baseline][f"step_rel{suffix}"] = rows[sh.baseline][f"mem_rel{suffix}"] = 1.0
                 if partial is not None:
-                    partial(_frame(rows, sh, b, dev, repeats, pinned))
-    return _frame(rows, sh, b, dev, repeats, pinned)
+                    partial(_frame(rows, sh, b, dev, repeats, pinned, precision))
+    return _frame(rows, sh, b, dev, repeats, pinned, precision)
 
 
-def _frame(rows: dict[str, dict[str, Any]], sh: Shape, batch: int, dev: torch.device, repeats: int, pinned: bool
-           ) -> pd.DataFrame:
+def _frame(rows: dict[str, dict[str, Any]], sh: Shape, batch: int, dev: torch.device, repeats: int, pinned: bool,
+           precision: str) -> pd.DataFrame:
     """The rows measured so far as a table (``time_per_flop`` where a step was timed), saying how it was measured."""
     table = pd.DataFrame([{**r, **({"time_per_flop": r["step_rel"] / r["flops_rel"]} if "step_rel" in r else {})}
                           for r in rows.values()])
     table.attrs.update(shape=sh.name, what=sh.what, batch=batch, device=measure.device_name(dev), repeats=repeats,
-                       memory="cuda_max_memory_allocated" if dev.type == "cuda" else
+                       precision=precision, memory="cuda_max_memory_allocated" if dev.type == "cuda" else
                        "rss_high_water_mark" + ("" if pinned else " (mmap threshold not pinned: rough)"))
     return table
 
@@ -292,8 +301,8 @@ def _self_ms(event: Any, device: torch.device) -> float:
     return float(event.self_cpu_time_total) / 1e3
 
 
-def profile_pair(design: str, shape: str, *, batch: int | None = None, steps: int = 2, device: str = "cpu"
-                 ) -> pd.DataFrame:
+def profile_pair(design: str, shape: str, *, batch: int | None = None, steps: int = 2, device: str = "cpu",
+                 precision: str = "fp32") -> pd.DataFrame:
     """Where ``design``'s extra step time goes: ``steps`` training steps of the baseline and of ``design`` at ``shape``
     under ``torch.profiler``, alternating (one step of each per round, after one unprofiled step each; on the CPU with
     the allocator setting of :func:`cost_table`'s timing), one row per operator (``aten::mm``, ``aten::copy_`` ...)
@@ -302,9 +311,9 @@ def profile_pair(design: str, shape: str, *, batch: int | None = None, steps: in
     is: matmuls (``mm``, ``bmm``, ``addmm``), memory traffic (``copy_``, ``cat``, ``stack``, ``clone``), elementwise
     ops (``mul``, ``add``, ``div``), or many calls of little time each (per-op overhead). Self times add up to the
     step without counting a nested call twice; the profiler adds a little time per call to both. ``attrs``: the
-    totals ``base_ms`` and ``design_ms``, the shape, batch and device."""
+    totals ``base_ms`` and ``design_ms``, the shape, batch, device and precision."""
     sh = shape_of(shape)
-    check_designs(sh, [design])
+    check_designs(sh, [design], precision=precision)
     dev = torch.device(device)
     b = batch or sh.batch
     if dev.type == "cpu":
@@ -316,7 +325,7 @@ def profile_pair(design: str, shape: str, *, batch: int | None = None, steps: in
     trainees = {}
     for name in (sh.baseline, design):
         torch.manual_seed(0)
-        trainees[name] = Trainee(build(name, sh).to(dev), sh, (x, y))
+        trainees[name] = Trainee(build(name, sh).to(dev), sh, (x, y), precision=precision)
         trainees[name]()
     per: dict[str, dict[str, list[float]]] = {name: defaultdict(lambda: [0.0, 0.0]) for name in trainees}
     for _ in range(steps):  # alternating: a drift of the machine's speed falls on both alike
@@ -334,7 +343,8 @@ def profile_pair(design: str, shape: str, *, batch: int | None = None, steps: in
     table.insert(3, "extra_ms", table["design_ms"] - table["base_ms"])
     table = table.sort_values("extra_ms", ascending=False, ignore_index=True)
     table.attrs.update(design=design, baseline=sh.baseline, shape=sh.name, batch=b, device=measure.device_name(dev),
-                       steps=steps, base_ms=float(table["base_ms"].sum()), design_ms=float(table["design_ms"].sum()))
+                       steps=steps, precision=precision, base_ms=float(table["base_ms"].sum()),
+                       design_ms=float(table["design_ms"].sum()))
     return table
 
 
