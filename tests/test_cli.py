@@ -246,6 +246,21 @@ def test_shipped_study_expands_to_its_grid() -> None:
     assert len({c.run_id for c in configs}) == 36
 
 
+def test_a_presets_list_for_a_field_the_grid_lacks_is_an_axis_of_that_preset_alone() -> None:
+    """normfree's data-scale preset crosses its variants with train_tokens; the study's other presets keep their run
+    ids (their runs record no train_tokens); betas stays one value of a field that holds a list."""
+    from bench.sweeps.study import load_study
+
+    study = load_study("normfree")
+    configs = study.configs("data_scale")
+    assert sorted({(c.variant, c.train_tokens) for c in configs}) == [
+        (v, n) for v in ("dyt", "preln") for n in (1024, 16384, 4_000_000)]
+    assert len(configs) == 18 and len({c.run_id for c in configs}) == 18
+    quick = study.configs("quick")
+    assert {c.train_tokens for c in quick} == {None} and "preln-d6-tinytext-effcb6d7-s0" in {c.run_id for c in quick}
+    assert {c.betas for c in study.configs("data_scale_paper")} == {(0.9, 0.95)}
+
+
 def test_perf_overhead_prints_ratio(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = run_cli(["perf", "overhead", "--variant", "resnet", "--depth", "8", "--batch-size", "16",
                             "--timed-steps", "2", "--repeats", "2"], capsys)

@@ -19,6 +19,7 @@ import torch
 from _datafiles import write_llmc, write_nanogpt
 
 from bench.cli import main
+from bench.runs.config import build
 from bench.runs.tasks import TaskError, TaskOptions, get, tokenshards
 from bench.runs.tasks.tokens import TokenTask
 
@@ -330,3 +331,30 @@ def test_a_shard_writer_refuses_ids_that_do_not_fit_uint16_and_leaves_nothing(id
         writer.write(ids)
     writer.abort()
     assert list(tmp_path.iterdir()) == []
+
+
+def test_train_tokens_keeps_the_first_tokens_of_the_training_split_and_every_validation_window(tmp_path: Path
+                                                                                               ) -> None:
+    """The data scale a study varies: the training windows lie within the split's first N tokens (across shards, in
+    order), the chance level is theirs, and validation is the same at every N."""
+    full, capped = task(llmc_set(tmp_path)), task(tmp_path, train_tokens=1000 + 100)  # shard 0 and 100 of shard 1
+    assert capped.num_train == 999 // T + 99 // T and capped.info["train_tokens_used"] == 1100
+    seen = torch.cat([x for x, _ in capped.train_eval_batches(8)])
+    assert int(seen.max()) < 2000 + 100 and int(seen[seen >= 2000].max()) == 2000 + 6 * T - 1  # 6 windows of shard 1
+    assert capped.info["val_windows"] == full.info["val_windows"]
+    assert torch.equal(torch.cat([x for x, _ in capped.val_batches(8)]), torch.cat([x for x, _ in full.val_batches(8)]))
+    assert capped.info["chance_loss_tokens"] == 1100
+    with pytest.raises(TaskError, match=r"^--train-tokens 10 holds no training window of --seq-len \+ 1 = 17 tokens"):
+        task(tmp_path, train_tokens=10)
+    # the byte-level text tasks: the first N bytes of the training split (the first 90% of the file)
+    path = tmp_path / "t.txt"
+    path.write_bytes(bytes(32 + i % 64 for i in range(10_000)))
+    whole = get("text", options=TaskOptions(data_path=str(path), seq_len=T))
+    text = get("text", options=TaskOptions(data_path=str(path), seq_len=T, train_tokens=500))
+    assert (text.info["train_bytes"], text.info["train_split_bytes"], text.num_train) == (500, 9000, 500 // T)
+    assert torch.equal(text.train, torch.tensor(list(path.read_bytes()[:500]), dtype=torch.uint8))  # windows' source
+    assert text.info["val_windows"] == whole.info["val_windows"]
+    with pytest.raises(TaskError, match=r"^--train-tokens 16 cannot hold one training window of seq_len \+ 1 = 17"):
+        get("text", options=TaskOptions(data_path=str(path), seq_len=T, train_tokens=16))
+    with pytest.raises(ValueError, match=r"--train-tokens must be >= 2, got 1"):
+        build({"variant": "preln", "task": "tinytext", "train_tokens": 1})

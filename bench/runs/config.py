@@ -110,6 +110,9 @@ class RunConfig:
                                   "fixed subset, the same at every evaluation (default: all of it)")
     eval_tokens: int | None = _f(None, "tokens and text tasks: tokens per evaluation pass, in fixed windows "
                                  "(default: tokens 1,048,576; text 8,192)")
+    train_tokens: int | None = _f(None, "sequence tasks (text, tinytext, tokens): train on the first N tokens of the "
+                                  "training split only, the data scale a study varies (default: all of it); the "
+                                  "validation split is the same at every N")
     seq_len: int = _f(128, "sequence tasks: tokens per training window")
     image_size: int = _f(32, "image side: synthetic's images, imagefolder's training and validation crops "
                          "(ImageNet: 224)")
@@ -309,7 +312,7 @@ SEQUENCE_FIELDS = ("betas", "milestones", "measure")
 _HASHED_UNLESS_DEFAULT = frozenset({
     "lr_base", "lr_base_size", "lr_base_scale", "warmup_until_error", "world_size", "grad_accum", "target_loss",
     "subset_per_class", "skip_bad_images",
-    "vocab_size", "eval_batches", "eval_tokens",
+    "vocab_size", "eval_batches", "eval_tokens", "train_tokens",
 })  # fmt: skip
 # Every field's default (every RunConfig field has a plain one): what a run JSON written before a field existed used.
 FIELD_DEFAULTS = {f.name: f.default for f in dataclasses.fields(RunConfig)}
@@ -402,7 +405,7 @@ def build(fields: Mapping[str, Any]) -> RunConfig:
 def _data_errors(cfg: RunConfig) -> Any:
     """What is wrong with the fields of data read from disk (loader, image tree, vocabulary, evaluation caps)."""
     for name, low in (("workers", 0), ("prefetch", 1), ("subset_per_class", 1), ("vocab_size", 2),
-                      ("eval_batches", 1), ("eval_tokens", 1)):
+                      ("eval_batches", 1), ("eval_tokens", 1), ("train_tokens", 2)):
         value = getattr(cfg, name)
         if value is not None and value < low:
             yield f"--{name.replace('_', '-')} must be >= {low}, got {value}"

@@ -61,6 +61,7 @@ COST_NEUTRAL_FIELDS: frozenset[str] = frozenset({
     "warmup_until_error", "target", "eval_every", "probe_every", "diverge_factor", "epochs", "steps", "recipe",
     "study", "preset", "data_dir", "checkpoint_every", "checkpoint_minutes", "keep_checkpoints", "target_loss",
     "eval_batches", "eval_tokens",
+    "train_tokens",  # how much text the windows are drawn from, not their shape
     "global_batch_size",  # grad_accum, which it sets, counts
 })  # fmt: skip
 

@@ -64,7 +64,8 @@ def task_options(cfg: RunConfig, world: distributed.World | None = None) -> Task
         train_size=cfg.train_size, val_size=cfg.val_size,
         workers=cfg.workers, prefetch=cfg.prefetch, subset_per_class=cfg.subset_per_class,
         skip_bad_images=cfg.skip_bad_images, vocab_size=cfg.vocab_size, eval_batches=cfg.eval_batches,
-        eval_tokens=cfg.eval_tokens, rank=world.rank if world else 0, world_size=world.size if world else 1,
+        eval_tokens=cfg.eval_tokens, train_tokens=cfg.train_tokens, rank=world.rank if world else 0,
+        world_size=world.size if world else 1,
     )  # fmt: skip
 
 

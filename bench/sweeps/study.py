@@ -10,7 +10,7 @@ A study is data, not code (``docs/study-files.md`` lists every key)::
     variant = ["plain", "resnet"]
     depth = [20, 56]
     seed = [0, 1, 2]
-    [presets.quick]   # overrides of base (and grid lists) for a named preset
+    [presets.quick]   # overrides of base (and grid lists, or new ones) for a named preset
     epochs = 5
     vary = ["combinator"]       # the axes the variants of the grid may differ in (bench.sweeps.fairness)
     param_tolerance = 0.01      # and by how much (relative) their parameter counts may differ
@@ -44,7 +44,7 @@ from bench.analysis.claims import AXES, TABLES, Claim, parse_claims
 from bench.analysis.options import check_options
 from bench.analysis.studyfile import find_study, plugin_spec, read_study_file
 from bench.runs import cost, plugins
-from bench.runs.config import FIELD_DEFAULTS, RunConfig, build
+from bench.runs.config import FIELD_DEFAULTS, SEQUENCE_FIELDS, RunConfig, build
 from bench.runs.results import COLUMNS
 from bench.runs.tasks import TaskError
 from bench.runs.tasks import get as get_task
@@ -135,6 +135,10 @@ class Study:
             self._check_models(preset)
             return []  # an analysis of models at initialisation: no training runs
         grid = {k: over.pop(k) if k in over else v for k, v in self.grid.items()}
+        # a preset's list for a field the grid does not vary is a grid axis of that preset (a list-valued field,
+        # betas or milestones, stays one value): the study's other presets keep their runs and run ids
+        grid |= {k: over.pop(k) for k in [k for k, v in over.items() if isinstance(v, list) and k not in grid
+                                          and k not in SEQUENCE_FIELDS]}
         bad = [k for k, v in grid.items() if not isinstance(v, list) or not v]
         if bad:
             raise ValueError(f"study {self.name!r}: grid entries must be non-empty lists (also in presets): {bad}")

@@ -56,6 +56,7 @@ class TaskOptions:
     vocab_size: int = 50257  # tokens: the model's vocabulary; every token id must be below it
     eval_batches: int | None = None  # at most this many batches per evaluation pass
     eval_tokens: int | None = None  # tokens, text: tokens per evaluation pass
+    train_tokens: int | None = None  # sequence tasks read from text or shards: the first N training tokens only
     rank: int = 0  # this process's rank in a torchrun job: a loader task reads only its share of each batch
     world_size: int = 1
 

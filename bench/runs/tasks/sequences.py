@@ -62,7 +62,7 @@ class TextTask(SequenceTask):
     """
 
     def __init__(self, name: str, data: bytes, seq_len: int, device: torch.device, info: dict,
-                 eval_tokens: int | None = None) -> None:
+                 eval_tokens: int | None = None, train_tokens: int | None = None) -> None:
         if seq_len < 1:
             raise TaskError(f"--seq-len must be >= 1, got {seq_len}")
         tokens = torch.frombuffer(bytearray(data), dtype=torch.uint8)
@@ -73,8 +73,12 @@ class TextTask(SequenceTask):
                 f"seq_len + 1 = {seq_len + 1} bytes; use a file of at least ~{10 * (seq_len + 1)} bytes or a smaller "
                 "--seq-len"
             )
+        if train_tokens is not None and train_tokens < seq_len + 1:
+            raise TaskError(f"--train-tokens {train_tokens} cannot hold one training window of seq_len + 1 = "
+                            f"{seq_len + 1} bytes; give at least {seq_len + 1}")
+        used = split if train_tokens is None else min(split, train_tokens)  # the first bytes of the training split
         self.seq_len, self.eval_tokens = seq_len, eval_tokens
-        self.train = tokens[:split].to(device)
+        self.train = tokens[:used].to(device)
         self.val = tokens[split:].to(device)
         self._offsets = torch.arange(seq_len + 1, device=device)
         info = {
@@ -82,15 +86,16 @@ class TextTask(SequenceTask):
             "bytes": len(tokens),
             "sha256": hashlib.sha256(data).hexdigest(),
             "split": "first 90% of bytes train, last 10% validation",
-            "train_bytes": split,
+            "train_bytes": used,
+            **({} if train_tokens is None else {"train_split_bytes": split, "train_tokens": train_tokens}),
             "val_bytes": len(tokens) - split,
             "val_windows": len(_eval_starts(len(self.val), seq_len, device, eval_tokens)),
         }
         # One epoch = as many windows as tile the training split once (windows are drawn at random offsets).
         super().__init__(name=name, kind="sequence", model_kwargs={"vocab_size": 256, "max_len": seq_len},
                          device=device, unit="tokens", units_per_sample=seq_len, info=info,
-                         num_train=split // seq_len, default_steps=DEFAULT_STEPS,
-                         chance_loss=prior_entropy(tokens[:split]))  # the training bytes' unigram entropy
+                         num_train=used // seq_len, default_steps=DEFAULT_STEPS,
+                         chance_loss=prior_entropy(tokens[:used]))  # the training bytes' unigram entropy
 
     def _windows(self, data: torch.Tensor, starts: torch.Tensor) -> Batch:
         w = data[starts[:, None] + self._offsets].long()
@@ -143,7 +148,8 @@ def text_file(device: torch.device, seed: int, options: TaskOptions) -> Task:
             f"--data-path {options.data_path!r} is not valid UTF-8 (bad byte at offset {e.start}); "
             "re-encode it, e.g. `iconv -t UTF-8`"
         ) from None
-    return TextTask("text", data, options.seq_len, device, {"source": str(path)}, options.eval_tokens)
+    return TextTask("text", data, options.seq_len, device, {"source": str(path)}, options.eval_tokens,
+                    options.train_tokens)
 
 
 def bundled_text(device: torch.device, seed: int, options: TaskOptions) -> Task:
@@ -154,7 +160,8 @@ def bundled_text(device: torch.device, seed: int, options: TaskOptions) -> Task:
         "source": f"bench/data/tinytext.py (seed {tinytext.DEFAULT_SEED})",
         "entropy_floor_bpc": corpus.entropy_bpc,  # entropy rate of the generating process: no model beats it
     }
-    return TextTask("tinytext", corpus.text.encode("ascii"), options.seq_len, device, info, options.eval_tokens)
+    return TextTask("tinytext", corpus.text.encode("ascii"), options.seq_len, device, info, options.eval_tokens,
+                    options.train_tokens)
 
 
 class SyntheticTask(SequenceTask):

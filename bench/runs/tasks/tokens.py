@@ -62,11 +62,15 @@ def unigram_entropy(shards: list[tokenshards.Shard], vocab_size: int, limit: int
 
 
 class Windows:
-    """The windows of one split: ``(n_tokens - 1) // seq_len`` per shard, numbered across the shards in order."""
+    """The windows of one split: ``(n_tokens - 1) // seq_len`` per shard, numbered across the shards in order; with
+    ``tokens``, those within the split's first ``tokens`` tokens (the shards in order) only."""
 
-    def __init__(self, shards: list[tokenshards.Shard], seq_len: int) -> None:
+    def __init__(self, shards: list[tokenshards.Shard], seq_len: int, tokens: int | None = None) -> None:
         self.shards, self.seq_len = shards, seq_len
-        counts = np.array([max(s.tokens - 1, 0) // seq_len for s in shards], dtype=np.int64)
+        held = np.array([s.tokens for s in shards], dtype=np.int64)
+        if tokens is not None:  # each shard's share of the first `tokens`
+            held = np.clip(tokens - np.concatenate([[0], np.cumsum(held)[:-1]]), 0, held)
+        counts = np.maximum(held - 1, 0) // seq_len
         self.ends = np.cumsum(counts)  # window w lives in the first shard whose end is above w
 
     def __len__(self) -> int:
@@ -177,8 +181,12 @@ def tokens(device: torch.device, seed: int, options: TaskOptions) -> Task:
     root = Path(options.data_path).expanduser()
     fmt, shards = tokenshards.find(root)
     largest = max(tokenshards.check_ids(s, options.vocab_size) for split in shards.values() for s in split)
-    splits = {name: Windows(found, options.seq_len) for name, found in shards.items()}
+    splits = {name: Windows(found, options.seq_len, options.train_tokens if name == "train" else None)
+              for name, found in shards.items()}
     for name, index in splits.items():
+        if not len(index) and name == "train" and options.train_tokens is not None:
+            raise TaskError(f"--train-tokens {options.train_tokens} holds no training window of --seq-len + 1 = "
+                            f"{options.seq_len + 1} tokens within a shard; give more")
         if not len(index):
             have = sum(s.tokens for s in index.shards)
             raise TaskError(f"the {name} shards of {root} hold {have:,} tokens, not one window of --seq-len + 1 = "
@@ -195,7 +203,10 @@ def tokens(device: torch.device, seed: int, options: TaskOptions) -> Task:
            for name, found in shards.items()},
         "tokenizer": _meta(root),
     }  # fmt: skip
-    chance, counted = unigram_entropy(shards["train"], options.vocab_size)
+    if options.train_tokens is not None:  # the data scale: the windows of the first train_tokens only
+        info["train_tokens_used"] = min(options.train_tokens, info["train_tokens"])
+    chance, counted = unigram_entropy(shards["train"], options.vocab_size,
+                                      min(CHANCE_TOKENS, options.train_tokens or CHANCE_TOKENS))
     info |= {"chance_loss_tokens": counted, "check_s": round(time.perf_counter() - started, 3)}
     return TokenTask(splits, options, device, workers, info, chance)
 
