@@ -137,8 +137,8 @@ class Study:
         grid = {k: over.pop(k) if k in over else v for k, v in self.grid.items()}
         # a preset's list for a field the grid does not vary is a grid axis of that preset (a list-valued field,
         # betas or milestones, stays one value): the study's other presets keep their runs and run ids
-        grid |= {k: over.pop(k) for k in [k for k, v in over.items() if isinstance(v, list) and k not in grid
-                                          and k not in SEQUENCE_FIELDS]}
+        for k in [k for k, v in over.items() if isinstance(v, list) and k not in grid and k not in SEQUENCE_FIELDS]:
+            grid[k] = over.pop(k)
         bad = [k for k, v in grid.items() if not isinstance(v, list) or not v]
         if bad:
             raise ValueError(f"study {self.name!r}: grid entries must be non-empty lists (also in presets): {bad}")
