@@ -45,8 +45,10 @@ def weights_of(model: torch.nn.Module, x: torch.Tensor) -> list[tuple[str, int, 
 
     def hook(reader: int):
         def record(module: torch.nn.Module, args: tuple[torch.Tensor, ...], out: torch.Tensor) -> None:
-            history, newest = args[0].detach(), args[1].detach()
-            sources = torch.cat((history, newest.unsqueeze(-2)), dim=-2)
+            earlier, newest = args[0], args[1].detach()
+            if not isinstance(earlier, torch.Tensor):  # AttnRes's and DCA's sources: a sequence, maybe empty
+                earlier = torch.stack((*earlier, newest), dim=-2)[..., :-1, :]
+            sources = torch.cat((earlier.detach(), newest.unsqueeze(-2)), dim=-2)
             if isinstance(module, MultiwayDenseConnection):
                 w = module.weights(newest).mean(dim=(0, 1))  # (ways, sources)
                 names = WAYS["mudd"] if w.shape[0] == 4 else ("R",)

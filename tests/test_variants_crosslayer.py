@@ -13,7 +13,7 @@ from _nets import TINY_LM, layer_norm_by_hand, randomized, tiny_lm
 from torch import nn
 
 import variants
-from bench.runs.probes import probe
+from bench.runs.probes import _norm, probe
 from variants.dense import (
     AttnResUnit,
     DcaLayer,
@@ -221,6 +221,23 @@ def test_attn_res_starts_as_a_uniform_average() -> None:
     sources = torch.randn(3, 5, 4)
     torch.testing.assert_close(att.weights(sources), torch.full((3, 5), 0.2))
     torch.testing.assert_close(att(sources[:, :4], sources[:, 4]), sources.mean(1))
+
+
+def test_attn_res_reads_a_sequence_of_sources_as_their_stack() -> None:
+    """The model passes its earlier sources as a tuple (no stack per sublayer); the stack gives the same read, the
+    formula's softmax over ``(vᵢ·(g ⊙ w))·inv_rms(vᵢ)``, and the probes' ‖x‖ of the tuple is the stack's norm."""
+    torch.manual_seed(0)
+    att = DepthAttention(4)
+    with torch.no_grad():
+        att.query.normal_()
+        att.gain.uniform_(0.5, 1.5)
+    v = torch.randn(2, 3, 5, 4, dtype=torch.float64)
+    att = att.double()
+    w = torch.softmax(((v / v.pow(2).mean(-1, keepdim=True).add(1e-5).sqrt()) * att.gain) @ att.query, dim=-1)
+    expected = (w.unsqueeze(-1) * v).sum(-2)
+    torch.testing.assert_close(att(tuple(v[..., :4, :].unbind(-2)), v[..., 4, :]), expected)
+    torch.testing.assert_close(att(v[..., :4, :], v[..., 4, :]), expected)
+    assert float(_norm(tuple(v[..., :4, :].unbind(-2)))) == pytest.approx(float(v[..., :4, :].norm()))
 
 
 def test_more_blocks_than_sublayers_is_full_attn_res() -> None:

@@ -33,6 +33,7 @@ see them and ``describe()`` names them.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -142,7 +143,8 @@ class GeneralizedResidual(Combinator):
     """``x̄ᶜ = Σⱼ (bᶜⱼ + ReLU(wᶜᵀ·RMSNorm(xⱼ))) ⊙ xⱼ``: DeepCrossAttention's GRN-v3 (Heddes et al. 2025, §3), one
     output c per attention input (or one: the model's output); b per way, source and feature, w per way.
 
-    ``forward(x, fx)``: the earlier outputs (..., n - 1, d) and the newest (..., d) -> (..., ways, d)."""
+    ``forward(x, fx)``: the earlier outputs (a sequence of (..., d) tensors, or one (..., n - 1, d) stack) and the
+    newest (..., d) -> (..., ways, d)."""
 
     axis = "dca"
 
@@ -158,28 +160,35 @@ class GeneralizedResidual(Combinator):
         dynamic = F.relu(self.w(rms(outputs) * self.gain))  # (..., n, ways)
         return self.b + dynamic.movedim(-1, -2).unsqueeze(-1)
 
-    def forward(self, x: torch.Tensor, fx: torch.Tensor) -> torch.Tensor:
-        # The sum split in its static and dynamic halves, the gain folded into w (wᶜᵀ·(g ⊙ RMSNorm(xⱼ)) =
-        # (xⱼ·(g ⊙ wᶜ))·inv_rms(xⱼ)) and the newest output kept apart from the history: no (..., ways, n, d)
-        # weights, no normalised or concatenated copy of the history (memory traffic the FLOP count does not show,
-        # `bench cost --profile`); equal to the formula to rounding.
+    def forward(self, x: torch.Tensor | Sequence[torch.Tensor], fx: torch.Tensor) -> torch.Tensor:
+        # Source by source, the static bᶜⱼ ⊙ xⱼ as a multiply-add and the dynamic ReLU(·)·xⱼ as a product, with the gain
+        # folded into w (wᶜᵀ·(g ⊙ RMSNorm(xⱼ)) = (xⱼ·(g ⊙ wᶜ))·inv_rms(xⱼ)): no stack of the history, no
+        # (..., ways, n, d) weights, no normalised copy. A stack per layer is O(L²) copies over the network, kept by
+        # autograd, and its einsums' permuted copies were a quarter of the step at GPT-2 small (`bench cost
+        # --profile`); equal to the formula to rounding. (The FLOP counter counts products only: the static half, a
+        # per-feature scale like a norm's gain now, is no longer in the FLOP count; the dynamic half still is.)
         w = self.w.weight * self.gain  # (ways, d)
-        dynamic = F.relu(F.linear(x, w) * inv_rms(x))  # (..., n - 1, ways)
-        newest = self.b[:, -1] + F.relu(F.linear(fx, w) * inv_rms(fx)).unsqueeze(-1)  # (..., ways, d)
-        history = torch.einsum("cjd,...jd->...cd", self.b[:, :-1], x) + torch.einsum("...jc,...jd->...cd", dynamic, x)
-        return history + newest * fx.unsqueeze(-2)
+        out: torch.Tensor | None = None
+        for j, v in enumerate((*(x.unbind(-2) if isinstance(x, torch.Tensor) else x), fx)):
+            dynamic = F.relu(F.linear(v, w) * inv_rms(v)).unsqueeze(-1)  # (..., ways, 1)
+            v = v.unsqueeze(-2)
+            out = self.b[:, j] * v if out is None else torch.addcmul(out, self.b[:, j], v)
+            out = out + dynamic @ v  # (..., ways, 1) @ (..., 1, d): a product the FLOP counter sees
+        assert out is not None
+        return out
 
 
 class DepthAttention(Combinator):
     """``h = Σᵢ softmaxᵢ(wᵀ·RMSNorm(vᵢ))·vᵢ`` over the sources vᵢ so far: Attention Residuals (Kimi Team 2026, §3).
 
-    ``forward(x, fx, scales)``: the earlier sources (..., n - 1, d) and the newest (..., d) -> the next input
-    (..., d); the pseudo-query w starts at 0 (a uniform average). The logits are computed as ``wᵀ·(g ⊙ RMSNorm(vᵢ))
-    = (vᵢ·(g ⊙ w))·inv_rms(vᵢ)``: the gain folded into the query, each source's RMS scale (``scales``, (..., n, 1),
-    computed once per source by the caller, or here when not given) instead of a normalised copy of every source at
-    every sublayer, and the newest source kept apart from the stack. At GPT-2 small's width the normalised copies
-    were memory traffic the FLOP count does not show (``bench cost --profile``); the result is the same to
-    rounding."""
+    ``forward(x, fx, scales)``: the earlier sources (a sequence of (..., d) tensors, or one (..., n - 1, d) stack)
+    and the newest (..., d) -> the next input (..., d); the pseudo-query w starts at 0 (a uniform average). Computed
+    source by source, without stacking them: the logits as ``wᵀ·(g ⊙ RMSNorm(vᵢ)) = (vᵢ·(g ⊙ w))·inv_rms(vᵢ)`` (the
+    gain folded into the query, each source's RMS scale (``scales``, (..., n, 1)) computed once per source by the
+    caller, or here when not given), the sum as one product per source. A stack of the sources at every
+    sublayer is O(L²) copies over the network, and autograd keeps each stack for the backward pass: at GPT-2
+    small's width that was +0.97 GB and a fifth of the step (``bench cost --profile``); the result is the same to
+    rounding, and the FLOP count is the stack's."""
 
     axis = "attnres"
 
@@ -192,13 +201,20 @@ class DepthAttention(Combinator):
         """softmaxᵢ(wᵀ·RMSNorm(vᵢ)) of the sources (..., n, d): (..., n)."""
         return torch.softmax((rms(sources) * self.gain) @ self.query, dim=-1)
 
-    def forward(self, x: torch.Tensor, fx: torch.Tensor, scales: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor | Sequence[torch.Tensor], fx: torch.Tensor,
+                scales: torch.Tensor | None = None) -> torch.Tensor:
+        sources = (*(x.unbind(-2) if isinstance(x, torch.Tensor) else x), fx)
         if scales is None:
-            scales = torch.cat((inv_rms(x), inv_rms(fx).unsqueeze(-2)), dim=-2)
-        u = self.gain * self.query
-        logits = torch.cat((x @ u, (fx @ u).unsqueeze(-1)), dim=-1) * scales.squeeze(-1)
-        weights = torch.softmax(logits, dim=-1)  # the earlier sources, then the newest
-        return torch.einsum("...n,...nd->...d", weights[..., :-1], x) + weights[..., -1:] * fx
+            scales = torch.stack([inv_rms(v) for v in sources], dim=-2)
+        u = (self.gain * self.query).unsqueeze(-1)  # (d, 1): each logit a product the FLOP counter sees
+        logits = torch.cat([v @ u for v in sources], dim=-1) * scales.squeeze(-1)
+        weights = torch.softmax(logits, dim=-1)[..., None, None]  # (..., n, 1, 1)
+        # each term a product with a contraction of one, (..., 1, 1) @ (..., 1, d): faster here than a multiply-add
+        # and counted as the stack's einsum was
+        h = weights[..., 0, :, :] @ sources[0].unsqueeze(-2)
+        for i in range(1, len(sources)):
+            h = h + weights[..., i, :, :] @ sources[i].unsqueeze(-2)
+        return h.squeeze(-2)
 
 
 class MuddLayer(Block):
@@ -231,9 +247,9 @@ class DcaLayer(Block):
         history, inputs = state
         if self.read_in is not None:
             x0 = history[0]
-            inputs = with_residual(self.read_in(x0.new_zeros((*x0.shape[:-1], 0, x0.shape[-1])), x0))
+            inputs = with_residual(self.read_in((), x0))
         update = self.ffn(self.attn(inputs)) - inputs[..., 3, :]
-        return (*history, update), with_residual(self.connect(torch.stack(history, dim=-2), update))
+        return (*history, update), with_residual(self.connect(history, update))
 
 
 def with_residual(ways: torch.Tensor) -> torch.Tensor:
@@ -275,7 +291,7 @@ class AttnResUnit(ResidualUnit):
         v = self.drop_path(self.body(self.norm_in(h)))
         partial = v if partial is None else partial + v
         scales_now = (*scales, inv_rms(partial))
-        h_next = self.combine(torch.stack(blocks, dim=-2), partial, scales=torch.stack(scales_now, dim=-2))
+        h_next = self.combine(blocks, partial, scales=torch.stack(scales_now, dim=-2))
         if self.ends_block:
             return (*blocks, partial), scales_now, None, h_next
         return blocks, scales, partial, h_next

@@ -15,8 +15,9 @@ The probes reproduce the per-layer views of the papers resbench re-measures:
 
 No variant carries probe code. A *residual unit* is any module that declares itself a join
 (``residual_role = "join"``, :mod:`variants.roles`; every :class:`variants.combinators.Combinator` does, and a
-plugin's join need not subclass it): its ``forward(x, fx)`` receives the shortcut ``x`` and the branch output
-``F(x)`` and returns the residual stream; below, "Combinator" means such a join. Definitions (one row per unit
+plugin's join need not subclass it): its ``forward(x, fx)`` receives the shortcut ``x`` (a tensor, or for a
+cross-layer join the sequence of earlier outputs it reads) and the branch output ``F(x)`` and returns the residual
+stream; below, "Combinator" means such a join. Definitions (one row per unit
 and metric):
 
 - ``layer``: the position of the unit among all units, in ``model.modules()`` order (0 = first).
@@ -34,7 +35,8 @@ and metric):
   ``sqrt(mean(y²))`` — the quadratic mean of the per-sample RMS values. (With ``post`` placement this
   is the stream *before* the unit's norm: the sum the norm has to tame.)
 - ``out_var``: variance of the unit's output over all its elements in the batch (population, ddof=0).
-- ``branch_ratio``: ``‖F(x)‖ / ‖x‖`` with Frobenius norms over the whole batch (``inf`` if ``x`` is 0).
+- ``branch_ratio``: ``‖F(x)‖ / ‖x‖`` with Frobenius norms over the whole batch (``inf`` if ``x`` is 0; a
+  sequence ``x``: the norm of all its tensors together).
   ``F(x)`` is the branch as the Combinator receives it, before any gate or scale the Combinator applies
   (``gate_mean`` and ``residual_scale`` report those), so a ReZero unit at init shows its branch's size.
 - ``stable_rank``: ``‖X‖_F² / ‖X‖₂²`` (squared Frobenius over squared spectral norm: the numerical rank of
@@ -85,7 +87,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import ExitStack
 from typing import Any
 
@@ -168,13 +170,20 @@ def _rank_metrics(y: torch.Tensor, sequence: bool) -> dict[str, float]:
     return {metric: v for metric, v in means.items() if v is not None}
 
 
+def _norm(x: torch.Tensor | Sequence[torch.Tensor]) -> torch.Tensor:
+    """The Frobenius norm of a shortcut: one tensor, or a cross-layer join's sources (the norm of their stack; 0 for
+    none)."""
+    parts = [x] if isinstance(x, torch.Tensor) else list(x)
+    return torch.linalg.vector_norm(torch.tensor([torch.linalg.vector_norm(t.detach().float()) for t in parts]))
+
+
 def _combinator_hook(sums: dict[tuple[str, str], list[float]], unit: str, sequence: bool) -> Callable[..., None]:
     def hook(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], out: torch.Tensor) -> None:
         inputs = list(args) + [kwargs[k] for k in ("x", "fx") if k in kwargs]
-        x, fx = (t.detach().float() for t in inputs[:2])
+        x, fx = inputs[:2]
         y = out.detach().float()
-        x_norm = torch.linalg.vector_norm(x)
-        ratio = torch.linalg.vector_norm(fx) / x_norm if x_norm > 0 else torch.tensor(math.inf)
+        x_norm = _norm(x)
+        ratio = _norm(fx) / x_norm if x_norm > 0 else torch.tensor(math.inf)
         sums[(unit, "out_rms")].append(y.pow(2).mean().sqrt().item())
         sums[(unit, "out_var")].append(y.var(unbiased=False).item())
         sums[(unit, "branch_ratio")].append(float(ratio))
