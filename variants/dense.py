@@ -113,7 +113,8 @@ class MultiInputPreNorm(ResidualUnit):
 class MultiwayDenseConnection(Combinator):
     """``X̄ᶜ = Σⱼ (aᶜⱼ + [W₂·GELU(W₁·RMSNorm(Xᵢ))]ᶜⱼ)·Xⱼ``, one way c per next-layer input: MUDDFormer (§2.2–2.3).
 
-    ``forward(x, fx)``: the outputs X₀..Xᵢ₋₁ (..., i, d) and the newest Xᵢ (..., d) -> (..., ways, d)."""
+    ``forward(x, fx)``: the outputs X₀..Xᵢ₋₁ (a sequence of (..., d) tensors, or one (..., i, d) stack) and the
+    newest Xᵢ (..., d) -> (..., ways, d)."""
 
     axis = "mudd"
 
@@ -131,12 +132,17 @@ class MultiwayDenseConnection(Combinator):
         """aᶜⱼ + the dynamic term from the newest output x: (..., ways, n_inputs)."""
         return self.static + self.w2(F.gelu(self.w1(rms(x)))).unflatten(-1, (self.ways, self.n_inputs))
 
-    def forward(self, x: torch.Tensor, fx: torch.Tensor) -> torch.Tensor:
-        w = self.weights(fx)  # over the history, then the newest output (kept apart: no concatenated copy)
-        # The newest output's term as a product with a contraction of one, (..., ways, 1) @ (..., 1, d): the same
-        # multiply-adds as a broadcast multiply, and the FLOP counter (which counts products, not elementwise ops)
-        # sees the whole sum over j, as it did when the outputs were one stack.
-        return torch.einsum("...cj,...jd->...cd", w[..., :-1], x) + w[..., -1:] @ fx.unsqueeze(-2)
+    def forward(self, x: torch.Tensor | Sequence[torch.Tensor], fx: torch.Tensor) -> torch.Tensor:
+        w = self.weights(fx).unsqueeze(-1)  # (..., ways, n_inputs, 1): over the history, then the newest output
+        # Source by source, each term a product with a contraction of one, (..., ways, 1) @ (..., 1, d): no stack of
+        # the history per layer (O(L²) copies over the network, each kept by autograd), the same multiply-adds as
+        # a broadcast multiply, and the FLOP counter (which counts products, not elementwise ops) sees the whole
+        # sum over j, as it did when the outputs were one stack.
+        sources = (*(x.unbind(-2) if isinstance(x, torch.Tensor) else x), fx)
+        out = w[..., 0, :] @ sources[0].unsqueeze(-2)
+        for j in range(1, len(sources)):
+            out = out + w[..., j, :] @ sources[j].unsqueeze(-2)
+        return out
 
 
 class GeneralizedResidual(Combinator):
@@ -228,7 +234,7 @@ class MuddLayer(Block):
     def forward(self, state: tuple[tuple[torch.Tensor, ...], torch.Tensor]) -> Any:  # type: ignore[override]
         history, inputs = state
         x = self.ffn(self.attn(inputs))
-        return (*history, x), self.connect(torch.stack(history, dim=-2), x)
+        return (*history, x), self.connect(history, x)
 
 
 class DcaLayer(Block):
