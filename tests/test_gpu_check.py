@@ -108,6 +108,35 @@ def test_a_bill_total_is_read(gc):
         gc.bill_total("dry run of study 'gpt2' (full): 6 runs checked\n")
 
 
+def test_the_cost_step_keeps_the_tables_made_in_time(gc, tmp_path, monkeypatch):
+    """On a GPU the first table must be made in the step's time; later ones out of time are named, not fatal; the
+    CUDA runs name designs of their shapes' families (a wrong name would fail only on the GPU)."""
+    from bench.runs.cost import check_designs, shape_of
+
+    for run in gc.COST_RUNS_CUDA:
+        check_designs(shape_of(run.shape), run.designs, precision=run.precision)
+    calls: list[tuple[str, ...]] = []
+
+    def bench(self, *args, timeout=None, check=True):
+        calls.append(args)
+        if len(calls) > 1:
+            raise subprocess.TimeoutExpired("bench", 1)
+        out = Path(args[-1])
+        out.write_text("design,step_rel,mem_rel\npreln,1,1\nmhc,1.2,1.5\ndca,1.3,1.4\nattn_res,1.1,1.05\n")
+
+    monkeypatch.setattr(gc.Context, "bench", bench)
+    figure, detail = gc.step_cost(gc.Context(tmp_path, "cuda", False, None))
+    assert figure.endswith("at gpt2_small, batch 8, eager bf16; not reached: resnet50_224 eager bf16, "
+                           "gpt2_small compiled bf16")
+    assert detail["not_reached"] == ["resnet50_224 eager bf16", "gpt2_small compiled bf16"]
+    assert detail["runs"][0]["relative"]["mhc"] == {"step_rel": 1.2, "mem_rel": 1.5}
+    assert "--compile" in calls[2] and "bf16" in calls[0]
+    calls.clear()
+    calls.append(("pretend a first call",))  # now every call times out, the first table's too
+    with pytest.raises(subprocess.TimeoutExpired):
+        gc.step_cost(gc.Context(tmp_path, "cuda", False, None))
+
+
 def test_the_full_scale_presets_billed_on_a_gpu_exist(gc):
     """Each preset the bills step names is one of its study's (a renamed preset would fail only on the GPU)."""
     from bench.sweeps.study import load_study
@@ -157,10 +186,10 @@ def test_cpu_forms_of_the_checks_pass(name, tmp_path):
         # A few CPU steps learn nothing (failed_to_learn); the check measures throughput.
         assert detail["tokens_per_s"] > 0 and detail["status"] in ("ok", "failed_to_learn")
     if name == "cost-gpt2-small":
-        assert detail["shape"] == "cifar_resnet110" and set(detail["relative"]) == {"preact"}
-        assert detail["precision"] == "fp32"  # bf16 on CUDA
-        assert detail["relative"]["preact"]["step_rel"] > 0
-        assert (tmp_path / "cost.csv").read_text().startswith("design,")
+        assert [(r["shape"], set(r["relative"]), r["precision"], r["mode"]) for r in detail["runs"]] == [
+            ("cifar_resnet110", {"preact"}, "fp32", "eager"), ("resnet50_224", {"resnet_imagenet_a"}, "fp32", "eager")]
+        assert detail["not_reached"] == [] and detail["runs"][1]["relative"]["resnet_imagenet_a"]["step_rel"] > 0
+        assert (tmp_path / "cost-1.csv").read_text().startswith("design,")
     if name == "full-scale-bills":
         assert detail["bills"]["tiny"]["runs"] == 1 and detail["bills"]["tiny"]["steps"] == 20
         assert detail["not_reached"] == [] and not (tmp_path / "bills").exists()  # a dry run records nothing
