@@ -55,9 +55,10 @@ def ln(norm: nn.Module, x: torch.Tensor) -> torch.Tensor:
 def test_family_is_registered_with_papers() -> None:
     assert FAMILY == ["admin", "attn_res", "attn_res_block", "b2t", "dca", "deep_delta", "deepnorm", "denseformer",
                       "derf", "dyt", "dyt_llama", "frac_connections", "go_mhc", "gpas", "gpt2_small", "hybridnorm",
-                      "hyper_connections", "laurel", "llama_like", "lns", "mhc", "mhc_lite", "mixln", "mudd", "ngpt",
-                      "ortho_preln", "postln", "preln", "preln_backout", "preln_unet", "preln_x0", "preln_xsa",
-                      "resi_dual", "rezero_lm", "sandwich", "seednorm", "speedrun", "t_fixup", "value_residual"]
+                      "hyper_connections", "hyperloop", "laurel", "llama_like", "lns", "mhc", "mhc_lite", "mixln",
+                      "mudd", "ngpt", "ortho_preln", "postln", "preln", "preln_backout", "preln_unet", "preln_x0",
+                      "preln_xsa", "resi_dual", "rezero_lm", "sandwich", "seednorm", "speedrun", "t_fixup",
+                      "value_residual", "vwn", "vwn_1_5x"]
     for name in FAMILY:
         d = variants.describe(name)
         assert d["paper"] and "placement" in d["axes"] and d["defaults"]["vocab_size"] >= 1
@@ -137,7 +138,8 @@ OWN_FORMULA_TEST = {"denseformer", "resi_dual", "hyper_connections", "mhc", "mhc
                     # the speedrun's tricks one at a time: tests/test_speedrun_tricks.py
                     "preln_backout", "preln_unet", "preln_x0", "preln_xsa",
                     "gpas",  # tests/test_gpas.py
-                    "go_mhc"}  # tests/test_go_mhc.py
+                    "go_mhc",  # tests/test_go_mhc.py
+                    "vwn", "vwn_1_5x", "hyperloop"}  # tests/test_vwn.py, tests/test_hyperloop.py
 
 
 def test_every_variant_has_a_formula_test() -> None:
@@ -203,6 +205,9 @@ def test_layernorm_count(name: str) -> None:
         "mhc": 2 * n + 1,  # its RMSNorm of the flattened stream has no weight: a function, not a module
         "mhc_lite": 2 * n + 1,  # as mhc
         "go_mhc": 2 * n + 1,  # as mhc
+        "vwn": 2 * n + 1 + 2 * n,  # as hyper_connections: the dynamic form's norm of each slot per sublayer
+        "vwn_1_5x": 2 * n + 1 + 2 * n,
+        "hyperloop": 2 + 1,  # depth 2 is a one-layer middle block looped twice: its two norms, the final one
         # the 2025-26 frontier: the norm types replace every norm, the final one included
         "dyt": 2 * n + 1,
         "derf": 2 * n + 1,

@@ -64,6 +64,7 @@ from . import (  # noqa: F401  (families)
     gomhc,
     gpas,
     hyper,
+    hyperloop,
     imagenet,
     lm_norms,
     mlp,
@@ -76,6 +77,7 @@ from . import (  # noqa: F401  (families)
     speedrun,
     transformer,
     updates,
+    vwn,
     wrn,
 )
 from .axes import (

@@ -35,12 +35,11 @@ stream, so they stay equal and the model is mHC's at init, Pre-LN with the subla
 the streams' sum, ``1ᵀx_{l+1} = 1ᵀx_l + (1ᵀH_post)·F``. H_res's rows and columns sum to 1 up to the solve's
 rounding, at most about κ(I + A)·ε_machine (measured: 1.3·κ·ε over 12,000 draws).
 
-Three later multi-stream designs are not shipped, because no formula could be pinned to their papers: Virtual Width
-Networks (Seed 2025, arXiv 2511.11238: an r·d-wide stream compressed to d per block by generalised hyper-connections),
-Hyperloop Transformers (Zeitoun, Torroba-Hennigen & Kim 2026, arXiv 2604.21254: a looped middle block with mHC-style
-connections after each loop) and Multi-Gate Residuals (Zheng et al. 2026, arXiv 2605.23259: per-stream sigmoid gates
-and attention pooling over the streams). The stored copies of the three papers hold their abstracts and introductions
-only, and no code by their authors could be found; the descriptions found elsewhere are third parties' readings.
+Multi-Gate Residuals (Zheng et al. 2026, arXiv 2605.23259: per-stream sigmoid gates and attention pooling over the
+streams) is not shipped: the stored copy of its paper holds its abstract and introduction only, no code by its
+authors could be found, and the descriptions found elsewhere are third parties' readings, so no formula could be
+pinned to it. Virtual Width Networks and Hyperloop Transformers, once in that state, are :mod:`variants.vwn` and
+:mod:`variants.hyperloop`.
 """
 
 from __future__ import annotations
