@@ -56,6 +56,26 @@ def test_loop_maps_at_init() -> None:
         assert not join.loop_emb.any()
 
 
+def test_at_init_each_loop_halves_the_stream_and_adds_the_block_of_its_read() -> None:
+    """The streams start equal and stay equal (b_post and b_res the same on every stream), so at init the model is
+    the recurrence x ← x/2 + F(c·x), c = σ(g) + (n − 1)·σ(−g), on one stream, then the end block."""
+    model = tiny().eval()
+    c = torch.sigmoid(torch.tensor(MHC_INIT_GAP)) + 3 * torch.sigmoid(torch.tensor(-MHC_INIT_GAP))
+    x = model.tok_emb.weight[IDX] + model.pos_emb.weight[: IDX.shape[1]]
+    begin, middle, _ = model.split
+    with torch.no_grad():
+        for blk in model.blocks[:begin]:
+            x = blk(x)
+        for _ in range(3):
+            h = c * x
+            for blk in model.blocks[begin:begin + middle]:
+                h = blk(h)
+            x = x / 2 + h
+        for blk in model.blocks[begin + middle:]:
+            x = blk(x)
+        torch.testing.assert_close(model(IDX), model.norm(x) @ model.tok_emb.weight.T)
+
+
 def by_hand(model: HyperloopLM, idx: torch.Tensor, n: int) -> torch.Tensor:
     """§3 as printed: the begin block, Y⁽⁰⁾ = n copies, per loop z = RMSNorm(flatten(y)), the three maps (H_res
     diagonal), y ← H_res y + H_postᵀ(F(H_pre y) + e_l) with F the middle block, the mean of the streams, the end

@@ -29,8 +29,10 @@ setting (zero at init) and PyTorch's default weight init (the paper gives none).
 family's norm type (the paper's Algorithm 2 uses RMSNorm); the GroupNorm is part of the reduction, so a study's norm
 axis still names the family's norm. Not reproduced: the paper pairs VWN with multi-token prediction (§3.4), a
 training objective, not a residual design; the low-rank embedding option ``E_wide = W_expand·E_base`` (§3.2).
-Defaults: (m, n) = (8, 64), r = n/m = 8, the paper's headline model (MoE-A3.3B-VWN×8, §5.2.2); ``vwn_1_5x`` is
-its (m, n) = (2, 3) of §5.1.
+No code by the authors is public. The paper's own pseudocode (Appendix 9, Algorithm 2) was read for the layout, which
+ours follows: A = [Å | Â] as one n × (m + n) matrix of per-slot rows, Bᵀ as n × m, one norm of width d_b per slot, and
+1/τ inside the tanh. Defaults: (m, n) = (8, 64), r = n/m = 8, the paper's headline model (MoE-A3.3B-VWN×8, §5.2.2);
+``vwn_1_5x`` is its (m, n) = (2, 3) of §5.1.
 """
 
 from __future__ import annotations
