@@ -20,9 +20,9 @@ No code by the authors could be found; the tests compute §3's equations by hand
 PyTorch's default init (App. C) and it gives none for the connections; ours is the registry's ``mhc``'s: W = 0, α =
 0.01, ``b_pre = ±g`` (+g on stream l mod n, which breaks the streams' symmetry), ``b_post = 0`` (H_post = 1), and
 ``b_res = 0`` (H_res = I/2, the sigmoid's midpoint), e_l = 0. The streams then start equal, so at init
-``y⁽ˡ⁺¹⁾ = y⁽ˡ⁾/2 + F(c·y⁽ˡ⁾)`` with c = σ(g) + (n − 1)·σ(−g): not a plain looped Transformer. The paper's models use SwiGLU, RoPE and an
-untied head; here the family's (``ffn=``, learned positions, tied head). The family's GPT-2 init scales the residual
-projections by the layers built, not the unrolled depth.
+``y⁽ˡ⁺¹⁾ = y⁽ˡ⁾/2 + F(c·y⁽ˡ⁾)`` with c = σ(g) + (n − 1)·σ(−g): not a plain looped Transformer. The paper's models
+use SwiGLU, RoPE and an untied head; here the family's (``ffn=``, learned positions, tied head). The family's GPT-2
+init scales the residual projections by the layers built, not the unrolled depth.
 """
 
 from __future__ import annotations
