@@ -71,6 +71,12 @@ def inv_rms(x: torch.Tensor) -> torch.Tensor:
     return torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + LN_EPS)
 
 
+def with_newest(x: torch.Tensor | Sequence[torch.Tensor], fx: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """A cross-layer join's sources, oldest first: the earlier outputs ``x`` (a sequence of (..., d) tensors, or one
+    (..., n, d) stack) and the newest ``fx``."""
+    return (*(x.unbind(-2) if isinstance(x, torch.Tensor) else x), fx)
+
+
 class CrossLayerAttention(CausalSelfAttention):
     """Causal self-attention whose queries, keys and values may read three inputs: ``x`` of shape (B, T, 3, d)
     holds (X_Q, X_K, X_V) and ``q = X_Q W_q``, ``k = X_K W_k``, ``v = X_V W_v`` (the fused q|k|v weight's rows
@@ -138,7 +144,7 @@ class MultiwayDenseConnection(Combinator):
         # the history per layer (O(L²) copies over the network, each kept by autograd), the same multiply-adds as
         # a broadcast multiply, and the FLOP counter (which counts products, not elementwise ops) sees the whole
         # sum over j, as it did when the outputs were one stack.
-        sources = (*(x.unbind(-2) if isinstance(x, torch.Tensor) else x), fx)
+        sources = with_newest(x, fx)
         out = w[..., 0, :] @ sources[0].unsqueeze(-2)
         for j in range(1, len(sources)):
             out = out + w[..., j, :] @ sources[j].unsqueeze(-2)
@@ -175,7 +181,7 @@ class GeneralizedResidual(Combinator):
         # per-feature scale like a norm's gain now, is no longer in the FLOP count; the dynamic half still is.)
         w = self.w.weight * self.gain  # (ways, d)
         out: torch.Tensor | None = None
-        for j, v in enumerate((*(x.unbind(-2) if isinstance(x, torch.Tensor) else x), fx)):
+        for j, v in enumerate(with_newest(x, fx)):
             dynamic = F.relu(F.linear(v, w) * inv_rms(v)).unsqueeze(-1)  # (..., ways, 1)
             v = v.unsqueeze(-2)
             out = self.b[:, j] * v if out is None else torch.addcmul(out, self.b[:, j], v)
@@ -209,7 +215,7 @@ class DepthAttention(Combinator):
 
     def forward(self, x: torch.Tensor | Sequence[torch.Tensor], fx: torch.Tensor,
                 scales: torch.Tensor | None = None) -> torch.Tensor:
-        sources = (*(x.unbind(-2) if isinstance(x, torch.Tensor) else x), fx)
+        sources = with_newest(x, fx)
         if scales is None:
             scales = torch.stack([inv_rms(v) for v in sources], dim=-2)
         u = (self.gain * self.query).unsqueeze(-1)  # (d, 1): each logit a product the FLOP counter sees
