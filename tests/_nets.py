@@ -54,6 +54,16 @@ def tiny_lm(name: str, **kw: object) -> nn.Module:
     return model
 
 
+def assert_causal(model: nn.Module, idx: torch.Tensor, vocab_size: int, at: int = 5) -> None:
+    """Changing token ``at`` of ``idx`` leaves every earlier position's logits exactly as they were and changes
+    the later ones."""
+    changed = idx.clone()
+    changed[:, at] = (changed[:, at] + 1) % vocab_size
+    a, b = model(idx), model(changed)
+    torch.testing.assert_close(a[:, :at], b[:, :at], rtol=0, atol=0)
+    assert not torch.allclose(a[:, at:], b[:, at:])
+
+
 def layer_norm_by_hand(norm: nn.Module, x: torch.Tensor) -> torch.Tensor:
     """``norm`` (a LayerNorm with a bias) applied by its formula: (x − μ)/√(σ² + ε)·γ + β."""
     assert isinstance(norm, nn.LayerNorm) and norm.bias is not None
