@@ -61,6 +61,27 @@ def test_run_writes_row_and_json(tmp_path: Path, capsys: pytest.CaptureFixture[s
     assert run["init"] == r.init and run["warmup_ended_at"] == 0  # no warm-up asked for
 
 
+@pytest.mark.parametrize(("world_size", "timed", "method", "mfu"), [
+    (1, True, "timed", 0.25),
+    (2, True, "timed", 0.125),  # two devices ran the step: twice the peak (was 0.25, world_size times too high)
+    (1, False, "training_loop", None),  # no timing phase: the loop's own average, said so, and no MFU from it
+])
+def test_a_rows_throughput_says_where_it_came_from_and_its_mfu_counts_every_device(
+        world_size: int, timed: bool, method: str, mfu: float | None) -> None:
+    s = train_mod.setup(cfg(measure=()))
+    rec = train_mod.Record(steps_done=4, train_time_s=0.2)  # the training loop: 50 ms per step
+    rec.measurements = {"flops": {"per_step": 4e9}, "peak_flops": 1.6e12}
+    if timed:
+        rec.measurements["throughput"] = {"samples_per_s": 3200.0, "median_step_ms": 10.0}
+    row = run_mod.build_row(dataclasses.replace(s.cfg, world_size=world_size), s, rec, {"device_name": "cpu",
+                            "torch": torch.__version__, "git_sha": "x"}, 1.0)
+    assert row["throughput_method"] == method
+    assert row["step_time_ms"] == (10.0 if timed else 50.0)
+    assert row["train_samples_per_s"] == (3200.0 if timed else 32 / 0.05)
+    assert row["mfu"] == (pytest.approx(mfu) if mfu else None)
+    assert row["achieved_tflops"] == (pytest.approx(0.4) if timed else None)  # 4e9 FLOPs in 10 ms, the whole step
+
+
 def test_flops_match_forward_backward_formula(tmp_path: Path) -> None:
     """resnet20's FLOPs at 8x8: the forward column is one sample's forward; backward is twice forward, except
     that the stem conv computes no input gradient (the image needs none), so train = 3 x forward - the stem's."""

@@ -249,18 +249,12 @@ def build_row(cfg: RunConfig, s: Any, rec: Record, env: dict[str, Any], wall_s: 
     m = rec.measurements
     # A phase that failed holds only {"error": ...}: treat it as not measured.
     thr, mem, flops = (m.get(k, {}) if "error" not in m.get(k, {}) else {} for k in ("throughput", "memory", "flops"))
-    if thr:
-        samples_per_s, step_ms = thr["samples_per_s"], thr["median_step_ms"]
-    elif rec.steps_done and rec.train_time_s > 0:  # no timing phase: fall back to the training loop's own time
-        step_ms = rec.train_time_s * 1e3 / rec.steps_done
-        samples_per_s = cfg.global_batch / (step_ms / 1e3)
-    else:
-        samples_per_s = step_ms = None
+    samples_per_s, step_ms, method = throughput_figures(cfg, rec, thr)
     achieved = mfu = None
-    if flops and step_ms:
-        achieved = flops["per_step"] / (step_ms / 1e3)
+    if flops and step_ms and method == "timed":  # a training loop's own time holds evaluation gaps, autotuning ...
+        achieved = flops["per_step"] / (step_ms / 1e3)  # the whole step's FLOPs: every process's share of the batch
         if m.get("peak_flops"):
-            mfu = achieved / m["peak_flops"]
+            mfu = achieved / (m["peak_flops"] * cfg.world_size)  # ... against the peak of every device that ran it
         achieved /= 1e12
     last = rec.eval_curve[-1] if rec.eval_curve and rec.status == "ok" else {}
     val_accs = [p["val_acc"] for p in rec.eval_curve if p["val_acc"] is not None and math.isfinite(p["val_acc"])]
@@ -278,7 +272,7 @@ def build_row(cfg: RunConfig, s: Any, rec: Record, env: dict[str, Any], wall_s: 
         train_samples_per_s=samples_per_s,
         train_tokens_per_s=samples_per_s * s.task.units_per_sample if samples_per_s and s.task.unit == "tokens"
         else None,
-        step_time_ms=step_ms, peak_mem_mb=mem.get("peak_mb"), mem_method=mem.get("method"),
+        step_time_ms=step_ms, throughput_method=method, peak_mem_mb=mem.get("peak_mb"), mem_method=mem.get("method"),
         # a loader task's model step apart from its loader (bench.runs.train.model_apart), and evaluation's own time
         model_samples_per_s=thr.get("model_samples_per_s"), input_bound_fraction=thr.get("input_bound_fraction"),
         loader_workers=s.task.loader_workers, eval_time_s=rec.eval_time_s if rec.eval_curve else None,
@@ -289,6 +283,18 @@ def build_row(cfg: RunConfig, s: Any, rec: Record, env: dict[str, Any], wall_s: 
         torch_version=env["torch"], git_sha=env["git_sha"],
         created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
     )  # fmt: skip
+
+
+def throughput_figures(cfg: RunConfig, rec: Record, timed: Mapping[str, Any]) -> tuple[float | None, float | None, str]:
+    """(samples/s, step ms, method) of a run: the timing phase's median (method ``timed``); without one, the training
+    loop's own average (``training_loop``: its first steps, cuDNN's autotuning or a compile included, so a lower
+    bound, never a figure to compare); (None, None, "") where neither ran."""
+    if timed:
+        return timed["samples_per_s"], timed["median_step_ms"], "timed"
+    if rec.steps_done and rec.train_time_s > 0:
+        step_ms = rec.train_time_s * 1e3 / rec.steps_done
+        return cfg.global_batch / (step_ms / 1e3), step_ms, "training_loop"
+    return None, None, ""
 
 
 def init_scheme(cfg: RunConfig, model_kwargs: Mapping[str, Any]) -> str:
