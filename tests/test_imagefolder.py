@@ -114,7 +114,7 @@ def test_bench_run_writes_both_throughputs_and_the_input_bound_fraction(tree: Pa
     results = tmp_path / "results"
     args = ["run", "--variant", "resnet18", "--task", "imagefolder", "--data-path", str(tree), "--image-size", "32",
             "--workers", "2", "--prefetch", "1", "--steps", "2", "--batch-size", "6", "--measure", "throughput",
-            "--timing-warmup", "1", "--timing-repeats", "2", "--timing-steps", "2", "--eval-batches", "1",
+            "--timing-warmup", "1", "--timing-repeats", "2", "--timing-steps", "3", "--eval-batches", "1",
             "--chance-band", "0", "--results-dir", str(results)]
     assert main(args) == 0
     run = json.loads(next((results / "runs").glob("*.json")).read_text())
@@ -124,6 +124,7 @@ def test_bench_run_writes_both_throughputs_and_the_input_bound_fraction(tree: Pa
     assert 0 <= row["input_bound_fraction"] < 1
     assert row["input_bound_fraction"] == pytest.approx(max(0, 1 - thr["model_median_step_ms"] / thr["median_step_ms"]))
     assert thr["warmup_steps"] == 1 + 2 * 1  # the batches the workers prefetched are drained before timing
+    assert thr["steps_per_repeat"] == 4  # 3 asked for, rounded up to whole rounds of the 2 workers
     assert run["task"]["workers"] == 2 and run["task"]["val_eval_size"] == 6
     assert "Throughput" in capsys.readouterr().out
 
@@ -132,8 +133,8 @@ def test_perf_loader_prints_a_row_per_worker_count(tree: Path, capsys: pytest.Ca
     assert main(["perf", "loader", "--task", "imagefolder", "--data-path", str(tree), "--workers", "0", "1",
                  "--batch-size", "6", "--batches", "2", "--image-size", "32", "--device", "cpu"]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert "images per second" in lines[0] and lines[1].split() == ["workers", "images_per_s", "ms_per_batch",
-                                                                     "first_batch_s"]
+    assert "images per second" in lines[0] and "steady state" in lines[0]
+    assert lines[1].split() == ["workers", "images_per_s", "ms_per_batch", "timed_batches", "first_batch_s", "queue_s"]
     assert [line.split()[0] for line in lines[2:]] == ["0", "1"]
 
 

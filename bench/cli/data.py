@@ -50,7 +50,9 @@ def cmd_perf_loader(ns: argparse.Namespace) -> int:
                       seed=ns.seed)
     what = "images" if ns.task == "imagefolder" else "tokens"
     print(f"{ns.task} loader on {ns.data_path}, batch {ns.batch_size}, to {res['device']}: {what} per second with no "
-          f"model, {ns.batches} batches per worker count after the first batch and the prefetched ones")
+          f"model, in steady state: timed once the first batch and the {ns.prefetch} batches per worker queued by then "
+          f"are drained (first_batch_s, queue_s), over whole rounds of the workers, at least {ns.batches} batches and "
+          f"{perf.MIN_ROUNDS} rounds (timed_batches)")
     table = pd.DataFrame(res["rows"]).rename(columns={f"{res['unit']}_per_s": f"{what}_per_s"})
     print(table.to_string(index=False, float_format=lambda v: f"{v:,.1f}"))
     return 0

@@ -330,7 +330,8 @@ def _perf(sub: Sub) -> None:
     lo.add_argument("--workers", type=int, nargs="+", default=[0, 2, 4, 8], metavar="N",
                     help="worker counts to measure (default 0 2 4 8)")
     lo.add_argument("--batch-size", type=int, default=256, help="(default 256)")
-    lo.add_argument("--batches", type=int, default=50, help="timed batches per worker count (default 50)")
+    lo.add_argument("--batches", type=int, default=50, help="timed batches per worker count, at least: the window "
+                    "spans whole rounds of the workers, 3 at least (default 50)")
     lo.add_argument("--image-size", type=int, default=224, help="imagefolder: training crop (default 224)")
     lo.add_argument("--subset-per-class", type=int, help="imagefolder: as for bench run")
     lo.add_argument("--skip-bad-images", action="store_true", help="imagefolder: as for bench run")

@@ -23,6 +23,9 @@ from bench.runs.tasks.datasets import download
 from bench.runs.upgrade import upgrade
 from bench.sweeps.scaling import scaling
 
+# Said of a throughput the training loop measured (no timing phase ran): its first steps are in it.
+LOOP_NOTE = ", the training loop's average: not timed apart, its first steps included"
+
 
 def cmd_upgrade(ns: argparse.Namespace) -> int:
     changes = upgrade(ns.results_dir, dry_run=ns.dry_run)
@@ -70,7 +73,8 @@ def summary(result: dict[str, Any], results_dir: str) -> str:
         f"Final train loss {fmt(r['final_train_loss'])}, train acc {fmt(r['final_train_acc'])}; "
         f"val loss {fmt(r['final_val_loss'])}, val acc {fmt(r['final_val_acc'])} (best {fmt(r['best_val_acc'])}).",
         f"Throughput {fmt(r['train_samples_per_s'], ',.0f')} samples/s "
-        f"(median step {fmt(r['step_time_ms'], '.2f')} ms), "
+        f"(median step {fmt(r['step_time_ms'], '.2f')} ms"
+        f"{LOOP_NOTE if r.get('throughput_method') == 'training_loop' else ''}), "
         f"peak memory {fmt(r['peak_mem_mb'], '.1f')} MiB ({r['mem_method'] or 'not measured'}), "
         f"{fmt(r['fwd_flops_per_sample'], '.3g')} forward / {fmt(r['train_flops_per_sample'], '.3g')} training "
         f"FLOPs per sample, {fmt(r['achieved_tflops'], '.3g')} TFLOP/s "

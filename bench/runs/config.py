@@ -93,7 +93,8 @@ class RunConfig:
     measure: tuple[str, ...] = _f(PHASES, "measurement phases to run besides training", nargs="*", choices=PHASES)
     timing_warmup: int = _f(3, "throughput phase: untimed warm-up steps")
     timing_repeats: int = _f(5, "throughput phase: timed repeats (the median is reported)")
-    timing_steps: int = _f(5, "throughput phase: steps per timed repeat")
+    timing_steps: int = _f(5, "throughput phase: steps per timed repeat (a loader task's: rounded up to whole rounds "
+                              "of its workers, which deliver their batches together)")
     data_dir: str | None = _f(None, "dataset archive directory (cifar); default $RESBENCH_DATA, ~/.cache/resbench")
     data_path: str | None = _f(None, "the data on disk: the `text` task's UTF-8 file, the `imagefolder` root (train/ "
                                "and val/ class folders, or train-*.tar/val-*.tar shards), the `tokens` shard directory")

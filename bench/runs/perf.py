@@ -82,11 +82,21 @@ def overhead(cfg: RunConfig, steps: int = 30, repeats: int = 7) -> dict[str, Any
     }  # fmt: skip
 
 
+# Whole rounds of the workers timed by `bench perf loader`, at least: W workers that start together deliver their
+# batches in bursts of W, so a window of fewer batches than a round times a burst, not the pipeline.
+MIN_ROUNDS = 3
+
+
 def loader(task_name: str, options: TaskOptions, workers: Sequence[int], *, batch_size: int, batches: int = 50,
            device: str = "cpu", seed: int = 0) -> dict[str, Any]:
-    """Throughput of a loader task's training batches on ``device`` (decoded, augmented, copied and normalised
-    there), with no model, for each worker count: ``batches`` batches timed after the first batch (the workers'
-    start, reported apart) and after the batches the workers had prepared meanwhile (so the timing is steady state).
+    """Steady-state throughput of a loader task's training batches on ``device`` (decoded, augmented, copied and
+    normalised there), with no model, for each worker count.
+
+    The first batch (the workers' start) and the ``workers x prefetch`` batches the workers hold by then (the queue
+    a model drains first) are not timed: their time is reported apart (``first_batch_s``, ``queue_s``). The timed
+    window starts once the queue is drained, so every batch in it was made while the window ran, and spans whole
+    rounds of the workers (``W`` workers started together deliver their batches in bursts of ``W``): at least
+    ``batches`` batches and :data:`MIN_ROUNDS` rounds.
     """
     if batches < 1 or not workers or min(workers) < 0:
         raise ValueError("--batches must be >= 1 and --workers a list of counts >= 0")
@@ -98,21 +108,20 @@ def loader(task_name: str, options: TaskOptions, workers: Sequence[int], *, batc
     rows = []
     for count in workers:
         task.set_workers(count)  # type: ignore[attr-defined]
+        per_round = max(count, 1)
+        timed = per_round * max(-(-batches // per_round), MIN_ROUNDS)
+        queue = count * options.prefetch
         generator = torch.Generator(device=dev).manual_seed(seed)
         started = time.perf_counter()
         stream = task.train_batches(batch_size, generator)
-        next(stream)
-        synchronize(dev)
-        first = time.perf_counter() - started
-        for _ in range(count * options.prefetch):
+        arrivals = []
+        for _ in range(1 + queue + timed):
             next(stream)
-        synchronize(dev)
-        t0 = time.perf_counter()
-        for _ in range(batches):
-            next(stream)
-        synchronize(dev)
-        elapsed = time.perf_counter() - t0
+            synchronize(dev)
+            arrivals.append(time.perf_counter())
         del stream  # its workers end here
-        rows.append({"workers": count, f"{task.unit}_per_s": batches * batch_size * task.units_per_sample / elapsed,
-                     "ms_per_batch": elapsed * 1e3 / batches, "first_batch_s": first})
-    return {"device": str(dev), "unit": task.unit, "rows": rows, "task": task.info}
+        elapsed = arrivals[-1] - arrivals[queue]  # the batches after the drained queue, whole rounds of them
+        rows.append({"workers": count, f"{task.unit}_per_s": timed * batch_size * task.units_per_sample / elapsed,
+                     "ms_per_batch": elapsed * 1e3 / timed, "timed_batches": timed,
+                     "first_batch_s": arrivals[0] - started, "queue_s": arrivals[queue] - arrivals[0]})
+    return {"device": str(dev), "unit": task.unit, "rows": rows, "task": task.info, "prefetch": options.prefetch}

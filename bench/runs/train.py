@@ -345,8 +345,11 @@ def measure_phases(s: Setup, rec: Record) -> None:
         runner = StepRunner(cfg, s, model, batch_generator(s, 2))
         # a loader's workers fill their queues while idle: the warm-up drains those batches, so the timed steps wait
         # on the loader as a long run does
-        warmup = cfg.timing_warmup + cfg.prefetch * (s.task.loader_workers or 0)
-        times = measure.time_steps(runner, device, warmup, cfg.timing_repeats, cfg.timing_steps)
+        workers = s.task.loader_workers or 0
+        warmup = cfg.timing_warmup + cfg.prefetch * workers
+        # W workers started together deliver their batches in bursts of W: a repeat spans whole rounds of them
+        steps = -(-cfg.timing_steps // max(workers, 1)) * max(workers, 1)
+        times = measure.time_steps(runner, device, warmup, cfg.timing_repeats, steps)
         med = measure.median(times)
         # the peak of the step's own mix of matmuls and convolutions (in fp32 on CUDA they can differ 7x)
         by_class = rec.measurements.get("flops", {}).get("train_per_sample_by_class")
@@ -354,7 +357,7 @@ def measure_phases(s: Setup, rec: Record) -> None:
             device, cfg.precision, by_class)
         return {
             "step_times_ms": times, "median_step_ms": med, "samples_per_s": cfg.global_batch / (med / 1e3),
-            "warmup_steps": warmup, "repeats": cfg.timing_repeats, "steps_per_repeat": cfg.timing_steps,
+            "warmup_steps": warmup, "repeats": cfg.timing_repeats, "steps_per_repeat": steps,
             **(model_apart(cfg, runner, device, med) if s.task.loader_workers is not None else {}),
         }  # fmt: skip
 
