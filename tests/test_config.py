@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from bench.runs.config import RECIPES, RunConfig, config_from_dict, lr_factor
+from bench.runs.config import RECIPES, RunConfig, build, config_from_dict, lr_factor
 
 
 def cfg(**kw: object) -> RunConfig:
@@ -45,6 +45,8 @@ def cfg(**kw: object) -> RunConfig:
         ({"grad_clip": 0.0}, "--grad-clip must be > 0"),
         ({"diverge_factor": 1.0}, "--diverge-factor must be > 1"),
         ({"measure": ("speed",)}, "--measure takes flops, throughput, memory"),
+        ({"warmup_epochs": 0.0}, "--warmup-epochs must be a positive finite number, got 0.0"),
+        ({"warmup_epochs": 5.0, "warmup_steps": 10}, "give --warmup-steps or --warmup-epochs, not both"),
         ({"warmup_until_error": 0.0, "warmup_kind": "constant", "warmup_steps": 9},
          r"--warmup-until-error is a training error in \(0, 1\], got 0.0"),
         ({"warmup_until_error": 1.5, "warmup_kind": "constant", "warmup_steps": 9}, "training error in"),
@@ -157,6 +159,21 @@ def test_inv_sqrt() -> None:
 
 def test_constant() -> None:
     assert lr_factor(50, 100, cfg(schedule="constant")) == 1.0
+
+
+def test_an_imagefolder_run_trains_with_he2015s_imagenet_recipe_unless_told_otherwise() -> None:
+    """ResNet-50 at batch 64 on an image tree got lr 0.1, four times He's rate for that batch, and diverged."""
+    first = build({"variant": "resnet50", "task": "imagefolder", "batch_size": 64})
+    assert first.recipe == "he2015_imagenet" and first.optimizer == "sgd" and first.momentum == 0.9
+    assert first.peak_lr == pytest.approx(0.1 * 64 / 256) and first.warmup_epochs == 5.0
+    assert (first.schedule, first.weight_decay) == ("step", 1e-4)
+    # each option given replaces the recipe's alternative to it
+    own = build({"variant": "resnet50", "task": "imagefolder", "lr": 0.05, "warmup_steps": 0})
+    assert (own.peak_lr, own.lr_base, own.warmup_epochs, own.recipe) == (0.05, None, None, "he2015_imagenet")
+    assert build({"variant": "resnet50", "task": "imagefolder", "epochs": 2.0}).epochs == 2.0
+    assert build({"variant": "preln", "task": "imagefolder", "recipe": "xiong2020"}).optimizer == "adam"
+    assert build({"variant": "resnet20"}).recipe is None  # the other tasks keep the harness's defaults
+    assert build({"variant": "preln", "recipe": "xiong2020", "lr_base": 1e-3}).lr_base == 1e-3  # lr_base replaces lr
 
 
 def test_the_optimiser_gets_the_scaled_lr() -> None:

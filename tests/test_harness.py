@@ -82,6 +82,13 @@ def test_a_rows_throughput_says_where_it_came_from_and_its_mfu_counts_every_devi
     assert row["achieved_tflops"] == (pytest.approx(0.4) if timed else None)  # 4e9 FLOPs in 10 ms, the whole step
 
 
+def test_a_warmup_in_epochs_is_made_steps_on_the_runs_task() -> None:
+    s = train_mod.setup(cfg(warmup_epochs=1.0, steps=60, measure=()))
+    assert s.warmup_steps == math.ceil(1437 / 32)  # digits: 1,437 training images at batch 32
+    runner = train_mod.StepRunner(s.cfg, s, s.model, train_mod.batch_generator(s))
+    assert runner.opt.param_groups[0]["lr"] == pytest.approx(0.1 / 45)  # the first step of a linear warm-up
+
+
 def test_flops_match_forward_backward_formula(tmp_path: Path) -> None:
     """resnet20's FLOPs at 8x8: the forward column is one sample's forward; backward is twice forward, except
     that the stem conv computes no input gradient (the image needs none), so train = 3 x forward - the stem's."""

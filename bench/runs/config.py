@@ -71,6 +71,8 @@ class RunConfig:
     milestones: tuple[float, ...] = _f((0.5, 0.75), "step schedule: fractions of the run where lr *= gamma", nargs="+")
     gamma: float = _f(0.1, "step schedule: factor at each milestone (He 2015: 0.1)")
     warmup_steps: int = _f(0, "learning-rate warm-up steps (0 = none)")
+    warmup_epochs: float | None = _f(None, "learning-rate warm-up length in passes over the train split, made steps "
+                                           "once the task is built (Goyal 2017: 5); exclusive with --warmup-steps")
     warmup_kind: str = _f("linear", "linear ramp from 0, or constant lr*warmup_factor (He 2015 ResNet-110)",
                           choices=WARMUP_KINDS)
     warmup_factor: float = _f(0.1, "constant warm-up: lr multiplier during warm-up (He 2015: 0.01/0.1)")
@@ -217,6 +219,11 @@ class RunConfig:
             yield f"--checkpoint-minutes must be a positive number, got {self.checkpoint_minutes}"
         if self.target is not None and self.target_loss is not None:
             yield "give --target (an accuracy) or --target-loss, not both"
+        if self.warmup_epochs is not None:
+            if not (self.warmup_epochs > 0 and math.isfinite(self.warmup_epochs)):
+                yield f"--warmup-epochs must be a positive finite number, got {self.warmup_epochs}"
+            if self.warmup_steps:
+                yield "give --warmup-steps or --warmup-epochs, not both"
         if self.warmup_until_error is not None:
             if not 0 < self.warmup_until_error <= 1:
                 yield f"--warmup-until-error is a training error in (0, 1], got {self.warmup_until_error}"
@@ -311,7 +318,7 @@ RUN_ID_PATTERN = re.compile(r"-([0-9a-f]{8})-s\d+$")
 SEQUENCE_FIELDS = ("betas", "milestones", "measure")
 # Fields added after results were recorded: hashed only when set, so existing run ids (and resuming) stay valid.
 _HASHED_UNLESS_DEFAULT = frozenset({
-    "lr_base", "lr_base_size", "lr_base_scale", "warmup_until_error", "world_size", "grad_accum", "target_loss",
+    "lr_base", "lr_base_size", "lr_base_scale", "warmup_epochs", "warmup_until_error", "world_size", "grad_accum", "target_loss",
     "subset_per_class", "skip_bad_images",
     "vocab_size", "eval_batches", "eval_tokens", "train_tokens",
 })  # fmt: skip
@@ -362,7 +369,23 @@ RECIPES: dict[str, dict[str, Any]] = {
     # Adam with betas (0.9, 0.98), inverse-square-root decay after warm-up (Post-LN needs the warm-up).
     "xiong2020": dict(optimizer="adam", betas=(0.9, 0.98), weight_decay=0.0, schedule="inv_sqrt",
                       warmup_steps=4000, lr=5e-4),
+    # He et al. 2015, §3.4 (ImageNet): SGD, momentum 0.9, weight decay 1e-4, lr 0.1 at batch 256, divided by 10 on
+    # plateaus (here at 1/3 and 2/3 of the run, torchvision's reference every 30 of 90 epochs), scaled linearly to the
+    # run's global batch with a linear warm-up over 5 epochs (Goyal et al. 2017, "Accurate, Large Minibatch SGD",
+    # §2.1-2.2). The run length stays the user's. The default of the tasks of TASK_RECIPES: without it a ResNet-50 at
+    # batch 64 got lr 0.1, four times He's rate for that batch, and diverged at its third step.
+    "he2015_imagenet": dict(optimizer="sgd", lr_base=0.1, lr_base_size=256, lr_base_scale="linear", momentum=0.9,
+                            weight_decay=1e-4, schedule="step", milestones=(1 / 3, 2 / 3), gamma=0.1,
+                            warmup_epochs=5.0),
 }  # fmt: skip
+# The recipe a task's runs get where none is named: ImageNet-size images read from disk train as He 2015 did.
+TASK_RECIPES: dict[str, str] = {"imagefolder": "he2015_imagenet"}
+# Fields of which a recipe sets one and the user the other: the user's replaces the recipe's (lr for lr_base ...).
+RECIPE_ALTERNATIVES: tuple[tuple[tuple[str, ...], tuple[str, ...]], ...] = (
+    (("lr",), ("lr_base", "lr_base_size", "lr_base_scale")),
+    (("epochs",), ("steps",)),
+    (("warmup_steps",), ("warmup_epochs",)),
+)
 
 
 def _literal(value: Any) -> str:
@@ -385,21 +408,27 @@ def _model_args(args: Any) -> tuple[tuple[str, Any], ...]:
 
 
 def build(fields: Mapping[str, Any]) -> RunConfig:
-    """The RunConfig of ``fields``: a named ``recipe``'s values first, then every field given (the one recipe merge
-    of the command line, the Python API and study files; ``epochs`` given replaces the recipe's ``steps``).
-    ValueError names an unknown field or recipe."""
+    """The RunConfig of ``fields``: a recipe's values first (the one named, else the task's, :data:`TASK_RECIPES`), then
+    every field given (the one recipe merge of the command line, the Python API and study files; a field given in
+    place of a recipe's alternative to it, ``epochs`` for ``steps``, ``lr`` for ``lr_base`` ..., replaces it:
+    :data:`RECIPE_ALTERNATIVES`). ValueError names an unknown field or recipe."""
     fields = dict(fields)
     unknown = sorted(set(fields) - set(FIELD_DEFAULTS))
     if unknown:
         raise ValueError(f"unknown run-config field(s) {unknown}; `python -m bench run --help` lists them")
+    if "recipe" not in fields and fields.get("task") in TASK_RECIPES:
+        fields["recipe"] = TASK_RECIPES[fields["task"]]
     recipe = fields.get("recipe")
     base: dict[str, Any] = {}
     if recipe is not None:
         if recipe not in RECIPES:
             raise ValueError(f"unknown recipe {recipe!r}; choose one of: {', '.join(sorted(RECIPES))}")
         base = dict(RECIPES[recipe])
-        if "epochs" in fields:
-            base.pop("steps", None)  # the user chose the run length in epochs instead of the recipe's steps
+        for one, other in RECIPE_ALTERNATIVES:
+            for given, replaced in ((one, other), (other, one)):
+                if any(k in fields for k in given):
+                    for k in replaced:
+                        base.pop(k, None)
     return RunConfig(**{**base, **fields})
 
 

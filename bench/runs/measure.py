@@ -57,7 +57,7 @@ StepFn = Callable[[], Any]
 # schedule fields only change host-side scalars; probes and evaluation never run inside a measured phase.
 COST_NEUTRAL_FIELDS: frozenset[str] = frozenset({
     "seed", "lr", "lr_base", "lr_base_size", "lr_base_scale", "betas", "schedule", "milestones", "gamma",
-    "warmup_steps", "warmup_kind", "warmup_factor",
+    "warmup_steps", "warmup_epochs", "warmup_kind", "warmup_factor",
     "warmup_until_error", "target", "eval_every", "probe_every", "diverge_factor", "epochs", "steps", "recipe",
     "study", "preset", "data_dir", "checkpoint_every", "checkpoint_minutes", "keep_checkpoints", "target_loss",
     "eval_batches", "eval_tokens",

@@ -259,7 +259,8 @@ def build_row(cfg: RunConfig, s: Any, rec: Record, env: dict[str, Any], wall_s: 
     last = rec.eval_curve[-1] if rec.eval_curve and rec.status == "ok" else {}
     val_accs = [p["val_acc"] for p in rec.eval_curve if p["val_acc"] is not None and math.isfinite(p["val_acc"])]
     return new_row(
-        **_config_columns(cfg, s.model_kwargs, variant_axes(cfg.variant, s.model)),
+        **{**_config_columns(cfg, s.model_kwargs, variant_axes(cfg.variant, s.model)),
+           "warmup_steps": s.warmup_steps},  # --warmup-epochs made steps on this run's task
         params=sum(p.numel() for p in s.model.parameters()),
         epochs=rec.steps_done * cfg.global_batch / s.task.num_train if s.task.num_train else None,
         steps=rec.steps_done, device=device or str(s.device), device_name=env["device_name"],

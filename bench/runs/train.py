@@ -114,6 +114,7 @@ class Setup:
     eval_every: int
     world: distributed.World | None = None  # this rank's place in a torchrun job (bench.runs.distributed), if any
     ddp: torch.nn.Module | None = None  # the model wrapped in DistributedDataParallel: what a training step runs
+    warmup_steps: int = 0  # the learning-rate warm-up in steps (--warmup-epochs made steps on this task)
 
 
 def _world(cfg: RunConfig) -> distributed.World | None:
@@ -162,11 +163,13 @@ def setup(cfg: RunConfig) -> Setup:
         epochs = cfg.epochs if cfg.epochs is not None else DEFAULT_EPOCHS
         total = max(1, math.ceil(epochs * task.num_train / cfg.global_batch))
     eval_every = cfg.eval_every or max(1, total // 10)
+    warmup = cfg.warmup_steps if cfg.warmup_epochs is None else \
+        max(1, math.ceil(cfg.warmup_epochs * task.num_train / cfg.global_batch))
     ddp = None
     if world is not None:  # one wrapper for every step of the run: it broadcasts rank 0's weights as it wraps
         ddp = torch.nn.parallel.DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda"
                                                         else None)
-    return Setup(cfg, device, task, model, kw, total, eval_every, world, ddp)
+    return Setup(cfg, device, task, model, kw, total, eval_every, world, ddp, warmup_steps=warmup)
 
 
 def seed_everything(seed: int, deterministic: bool) -> None:
@@ -225,7 +228,7 @@ class StepRunner:
         self.opt = make_optimizer(cfg, model)
         total = s.total_steps
         self.steps_done = 0
-        self.warmup_end = cfg.warmup_steps  # steps of warm-up; an error threshold may end it earlier
+        self.warmup_end = s.warmup_steps  # steps of warm-up; an error threshold may end it earlier
         self.watch_error = watch_warmup_error and cfg.warmup_until_error is not None
         self.sched = torch.optim.lr_scheduler.LambdaLR(self.opt, lambda i: lr_factor(i, total, cfg, self.warmup_end))
         self.scaler = torch.amp.GradScaler(s.device.type, enabled=cfg.precision == "fp16")
