@@ -239,12 +239,11 @@ def test_channel_stats_exact() -> None:
     np.testing.assert_allclose(std, x.std(axis=(0, 2, 3)), rtol=1e-10)
 
 
-@pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
-def test_augmentation_on_cuda_matches_shapes_and_is_deterministic() -> None:
-    cuda = torch.device("cuda")
-    task = images.synthetic(cuda, 0, TaskOptions(image_size=32, train_size=256, val_size=8))
-    a = take(task.train_batches(64, torch.Generator(device=cuda).manual_seed(1)), 3)
-    b = take(task.train_batches(64, torch.Generator(device=cuda).manual_seed(1)), 3)
-    assert all(x.device.type == "cuda" and x.shape == (64, 3, 32, 32) for x, _ in a)
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+def test_augmentation_on_the_device_matches_shapes_and_is_deterministic(device: str) -> None:
+    dev = torch.device(device)
+    task = images.synthetic(dev, 0, TaskOptions(image_size=32, train_size=256, val_size=8))
+    a = take(task.train_batches(64, torch.Generator(device=dev).manual_seed(1)), 3)
+    b = take(task.train_batches(64, torch.Generator(device=dev).manual_seed(1)), 3)
+    assert all(x.device.type == device and x.shape == (64, 3, 32, 32) for x, _ in a)
     assert all(torch.equal(x1, x2) for (x1, _), (x2, _) in zip(a, b, strict=True))

@@ -35,6 +35,8 @@ LR_SCALES = ("auto", "linear", "sqrt")
 PRECISIONS = ("fp32", "bf16", "fp16")
 DEVICES = ("auto", "cpu", "cuda", "mps")
 PHASES = ("flops", "throughput", "memory")
+# torch.compile's Inductor modes (bench.runs.execution): reduce-overhead adds CUDA graphs, max-autotune kernel search
+COMPILE_MODES = ("default", "reduce-overhead", "max-autotune-no-cudagraphs", "max-autotune")
 
 
 def _f(default: Any, help: str, **meta: Any) -> Any:
@@ -83,6 +85,9 @@ class RunConfig:
     device: str = _f("auto", "where to train: auto picks cuda, then mps, then cpu", choices=DEVICES)
     precision: str = _f("fp32", "autocast precision of forward/backward (weights stay fp32)", choices=PRECISIONS)
     compile: bool = _f(False, "wrap the model in torch.compile")
+    compile_mode: str = _f("default", "torch.compile's mode with --compile: reduce-overhead replays the step as CUDA "
+                                      "graphs (launch-bound nets), max-autotune-no-cudagraphs searches kernels",
+                           choices=COMPILE_MODES)
     channels_last: bool = _f(False, "channels-last memory format for 4-D inputs and the model")
     deterministic: bool = _f(False, "deterministic kernels: bit-identical curves for a seed on one machine")
     target: float | None = _f(None, "validation accuracy in [0, 1] whose first reach is recorded (steps/time)")
@@ -203,6 +208,7 @@ class RunConfig:
             ("warmup-kind", self.warmup_kind, WARMUP_KINDS),
             ("precision", self.precision, PRECISIONS),
             ("device", self.device, DEVICES),
+            ("compile-mode", self.compile_mode, COMPILE_MODES),
         ):
             if value not in choices:
                 yield f"--{name} must be one of {', '.join(choices)}, got {value!r}"
@@ -217,6 +223,8 @@ class RunConfig:
         if self.checkpoint_minutes is not None and not (self.checkpoint_minutes > 0
                                                         and math.isfinite(self.checkpoint_minutes)):
             yield f"--checkpoint-minutes must be a positive number, got {self.checkpoint_minutes}"
+        if self.compile_mode != "default" and not self.compile:
+            yield f"--compile-mode {self.compile_mode} is a mode of --compile: give --compile too"
         if self.target is not None and self.target_loss is not None:
             yield "give --target (an accuracy) or --target-loss, not both"
         if self.warmup_epochs is not None:
@@ -318,8 +326,8 @@ RUN_ID_PATTERN = re.compile(r"-([0-9a-f]{8})-s\d+$")
 SEQUENCE_FIELDS = ("betas", "milestones", "measure")
 # Fields added after results were recorded: hashed only when set, so existing run ids (and resuming) stay valid.
 _HASHED_UNLESS_DEFAULT = frozenset({
-    "lr_base", "lr_base_size", "lr_base_scale", "warmup_epochs", "warmup_until_error", "world_size", "grad_accum", "target_loss",
-    "subset_per_class", "skip_bad_images",
+    "lr_base", "lr_base_size", "lr_base_scale", "warmup_epochs", "warmup_until_error", "world_size", "grad_accum",
+    "target_loss", "subset_per_class", "skip_bad_images", "compile_mode",
     "vocab_size", "eval_batches", "eval_tokens", "train_tokens",
 })  # fmt: skip
 # Every field's default (every RunConfig field has a plain one): what a run JSON written before a field existed used.

@@ -19,6 +19,7 @@ from typing import Any
 
 import torch
 
+from bench.runs import execution
 from bench.runs.config import RunConfig
 from bench.runs.measure import synchronize
 from bench.runs.tasks import TaskOptions
@@ -46,13 +47,15 @@ def overhead(cfg: RunConfig, steps: int = 30, repeats: int = 7) -> dict[str, Any
     x, y = next(s.task.train_batches(cfg.batch_size, batch_generator(s, 7)))
     if cfg.channels_last and x.dim() == 4:
         x = x.contiguous(memory_format=torch.channels_last)
-    forward = torch.compile(reference) if cfg.compile else reference  # the same settings as the harness
+    forward = execution.compiled(reference, cfg.compile_mode) if cfg.compile else reference  # the harness's settings
     after_step = after_step_hook(reference)  # part of the model's step (nGPT's renormalisation), not overhead
 
     def minimal_ms() -> float:
         synchronize(s.device)
         t0 = time.perf_counter()
         for _ in range(steps):
+            if cfg.compile:
+                execution.mark_step()
             opt.zero_grad(set_to_none=True)
             with autocast(cfg, s.device):
                 loss = s.task.loss(forward(x), y)

@@ -21,7 +21,7 @@ from typing import Any
 import torch
 
 import variants
-from bench.runs import chance, checkpoints, distributed, plugins, probes, resume
+from bench.runs import chance, checkpoints, distributed, execution, plugins, probes, resume
 from bench.runs.config import RunConfig
 from bench.runs.env import environment, git_sha, machine_fingerprint, machine_id
 from bench.runs.results import ResultsStore, new_row
@@ -163,6 +163,9 @@ def run_config(cfg: RunConfig, progress: bool = False, reuse: Reuse | None = Non
         "measurements": rec.measurements,
         "cost_source": cost_source,  # the run that measured them: this one, or the first of its configuration
         "placement": dict(placement or {}),
+        # how the step ran: the optimiser's kernels (fused on CUDA) and torch.compile's mode (bench.runs.execution)
+        "execution": {"optimizer_impl": execution.optimizer_impl(cfg.optimizer, s.device),
+                      "compile_mode": cfg.compile_mode if cfg.compile else None},
         "curves": {"train": rec.train_curve, "eval": rec.eval_curve},
         "probes": rec.probes,
         "residual_scalars": rec.residual_scalars,  # learned residual scalars at every evaluation (bench.runs.scalars)

@@ -20,7 +20,7 @@ from typing import Any
 import torch
 
 import variants
-from bench.runs import distributed, measure, plugins, resume
+from bench.runs import distributed, execution, measure, plugins, resume
 from bench.runs.config import RunConfig, lr_factor
 from bench.runs.progress import Progress
 from bench.runs.scalars import learned_scalars
@@ -183,11 +183,14 @@ def seed_everything(seed: int, deterministic: bool) -> None:
 
 
 def make_optimizer(cfg: RunConfig, model: torch.nn.Module) -> torch.optim.Optimizer:
+    """The run's optimiser over the model's trainable parameters, fused on CUDA (:mod:`bench.runs.execution`)."""
     params = [p for p in model.parameters() if p.requires_grad]
+    device = params[0].device if params else torch.device("cpu")
     if cfg.optimizer == "sgd":
-        return torch.optim.SGD(params, lr=cfg.peak_lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay)
-    cls = torch.optim.AdamW if cfg.optimizer == "adamw" else torch.optim.Adam
-    return cls(params, lr=cfg.peak_lr, betas=cfg.betas, weight_decay=cfg.weight_decay)
+        return execution.make_optimizer("sgd", params, device, lr=cfg.peak_lr, momentum=cfg.momentum,
+                                        weight_decay=cfg.weight_decay)
+    return execution.make_optimizer(cfg.optimizer, params, device, lr=cfg.peak_lr, betas=cfg.betas,
+                                    weight_decay=cfg.weight_decay)
 
 
 def autocast(cfg: RunConfig, device: torch.device) -> contextlib.AbstractContextManager[Any]:
@@ -224,7 +227,7 @@ class StepRunner:
         self.cfg, self.device, self.task = cfg, s.device, s.task
         self.model = model
         stepped = s.ddp if s.ddp is not None else model  # under torchrun the step's gradients are averaged
-        self.forward = torch.compile(stepped) if cfg.compile else stepped
+        self.forward = execution.compiled(stepped, cfg.compile_mode) if cfg.compile else stepped
         self.opt = make_optimizer(cfg, model)
         total = s.total_steps
         self.steps_done = 0
@@ -244,6 +247,8 @@ class StepRunner:
         self.after_step = after_step_hook(model)
 
     def __call__(self) -> torch.Tensor:
+        if self.cfg.compile:
+            execution.mark_step()
         x, y = next(self.batches)
         if self.channels_last and x.dim() == 4:
             x = x.contiguous(memory_format=torch.channels_last)
