@@ -272,13 +272,14 @@ def compare(results: Results, baseline: str, metrics: Sequence[str] = ("final_va
     return compare_table(board, results.records, baseline, list(metrics))
 
 
-def cost(designs: Sequence[str], shape: str = "gpt2_small", *, measure_time: bool = True, compiled: bool = False,
-         batch: int | None = None, repeats: int = 3, device: str = "cpu", precision: str = "fp32",
-         progress: bool = False) -> pd.DataFrame:
+def cost(designs: Sequence[str], shape: str = "gpt2_small", *, measure_time: bool = True,
+         compiled: bool | None = None, compile_mode: str = "default", batch: int | None = None, repeats: int = 3,
+         device: str = "cpu", precision: str = "fp32", progress: bool = False) -> pd.DataFrame:
     """What each design costs at a reference shape relative to its family's baseline — ``bench cost``: parameters
     and exact training FLOPs per sample (meta device), and with ``measure_time`` the step time and memory measured
-    beside the baseline, alternating, eager (and ``compiled``), in fp32 or bf16 autocast (``precision``). Shapes:
-    :data:`bench.runs.cost.SHAPES` (``gpt2_small``, ``gpt2_medium``, ``resnet50_224``, ``cifar_resnet110``);
-    ValueError naming the choices for an unknown shape, precision or design."""
-    return cost_table(designs, shape, measure_time=measure_time, compiled=compiled, batch=batch, repeats=repeats,
-                      device=device, precision=precision, progress=progress)
+    beside the baseline, alternating, eager and under ``torch.compile`` in ``compile_mode`` (``compiled`` None: on an
+    accelerator), in fp32 or bf16 autocast (``precision``). Shapes: :data:`bench.runs.cost.SHAPES` (``gpt2_small``,
+    ``gpt2_medium``, ``resnet50_224``, ``cifar_resnet110``); ValueError naming the choices for an unknown shape,
+    precision or design."""
+    return cost_table(designs, shape, measure_time=measure_time, compiled=compiled, compile_mode=compile_mode,
+                      batch=batch, repeats=repeats, device=device, precision=precision, progress=progress)

@@ -36,6 +36,32 @@ def test_gpt2_small_counts_are_gpt2s() -> None:
     assert c.flops.forward == forward and c.flops.train == 3 * forward == 874_944_921_600
 
 
+def test_the_baseline_is_built_once_per_mode_and_timed_beside_each_design(tiny: cost.Shape,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """Eager and compiled side by side, the compiled steps in the mode asked for; the baseline compiled once, not once
+    per design (each compile of a GPT-2-sized model costs a minute on a GPU)."""
+    built: list[tuple[str, bool]] = []
+    real_trainee = cost.trainee
+
+    def trainee(name: str, *args: object, **kw: object) -> cost.Trainee:
+        made = real_trainee(name, *args, **kw)  # type: ignore[arg-type]
+        built.append((name, made.compiled))
+        return made
+
+    modes: list[str] = []
+    monkeypatch.setattr(cost, "trainee", trainee)
+    monkeypatch.setattr(cost.execution, "compiled", lambda module, mode: modes.append(mode) or module)
+    table = cost.cost_table(["mhc", "hyper_connections"], "tiny", repeats=1, compiled=True,
+                            compile_mode="max-autotune-no-cudagraphs")
+    assert sorted(built) == sorted([("preln", False), ("preln", True), ("mhc", False), ("mhc", True),
+                                    ("hyper_connections", False), ("hyper_connections", True)])
+    assert modes == ["max-autotune-no-cudagraphs"] * 3
+    assert {"step_rel", "step_rel_compiled", "time_per_flop", "time_per_flop_compiled"} <= set(table.columns)
+    assert table.attrs["compile_mode"] == "max-autotune-no-cudagraphs" and table.attrs["optimizer_impl"] == "default"
+    eager = cost.cost_table(["mhc"], "tiny", repeats=1)  # on a CPU: eager only, unless asked
+    assert "step_rel_compiled" not in eager and eager.attrs["compile_mode"] is None
+
+
 def test_the_counts_are_flop_counters_on_the_real_model(tiny: cost.Shape) -> None:
     torch.manual_seed(0)
     model = cost.build("hyper_connections", tiny)

@@ -123,7 +123,8 @@ def cmd_cost(ns: argparse.Namespace) -> int:
         text = (str(pd.concat([p.assign(design=p.attrs["design"]) for p in profiles]).to_csv(index=False))
                 if ns.format == "csv" else "\n".join(render_profile(p, ns.top) for p in profiles))
     else:
-        table = cost_table(ns.designs, ns.shape, measure_time=ns.measure_time, compiled=ns.compile, batch=ns.batch,
+        table = cost_table(ns.designs, ns.shape, measure_time=ns.measure_time, compiled=ns.compile,
+                           compile_mode=ns.compile_mode, batch=ns.batch,
                            repeats=ns.repeats, device=ns.device, precision=ns.precision, progress=True,
                            partial=lambda t: write(render_cost(t, ns.format),
                                                    " (unfinished: the designs timed so far)"))

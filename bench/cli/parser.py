@@ -15,7 +15,15 @@ from collections.abc import Callable
 from typing import Any
 
 from bench.analysis.options import OPTIONS
-from bench.runs.config import DEFAULT_RESULTS, PLUGIN_ENTRY_POINTS, PLUGINS_ENV_VAR, RESULTS_ENV_VAR, RunConfig, build
+from bench.runs.config import (
+    COMPILE_MODES,
+    DEFAULT_RESULTS,
+    PLUGIN_ENTRY_POINTS,
+    PLUGINS_ENV_VAR,
+    RESULTS_ENV_VAR,
+    RunConfig,
+    build,
+)
 from bench.runs.schema import HEADLINE_METRICS
 from bench.sweeps.options import SweepOptions, flag
 
@@ -418,7 +426,12 @@ def _cost(sub: Sub) -> None:
     q.add_argument("--designs", nargs="+", required=True, metavar="DESIGN", help="registered variants of one family")
     q.add_argument("--shape", default="gpt2_small",
                    help="gpt2_small, gpt2_medium, resnet50_224 or cifar_resnet110 (default: gpt2_small)")
-    q.add_argument("--compile", action="store_true", help="also time each step under torch.compile")
+    q.add_argument("--compile", action=argparse.BooleanOptionalAction, default=None,
+                   help="also time each step under torch.compile, beside eager (default: on an accelerator, not on a "
+                        "CPU, where compiling a large model takes minutes)")
+    q.add_argument("--compile-mode", choices=COMPILE_MODES, default="default",
+                   help="torch.compile's mode: reduce-overhead replays each step as CUDA graphs, "
+                        "max-autotune-no-cudagraphs searches kernels (default: default)")
     q.add_argument("--no-timing", dest="measure_time", action="store_false",
                    help="count parameters and FLOPs only (meta device: seconds at any shape)")
     q.add_argument("--batch", type=_positive(int), help="samples of the timed step (default: the shape's, 1 or 8)")

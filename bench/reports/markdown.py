@@ -142,6 +142,10 @@ def render_cost(table: pd.DataFrame, fmt: str = "markdown") -> str:
     if "step_ms" in table:
         head += (f"; step time and memory at batch {a.get('batch')} in {a.get('precision', 'fp32')} on "
                  f"{a.get('device')}, median of {a.get('repeats')} alternating steps, memory: {a.get('memory')}")
+        if a.get("optimizer_impl"):
+            head += f"; optimiser kernels: {a['optimizer_impl']}"
+        if a.get("compile_mode"):
+            head += f"; compiled columns: torch.compile mode {a['compile_mode']}"
     rows = [[v if isinstance(v, str) else f"{v:,}" if isinstance(v, int) else fmt_number(float(v), ".4g")
              for v in row] for row in table.itertuples(index=False)]
     return head + ".\n\n" + markdown_table(list(table.columns), rows) + "\n"

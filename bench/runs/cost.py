@@ -38,7 +38,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import variants
-from bench.runs import measure
+from bench.runs import execution, measure
 
 
 @dataclass(frozen=True)
@@ -165,16 +165,20 @@ class Trainee:
     batch: tuple[torch.Tensor, torch.Tensor]
     compiled: bool = False
     precision: str = "fp32"  # PRECISIONS: bf16 runs the forward and the loss under autocast
+    compile_mode: str = "default"  # torch.compile's mode when compiled (bench.runs.execution)
     opt: torch.optim.Optimizer = field(init=False)
 
     def __post_init__(self) -> None:
-        # the papers' optimisers: AdamW for the LMs (GPT-2's recipe), SGD with momentum for the ResNets
-        self.opt = torch.optim.AdamW(self.model.parameters(), lr=1e-4) if self.shape.tokens else \
-            torch.optim.SGD(self.model.parameters(), lr=1e-3, momentum=0.9)
-        self.forward = torch.compile(self.model) if self.compiled else self.model
+        # the papers' optimisers: AdamW for the LMs (GPT-2's recipe), SGD with momentum for the ResNets; fused on CUDA
+        device = self.batch[0].device
+        self.opt = execution.make_optimizer("adamw", self.model.parameters(), device, lr=1e-4) if self.shape.tokens \
+            else execution.make_optimizer("sgd", self.model.parameters(), device, lr=1e-3, momentum=0.9)
+        self.forward = execution.compiled(self.model, self.compile_mode) if self.compiled else self.model
 
     def __call__(self) -> None:
         x, y = self.batch
+        if self.compiled:
+            execution.mark_step()
         self.opt.zero_grad(set_to_none=True)
         with torch.autocast(x.device.type, dtype=torch.bfloat16, enabled=self.precision == "bf16"):
             loss = self.shape.loss(self.forward(x), y)
@@ -216,15 +220,19 @@ def medians(by_round: Sequence[Sequence[tuple[float, float]]]) -> list[tuple[flo
             for i in range(len(by_round[0]))]
 
 
+def trainee(name: str, sh: Shape, batch: tuple[torch.Tensor, torch.Tensor], compiled: bool, precision: str = "fp32",
+            compile_mode: str = "default") -> Trainee:
+    """Design ``name`` at ``sh`` built from seed 0 on ``batch``'s device, with its optimiser."""
+    torch.manual_seed(0)
+    return Trainee(build(name, sh).to(batch[0].device), sh, batch, compiled=compiled, precision=precision,
+                   compile_mode=compile_mode)
+
+
 def timed_pair(pair: Sequence[str], sh: Shape, batch: tuple[torch.Tensor, torch.Tensor], device: torch.device,
                repeats: int, compiled: bool, precision: str = "fp32") -> list[list[tuple[float, float]]]:
     """The :func:`rounds` of ``pair`` (the baseline, then a design) at ``sh``, each built from seed 0 beside the
     other in this process."""
-    trainees = []
-    for n in pair:
-        torch.manual_seed(0)
-        trainees.append(Trainee(build(n, sh).to(device), sh, batch, compiled=compiled, precision=precision))
-    return rounds(trainees, device, repeats)
+    return rounds([trainee(n, sh, batch, compiled, precision) for n in pair], device, repeats)
 
 
 @contextlib.contextmanager
@@ -232,22 +240,29 @@ def _progress(enabled: bool) -> Iterator[Callable[[str], None]]:
     yield (lambda line: print(line, file=sys.stderr, flush=True)) if enabled else (lambda line: None)
 
 
-def cost_table(designs: Sequence[str], shape: str, *, measure_time: bool = True, compiled: bool = False,
-               batch: int | None = None, repeats: int = 3, device: str = "cpu", precision: str = "fp32",
-               progress: bool = False, partial: Callable[[pd.DataFrame], None] | None = None) -> pd.DataFrame:
+def cost_table(designs: Sequence[str], shape: str, *, measure_time: bool = True, compiled: bool | None = None,
+               compile_mode: str = "default", batch: int | None = None, repeats: int = 3, device: str = "cpu",
+               precision: str = "fp32", progress: bool = False, partial: Callable[[pd.DataFrame], None] | None = None
+               ) -> pd.DataFrame:
     """One row per design (the baseline first, added where not named): parameters, training FLOPs per sample, and
     with ``measure_time`` the step time and step memory at ``batch`` (default: the shape's), each beside its ratio to
-    the baseline's; the time ratios paired with a baseline timed alternately with that design (:func:`timed_pair`,
-    medians over the rounds), eager and, with ``compiled``, under ``torch.compile``; ``time_per_flop`` the eager
-    time ratio over the FLOPs ratio; every step in ``precision`` (:data:`PRECISIONS`). ``partial`` is called with the
-    table so far after each design is timed (a long measurement keeps what it has). ValueError naming the choices
-    for an unknown shape, precision or a design of another family."""
+    the baseline's; the time ratios paired with the baseline timed alternately with that design (:func:`rounds`,
+    medians over the rounds), eager and, with ``compiled``, under ``torch.compile`` in ``compile_mode`` beside it
+    (``compiled`` None: on an accelerator, not on a CPU, where compiling a large model takes minutes);
+    ``time_per_flop`` the eager time ratio over the FLOPs ratio (``time_per_flop_compiled`` the compiled one); every
+    step in ``precision`` (:data:`PRECISIONS`), its optimiser fused where the device has fused kernels. The baseline is
+    built (and compiled) once per mode and timed beside each design in turn. ``partial`` is called with the table so
+    far after each design is timed (a long measurement keeps what it has). ValueError naming the choices for an
+    unknown shape, precision or a design of another family."""
     sh = shape_of(shape)
     check_designs(sh, designs, precision=precision)
     names = [sh.baseline, *[d for d in dict.fromkeys(designs) if d != sh.baseline]]
     dev = torch.device(device)
+    compiled = dev.type != "cpu" if compiled is None else compiled
     b = batch or sh.batch
     pinned = pin_mmap_threshold() if dev.type == "cpu" else True
+    how = {"optimizer_impl": execution.optimizer_impl("adamw" if sh.tokens else "sgd", dev),
+           "compile_mode": compile_mode if compiled else None}
     rows: dict[str, dict[str, Any]] = {}
     with _progress(progress) as say:
         for name in names:
@@ -262,14 +277,18 @@ def cost_table(designs: Sequence[str], shape: str, *, measure_time: bool = True,
         modes = [False, True] if compiled else [False]
         if measure_time:
             x, y = sh.inputs(b, dev)
-            others = names[1:] or names  # each beside the baseline; the baseline alone when no other is named
-            for name in others:
-                pair = list(dict.fromkeys([sh.baseline, name]))
+            baselines = {mode: trainee(sh.baseline, sh, (x, y), mode, precision, compile_mode) for mode in modes}
+            for name in names[1:] or names:  # each beside the baseline; the baseline alone when no other is named
                 for mode in modes:
                     suffix = "_compiled" if mode else ""
-                    say(f"  timing {' vs '.join(pair)}{' compiled' if mode else ''}: {repeats} alternating steps of "
-                        f"{b} sample{'s' if b > 1 else ''} each ...")
-                    (t0, m0), *_, (t1, m1) = medians(timed_pair(pair, sh, (x, y), dev, repeats, mode, precision))
+                    alone = name == sh.baseline
+                    say(f"  timing {sh.baseline}{'' if alone else ' vs ' + name}{' compiled' if mode else ''}: "
+                        f"{repeats} alternating steps of {b} sample{'s' if b > 1 else ''} each ...")
+                    pair = [baselines[mode]] + ([] if alone else
+                                                [trainee(name, sh, (x, y), mode, precision, compile_mode)])
+                    timed = medians(rounds(pair, dev, repeats))
+                    (t0, m0), (t1, m1) = timed[0], timed[-1]
+                    del pair
                     r = rows[name]
                     r[f"step_ms{suffix}"], r[f"step_rel{suffix}"] = t1, t1 / t0
                     r[f"step_mem_mb{suffix}"], r[f"mem_rel{suffix}"] = m1, m1 / m0 if m0 > 0 else float("nan")
@@ -278,18 +297,22 @@ def cost_table(designs: Sequence[str], shape: str, *, measure_time: bool = True,
                     rows[sh.baseline].setdefault(f"step_mem_mb{suffix}", m0)
                     rows[sh.baseline][f"step_rel{suffix}"] = rows[sh.baseline][f"mem_rel{suffix}"] = 1.0
                 if partial is not None:
-                    partial(_frame(rows, sh, b, dev, repeats, pinned, precision))
-    return _frame(rows, sh, b, dev, repeats, pinned, precision)
+                    partial(_frame(rows, sh, b, dev, repeats, pinned, precision, how))
+    return _frame(rows, sh, b, dev, repeats, pinned, precision, how)
 
 
 def _frame(rows: dict[str, dict[str, Any]], sh: Shape, batch: int, dev: torch.device, repeats: int, pinned: bool,
-           precision: str) -> pd.DataFrame:
-    """The rows measured so far as a table (``time_per_flop`` where a step was timed), saying how it was measured."""
-    table = pd.DataFrame([{**r, **({"time_per_flop": r["step_rel"] / r["flops_rel"]} if "step_rel" in r else {})}
-                          for r in rows.values()])
+           precision: str, how: dict[str, Any]) -> pd.DataFrame:
+    """The rows measured so far as a table (``time_per_flop`` where a step was timed, eager and compiled), saying how
+    it was measured and how its steps ran (``how``: the optimiser's kernels, the compile mode)."""
+    def per_flop(r: dict[str, Any]) -> dict[str, float]:
+        return {f"time_per_flop{s}": r[f"step_rel{s}"] / r["flops_rel"]
+                for s in ("", "_compiled") if f"step_rel{s}" in r}
+
+    table = pd.DataFrame([{**r, **per_flop(r)} for r in rows.values()])
     table.attrs.update(shape=sh.name, what=sh.what, batch=batch, device=measure.device_name(dev), repeats=repeats,
                        precision=precision, memory="cuda_max_memory_allocated" if dev.type == "cuda" else
-                       "rss_high_water_mark" + ("" if pinned else " (mmap threshold not pinned: rough)"))
+                       "rss_high_water_mark" + ("" if pinned else " (mmap threshold not pinned: rough)"), **how)
     return table
 
 
