@@ -24,49 +24,22 @@ from bench.runs.results import ResultsStore
 REPO = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.usefixtures("clean_plugins")  # tests/conftest.py
 
-# A ReZero Transformer (learned residual scalars, recorded at every evaluation) with dropout whose training forward
-# sends its own process SIGNAL at forward AT while the file MARKER exists (and removes it): a preemption at a step
-# the test chooses, in a run that otherwise trains as the shipped variant does. Dropout and a warm-up make the
-# random stream and the schedule part of what must resume.
-STOPPER = '''
-import os
-import signal
-from pathlib import Path
-
-import variants
-
-MARKER = Path({marker!r})
-COUNT = [0]
-
-
-@variants.register("stopper", family="toy", paper="a test")
-def build(*, depth: int = 2, vocab_size: int = 256, max_len: int = 256):
-    model = variants.create("rezero_lm", depth=depth, d_model=16, n_heads=2, d_ff=32, vocab_size=vocab_size,
-                            max_len=max_len, dropout=0.1)
-
-    def hook(module, args):
-        if module.training:
-            COUNT[0] += 1
-            if COUNT[0] == {at}:
-                try:
-                    MARKER.unlink()  # one process (of a torchrun job's ranks) takes it
-                except FileNotFoundError:
-                    return
-                os.kill(os.getpid(), signal.{signal})
-
-    model.register_forward_pre_hook(hook)
-    return model
-'''
+# The stopper plugin (tests/stopper_plugin.py, shared with the GPU check): a ReZero Transformer with dropout whose
+# training forward sends its own process a signal at a forward the test chooses, once.
+STOPPER = Path(__file__).parent / "stopper_plugin.py"
 
 RUN = ["run", "--variant", "stopper", "--task", "tinytext", "--steps", "23", "--batch-size", "4", "--seq-len", "16",
        "--eval-every", "5", "--optimizer", "adamw", "--lr", "3e-3", "--warmup-steps", "4", "--probe-every", "7",
        "--deterministic", "--measure", "--save-checkpoint", "--quiet"]
 
 
-def plugin(tmp_path: Path, at: int, sig: str = "SIGTERM") -> Path:
+def plugin(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, at: int, sig: str = "SIGTERM") -> Path:
+    """The stopper plugin, set to send ``sig`` at training forward ``at`` (of each process) once; its path."""
     marker = tmp_path / "stop-once"
     marker.touch()
-    return write(tmp_path / "stopper.py", STOPPER.format(marker=str(marker), at=at, signal=sig))
+    for name, value in (("MARKER", str(marker)), ("AT", str(at)), ("SIGNAL", sig)):
+        monkeypatch.setenv(f"RESBENCH_STOP_{name}", value)
+    return STOPPER
 
 
 def recorded(res: Path) -> dict:
@@ -92,9 +65,9 @@ def assert_same(a: dict, b: dict) -> None:
 
 
 def test_a_run_stopped_by_sigterm_and_rerun_ends_exactly_as_uninterrupted(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
     at = random.Random(7).randint(3, 18)  # a step inside the run, away from its ends
-    spec = str(plugin(tmp_path, at))
+    spec = str(plugin(monkeypatch, tmp_path, at))
     code = main([*RUN, "--plugin", spec, "--results-dir", str(tmp_path / "cut")])
     err = capsys.readouterr().err
     assert code == resume.EXIT_PREEMPTED, err
@@ -111,8 +84,9 @@ def test_a_run_stopped_by_sigterm_and_rerun_ends_exactly_as_uninterrupted(
 
 @pytest.mark.slow  # three interpreters started from scratch: about 30 s
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="SIGKILL of a child process")
-def test_a_run_killed_with_sigkill_resumes_from_its_last_periodic_checkpoint(tmp_path: Path) -> None:
-    spec = str(plugin(tmp_path, 16, "SIGKILL"))  # the 16th training forward (two probes among them): step 14
+def test_a_run_killed_with_sigkill_resumes_from_its_last_periodic_checkpoint(tmp_path: Path,
+                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    spec = str(plugin(monkeypatch, tmp_path, 16, "SIGKILL"))  # the 16th training forward (2 probes among them): step 14
     cmd = [sys.executable, "-m", "bench", *RUN, "--checkpoint-every", "4", "--plugin", spec]
     env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
     cut = subprocess.run([*cmd, "--results-dir", str(tmp_path / "cut")], env=env, capture_output=True, text=True)
@@ -165,10 +139,11 @@ seed = [0, 1, 2]
 
 
 @pytest.mark.slow  # sweep drivers started from scratch: about 15 s
-def test_a_preempted_sweep_continues_its_runs_when_rerun(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_preempted_sweep_continues_its_runs_when_rerun(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     """One run of the sweep is stopped by SIGTERM mid-training: no row, its state saved, the sweep says how to go
     on (exit status 75); rerun, it continues that run (its row says from which step) and skips the others."""
-    spec = str(plugin(tmp_path, 6))
+    spec = str(plugin(monkeypatch, tmp_path, 6))
     study = write(tmp_path / "long.toml", SWEEP)
     args = ["sweep", str(study), "--plugin", spec, "--results-dir", str(tmp_path / "res")]
     code = main(args)
@@ -186,9 +161,9 @@ def test_a_preempted_sweep_continues_its_runs_when_rerun(tmp_path: Path, capsys:
     assert len(resumed) == 1 and resumed["resumed_from_step"].iloc[0] > 0 and resumed["restarts"].iloc[0] == 1
 
 
-def test_requeue_continues_a_preempted_run_within_the_sweep(tmp_path: Path, capsys: pytest.CaptureFixture[str]
-                                                            ) -> None:
-    spec = str(plugin(tmp_path, 6))
+def test_requeue_continues_a_preempted_run_within_the_sweep(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    spec = str(plugin(monkeypatch, tmp_path, 6))
     study = write(tmp_path / "long.toml", SWEEP.replace("seed = [0, 1, 2]", "seed = [0]"))
     code = main(["sweep", str(study), "--plugin", spec, "--requeue", "--results-dir", str(tmp_path / "res")])
     out, err = capsys.readouterr()
@@ -198,9 +173,10 @@ def test_requeue_continues_a_preempted_run_within_the_sweep(tmp_path: Path, caps
     assert run["row"]["status"] == "ok" and run["row"]["resumed_from_step"] > 0
 
 
-def _state_dir(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> tuple[list[str], Path]:
+def _state_dir(tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+               ) -> tuple[list[str], Path]:
     """A preempted run's arguments and its checkpoint directory."""
-    spec = str(plugin(tmp_path, 8))
+    spec = str(plugin(monkeypatch, tmp_path, 8))
     args = [*RUN, "--checkpoint-every", "3", "--plugin", spec, "--results-dir", str(tmp_path / "res")]
     assert main(args) == resume.EXIT_PREEMPTED
     capsys.readouterr()
@@ -208,9 +184,9 @@ def _state_dir(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> tuple[list
     return args, folder
 
 
-def test_a_damaged_newest_checkpoint_gives_way_to_the_one_before(tmp_path: Path,
-                                                                capsys: pytest.CaptureFixture[str]) -> None:
-    args, folder = _state_dir(tmp_path, capsys)
+def test_a_damaged_newest_checkpoint_gives_way_to_the_one_before(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    args, folder = _state_dir(tmp_path, capsys, monkeypatch)
     newest, older = sorted(folder.glob("step-*.pt"), reverse=True)[:2]
     newest.write_bytes(newest.read_bytes()[:100])  # truncated, as by a full disk
     assert main(args) == 0
@@ -220,8 +196,9 @@ def test_a_damaged_newest_checkpoint_gives_way_to_the_one_before(tmp_path: Path,
     assert run["row"]["resumed_from_step"] == int(older.stem.split("-")[1])
 
 
-def test_checkpoints_that_cannot_be_resumed_are_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    args, folder = _state_dir(tmp_path, capsys)
+def test_checkpoints_that_cannot_be_resumed_are_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    args, folder = _state_dir(tmp_path, capsys, monkeypatch)
     states = sorted(folder.glob("step-*.pt"))
     payload = torch.load(states[-1], weights_only=True)
     for path in states:
@@ -281,12 +258,13 @@ def test_the_state_holds_every_random_stream() -> None:
 
 @pytest.mark.slow  # four torchrun jobs of two processes: about 60 s
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="torchrun on loopback")
-def test_a_torchrun_job_stopped_by_sigterm_resumes_on_every_rank_as_uninterrupted(tmp_path: Path) -> None:
+def test_a_torchrun_job_stopped_by_sigterm_resumes_on_every_rank_as_uninterrupted(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """One rank gets SIGTERM: every rank stops at the same step, rank 0 saves, every rank loads it on rerun, and
     the job ends as the same 2-process job uninterrupted."""
     from test_distributed import bench as launch
 
-    spec = str(plugin(tmp_path, 9))
+    spec = str(plugin(monkeypatch, tmp_path, 9))
     args = [*RUN, "--plugin", spec]
     cut = launch([*args, "--results-dir", str(tmp_path / "cut")], nproc=2)
     assert cut.returncode != 0 and "stopped by SIGTERM at step" in cut.stderr, cut.stderr

@@ -11,8 +11,7 @@ import numpy as np
 import pytest
 import torch
 from _datafiles import make_shards, make_tree
-from _nets import write
-from test_resume import STOPPER, assert_same, recorded
+from test_resume import assert_same, plugin, recorded
 from test_tokens import llmc_set
 
 from bench.cli import main
@@ -115,10 +114,8 @@ def test_webdataset_shards_resume_where_the_stream_stood_without_decoding_the_sk
 
 
 def test_a_run_on_token_shards_stopped_and_rerun_ends_exactly_as_uninterrupted(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    marker = tmp_path / "stop-once"
-    marker.touch()
-    spec = str(write(tmp_path / "stopper.py", STOPPER.format(marker=str(marker), at=9, signal="SIGTERM")))
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    spec = str(plugin(monkeypatch, tmp_path, 9))
     run = ["run", "--variant", "stopper", "--task", "tokens", "--data-path", str(llmc_set(tmp_path / "data")),
            "--vocab-size", "4000", "--seq-len", "16", "--batch-size", "9", "--steps", "16", "--eval-every", "4",
            "--optimizer", "adamw", "--lr", "3e-3", "--deterministic", "--measure", "--save-checkpoint", "--quiet",
