@@ -85,6 +85,11 @@ SHAPES: dict[str, Shape] = {s.name: s for s in (
           {"depth": 24, "d_model": 1024, "n_heads": 16, "d_ff": 4096, **_GPT2}, (1024,), 50257),
     Shape("resnet50_224", "ResNet-50 (He et al. 2015, Table 1) on one 224x224 ImageNet image, 1,000 classes",
           "resnet50", ("resnet_imagenet",), {"num_classes": 1000}, (3, 224, 224), 1000),
+    Shape("study_quick", "the Transformer the frontier and crosslayer studies' quick presets train (6 layers x 64, 4 "
+          "heads, d_ff 256, GPT-2's init, bytes: vocabulary 256), on 16 sequences of 32 tokens: the width their "
+          "committed runs were made at, where a design's joins weigh more than at GPT-2's", "preln", ("transformer",),
+          {"depth": 6, "d_model": 64, "n_heads": 4, "d_ff": 256, "init": "gpt2", "vocab_size": 256, "max_len": 32},
+          (32,), 256, batch=16),
     Shape("cifar_resnet110", "the CIFAR ResNet-110 (He et al. 2015, §4.2: 6n+2 layers, n = 18) on 32x32 images, "
           "10 classes, timed at 8 images", "resnet", _CONV_FAMILIES, {"depth": 110, "num_classes": 10},
           (3, 32, 32), 10, batch=8),
