@@ -59,7 +59,7 @@ def test_list_whole_registry_and_no_match(capsys: pytest.CaptureFixture[str]) ->
         (["--variant", "resnet21"], "error: unknown variant 'resnet21'; did you mean"),
         (["--variant", "resnet", "--depth", "21"], "error: CIFAR ResNet depth must be 6n+2"),
         (["--variant", "resnet20", "--task", "imagenet"], "error: unknown task 'imagenet'; choose one of:"),
-        (["--variant", "resnet20", "--lr", "-1"], "error: --lr must be a positive finite number"),
+        (["--variant", "resnet20", "--lr", "-1"], "error: --lr must be a finite number > 0, got -1.0"),
         (["--variant", "resnet20", "--recipe", "vaswani"], "error: unknown recipe 'vaswani'"),
         (["--variant", "resnet20", "--model-arg", "shortcut=Z"], "error:"),
         (["--variant", "resnet20", "--model-arg", "colour=1"], "takes no keyword argument(s) ['colour']"),

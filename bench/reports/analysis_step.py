@@ -28,6 +28,7 @@ from bench.reports.markdown import claim_lines, markdown_table
 from bench.reports.plotdata import variant_key
 from bench.reports.plots import Colour, palette_of
 from bench.runs.env import environment
+from bench.runs.names import file_name, problem
 from bench.runs.results import ResultsStore, atomic_write_text
 
 
@@ -75,6 +76,7 @@ def for_study(name: str, options: dict[str, Any], results_dir: str | Path, run_i
     opts = check_options(options)
     kind = opts.pop("kind")
     root = Path(results_dir)
+    file_name(name, "study")
     if kind == "gradcorr":
         out = analyses.run_gradcorr(study=name, **opts)
     elif kind == "cost":
@@ -127,6 +129,8 @@ class Summary:
 def summary_of(results_dir: str | Path, study: str, runs: Sequence[dict[str, Any]] = ()) -> Summary | None:
     """The :class:`Summary` of ``study``'s analysis, None if it declares none or it has not run."""
     root = Path(results_dir)
+    if problem(study) is not None:  # a study name no file of this folder can have
+        return None
     try:
         path: Path | None = find_study(study, root)
     except ValueError:

@@ -37,6 +37,7 @@ from bench.reports import plots
 from bench.reports.analysis_step import report_lines
 from bench.reports.markdown import MISSING, TALLY_WORDS, claim_lines, fmt_number, markdown_table
 from bench.runs.config import RunConfig, config_from_dict
+from bench.runs.names import file_name
 from bench.runs.results import ResultsStore, atomic_write_bytes, atomic_write_text
 
 FIGURE_NOTE = (
@@ -296,6 +297,8 @@ def write_report(results_dir: str | Path, study: str | None = None) -> Path:
     ``probes-<study>.csv.gz``, so several studies can share one results directory.
     """
     root = Path(results_dir)
+    if study is not None:
+        file_name(study, "study")  # it names REPORT-<study>.md, plots/<study>/ and probes-<study>.csv.gz
     try:
         frames = plots.load_frames(root, study)
     except ValueError:

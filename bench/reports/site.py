@@ -18,7 +18,6 @@ from __future__ import annotations
 import html
 import json
 import math
-import re
 import shlex
 import shutil
 from collections.abc import Iterable, Mapping, Sequence
@@ -35,6 +34,7 @@ from bench.reports.markdown import TALLY_WORDS, VERDICT_WORDS, fmt_number
 from bench.reports.plotdata import Frames, frames_of, grad_norm_init_data, with_key
 from bench.reports.report import _analysis_meta, _shown_path, _study_command, _study_path, study_claims
 from bench.runs.config import config_from_dict
+from bench.runs.names import slug
 from bench.runs.results import ResultsStore
 
 ASSETS = Path(__file__).resolve().parent / "site_assets"
@@ -64,11 +64,6 @@ class Site:
     root: Path
     pages: int
     bytes: int
-
-
-def slug(text: str) -> str:
-    """A file-name-safe form of a study or run name."""
-    return re.sub(r"[^A-Za-z0-9_.-]+", "_", text)
 
 
 def _e(value: Any) -> str:

@@ -137,3 +137,15 @@ COST_COLUMNS: tuple[str, ...] = (
 # What `bench leaderboard` shows by default (the full set is in REPORT.md and the CSV itself).
 HEADLINE_METRICS: tuple[str, ...] = ("final_train_acc", "final_val_acc", "best_val_acc", "train_samples_per_s",
                                      "peak_mem_mb")
+# Columns whose cells, where not empty, are integers, and numbers: a leaderboard with other text there is damaged
+# (read with the line and column named, never half-read).
+INTEGER_COLUMNS: tuple[str, ...] = (
+    "depth", "params", "seed", "steps", "batch_size", "grad_accum", "warmup_steps", "world_size", "steps_to_target",
+    "loader_workers", "resumed_from_step", "restarts",
+)  # fmt: skip
+NUMBER_COLUMNS: tuple[str, ...] = (
+    "epochs", "lr", "chance_loss", "final_train_loss", "final_train_acc", "final_val_loss", "final_val_acc",
+    "final_val_perplexity", "best_val_acc", "target_acc", "target_loss", "time_to_target_s", "eval_time_s",
+    "train_samples_per_s", "train_tokens_per_s", "step_time_ms", "model_samples_per_s", "input_bound_fraction",
+    "peak_mem_mb", "fwd_flops_per_sample", "train_flops_per_sample", "achieved_tflops", "mfu", "wall_time_s",
+)  # fmt: skip
