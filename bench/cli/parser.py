@@ -107,6 +107,10 @@ def _plugin_option(p: argparse.ArgumentParser) -> None:
                    help="load your own variants from this Python file or importable module (repeatable; also "
                         f"${PLUGINS_ENV_VAR}, {os.pathsep}-separated, and installed '{PLUGIN_ENTRY_POINTS}' "
                         "entry points)")
+    p.add_argument("--trust-plugins", action="store_true",
+                   help="also import the plugins named by a study stored in a results folder (RESULTS/studies/), "
+                        "each checked against the content hash its sweep recorded; without it a results folder "
+                        "never makes resbench import code (docs/security.md)")
 
 
 # -- one function per command -------------------------------------------------------------------------------------
