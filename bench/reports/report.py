@@ -46,7 +46,7 @@ from bench.reports.analysis_step import report_lines
 from bench.reports.markdown import MISSING, TALLY_WORDS, claim_lines, fenced, fmt_number, markdown_table, md
 from bench.runs.config import RunConfig, config_from_dict
 from bench.runs.names import file_name
-from bench.runs.results import ResultsStore, atomic_write_bytes, atomic_write_text
+from bench.runs.results import ResultsStore, atomic_write_bytes, atomic_write_text, check_writable
 
 FIGURE_NOTE = (
     "Lines: mean over seeds. Bands and error bars: 95% Student-t CI of that mean, clipped to the metric's "
@@ -311,6 +311,7 @@ def write_report(results_dir: str | Path, study: str | None = None) -> Path:
     root = Path(results_dir)
     if study is not None:
         file_name(study, "study")  # it names REPORT-<study>.md, plots/<study>/ and probes-<study>.csv.gz
+    check_writable(root, "results directory", "--results-dir")  # before any figure is drawn
     try:
         frames = plots.load_frames(root, study)
     except ValueError:

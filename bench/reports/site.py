@@ -35,7 +35,7 @@ from bench.reports.plotdata import Frames, frames_of, grad_norm_init_data, with_
 from bench.reports.report import _analysis_meta, _shown_path, _study_command, _study_path, study_claims
 from bench.runs.config import config_from_dict
 from bench.runs.names import slug
-from bench.runs.results import ResultsStore
+from bench.runs.results import ResultsStore, check_writable
 
 ASSETS = Path(__file__).resolve().parent / "site_assets"
 NO_STUDY = "no-study"  # the page of the runs recorded outside any study
@@ -500,6 +500,7 @@ def build_site(results_dir: str | Path, out: str | Path) -> Site:
     root, site = Path(results_dir), Path(out)
     if site.exists() and not site.is_dir():
         raise ValueError(f"{site} is a file; bench site writes a folder: pass another -o")
+    check_writable(site, "site folder", "-o")
     store = ResultsStore(root)
     board = store.load_leaderboard()
     if board.empty:

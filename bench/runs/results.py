@@ -47,6 +47,23 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
         raise
 
 
+def check_writable(folder: Path, what: str, option: str) -> None:
+    """ValueError naming ``folder`` when it is a file, cannot be created or may not be written: checked before
+    anything is computed or written, so a command refused for it leaves nothing half-done. Creates nothing."""
+    try:
+        if folder.exists() and not folder.is_dir():
+            raise ValueError(f"{what} {folder} is an existing file; pass another {option}")
+        existing = folder
+        while not existing.exists():  # the folder is created on first write: judge its nearest ancestor
+            existing = existing.parent
+        if not existing.is_dir():
+            raise ValueError(f"cannot create {what} {folder}: {existing} is a file")
+        if not os.access(existing, os.W_OK | os.X_OK):
+            raise ValueError(f"{what} {existing} is not writable; pass another {option}")
+    except OSError as exc:  # e.g. a parent directory that may not be searched
+        raise ValueError(f"cannot use {what} {folder}: {exc.strerror or exc}") from None
+
+
 def _cell(value: Any) -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return ""
@@ -85,16 +102,8 @@ class ResultsStore:
         is not writable, or when its leaderboard has a foreign header or a damaged line (then the line
         and how to repair it): found after training, the run's work would be thrown away.
         """
+        check_writable(self.root, "results directory", "--results-dir")
         try:
-            if self.root.exists() and not self.root.is_dir():
-                raise ValueError(f"results directory {self.root} is an existing file; pass another --results-dir")
-            existing = self.root
-            while not existing.exists():  # the directory is created on first write: judge its nearest ancestor
-                existing = existing.parent
-            if not existing.is_dir():
-                raise ValueError(f"cannot create results directory {self.root}: {existing} is a file")
-            if not os.access(existing, os.W_OK | os.X_OK):
-                raise ValueError(f"results directory {existing} is not writable; pass another --results-dir")
             if self.runs_dir.exists() and not self.runs_dir.is_dir():
                 raise ValueError(f"{self.runs_dir} is a file, but run JSONs go into a directory of that name; "
                                  "move it away or pass another --results-dir")
