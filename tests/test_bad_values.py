@@ -222,3 +222,23 @@ def test_report_and_site_into_a_read_only_folder(tmp_path: Path, capsys: pytest.
     finally:
         locked.chmod(0o755)
         root.chmod(0o755)
+
+
+# -- threads: a default that leaves a shared machine's busy cores alone -------------------------------------------
+
+
+def test_free_cores_leave_the_busy_ones_and_a_run_records_its_threads(tmp_path: Path) -> None:
+    import torch
+
+    from bench.runs.config import RunConfig
+    from bench.runs.threads import free_cores, threads_for
+
+    assert (free_cores(8, 2.5), free_cores(2, 4.0), free_cores(4, 0.0)) == (6, 1, 4)
+    own = torch.get_num_threads()
+    assert threads_for(RunConfig(variant="resnet20", threads=3)) == 3
+    assert threads_for(RunConfig(variant="resnet20", deterministic=True)) == own
+    assert 1 <= threads_for(RunConfig(variant="resnet20")) <= min(own, free_cores())
+    run = bench.run("plain_mlp", steps=1, batch_size=8, measure=[], threads=2, chance_band=0.0,
+                    results_dir=tmp_path)
+    assert run.row["threads"] == 2 and torch.get_num_threads() == own  # used for the run, restored after it
+    assert ResultsStore(tmp_path).load_leaderboard()["threads"].tolist() == [2]

@@ -367,7 +367,7 @@ def test_a_leaderboard_without_cost_source_loads_and_is_rewritten_with_it(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.setattr(results, "_noticed", set())
     added = ("cost_source", "world_size", "norm", "grad_accum", "target_loss", "resumed_from_step", "restarts",
-             *schema.DATA_COLUMNS, "chance_loss", "machine")
+             *schema.DATA_COLUMNS, "chance_loss", "machine", "threads")
     old = [c for c in COLUMNS if c not in added]  # before any of them was a column
     assert tuple(old) == schema.COLUMNS_V2
     with (tmp_path / "leaderboard.csv").open("w", newline="") as f:

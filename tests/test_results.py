@@ -301,7 +301,7 @@ def test_a_leaderboard_without_world_size_reads_as_one_process(tmp_path: Path, m
                                                                capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.setattr(results, "_noticed", set())
     added = ("world_size", "norm", "grad_accum", "target_loss", "resumed_from_step", "restarts", *schema.DATA_COLUMNS,
-             "chance_loss", "machine")
+             "chance_loss", "machine", "threads")
     old = [c for c in COLUMNS if c not in added]
     assert tuple(old) == schema.COLUMNS_V3
     (tmp_path / "leaderboard.csv").write_text(",".join(old) + "\n" + ",".join(
@@ -320,7 +320,7 @@ def test_a_leaderboard_without_norm_reads_it_empty_and_gains_it(tmp_path: Path, 
                                                                 capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.setattr(results, "_noticed", set())
     old = [c for c in COLUMNS if c not in ("norm", "grad_accum", "target_loss", "resumed_from_step", "restarts",
-                                         *schema.DATA_COLUMNS, "chance_loss", "machine")]
+                                         *schema.DATA_COLUMNS, "chance_loss", "machine", "threads")]
     assert tuple(old) == schema.COLUMNS_V4
     (tmp_path / "leaderboard.csv").write_text(",".join(old) + "\n" + ",".join(
         {"run_id": "a", "status": "ok", "world_size": "2"}.get(c, "") for c in old) + "\n")
@@ -333,7 +333,7 @@ def test_a_leaderboard_before_accumulation_and_resume_reads_as_whole_batches_in_
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.setattr(results, "_noticed", set())
     old = [c for c in COLUMNS if c not in ("grad_accum", "target_loss", "resumed_from_step", "restarts",
-                                           *schema.DATA_COLUMNS, "chance_loss", "machine")]
+                                           *schema.DATA_COLUMNS, "chance_loss", "machine", "threads")]
     assert tuple(old) == schema.COLUMNS_V5
     (tmp_path / "leaderboard.csv").write_text(",".join(old) + "\n" + ",".join(
         {"run_id": "a", "status": "ok", "norm": "layernorm"}.get(c, "") for c in old) + "\n")
@@ -346,7 +346,7 @@ def test_a_leaderboard_before_accumulation_and_resume_reads_as_whole_batches_in_
 def test_a_leaderboard_before_the_data_columns_reads_them_empty(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                                  capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.setattr(results, "_noticed", set())
-    old = [c for c in COLUMNS if c not in (*schema.DATA_COLUMNS, "chance_loss", "machine")]
+    old = [c for c in COLUMNS if c not in (*schema.DATA_COLUMNS, "chance_loss", "machine", "threads")]
     assert tuple(old) == schema.COLUMNS_V6
     (tmp_path / "leaderboard.csv").write_text(",".join(old) + "\n" + ",".join(
         {"run_id": "a", "status": "ok", "grad_accum": "4", "restarts": "2"}.get(c, "") for c in old) + "\n")
@@ -355,25 +355,25 @@ def test_a_leaderboard_before_the_data_columns_reads_them_empty(tmp_path: Path, 
     assert df["grad_accum"].tolist() == [4] and df["restarts"].tolist() == [2]
     assert df[list(schema.DATA_COLUMNS)].isna().all().all()
     assert ("(final_val_perplexity, eval_time_s, model_samples_per_s, input_bound_fraction, loader_workers left empty; "
-            "chance_loss left empty; machine left empty)") in capsys.readouterr().err
+            "chance_loss left empty; machine left empty; threads left empty)") in capsys.readouterr().err
 
 
 def test_a_leaderboard_before_the_chance_level_reads_it_empty_and_keeps_each_status(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.setattr(results, "_noticed", set())
-    old = [c for c in COLUMNS if c not in ("chance_loss", "machine")]
+    old = [c for c in COLUMNS if c not in ("chance_loss", "machine", "threads")]
     assert tuple(old) == schema.COLUMNS_V7
     (tmp_path / "leaderboard.csv").write_text(",".join(old) + "\n" + ",".join(
         {"run_id": "a", "status": "ok", "final_val_loss": "3.06"}.get(c, "") for c in old) + "\n")
     df = ResultsStore(tmp_path).load_leaderboard()
     assert list(df.columns) == list(COLUMNS) and df["chance_loss"].isna().all() and df["status"].tolist() == ["ok"]
-    assert "(chance_loss left empty; machine left empty)" in capsys.readouterr().err
+    assert "(chance_loss left empty; machine left empty; threads left empty)" in capsys.readouterr().err
 
 
 def test_a_leaderboard_before_the_machine_fingerprint_reads_it_empty(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.setattr(results, "_noticed", set())
-    old = [c for c in COLUMNS if c != "machine"]
+    old = [c for c in COLUMNS if c not in ("machine", "threads")]
     assert tuple(old) == schema.COLUMNS_V8
     (tmp_path / "leaderboard.csv").write_text(",".join(old) + "\n" + ",".join(
         {"run_id": "a", "status": "ok", "chance_loss": "5.5", "device_name": "AMD EPYC"}.get(c, "") for c in old)
@@ -381,4 +381,21 @@ def test_a_leaderboard_before_the_machine_fingerprint_reads_it_empty(
     df = ResultsStore(tmp_path).load_leaderboard()
     assert list(df.columns) == list(COLUMNS) and df["machine"].isna().all()
     assert df[["chance_loss", "device_name"]].values.tolist() == [[5.5, "AMD EPYC"]]
-    assert "(machine left empty)" in capsys.readouterr().err
+    assert "(machine left empty; threads left empty)" in capsys.readouterr().err
+
+
+def test_a_leaderboard_before_the_threads_column_reads_it_empty(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setattr(results, "_noticed", set())
+    old = [c for c in COLUMNS if c != "threads"]
+    assert tuple(old) == schema.COLUMNS_V9
+    (tmp_path / "leaderboard.csv").write_text(",".join(old) + "\n" + ",".join(
+        {"run_id": "a", "status": "ok", "machine": "9275ebfd", "chance_loss": "2.3"}.get(c, "") for c in old) + "\n")
+    df = ResultsStore(tmp_path).load_leaderboard()
+    assert list(df.columns) == list(COLUMNS) and df["threads"].isna().all() and df["machine"].tolist() == ["9275ebfd"]
+    assert "(threads left empty)" in capsys.readouterr().err
+    from bench.runs.upgrade import upgrade
+
+    assert upgrade(tmp_path) == []  # nothing to fill: the file is only rewritten in the current columns
+    assert tuple((tmp_path / "leaderboard.csv").read_text().splitlines()[0].split(",")) == COLUMNS
+    assert ResultsStore(tmp_path).load_leaderboard()["machine"].tolist() == ["9275ebfd"]

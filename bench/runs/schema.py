@@ -20,16 +20,20 @@ COLUMNS: tuple[str, ...] = (
     "final_train_loss", "final_train_acc", "final_val_loss", "final_val_acc", "final_val_perplexity", "best_val_acc",
     "target_acc", "target_loss", "steps_to_target", "time_to_target_s", "eval_time_s",
     "train_samples_per_s", "train_tokens_per_s", "step_time_ms", "model_samples_per_s", "input_bound_fraction",
-    "loader_workers", "peak_mem_mb", "mem_method",
+    "loader_workers", "threads", "peak_mem_mb", "mem_method",
     "fwd_flops_per_sample", "train_flops_per_sample", "achieved_tflops", "mfu", "cost_source", "wall_time_s",
     "resumed_from_step", "restarts", "study", "torch_version", "git_sha", "created_at",
 )  # fmt: skip
 
+# The header before threads (the CPU threads of torch's operators in the run) was a column: it is left empty.
+COLUMNS_V9: tuple[str, ...] = tuple(c for c in COLUMNS if c != "threads")
+V9_MAPPING = "threads left empty"
+
 # The header before machine (the fingerprint of the hardware and software a run's cost figures were measured on,
 # bench.runs.env.machine_fingerprint) was a column: it is left empty (`bench merge` fills it from each run JSON's
 # environment), and such rows' cost figures pool with each other only.
-COLUMNS_V8: tuple[str, ...] = tuple(c for c in COLUMNS if c != "machine")
-V8_MAPPING = "machine left empty"
+COLUMNS_V8: tuple[str, ...] = tuple(c for c in COLUMNS_V9 if c != "machine")
+V8_MAPPING = f"machine left empty; {V9_MAPPING}"
 
 # The header before chance_loss (the task's chance level, bench.runs.chance) was a column: it is left empty, and the
 # rows keep the status they were recorded with (`bench upgrade` fills the level and judges each run by it).
@@ -112,6 +116,7 @@ LEGACY_SCHEMAS: dict[tuple[str, ...], tuple[str, Callable[[dict[str, str]], dict
     COLUMNS_V6: (V6_MAPPING, _from_v6),
     COLUMNS_V7: (V7_MAPPING, _from_v6),
     COLUMNS_V8: (V8_MAPPING, _from_v6),
+    COLUMNS_V9: (V9_MAPPING, _from_v6),
 }
 # "killed": the run's process was ended by a signal (a user's kill, a scheduler's) before it could return its row.
 # "failed_to_learn": it trained to the end, at the task's chance level (bench.runs.chance); its numbers are kept.
@@ -141,7 +146,7 @@ HEADLINE_METRICS: tuple[str, ...] = ("final_train_acc", "final_val_acc", "best_v
 # (read with the line and column named, never half-read).
 INTEGER_COLUMNS: tuple[str, ...] = (
     "depth", "params", "seed", "steps", "batch_size", "grad_accum", "warmup_steps", "world_size", "steps_to_target",
-    "loader_workers", "resumed_from_step", "restarts",
+    "loader_workers", "resumed_from_step", "restarts", "threads",
 )  # fmt: skip
 NUMBER_COLUMNS: tuple[str, ...] = (
     "epochs", "lr", "chance_loss", "final_train_loss", "final_train_acc", "final_val_loss", "final_val_acc",
