@@ -111,7 +111,7 @@ def test_help_documents_every_option_with_default(capsys: pytest.CaptureFixture[
                  "--schedule", "--warmup-steps", "--seed", "--device", "--precision", "--compile",
                  "--channels-last", "--deterministic", "--target", "--results-dir", "--probe-every"):
         assert flag in out
-    assert "(default: 0.1)" in out and "(default: 128)" in out
+    assert "(default: 0.1; a finite number > 0)" in out and "(default: 128; an integer >= 1)" in out  # and ranges
 
 
 def test_learned_residual_scalars_are_recorded_at_every_evaluation(tmp_path: Path,
