@@ -20,6 +20,7 @@ Keyword arguments of :func:`run` are the fields of :class:`bench.runs.config.Run
 from __future__ import annotations
 
 import dataclasses
+import json
 import shutil
 import time
 from collections.abc import Mapping, Sequence
@@ -31,7 +32,7 @@ import pandas as pd
 
 from bench.analysis.comparison import compare_table
 from bench.analysis.stats import aggregate, by_configuration
-from bench.analysis.studyfile import PLUGIN_ORIGIN, study_plugins
+from bench.analysis.studyfile import PLUGIN_ORIGIN, manifest_path, record_plugins, study_plugins
 from bench.reports.analysis_step import for_study
 from bench.reports.plotdata import curves_frame, load_frames, probes_frame
 from bench.reports.report import write_report
@@ -41,6 +42,7 @@ from bench.runs.config import DEFAULT_RESULTS, RunConfig, build
 from bench.runs.cost import cost_table
 from bench.runs.env import environment
 from bench.runs.measure import cost_key
+from bench.runs.names import file_name
 from bench.runs.progress import Progress
 from bench.runs.results import ResultsStore, atomic_write_text
 from bench.runs.runner import execute
@@ -147,13 +149,15 @@ def study_file(study: str | Path) -> Path:
 
 def sweep(study: str | Path, *, results_dir: str | Path = DEFAULT_RESULTS, options: SweepOptions | None = None,
           progress: bool = True, report: bool = False, command: str | None = None, verb: str = "study",
-          **option_fields: Any) -> Results:
+          trust_plugins: bool = False, **option_fields: Any) -> Results:
     """Run a study's grid — ``python -m bench sweep``, or ``reproduce`` with ``report=True`` (the figures and
     ``REPORT.md`` too) — and return its :class:`Results`. ``study`` is a shipped study's name or a study file;
     ``options`` (or its fields as keyword arguments: ``preset``, ``jobs``, ``executor``, ``add_variants``,
     ``tracker`` ...) say how the runs execute (:class:`~bench.sweeps.options.SweepOptions`). The grid is validated
     and checked for confounds before the first run (ValueError); each run executes in a process of its own,
-    ``jobs`` at a time, and is logged to each ``tracker`` as it is recorded."""
+    ``jobs`` at a time, and is logged to each ``tracker`` as it is recorded. A study stored in a results folder has
+    its plugins imported only with ``trust_plugins`` (``--trust-plugins``), checked against the hashes recorded with
+    it (:func:`bench.analysis.studyfile.study_plugins`)."""
     unknown = sorted(set(option_fields) - OPTION_FIELDS)
     if unknown:
         raise ValueError(f"sweep() takes no option(s) {unknown}; options: {', '.join(sorted(OPTION_FIELDS))}")
@@ -163,7 +167,7 @@ def sweep(study: str | Path, *, results_dir: str | Path = DEFAULT_RESULTS, optio
         options = dataclasses.replace(options, **option_fields)
     check_options(options)
     prestart(options)
-    plugins.load_plugins(study_plugins(study), PLUGIN_ORIGIN)  # the variants a study names, before it is checked
+    plugins.load_plugins(study_plugins(study, trust=trust_plugins), PLUGIN_ORIGIN)  # before the study is checked
     spec = load_study(study).with_variants(list(options.add_variants))
     # checked for confounds, plugins run forward: before anything runs
     configs = spec.configs(options.preset, options.fields())
@@ -172,6 +176,7 @@ def sweep(study: str | Path, *, results_dir: str | Path = DEFAULT_RESULTS, optio
     executor = make_executor(configs, options)  # starts nothing (Ray connects at the first run)
     store = ResultsStore(results_dir)
     store.preflight()
+    store.load_runs()  # read again when the sweep ends: a damaged run JSON is refused now, before the first run
     trackers = make_trackers(list(options.tracker), list(options.tracker_uri), results_dir)
     _keep_study_file(spec, store.root)
     added = f" with {', '.join(spec.added)} added" if spec.added else ""
@@ -214,17 +219,26 @@ def _dry_run(spec: Study, configs: Sequence[RunConfig], options: SweepOptions) -
 
 def _keep_study_file(spec: Study, root: Path) -> None:
     """The study file travels with its results (``bench report`` reads its claims from there), and so do the plugin
-    files it names that lie beside it (at the same relative paths, so the copy names them as the original did)."""
+    files it names that lie beside it (at the same relative paths, so the copy names them as the original did),
+    with the content hash of every plugin it names (:func:`bench.analysis.studyfile.record_plugins`): a results
+    folder imports none of them unless the user trusts them, and then only that code."""
     assert spec.path is not None
-    atomic_write_text(root / "studies" / f"{spec.name}.toml", spec.path.read_text(encoding="utf-8"))
+    stored = root / "studies" / f"{file_name(spec.name, 'study name')}.toml"
+    atomic_write_text(stored, spec.path.read_text(encoding="utf-8"))
     here = spec.path.parent.resolve()
+    files: dict[str, Path] = {}
     for plugin in spec.plugins:
         source = Path(plugin)
         if source.suffix == ".py" and source.is_file() and source.is_relative_to(here):
-            target = root / "studies" / source.relative_to(here)
+            relative = source.relative_to(here)
+            target = root / "studies" / Path(*(file_name(part, "plugin file") for part in relative.parts))
             if target.resolve() != source:
                 target.parent.mkdir(parents=True, exist_ok=True)
                 shutil.copyfile(source, target)
+            files[relative.as_posix()] = target
+    modules = [p for p in spec.plugins if not (p.endswith(".py") or "/" in p)]
+    if spec.plugins:
+        atomic_write_text(manifest_path(stored), json.dumps(record_plugins(files, modules), indent=1) + "\n")
 
 
 def load(results_dir: str | Path = DEFAULT_RESULTS, study: str | None = None) -> Results:
@@ -279,7 +293,7 @@ def cost(designs: Sequence[str], shape: str = "gpt2_small", *, measure_time: boo
     and exact training FLOPs per sample (meta device), and with ``measure_time`` the step time and memory measured
     beside the baseline, alternating, eager and under ``torch.compile`` in ``compile_mode`` (``compiled`` None: on an
     accelerator), in fp32 or bf16 autocast (``precision``). Shapes: :data:`bench.runs.cost.SHAPES` (``gpt2_small``,
-    ``gpt2_medium``, ``study_quick``, ``resnet50_224``, ``cifar_resnet110``); ValueError naming the choices for an unknown shape,
-    precision or design."""
+    ``gpt2_medium``, ``study_quick``, ``resnet50_224``, ``cifar_resnet110``); ValueError naming the choices for an
+    unknown shape, precision or design."""
     return cost_table(designs, shape, measure_time=measure_time, compiled=compiled, compile_mode=compile_mode,
                       batch=batch, repeats=repeats, device=device, precision=precision, progress=progress)

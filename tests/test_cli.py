@@ -59,7 +59,7 @@ def test_list_whole_registry_and_no_match(capsys: pytest.CaptureFixture[str]) ->
         (["--variant", "resnet21"], "error: unknown variant 'resnet21'; did you mean"),
         (["--variant", "resnet", "--depth", "21"], "error: CIFAR ResNet depth must be 6n+2"),
         (["--variant", "resnet20", "--task", "imagenet"], "error: unknown task 'imagenet'; choose one of:"),
-        (["--variant", "resnet20", "--lr", "-1"], "error: --lr must be a positive finite number"),
+        (["--variant", "resnet20", "--lr", "-1"], "error: --lr must be a finite number > 0, got -1.0"),
         (["--variant", "resnet20", "--recipe", "vaswani"], "error: unknown recipe 'vaswani'"),
         (["--variant", "resnet20", "--model-arg", "shortcut=Z"], "error:"),
         (["--variant", "resnet20", "--model-arg", "colour=1"], "takes no keyword argument(s) ['colour']"),
@@ -111,7 +111,7 @@ def test_help_documents_every_option_with_default(capsys: pytest.CaptureFixture[
                  "--schedule", "--warmup-steps", "--seed", "--device", "--precision", "--compile",
                  "--channels-last", "--deterministic", "--target", "--results-dir", "--probe-every"):
         assert flag in out
-    assert "(default: 0.1)" in out and "(default: 128)" in out
+    assert "(default: 0.1; a finite number > 0)" in out and "(default: 128; an integer >= 1)" in out  # and ranges
 
 
 def test_learned_residual_scalars_are_recorded_at_every_evaluation(tmp_path: Path,

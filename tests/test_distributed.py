@@ -102,7 +102,7 @@ def test_a_distributed_config_outside_torchrun_is_refused(monkeypatch: pytest.Mo
     with pytest.raises(ValueError, match=r"world_size 3 needs .* in one of 2"):
         setup(RunConfig(variant="preln", depth=2, task="copy", world_size=3))
     assert RunConfig(variant="a").run_id == RunConfig(variant="a", world_size=1).run_id  # old run ids stay valid
-    with pytest.raises(ValueError, match="--world-size must be >= 1"):
+    with pytest.raises(ValueError, match="--world-size must be an integer >= 1, got 0"):
         RunConfig(variant="a", world_size=0)
 
 

@@ -143,7 +143,7 @@ def test_a_new_norm_from_plugin_to_report(tmp_path: Path, capsys: pytest.Capture
     assert "**dyt-matches-layernorm**" in report
     (line,) = [x for x in report.splitlines() if x.startswith("python -m bench ")]
     assert line == shlex.join(["python", "-m", "bench", "sweep", (res / "studies" / "dyt.toml").as_posix(),
-                               "--results-dir", str(res)])
+                               "--trust-plugins", "--results-dir", str(res)])  # a folder's code: asked for
     code, out, err = cli(shlex.split(line)[3:], capsys)
     assert code == 0, err
     assert out.count("already recorded, skipped") == 6

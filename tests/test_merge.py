@@ -77,18 +77,39 @@ def test_merge_fills_the_fingerprint_of_older_rows_from_their_environment(tmp_pa
     assert set(board["machine"]) == {machine_fingerprint(ENV_A), machine_fingerprint(ENV_B)}
 
 
-def test_merge_refuses_two_runs_under_one_id_naming_both_files(tmp_path: Path,
-                                                               capsys: pytest.CaptureFixture[str]) -> None:
+def test_merge_refuses_two_runs_under_one_id_one_line_per_run(tmp_path: Path,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    """Each conflict is one line naming both files and the fields that differ (a curve by its name, not its 7,000
+    characters), a row without its run JSON is refused too, and the output folder the merge made is removed."""
     a, b = ResultsStore(tmp_path / "a"), ResultsStore(tmp_path / "b")
     run_id = add(a, "preln", 0, ENV_A, 100.0, 2.0)
     add(b, "preln", 0, ENV_B, 200.0, 2.0)
-    assert main(["merge", str(a.root), str(b.root), "-o", str(tmp_path / "out")]) == 2
-    err = capsys.readouterr().err
-    assert f"error: run {run_id} is recorded differently in {a.leaderboard} and {b.leaderboard} (" in err
-    assert "train_samples_per_s: '100.0' vs '200.0'" in err
-    assert not (tmp_path / "out" / "leaderboard.csv").exists()  # refused before anything was written
-    assert main(["merge", str(tmp_path / "nothing"), "-o", str(tmp_path / "out")]) == 2
+    curved = add(a, "postln", 0, ENV_A, 100.0, 2.0)
+    add(b, "postln", 0, ENV_A, 100.0, 2.0)
+    run = b.load_run(curved)
+    b.append(run["row"], run | {"curves": {"train": [{"step": i, "loss": 1.0 / (i + 1)} for i in range(500)]}})
+    lost = add(b, "sandwich", 0, ENV_B, 100.0, 2.0)
+    b.run_path(lost).unlink()
+    out = tmp_path / "out"
+    assert main(["merge", str(a.root), str(b.root), "-o", str(out)]) == 2
+    lines = capsys.readouterr().err.splitlines()
+    assert lines[0] == ("error: 3 run(s) cannot be merged (two runs cannot share an id, and a row needs its run "
+                        "JSON); nothing was written. Move one copy of each away, or restore the missing JSON:")
+    assert sorted(lines[1:]) == sorted([
+        f"  run {run_id}: rows of {a.leaderboard} and {b.leaderboard} differ in device_name ('NVIDIA H100' vs "
+        f"'NVIDIA A100'), machine ('{machine_fingerprint(ENV_A)}' vs '{machine_fingerprint(ENV_B)}'), "
+        "train_samples_per_s ('100.0' vs '200.0')",
+        f"  run {curved}: run JSONs {a.run_path(curved)} and {b.run_path(curved)} differ in curves",
+        f"  run {lost}: its row in {b.leaderboard} has no run JSON ({b.run_path(lost)})",
+    ])  # fmt: skip
+    assert not out.exists()  # the folder the merge made is gone, .leaderboard.lock and all
+    assert main(["merge", str(tmp_path / "nothing"), "-o", str(out)]) == 2
     assert f"error: {tmp_path / 'nothing'} holds no results" in capsys.readouterr().err
+    assert not out.exists()
+    out.mkdir()
+    (out / "mine.txt").write_text("kept")
+    assert main(["merge", str(a.root), str(b.root), "-o", str(out)]) == 2
+    assert [p.name for p in out.iterdir() if p.name != ".leaderboard.lock"] == ["mine.txt"]  # a folder of yours stays
 
 
 @pytest.fixture

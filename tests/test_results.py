@@ -355,7 +355,8 @@ def test_a_leaderboard_before_the_data_columns_reads_them_empty(tmp_path: Path, 
     assert df["grad_accum"].tolist() == [4] and df["restarts"].tolist() == [2]
     assert df[list(schema.DATA_COLUMNS)].isna().all().all()
     assert ("(final_val_perplexity, eval_time_s, model_samples_per_s, input_bound_fraction, loader_workers left empty; "
-            "chance_loss left empty; machine left empty; throughput_method left empty)") in capsys.readouterr().err
+            "chance_loss left empty; machine left empty; throughput_method and threads left empty)"
+            ) in capsys.readouterr().err
 
 
 def test_a_leaderboard_before_the_chance_level_reads_it_empty_and_keeps_each_status(
@@ -367,7 +368,8 @@ def test_a_leaderboard_before_the_chance_level_reads_it_empty_and_keeps_each_sta
         {"run_id": "a", "status": "ok", "final_val_loss": "3.06"}.get(c, "") for c in old) + "\n")
     df = ResultsStore(tmp_path).load_leaderboard()
     assert list(df.columns) == list(COLUMNS) and df["chance_loss"].isna().all() and df["status"].tolist() == ["ok"]
-    assert "(chance_loss left empty; machine left empty; throughput_method left empty)" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "(chance_loss left empty; machine left empty; throughput_method and threads left empty)" in err
 
 
 def test_a_leaderboard_before_the_machine_fingerprint_reads_it_empty(
@@ -381,17 +383,23 @@ def test_a_leaderboard_before_the_machine_fingerprint_reads_it_empty(
     df = ResultsStore(tmp_path).load_leaderboard()
     assert list(df.columns) == list(COLUMNS) and df["machine"].isna().all()
     assert df[["chance_loss", "device_name"]].values.tolist() == [[5.5, "AMD EPYC"]]
-    assert "(machine left empty; throughput_method left empty)" in capsys.readouterr().err
+    assert "(machine left empty; throughput_method and threads left empty)" in capsys.readouterr().err
 
 
-def test_a_leaderboard_before_the_throughput_method_reads_it_empty(
+def test_a_leaderboard_before_the_throughput_method_and_threads_reads_them_empty(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.setattr(results, "_noticed", set())
-    old = [c for c in COLUMNS if c != "throughput_method"]
+    old = [c for c in COLUMNS if c not in ("throughput_method", "threads")]
     assert tuple(old) == schema.COLUMNS_V9
     (tmp_path / "leaderboard.csv").write_text(",".join(old) + "\n" + ",".join(
-        {"run_id": "a", "status": "ok", "train_samples_per_s": "98.7"}.get(c, "") for c in old) + "\n")
+        {"run_id": "a", "status": "ok", "machine": "9275ebfd", "train_samples_per_s": "98.7"}.get(c, "")
+        for c in old) + "\n")
     df = ResultsStore(tmp_path).load_leaderboard()
-    assert list(df.columns) == list(COLUMNS) and df["throughput_method"].isna().all()
-    assert df["train_samples_per_s"].tolist() == [98.7]
-    assert "(throughput_method left empty)" in capsys.readouterr().err
+    assert list(df.columns) == list(COLUMNS) and df[["throughput_method", "threads"]].isna().all().all()
+    assert df["train_samples_per_s"].tolist() == [98.7] and df["machine"].tolist() == ["9275ebfd"]
+    assert "(throughput_method and threads left empty)" in capsys.readouterr().err
+    from bench.runs.upgrade import upgrade
+
+    assert upgrade(tmp_path) == []  # nothing to fill: the file is only rewritten in the current columns
+    assert tuple((tmp_path / "leaderboard.csv").read_text().splitlines()[0].split(",")) == COLUMNS
+    assert ResultsStore(tmp_path).load_leaderboard()["machine"].tolist() == ["9275ebfd"]

@@ -220,12 +220,12 @@ def test_checkpoints_that_cannot_be_resumed_are_refused(tmp_path: Path, capsys: 
 
 
 @pytest.mark.parametrize(("args", "message"), [
-    (["--grad-accum", "0"], "--grad-accum must be >= 1, got 0"),
+    (["--grad-accum", "0"], "--grad-accum must be an integer >= 1, got 0"),
     (["--batch-size", "8", "--global-batch-size", "20"], "--global-batch-size 20 is not a multiple of --batch-size 8"),
     (["--batch-size", "8", "--global-batch-size", "32", "--grad-accum", "2"], "asks for 4 micro-batches, but"),
-    (["--checkpoint-every", "0"], "--checkpoint-every must be >= 1, got 0"),
-    (["--checkpoint-minutes", "-1"], "--checkpoint-minutes must be a positive number"),
-    (["--keep-checkpoints", "0"], "--keep-checkpoints must be >= 1, got 0"),
+    (["--checkpoint-every", "0"], "--checkpoint-every must be an integer >= 1, got 0"),
+    (["--checkpoint-minutes", "-1"], "--checkpoint-minutes must be a finite number > 0, got -1.0"),
+    (["--keep-checkpoints", "0"], "--keep-checkpoints must be an integer >= 1, got 0"),
     (["--target", "0.5", "--target-loss", "3.28"], "give --target (an accuracy) or --target-loss, not both"),
 ])  # fmt: skip
 def test_bad_long_run_options(tmp_path: Path, capsys: pytest.CaptureFixture[str], args: list[str], message: str

@@ -356,5 +356,5 @@ def test_train_tokens_keeps_the_first_tokens_of_the_training_split_and_every_val
     assert text.info["val_windows"] == whole.info["val_windows"]
     with pytest.raises(TaskError, match=r"^--train-tokens 16 cannot hold one training window of seq_len \+ 1 = 17"):
         get("text", options=TaskOptions(data_path=str(path), seq_len=T, train_tokens=16))
-    with pytest.raises(ValueError, match=r"--train-tokens must be >= 2, got 1"):
+    with pytest.raises(ValueError, match=r"--train-tokens must be an integer >= 2, got 1"):
         build({"variant": "preln", "task": "tinytext", "train_tokens": 1})

@@ -1,8 +1,15 @@
 """Where study files are and how one is read: the one lookup of every command that takes a study.
 
 A study is a TOML file (``bench/studies/<name>.toml`` ships with resbench; any other path is a study of your own).
-A sweep copies the file it ran into ``<results>/studies/<name>.toml``, so a results directory carries the claims
-its runs were checked against; :func:`find_study` looks there first when it is given a results directory.
+A sweep stores the file it ran in ``<results>/studies/<name>.toml``, so a results directory carries the claims
+its runs were checked against, with the plugin files it names beside it and their content hashes in
+``<name>.plugins.json`` (:func:`record_plugins`). :func:`find_study` reads that stored copy when it is given a
+results directory; a shipped study's name always means the shipped study when anything is run.
+
+A results folder is data, never code: the plugins a stored study names are imported only when the user asks for it
+(``--trust-plugins``), and then only if each file (or installed module) still has the content hash the sweep
+recorded (:func:`study_plugins`); a stored copy of a shipped study that names plugins is refused. A study file of
+your own, named by its path outside a results folder, is trusted as a script is: its plugins are imported.
 
 Its keys (grid, presets, claims, analysis, plugins ...) are validated by :func:`bench.sweeps.study.load_study`;
 this module only finds and parses the file (and the plugins it names, which must be loaded before its variants can
@@ -11,9 +18,15 @@ be checked), so the claims and the reports can read it without the sweep's code.
 
 from __future__ import annotations
 
+import hashlib
+import importlib.util
+import json
 import sys
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
+
+from bench.runs.names import file_name
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -43,19 +56,38 @@ def shipped_study(name: str) -> Path:
     return path
 
 
+class StandIn(ValueError):
+    """A results folder's copy of a shipped study that names plugins: refused wherever it is looked up."""
+
+
 def find_study(ref: str | Path, results_dir: str | Path | None = None) -> Path:
     """The study file ``ref`` names: a path to a ``.toml`` file (or any existing file), else a study name looked
-    up in ``<results_dir>/studies/`` (the copy a sweep left there, when ``results_dir`` is given) and then among
-    the shipped studies. ValueError names what was looked for and the shipped studies."""
+    up in ``<results_dir>/studies/`` (the copy a sweep stored there, when ``results_dir`` is given) and then among
+    the shipped studies. ValueError names what was looked for and the shipped studies, and refuses a stored copy of
+    a shipped study that names plugins (code would stand in for the shipped study's)."""
     path = Path(ref)
     if path.suffix == ".toml" or path.is_file():
         if not path.is_file():
             raise ValueError(f"study file {path} does not exist")
         return path
-    name = str(ref)
-    if results_dir is not None and (Path(results_dir) / "studies" / f"{name}.toml").is_file():
-        return Path(results_dir) / "studies" / f"{name}.toml"
-    return shipped_study(name)
+    name = file_name(str(ref), "study")  # a name from a row or a command line: never a path out of the folder
+    stored = Path(results_dir) / "studies" / f"{name}.toml" if results_dir is not None else None
+    if stored is None or not stored.is_file():
+        return shipped_study(name)
+    if name in shipped_studies() and _specs(read_study_file(stored)):
+        raise StandIn(f"{stored} names plugins, but {name!r} is a shipped study, which names none: a results "
+                         "folder's copy never stands in for a shipped study with code of its own; name the copy by "
+                         "its path to use it (its plugins then need --trust-plugins)")
+    return stored
+
+
+def results_folder_of(path: Path) -> Path | None:
+    """The results folder a study file is stored in (``<folder>/studies/<name>.toml``, the folder holding a
+    leaderboard or run JSONs), or None: a study file of your own, or a shipped one."""
+    folder = path.resolve().parent.parent
+    if path.resolve().parent.name != "studies" or is_shipped(path):
+        return None
+    return folder if (folder / "leaderboard.csv").is_file() or (folder / "runs").is_dir() else None
 
 
 def read_study_file(path: str | Path) -> dict[str, Any]:
@@ -71,16 +103,98 @@ def read_study_file(path: str | Path) -> dict[str, Any]:
         raise ValueError(f"study file {path} is not UTF-8 text ({exc.reason})") from None
 
 
-def study_plugins(ref: str | Path, results_dir: str | Path | None = None) -> list[str]:
-    """The plugin specs the study ``ref`` names (file paths resolved against the study file), read before the study
-    itself is validated: its variants exist only once they are loaded. [] when there is no such study (the command
-    then says so itself)."""
+def _specs(data: Mapping[str, Any]) -> list[str]:
+    specs = data.get("plugins", [])
+    return [s for s in specs if isinstance(s, str) and s.strip()] if isinstance(specs, list) else []
+
+
+def study_plugins(ref: str | Path, results_dir: str | Path | None = None, trust: bool = False) -> list[str]:
+    """The plugin specs to load for the study ``ref`` (file paths resolved against the study file), read before the
+    study itself is validated: its variants exist only once they are loaded. [] when there is no such study (the
+    command then says so itself).
+
+    A study stored in a results folder (:func:`results_folder_of`) gives its plugins only with ``trust``, each
+    checked against the content hash its sweep recorded (ValueError when one is missing or differs); without it a
+    note on stderr says what was not imported and how to import it."""
     try:
         path = find_study(ref, results_dir)
-        specs = read_study_file(path).get("plugins", [])
+        specs = _specs(read_study_file(path))
+    except StandIn:
+        raise
     except ValueError:
         return []
-    return [plugin_spec(s, path) for s in specs if isinstance(s, str) and s.strip()] if isinstance(specs, list) else []
+    folder = results_folder_of(path)
+    if folder is None or not specs:
+        return [plugin_spec(s, path) for s in specs]
+    if not trust:
+        print(f"note: the study file {path} is stored in the results folder {folder} and names plugins "
+              f"({', '.join(specs)}) that were not imported: a results folder is data, not code. Pass "
+              "--trust-plugins to import them (each checked against the content hash its sweep recorded), or "
+              "--plugin FILE to use your own copy", file=sys.stderr)
+        return []
+    recorded = _recorded_hashes(path)
+    return [_verified(spec, path, recorded) for spec in specs]
+
+
+def manifest_path(study: Path) -> Path:
+    """Where the content hashes of a stored study's plugins are: ``<name>.plugins.json`` beside it."""
+    return study.with_name(f"{study.stem}.plugins.json")
+
+
+def source_sha256(spec: str) -> tuple[str, str]:
+    """``(key, sha256)`` of a resolved plugin spec: a file's path (or a module's name) and its source's hash; a
+    module that cannot be found hashes as ``""``."""
+    if spec.endswith(".py") or "/" in spec:
+        return spec, hashlib.sha256(Path(spec).read_bytes()).hexdigest()
+    name = spec.partition(":")[0]
+    try:
+        found = importlib.util.find_spec(name)
+    except (ImportError, ValueError):
+        found = None
+    origin = Path(found.origin) if found is not None and found.origin else None
+    return name, hashlib.sha256(origin.read_bytes()).hexdigest() if origin and origin.is_file() else ""
+
+
+def record_plugins(files: Mapping[str, Path], modules: Sequence[str]) -> dict[str, dict[str, str]]:
+    """The manifest of a stored study (:func:`manifest_path`): the sha256 of each plugin file it stores, by its path
+    relative to the stored study's folder (``files``: that path -> the file), and of each module's source, by name."""
+    return {"files": {rel: hashlib.sha256(src.read_bytes()).hexdigest() for rel, src in files.items()},
+            "modules": dict(source_sha256(m) for m in modules)}
+
+
+def _recorded_hashes(study: Path) -> dict[str, dict[str, str]]:
+    path = manifest_path(study)
+    try:
+        manifest = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        raise ValueError(f"{study} names plugins, but their content hashes are not recorded ({path} is missing or "
+                         "unreadable), so --trust-plugins cannot check them: load the plugins you trust with "
+                         "--plugin FILE instead") from None
+    if not isinstance(manifest, dict) or not all(isinstance(manifest.get(k, {}), dict) for k in ("files", "modules")):
+        raise ValueError(f"{path} is not a record of plugin hashes; load the plugins you trust with --plugin FILE")
+    return {k: dict(manifest.get(k, {})) for k in ("files", "modules")}
+
+
+def _verified(spec: str, study: Path, recorded: Mapping[str, Mapping[str, str]]) -> str:
+    """The resolved ``spec`` of a stored study when its source has the recorded hash; ValueError otherwise."""
+    resolved = plugin_spec(spec, study)
+    if resolved.endswith(".py") or "/" in resolved:
+        try:
+            key = Path(resolved).resolve().relative_to(study.resolve().parent).as_posix()
+        except ValueError:
+            key = None  # outside the stored study's folder: never recorded
+        expected = recorded["files"].get(key) if key is not None else None
+        actual = source_sha256(resolved)[1] if key is not None and Path(resolved).is_file() else None
+    else:
+        key = spec.partition(":")[0]
+        expected, actual = recorded["modules"].get(key), source_sha256(resolved)[1]
+    if expected is None:
+        raise ValueError(f"{study}: plugin {spec!r} has no recorded content hash (in {manifest_path(study).name}); "
+                         "--trust-plugins imports only what the sweep recorded: load it with --plugin FILE instead")
+    if actual != expected:
+        raise ValueError(f"{study}: plugin {spec!r} is not the code the sweep recorded (sha256 {expected[:12]}, now "
+                         f"{(actual or 'missing')[:12]}); load the version you trust with --plugin FILE instead")
+    return resolved
 
 
 def plugin_spec(spec: str, study: Path) -> str:

@@ -16,18 +16,17 @@ import pandas as pd
 
 from bench.analysis.analyses import Output, run_gradcorr, run_landscape, run_lesion
 from bench.reports.analysis_step import write_and_draw
+from bench.runs.names import file_name
 from bench.runs.results import ResultsStore
 
 
 def _name(ns: argparse.Namespace, kind: str) -> str:
     if ns.name:
-        if "/" in ns.name or ns.name.startswith("."):
-            raise ValueError(f"--name is a file-name stem, got {ns.name!r}")
-        return str(ns.name)
+        return file_name(ns.name, "--name")
     ids = getattr(ns, "run_ids", None)
     if not ids:
         return kind
-    return f"{kind}-{ids[0]}" + (f"+{len(ids) - 1}" if len(ids) > 1 else "")
+    return file_name(f"{kind}-{ids[0]}" + (f"+{len(ids) - 1}" if len(ids) > 1 else ""), "--name")
 
 
 def _report(output: Output, paths: list[Path], columns: tuple[str, ...]) -> None:

@@ -39,6 +39,9 @@ def dispatch(ns: argparse.Namespace) -> int:
             raise  # a ValueError from inside a library is a bug of ours: its traceback says where
         print(f"error: {exc}{_plugin_hint(exc)}", file=sys.stderr)
         return EXIT_USAGE
+    except PermissionError as exc:  # a folder it may not write (checked up front where it can be; this is the rest)
+        print(f"error: cannot write {exc.filename}: {exc.strerror}; pass a folder you may write", file=sys.stderr)
+        return EXIT_USAGE
     except KeyboardInterrupt:
         print("interrupted: nothing half-written was left (writes are atomic)", file=sys.stderr)
         return 130
@@ -49,11 +52,15 @@ def dispatch(ns: argparse.Namespace) -> int:
 
 
 def study_plugins_of(ns: argparse.Namespace) -> list[str]:
-    """The plugins named by the study file a command reads: ``sweep FILE``, ``reproduce NAME``, or ``--study S``
-    (the copy a sweep left in the results directory; shipped studies name none)."""
-    ref = getattr(ns, "file", None) or getattr(ns, "name", None) if ns.handler.startswith("sweeps:") \
-        else getattr(ns, "study", None)
-    return study_plugins(ref, getattr(ns, "results_dir", None)) if ref else []
+    """The plugins named by the study file a command reads: ``sweep FILE``, ``reproduce NAME`` (a shipped study:
+    none), or ``--study S`` (the copy a sweep stored in the results directory: its plugins only with
+    ``--trust-plugins``, :func:`bench.analysis.studyfile.study_plugins`)."""
+    trust = bool(getattr(ns, "trust_plugins", False))
+    if ns.handler.startswith("sweeps:"):  # what runs is a file or a shipped study, never a results folder's copy
+        ref = getattr(ns, "file", None) or getattr(ns, "name", None)
+        return study_plugins(ref, None, trust) if ref else []
+    ref = getattr(ns, "study", None)
+    return study_plugins(ref, getattr(ns, "results_dir", None), trust) if ref else []
 
 
 def is_bad_input(exc: BaseException) -> bool:
@@ -74,4 +81,5 @@ def _plugin_hint(exc: ValueError) -> str:
         return ""
     loaded = ", ".join(p.spec for p in plugins.loaded()) or "none"
     return (f" (plugins loaded: {loaded}; a variant of your own is registered by its plugin: give --plugin FILE.py, "
-            f"set {plugins.ENV_VAR}, or name it in the study file's plugins = [...])")
+            f"set {plugins.ENV_VAR}, or name it in the study file's plugins = [...]; a study stored in a results "
+            "folder has its plugins imported only with --trust-plugins)")

@@ -24,11 +24,11 @@ from bench.runs.config import (
     RunConfig,
     build,
 )
+from bench.runs.constraints import CONSTRAINTS, from_text
 from bench.runs.schema import HEADLINE_METRICS
 from bench.sweeps.options import SweepOptions, flag
 
 LEADERBOARD_METRICS = HEADLINE_METRICS  # what `bench leaderboard` aggregates over seeds by default
-_TYPES = {"str": str, "int": int, "float": float}
 Sub = Any  # argparse's _SubParsersAction
 
 
@@ -50,8 +50,9 @@ def add_config_arguments(p: argparse.ArgumentParser) -> None:
         if f.name in ("study", "preset", "world_size"):  # set by sweeps, and from torchrun's WORLD_SIZE
             continue
         opt = "--" + f.name.replace("_", "-")
-        meta, typ = f.metadata, str(f.type)
-        kw: dict[str, Any] = {"dest": f.name, "help": f"{meta['help']} (default: {f.default})",
+        meta, typ, accepts = f.metadata, str(f.type), CONSTRAINTS[f.name]
+        accepted = f"; {accepts.describe()}" if accepts.kind in ("int", "float") else ""
+        kw: dict[str, Any] = {"dest": f.name, "help": f"{meta['help']} (default: {f.default}{accepted})",
                               "default": argparse.SUPPRESS}
         if f.name == "model_args":
             p.add_argument("--model-arg", action="append", type=parse_model_arg, metavar="KEY=VALUE", **kw)
@@ -63,9 +64,6 @@ def add_config_arguments(p: argparse.ArgumentParser) -> None:
             kw["choices"] = meta["choices"]
         if "nargs" in meta:
             kw["nargs"] = meta["nargs"]
-            kw["type"] = str if "str" in typ else float
-        else:
-            kw["type"] = _TYPES[typ.split(" ")[0]]
         if f.name == "variant":
             kw["required"] = True
         p.add_argument(opt, metavar=f.name.upper() if "choices" not in meta else None, **kw)
@@ -117,6 +115,10 @@ def _plugin_option(p: argparse.ArgumentParser) -> None:
                    help="load your own variants from this Python file or importable module (repeatable; also "
                         f"${PLUGINS_ENV_VAR}, {os.pathsep}-separated, and installed '{PLUGIN_ENTRY_POINTS}' "
                         "entry points)")
+    p.add_argument("--trust-plugins", action="store_true",
+                   help="also import the plugins named by a study stored in a results folder (RESULTS/studies/), "
+                        "each checked against the content hash its sweep recorded; without it a results folder "
+                        "never makes resbench import code (docs/security.md)")
 
 
 # -- one function per command -------------------------------------------------------------------------------------
@@ -467,10 +469,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def config_from_args(ns: argparse.Namespace, study: str | None = None) -> RunConfig:
-    """The RunConfig of a command line: the options given, a named recipe's values under them
-    (:func:`bench.runs.config.build`)."""
+    """The RunConfig of a command line: the options given (their text read by each field's constraint,
+    :func:`bench.runs.constraints.from_text`), a named recipe's values under them (:func:`bench.runs.config.build`).
+    ValueError names the field and what it accepts."""
     fields = {f.name for f in dataclasses.fields(RunConfig)}
-    given = {k: v for k, v in vars(ns).items() if k in fields}
+    given = {k: from_text(CONSTRAINTS, k, v) if isinstance(v, (str, list)) else v
+             for k, v in vars(ns).items() if k in fields}
     if study is not None:
         given["study"] = study
     return build(given)

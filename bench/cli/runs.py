@@ -96,7 +96,7 @@ def cmd_show(ns: argparse.Namespace) -> int:
         return 0
     for key, value in run["row"].items():
         print(f"{key:>20}: {value}")
-    evals = run["curves"]["eval"]
+    evals = run.get("curves", {}).get("eval")
     if evals:
         print("\nevaluations:")
         print(pd.DataFrame(evals).to_string(index=False))

@@ -17,17 +17,18 @@ def _resume_command(ns: argparse.Namespace, study: str) -> str:
     args = [a for a in args if a != "--no-resume"]
     for spec in ns.plugins or []:
         args += ["--plugin", spec]
+    args += ["--trust-plugins"] if ns.trust_plugins else []
     return shlex.join([*args, "--results-dir", str(ns.results_dir)])
 
 
 def cmd_sweep(ns: argparse.Namespace) -> int:
     api.sweep(ns.file, results_dir=ns.results_dir, options=options_from_args(ns),
-              command=_resume_command(ns, ns.file), verb="study")
+              command=_resume_command(ns, ns.file), verb="study", trust_plugins=ns.trust_plugins)
     return 0
 
 
 def cmd_reproduce(ns: argparse.Namespace) -> int:
     # then its figures and REPORT.md
     api.sweep(shipped_study(ns.name), results_dir=ns.results_dir, options=options_from_args(ns), report=True,
-              command=_resume_command(ns, ns.name), verb="reproducing")
+              command=_resume_command(ns, ns.name), verb="reproducing", trust_plugins=ns.trust_plugins)
     return 0

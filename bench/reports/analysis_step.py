@@ -24,10 +24,11 @@ from bench.analysis.options import check_options
 from bench.analysis.stats import t_ci
 from bench.analysis.studyfile import find_study, read_study_file
 from bench.reports.analysis_figures import plot_cost, plot_gradcorr, plot_landscape, plot_lesion
-from bench.reports.markdown import claim_lines, markdown_table
+from bench.reports.markdown import claim_lines, markdown_table, md
 from bench.reports.plotdata import variant_key
 from bench.reports.plots import Colour, palette_of
 from bench.runs.env import environment
+from bench.runs.names import file_name, problem
 from bench.runs.results import ResultsStore, atomic_write_text
 
 
@@ -75,6 +76,7 @@ def for_study(name: str, options: dict[str, Any], results_dir: str | Path, run_i
     opts = check_options(options)
     kind = opts.pop("kind")
     root = Path(results_dir)
+    file_name(name, "study")
     if kind == "gradcorr":
         out = analyses.run_gradcorr(study=name, **opts)
     elif kind == "cost":
@@ -127,6 +129,8 @@ class Summary:
 def summary_of(results_dir: str | Path, study: str, runs: Sequence[dict[str, Any]] = ()) -> Summary | None:
     """The :class:`Summary` of ``study``'s analysis, None if it declares none or it has not run."""
     root = Path(results_dir)
+    if problem(study) is not None:  # a study name no file of this folder can have
+        return None
     try:
         path: Path | None = find_study(study, root)
     except ValueError:
@@ -164,7 +168,7 @@ def report_lines(results_dir: str | Path, study: str, runs: Sequence[dict[str, A
             f"CSVs of `analysis/{study}/`")
     lines = [f"## Analysis: {made.kind}", "", f"Rows of `{made.source}`, mean ± 95% CI half-width {over}.", "",
              markdown_table(made.headers, made.rows), ""]
-    lines += [f"![{fig.stem}]({fig.relative_to(root).as_posix()})" for fig in made.figures]
+    lines += [f"![{md(fig.stem)}]({md(fig.relative_to(root).as_posix())})" for fig in made.figures]
     lines.append("")
     if made.results:
         lines += [f"### Claims about the {made.kind} analysis", "", *claim_lines(made.results), ""]

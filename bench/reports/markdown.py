@@ -1,9 +1,17 @@
 """Markdown (and CSV, LaTeX) of the tables and verdicts resbench prints: the report's building blocks, and what
-``bench compare`` prints."""
+``bench compare`` prints.
+
+Every string that comes from a results folder, a study file or a plugin (variant names, claim ids and texts, papers,
+table cells, environment values) goes into Markdown through :func:`md` or :func:`markdown_table`, which escape HTML:
+a name holding ``<script>`` or ``"><img onerror=...>`` shows as text wherever the Markdown is rendered, never as a
+tag. Shell commands go into a fenced block (:func:`fenced`) that their text cannot close.
+"""
 
 from __future__ import annotations
 
+import html
 import math
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -19,11 +27,24 @@ VERDICT_WORDS = {"agrees": "agrees", "disagrees": "DISAGREES", "inconclusive": "
 TALLY_WORDS = {"agrees": "agree", "disagrees": "disagree", "inconclusive": "inconclusive"}
 
 
+def md(text: Any) -> str:
+    """``text`` safe as Markdown prose: ``&``, ``<`` and ``>`` as HTML entities (a tag in it is shown, not run)."""
+    return html.escape(str(text), quote=False)
+
+
+def fenced(lines: Sequence[str], info: str = "") -> list[str]:
+    """``lines`` as a fenced code block whose fence is longer than any run of backticks in them, so no line can close
+    it early (inside the block nothing is HTML: a renderer shows it as text)."""
+    longest = max((len(run) for line in lines for run in re.findall(r"`+", line)), default=0)
+    fence = "`" * max(3, longest + 1)
+    return [f"{fence}{info}", *(line.replace("\r", " ") for line in lines), fence]
+
+
 def markdown_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
-    """A GitHub-flavoured markdown table (``|`` inside cells escaped)."""
+    """A GitHub-flavoured markdown table (``|`` inside cells escaped, HTML escaped: :func:`md`)."""
 
     def cell(v: Any) -> str:
-        return str(v).replace("|", "\\|").replace("\n", " ")
+        return md(v).replace("|", "\\|").replace("\n", " ")
 
     lines = ["| " + " | ".join(cell(h) for h in headers) + " |", "|" + "---|" * len(headers)]
     lines += ["| " + " | ".join(cell(v) for v in r) + " |" for r in rows]
@@ -74,10 +95,10 @@ def claim_lines(results: Sequence[Result]) -> list[str]:
         c = r.claim
         if c.id not in seen:
             seen.add(c.id)
-            out.append(f"- **{c.id}** — {c.paper}: {c.text}. Test: {describe(c)}.")
-        note = f" — {r.note}" if r.note else ""
-        context = f"{r.context}: " if r.context else ""
-        measured = f"{_measured(r)}: " if r.groups else ""
+            out.append(f"- **{md(c.id)}** — {md(c.paper)}: {md(c.text)}. Test: {md(describe(c))}.")
+        note = f" — {md(r.note)}" if r.note else ""
+        context = f"{md(r.context)}: " if r.context else ""
+        measured = f"{md(_measured(r))}: " if r.groups else ""
         out.append(f"  - {context}{measured}**{VERDICT_WORDS[r.verdict]}**{note}.")
     return out
 

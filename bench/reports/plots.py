@@ -60,6 +60,7 @@ from bench.reports.plotdata import (
     variant_key,
     with_key,
 )
+from bench.runs.names import file_name, slug
 
 __all__ = [
     "Colour", "Frames", "curves_frame", "grad_norm_init_data", "is_ln_transformer", "line_styles", "load_frames",
@@ -475,15 +476,11 @@ def plot_warmup(curves: pd.DataFrame, task: str | None = None,
     return fig
 
 
-def _slug(text: str) -> str:
-    return re.sub(r"[^A-Za-z0-9_.-]+", "_", text)
-
-
 def make_all(results_dir: str | Path, study: str | None = None) -> list[Path]:
     """Write every figure there is data for to ``results_dir/plots/`` (``plots/<study>/`` for one study), every
     one with the colours of one :func:`palette` of the runs' variants."""
     frames = load_frames(results_dir, study)
-    out = Path(results_dir) / "plots" / (_slug(study) if study else "")
+    out = Path(results_dir) / "plots" / (file_name(study, "study") if study else "")
     board, curves, probes = frames.leaderboard, frames.curves, frames.probes
     colours = palette_of(board, curves, probes)
     ok = board[board["status"] == "ok"]
@@ -510,7 +507,7 @@ def make_all(results_dir: str | Path, study: str | None = None) -> list[Path]:
             jobs.append((f"warmup_{task}", lambda t=task: plot_warmup(curves, t, colours)))
     paths = []
     for name, make in jobs:
-        path = out / f"{_slug(name)}.png"
+        path = out / f"{slug(name)}.png"
         path.parent.mkdir(parents=True, exist_ok=True)
         make().savefig(path, dpi=120, bbox_inches="tight")  # whatever the layout left outside the figure
         paths.append(path)

@@ -32,12 +32,21 @@ from bench.analysis.stats import (
     machines_of,
     several_machines,
 )
-from bench.analysis.studyfile import PLUGIN_ORIGIN, find_study, is_shipped, read_study_file, shipped_studies
+from bench.analysis.studyfile import (
+    PLUGIN_ORIGIN,
+    StandIn,
+    find_study,
+    is_shipped,
+    read_study_file,
+    results_folder_of,
+    shipped_studies,
+)
 from bench.reports import plots
 from bench.reports.analysis_step import report_lines
-from bench.reports.markdown import MISSING, TALLY_WORDS, claim_lines, fmt_number, markdown_table
+from bench.reports.markdown import MISSING, TALLY_WORDS, claim_lines, fenced, fmt_number, markdown_table, md
 from bench.runs.config import RunConfig, config_from_dict
-from bench.runs.results import ResultsStore, atomic_write_bytes, atomic_write_text
+from bench.runs.names import file_name
+from bench.runs.results import ResultsStore, atomic_write_bytes, atomic_write_text, check_writable
 
 FIGURE_NOTE = (
     "Lines: mean over seeds. Bands and error bars: 95% Student-t CI of that mean, clipped to the metric's "
@@ -150,6 +159,8 @@ def _study_path(root: Path, name: str) -> Path | None:
     """The study file of ``name``'s runs (the copy its sweep left in ``root``, else the shipped one), or None."""
     try:
         return find_study(name, root)
+    except StandIn:
+        raise
     except ValueError:
         return None
 
@@ -180,6 +191,7 @@ def _claims_section(
         if path is None or not results:
             continue
         tally = ", ".join(f"{sum(r.verdict == v for r in results)} {w}" for v, w in TALLY_WORDS.items())
+        # code spans: a study's name is a safe file name (bench.runs.names), so nothing in it closes the span
         body += [f"### Study `{name}`", "", f"Claims declared in `{_shown_path(path, root)}`; verdicts: {tally}.",
                  "", *claim_lines(results), ""]  # fmt: skip
     return ["## Paper claims vs measured", "", CLAIMS_NOTE, "", *body] if body else []
@@ -210,7 +222,10 @@ def _study_command(name: str, preset: str | None, root: Path, runs: Sequence[Map
     path = _study_path(root, name)
     shipped = name in shipped_studies()
     head = ["reproduce", name] if shipped else ["sweep", (path or root / "studies" / f"{name}.toml").as_posix()]
-    tail = [*(["--preset", preset] if preset else []), *([] if shipped else _plugin_flags(runs))]
+    # a stored study's plugins are imported only when asked for: the command asks, where the reader sees it
+    trust = ["--trust-plugins"] if path and not shipped and results_folder_of(path) and \
+        read_study_file(path).get("plugins") else []
+    tail = [*(["--preset", preset] if preset else []), *([] if shipped else [*_plugin_flags(runs), *trust])]
     return shlex.join(["python", "-m", "bench", *head, *tail, "--results-dir", str(root)])
 
 
@@ -254,15 +269,13 @@ def _provenance(board: pd.DataFrame, results_dir: Path, study: str | None) -> li
         "`leaderboard.csv`. The runs (each run's full config, environment, curves and probes are in "
         "`runs/<run_id>.json`; options not shown here are the recipe defaults recorded there):",
         "",
-        "```sh",
-        *_run_commands(board, results_dir),
-        "```",
+        *fenced(_run_commands(board, results_dir), "sh"),
         "",
     ]
     for col, name in (("torch_version", "torch"), ("device_name", "devices"), ("machine", "machines"),
                       ("git_sha", "git commits")):
         values = sorted(str(v) for v in board[col].dropna().unique())
-        out.append(f"- {name}: {', '.join(values) if values else 'unrecorded'}")
+        out.append(f"- {name}: {md(', '.join(values)) if values else 'unrecorded'}")
     return [*out, ""]
 
 
@@ -284,7 +297,7 @@ def _measured_at(runs: list[dict[str, Any]]) -> str:
     devices = values(lambda r: (r.get("env") or {}).get("device_name"))
     if not parts and not devices:
         return ""
-    where = "; ".join(parts) + (f" on {devices}" if devices else "")
+    where = md("; ".join(parts) + (f" on {devices}" if devices else ""))
     return (f" samples/s and peak MB were measured at these runs' scale ({where.strip()}), where per-op overhead "
             "weighs more than at a paper's width; `python -m bench cost` measures a design's cost at a paper's shape.")
 
@@ -296,6 +309,9 @@ def write_report(results_dir: str | Path, study: str | None = None) -> Path:
     ``probes-<study>.csv.gz``, so several studies can share one results directory.
     """
     root = Path(results_dir)
+    if study is not None:
+        file_name(study, "study")  # it names REPORT-<study>.md, plots/<study>/ and probes-<study>.csv.gz
+    check_writable(root, "results directory", "--results-dir")  # before any figure is drawn
     try:
         frames = plots.load_frames(root, study)
     except ValueError:

@@ -18,7 +18,6 @@ from __future__ import annotations
 import html
 import json
 import math
-import re
 import shlex
 import shutil
 from collections.abc import Iterable, Mapping, Sequence
@@ -35,7 +34,8 @@ from bench.reports.markdown import TALLY_WORDS, VERDICT_WORDS, fmt_number
 from bench.reports.plotdata import Frames, frames_of, grad_norm_init_data, with_key
 from bench.reports.report import _analysis_meta, _shown_path, _study_command, _study_path, study_claims
 from bench.runs.config import config_from_dict
-from bench.runs.results import ResultsStore
+from bench.runs.names import slug
+from bench.runs.results import ResultsStore, check_writable
 
 ASSETS = Path(__file__).resolve().parent / "site_assets"
 NO_STUDY = "no-study"  # the page of the runs recorded outside any study
@@ -64,11 +64,6 @@ class Site:
     root: Path
     pages: int
     bytes: int
-
-
-def slug(text: str) -> str:
-    """A file-name-safe form of a study or run name."""
-    return re.sub(r"[^A-Za-z0-9_.-]+", "_", text)
 
 
 def _e(value: Any) -> str:
@@ -505,6 +500,7 @@ def build_site(results_dir: str | Path, out: str | Path) -> Site:
     root, site = Path(results_dir), Path(out)
     if site.exists() and not site.is_dir():
         raise ValueError(f"{site} is a file; bench site writes a folder: pass another -o")
+    check_writable(site, "site folder", "-o")
     store = ResultsStore(root)
     board = store.load_leaderboard()
     if board.empty:

@@ -36,6 +36,7 @@ import matplotlib.pyplot as plt
 
 from bench.reports.plotdata import curves_frame
 from bench.reports.plots import plot_learning_curves
+from bench.runs.names import file_name, slug
 
 # Leaderboard columns logged as final metrics: the numeric results, not the bookkeeping (params is a parameter).
 FINAL_METRICS = (
@@ -121,7 +122,7 @@ class TensorBoardTracker(Tracker):
         Path(uri).mkdir(parents=True, exist_ok=True)
 
     def run_dir(self, run_json: Mapping[str, Any]) -> Path:
-        return Path(self.uri) / _group(run_json) / str(run_json["run_id"])
+        return Path(self.uri) / slug(_group(run_json)) / file_name(str(run_json["run_id"]), "run id")
 
     def log(self, run_json: Mapping[str, Any], figure: Any = None) -> None:
         from torch.utils.tensorboard import SummaryWriter  # the tensorboard extra: imported only when it is used
@@ -182,7 +183,7 @@ class MLflowTracker(Tracker):
         found = self.client.get_experiment_by_name(name)
         if found is not None:
             return str(found.experiment_id)
-        location = (self.artifacts / name).as_uri() if self.artifacts else None
+        location = (self.artifacts / slug(name)).as_uri() if self.artifacts else None
         return str(self.client.create_experiment(name, artifact_location=location))
 
     def logged(self, experiment_id: str, run_json: Mapping[str, Any]) -> bool:

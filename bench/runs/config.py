@@ -7,7 +7,9 @@ API, a study file, a run JSON read back) goes through :func:`build` or the const
 normalises what may arrive in several spellings (lists for tuples, model arguments as a mapping or pairs in any
 order), so one configuration has one run id however it was written.
 
-This module imports nothing but the standard library: the command line's parser reads it without loading torch.
+What each field accepts on its own (type, range, finiteness) is the table of :mod:`bench.runs.constraints`, checked
+before any rule between fields. This module imports nothing but the standard library (and resbench's own
+standard-library modules): the command line's parser reads it without loading torch.
 """
 
 from __future__ import annotations
@@ -22,21 +24,25 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from bench.runs import constraints
+from bench.runs.constraints import (
+    COMPILE_MODES,
+    DEVICES,
+    LR_SCALES,
+    OPTIMIZERS,
+    PHASES,
+    PRECISIONS,
+    SCHEDULES,
+    WARMUP_KINDS,
+)
+from bench.runs.names import problem
+
 # -- the environment -------------------------------------------------------------------------------------------
 RESULTS_ENV_VAR = "RESBENCH_RESULTS"  # the results directory when --results-dir is not given
 DEFAULT_RESULTS = os.environ.get(RESULTS_ENV_VAR, "results")
 PLUGINS_ENV_VAR = "RESBENCH_PLUGINS"  # plugin specs every command loads, os.pathsep-separated (bench.runs.plugins)
 PLUGIN_ENTRY_POINTS = "resbench.variants"  # the entry-point group of installed plugins
 
-OPTIMIZERS = ("sgd", "adamw", "adam")
-SCHEDULES = ("constant", "step", "cosine", "inv_sqrt")
-WARMUP_KINDS = ("linear", "constant")
-LR_SCALES = ("auto", "linear", "sqrt")
-PRECISIONS = ("fp32", "bf16", "fp16")
-DEVICES = ("auto", "cpu", "cuda", "mps")
-PHASES = ("flops", "throughput", "memory")
-# torch.compile's Inductor modes (bench.runs.execution): reduce-overhead adds CUDA graphs, max-autotune kernel search
-COMPILE_MODES = ("default", "reduce-overhead", "max-autotune-no-cudagraphs", "max-autotune")
 
 
 def _f(default: Any, help: str, **meta: Any) -> Any:
@@ -84,6 +90,9 @@ class RunConfig:
     seed: int = _f(0, "seed of initialisation, batch order and augmentation")
     device: str = _f("auto", "where to train: auto picks cuda, then mps, then cpu", choices=DEVICES)
     precision: str = _f("fp32", "autocast precision of forward/backward (weights stay fp32)", choices=PRECISIONS)
+    threads: int | None = _f(None, "CPU threads of torch's operators in this run (default: the cores free now, those "
+                                   "this process may run on less the load average, at most torch's own count; a "
+                                   "--deterministic run keeps torch's count)")
     compile: bool = _f(False, "wrap the model in torch.compile")
     compile_mode: str = _f("default", "torch.compile's mode with --compile: reduce-overhead replays the step as CUDA "
                                       "graphs (launch-bound nets), max-autotune-no-cudagraphs searches kernels",
@@ -156,6 +165,9 @@ class RunConfig:
             if isinstance(value, (list, tuple)):
                 object.__setattr__(self, name, tuple(value))
         object.__setattr__(self, "model_args", _model_args(self.model_args))
+        wrong = constraints.errors(constraints.CONSTRAINTS, self.__dict__)  # each field on its own, before any rule
+        if wrong:
+            raise ValueError("; ".join(wrong))
         if self.global_batch_size is not None and self.batch_size >= 1 and self.global_batch_size >= 1:
             if self.global_batch_size % self.batch_size:
                 raise ValueError(f"--global-batch-size {self.global_batch_size} is not a multiple of --batch-size "
@@ -170,84 +182,31 @@ class RunConfig:
             raise ValueError("; ".join(errors))
 
     def _errors(self) -> Any:
+        """The rules between fields (each field's own range is :data:`bench.runs.constraints.CONSTRAINTS`')."""
         if not self.variant:
             yield "--variant is required"
+        elif (why := problem(self.run_id)) is not None:
+            yield (f"--variant {self.variant!r} and --task {self.task!r} make the run id {self.run_id!r}, which names "
+                   f"the run's files but {why}")
         if self.epochs is not None and self.steps is not None:
             yield "give --epochs or --steps, not both"
-        if self.epochs is not None and not (self.epochs > 0 and math.isfinite(self.epochs)):
-            yield f"--epochs must be a positive finite number, got {self.epochs}"
-        if self.steps is not None and self.steps < 1:
-            yield f"--steps must be >= 1, got {self.steps}"
-        if self.depth is not None and self.depth < 1:
-            yield f"--depth must be >= 1, got {self.depth}"
-        for name in ("batch_size", "timing_repeats", "timing_steps", "seq_len", "image_size", "num_classes",
-                     "train_size", "val_size", "world_size", "grad_accum", "keep_checkpoints"):
-            if getattr(self, name) < 1:
-                yield f"--{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}"
-        for name in ("warmup_steps", "timing_warmup", "seed"):
-            if getattr(self, name) < 0:
-                yield f"--{name.replace('_', '-')} must be >= 0, got {getattr(self, name)}"
-        if not (self.lr > 0 and math.isfinite(self.lr)):
-            yield f"--lr must be a positive finite number, got {self.lr}"
-        if self.lr_base is not None:
-            if not (self.lr_base > 0 and math.isfinite(self.lr_base)):
-                yield f"--lr-base must be a positive finite number, got {self.lr_base}"
-            if self.lr != FIELD_DEFAULTS["lr"]:
-                yield (f"give --lr (the peak lr itself, {self.lr}) or --lr-base (scaled from a reference batch), "
-                       "not both")
-        if self.lr_base_size < 1:
-            yield f"--lr-base-size must be >= 1, got {self.lr_base_size}"
+        if self.lr_base is not None and self.lr != FIELD_DEFAULTS["lr"]:
+            yield (f"give --lr (the peak lr itself, {self.lr}) or --lr-base (scaled from a reference batch), "
+                   "not both")
         if self.lr_base is None and (self.lr_base_size, self.lr_base_scale) != (FIELD_DEFAULTS["lr_base_size"],
                                                                                 FIELD_DEFAULTS["lr_base_scale"]):
             yield "--lr-base-size and --lr-base-scale say how --lr-base scales: give --lr-base too"
-        if self.lr_base_scale not in LR_SCALES:
-            yield f"--lr-base-scale must be one of {', '.join(LR_SCALES)}, got {self.lr_base_scale!r}"
-        for name, value, choices in (
-            ("optimizer", self.optimizer, OPTIMIZERS),
-            ("schedule", self.schedule, SCHEDULES),
-            ("warmup-kind", self.warmup_kind, WARMUP_KINDS),
-            ("precision", self.precision, PRECISIONS),
-            ("device", self.device, DEVICES),
-            ("compile-mode", self.compile_mode, COMPILE_MODES),
-        ):
-            if value not in choices:
-                yield f"--{name} must be one of {', '.join(choices)}, got {value!r}"
-        if any(not 0 < m < 1 for m in self.milestones) or list(self.milestones) != sorted(self.milestones):
+        if list(self.milestones) != sorted(self.milestones):
             yield f"--milestones must be increasing fractions in (0, 1), got {list(self.milestones)}"
-        if self.target is not None and not 0 < self.target <= 1:
-            yield f"--target is a validation accuracy in (0, 1], got {self.target}"
-        for name in ("eval_every", "probe_every", "checkpoint_every", "global_batch_size"):
-            value = getattr(self, name)
-            if value is not None and value < 1:
-                yield f"--{name.replace('_', '-')} must be >= 1, got {value}"
-        if self.checkpoint_minutes is not None and not (self.checkpoint_minutes > 0
-                                                        and math.isfinite(self.checkpoint_minutes)):
-            yield f"--checkpoint-minutes must be a positive number, got {self.checkpoint_minutes}"
         if self.compile_mode != "default" and not self.compile:
             yield f"--compile-mode {self.compile_mode} is a mode of --compile: give --compile too"
         if self.target is not None and self.target_loss is not None:
             yield "give --target (an accuracy) or --target-loss, not both"
-        if self.warmup_epochs is not None:
-            if not (self.warmup_epochs > 0 and math.isfinite(self.warmup_epochs)):
-                yield f"--warmup-epochs must be a positive finite number, got {self.warmup_epochs}"
-            if self.warmup_steps:
-                yield "give --warmup-steps or --warmup-epochs, not both"
-        if self.warmup_until_error is not None:
-            if not 0 < self.warmup_until_error <= 1:
-                yield f"--warmup-until-error is a training error in (0, 1], got {self.warmup_until_error}"
-            if self.warmup_kind != "constant" or self.warmup_steps < 1:
-                yield ("--warmup-until-error ends a constant warm-up early: it needs --warmup-kind constant and "
-                       f"--warmup-steps >= 1 as its cap (got {self.warmup_kind!r}, {self.warmup_steps})")
-        if self.grad_clip is not None and not self.grad_clip > 0:
-            yield f"--grad-clip must be > 0, got {self.grad_clip}"
-        if self.diverge_factor <= 1:
-            yield f"--diverge-factor must be > 1, got {self.diverge_factor}"
-        if not 0 <= self.chance_band < 1:
-            yield f"--chance-band must be in [0, 1), got {self.chance_band}"
-        unknown = set(self.measure) - set(PHASES)
-        if unknown:
-            yield f"--measure takes {', '.join(PHASES)}, got {sorted(unknown)}"
-        yield from _data_errors(self)
+        if self.warmup_epochs is not None and self.warmup_steps:
+            yield "give --warmup-steps or --warmup-epochs, not both"
+        if self.warmup_until_error is not None and (self.warmup_kind != "constant" or self.warmup_steps < 1):
+            yield ("--warmup-until-error ends a constant warm-up early: it needs --warmup-kind constant and "
+                   f"--warmup-steps >= 1 as its cap (got {self.warmup_kind!r}, {self.warmup_steps})")
 
     # -- identity ---------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
@@ -320,6 +279,7 @@ NOT_HASHED: tuple[str, ...] = (
     "global_batch_size",  # what it decides is grad_accum, which is hashed
     "workers", "prefetch",  # how the loader runs, not what it feeds: augmentation is seeded per sample
     "chance_band",  # how the outcome is judged, not what is trained
+    "threads",  # how fast the CPU computes it
 )  # fmt: skip
 # A run id ends in ``-<config_hash>-s<seed>`` (RunConfig.run_id): where a table lacks the hash, it is read from there.
 RUN_ID_PATTERN = re.compile(r"-([0-9a-f]{8})-s\d+$")
@@ -438,15 +398,6 @@ def build(fields: Mapping[str, Any]) -> RunConfig:
                     for k in replaced:
                         base.pop(k, None)
     return RunConfig(**{**base, **fields})
-
-
-def _data_errors(cfg: RunConfig) -> Any:
-    """What is wrong with the fields of data read from disk (loader, image tree, vocabulary, evaluation caps)."""
-    for name, low in (("workers", 0), ("prefetch", 1), ("subset_per_class", 1), ("vocab_size", 2),
-                      ("eval_batches", 1), ("eval_tokens", 1), ("train_tokens", 2)):
-        value = getattr(cfg, name)
-        if value is not None and value < low:
-            yield f"--{name.replace('_', '-')} must be >= {low}, got {value}"
 
 
 def config_from_dict(d: Mapping[str, Any]) -> RunConfig:

@@ -2,7 +2,8 @@
 
 Rows are keyed by run id. A run found in several folders with the same row and the same run JSON is one run (the
 copies are dropped); the same id with a different row or run JSON is two runs that cannot share an id, and the
-merge refuses before writing anything, naming both files. Run JSONs (with their curves and probes) and the study
+merge refuses before writing anything, with one line per such run naming both files and the fields that differ (a
+row whose run JSON is missing is refused the same way). Run JSONs (with their curves and probes) and the study
 files sweeps leave in ``studies/`` are copied. A row recorded before rows carried a ``machine`` fingerprint gets the
 one of its run JSON's environment (:func:`bench.runs.env.machine_fingerprint`), so cost figures of two machines'
 older runs are not pooled either. Merging into a folder that already holds runs keeps them: a second merge of the
@@ -11,12 +12,14 @@ same folders changes nothing.
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from bench.runs.env import machine_fingerprint
+from bench.runs.names import file_name
 from bench.runs.results import ResultsStore, read_run_json
 
 
@@ -37,27 +40,43 @@ def _with_machine(row: dict[str, str], run: Mapping[str, Any] | None) -> dict[st
 
 
 def _differs(a: Mapping[str, Any], b: Mapping[str, Any]) -> str:
+    """The fields in which ``a`` and ``b`` differ, each with both values where they are short (a curve is named,
+    not printed)."""
     keys = [k for k in dict.fromkeys([*a, *b]) if a.get(k) != b.get(k)]
-    shown = ", ".join(f"{k}: {a.get(k)!r} vs {b.get(k)!r}" for k in keys[:3])
-    return shown + (f" and {len(keys) - 3} more" if len(keys) > 3 else "")
+    return ", ".join(f"{k} ({a.get(k)!r} vs {b.get(k)!r})" if len(repr(a.get(k))) + len(repr(b.get(k))) <= 60
+                     else k for k in keys)
 
 
 def merge(sources: Sequence[str | Path], out: str | Path) -> Merged:
     """Merge the results folders ``sources`` into ``out`` (module docstring); ValueError before anything is written
-    when a folder is missing, or two of them record different runs under one id or different study files under
-    one name."""
+    when a folder is missing, a row has no run JSON, or two folders record different runs under one id (one line
+    per run, naming the fields that differ) or different study files under one name. An output folder the merge
+    created is removed again when it fails."""
+    created = not Path(out).exists()
+    try:
+        return _merge(sources, out)
+    except BaseException:
+        if created:
+            shutil.rmtree(out, ignore_errors=True)
+        raise
+
+
+def _merge(sources: Sequence[str | Path], out: str | Path) -> Merged:
     target = ResultsStore(out)
     target.preflight()
     rows: dict[str, dict[str, str]] = {}
     runs: dict[str, dict[str, Any]] = {}
     where: dict[str, Path] = {}  # run id -> the leaderboard it was first found in
     studies: dict[str, tuple[bytes, Path]] = {}
+    conflicts: list[str] = []  # one line per run recorded differently, or without its run JSON
     duplicates = 0
     for folder in [Path(out), *map(Path, sources)]:
         store = ResultsStore(folder)
         if folder != Path(out) and not store.leaderboard.is_file():
             raise ValueError(f"{folder} holds no results (no {store.leaderboard.name}); pass results folders")
-        for path in sorted((folder / "studies").glob("*.toml")) if (folder / "studies").is_dir() else []:
+        stored = folder / "studies"  # the study files and the content hashes of their plugins
+        for path in sorted([*stored.glob("*.toml"), *stored.glob("*.plugins.json")]) if stored.is_dir() else []:
+            file_name(path.name, "stored study file")  # copied under the same name into the merged folder
             text = path.read_bytes()
             if path.name in studies and studies[path.name][0] != text:
                 raise ValueError(f"study file {path.name} differs between {studies[path.name][1]} and {path}; "
@@ -65,8 +84,11 @@ def merge(sources: Sequence[str | Path], out: str | Path) -> Merged:
             studies.setdefault(path.name, (text, path))
         for row in store.rows():
             run_id = row["run_id"]
-            json_path = store.runs_dir / f"{run_id}.json"
+            json_path = store.run_path(run_id)
             run = read_run_json(json_path) if json_path.exists() else None
+            if run is None and folder != Path(out):
+                conflicts.append(f"run {run_id}: its row in {store.leaderboard} has no run JSON ({json_path})")
+                continue
             row = _with_machine(row, run)
             if run_id not in rows:
                 rows[run_id], where[run_id] = row, store.leaderboard
@@ -75,15 +97,18 @@ def merge(sources: Sequence[str | Path], out: str | Path) -> Merged:
                 continue
             first = where[run_id]
             if rows[run_id] != row:
-                raise ValueError(f"run {run_id} is recorded differently in {first} and {store.leaderboard} "
-                                 f"({_differs(rows[run_id], row)}): two runs cannot share an id; move one away")
-            if run is not None and run_id in runs and runs[run_id] != run:
-                other = first.parent / "runs" / f"{run_id}.json"
-                raise ValueError(f"run {run_id} has different run JSONs {other} and {json_path} "
-                                 f"({_differs(runs[run_id], run)}); move one away")
+                conflicts.append(f"run {run_id}: rows of {first} and {store.leaderboard} differ in "
+                                 f"{_differs(rows[run_id], row)}")
+            elif run is not None and run_id in runs and runs[run_id] != run:
+                conflicts.append(f"run {run_id}: run JSONs {first.parent / 'runs' / f'{run_id}.json'} and "
+                                 f"{json_path} differ in {_differs(runs[run_id], run)}")
             if run is not None:
                 runs.setdefault(run_id, run)
             duplicates += folder != Path(out)
+    if conflicts:
+        raise ValueError(f"{len(conflicts)} run(s) cannot be merged (two runs cannot share an id, and a row needs "
+                         "its run JSON); nothing was written. Move one copy of each away, or restore the missing "
+                         "JSON:\n  " + "\n  ".join(conflicts))
     before = {r["run_id"]: r for r in target.rows()}
     new_runs = {k: v for k, v in runs.items() if k not in before or not (target.runs_dir / f"{k}.json").exists()}
     if list(before.values()) != list(rows.values()) or new_runs:
@@ -93,7 +118,7 @@ def merge(sources: Sequence[str | Path], out: str | Path) -> Merged:
         if not path.exists():
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_bytes(text)
-    return Merged(len(set(rows) - set(before)), duplicates, len(rows), len(studies))
+    return Merged(len(set(rows) - set(before)), duplicates, len(rows), sum(n.endswith(".toml") for n in studies))
 
 
 def describe(merged: Merged, out: str | Path) -> str:

@@ -21,7 +21,8 @@ from typing import Any
 import pandas as pd
 from filelock import FileLock
 
-from bench.runs.schema import COLUMNS, LEGACY_SCHEMAS, STATUSES, new_row  # noqa: F401  (the schema, re-exported)
+from bench.runs.names import file_name, problem
+from bench.runs.schema import COLUMNS, INTEGER_COLUMNS, LEGACY_SCHEMAS, NUMBER_COLUMNS, STATUSES, new_row  # noqa: F401
 
 _noticed: set[Path] = set()  # leaderboards whose migration this process has already reported
 
@@ -44,6 +45,23 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def check_writable(folder: Path, what: str, option: str) -> None:
+    """ValueError naming ``folder`` when it is a file, cannot be created or may not be written: checked before
+    anything is computed or written, so a command refused for it leaves nothing half-done. Creates nothing."""
+    try:
+        if folder.exists() and not folder.is_dir():
+            raise ValueError(f"{what} {folder} is an existing file; pass another {option}")
+        existing = folder
+        while not existing.exists():  # the folder is created on first write: judge its nearest ancestor
+            existing = existing.parent
+        if not existing.is_dir():
+            raise ValueError(f"cannot create {what} {folder}: {existing} is a file")
+        if not os.access(existing, os.W_OK | os.X_OK):
+            raise ValueError(f"{what} {existing} is not writable; pass another {option}")
+    except OSError as exc:  # e.g. a parent directory that may not be searched
+        raise ValueError(f"cannot use {what} {folder}: {exc.strerror or exc}") from None
 
 
 def _cell(value: Any) -> str:
@@ -73,6 +91,10 @@ class ResultsStore:
         self.plots_dir = self.root / "plots"
         self._lock = FileLock(str(self.root / ".leaderboard.lock"))
 
+    def run_path(self, run_id: str) -> Path:
+        """``runs/<run_id>.json``; a run id that is not a safe file name (:mod:`bench.runs.names`) raises."""
+        return self.runs_dir / f"{file_name(run_id, 'run id')}.json"
+
     def preflight(self) -> None:
         """Refuse bad input before anything runs; creates nothing.
 
@@ -80,16 +102,8 @@ class ResultsStore:
         is not writable, or when its leaderboard has a foreign header or a damaged line (then the line
         and how to repair it): found after training, the run's work would be thrown away.
         """
+        check_writable(self.root, "results directory", "--results-dir")
         try:
-            if self.root.exists() and not self.root.is_dir():
-                raise ValueError(f"results directory {self.root} is an existing file; pass another --results-dir")
-            existing = self.root
-            while not existing.exists():  # the directory is created on first write: judge its nearest ancestor
-                existing = existing.parent
-            if not existing.is_dir():
-                raise ValueError(f"cannot create results directory {self.root}: {existing} is a file")
-            if not os.access(existing, os.W_OK | os.X_OK):
-                raise ValueError(f"results directory {existing} is not writable; pass another --results-dir")
             if self.runs_dir.exists() and not self.runs_dir.is_dir():
                 raise ValueError(f"{self.runs_dir} is a file, but run JSONs go into a directory of that name; "
                                  "move it away or pass another --results-dir")
@@ -104,7 +118,7 @@ class ResultsStore:
         """
         new_row(**row)  # refuses a column outside the schema before anything is written
         self.root.mkdir(parents=True, exist_ok=True)
-        run_path = self.runs_dir / f"{row['run_id']}.json"
+        run_path = self.run_path(row["run_id"])
         atomic_write_text(run_path, json.dumps(run_json, indent=1, default=_json_default, allow_nan=False) + "\n")
         with self._lock:
             rows = [r for r in self._read_rows() if r["run_id"] != row["run_id"]]
@@ -123,7 +137,7 @@ class ResultsStore:
             if missing:
                 raise ValueError(f"no recorded run(s) {missing} in {self.leaderboard}")
             for run_id, (_, run_json) in updates.items():
-                atomic_write_text(self.runs_dir / f"{run_id}.json",
+                atomic_write_text(self.run_path(run_id),
                                   json.dumps(run_json, indent=1, default=_json_default, allow_nan=False) + "\n")
             rows = [{c: _cell(updates[r["run_id"]][0].get(c)) for c in COLUMNS} if r["run_id"] in updates else r
                     for r in rows]
@@ -140,7 +154,7 @@ class ResultsStore:
             new_row(**row)
         self.root.mkdir(parents=True, exist_ok=True)
         for run_id, run_json in run_jsons.items():
-            atomic_write_text(self.runs_dir / f"{run_id}.json",
+            atomic_write_text(self.run_path(run_id),
                               json.dumps(run_json, indent=1, default=_json_default, allow_nan=False) + "\n")
         with self._lock:
             atomic_write_text(self.leaderboard, _csv_text({c: _cell(r.get(c)) for c in COLUMNS} for r in rows))
@@ -170,7 +184,7 @@ class ResultsStore:
                     elif len(fields) != len(header):
                         raise self._damaged(start, len(header), f"{len(fields)} fields, not {len(header)}")
                     else:
-                        rows.append(dict(zip(header, fields, strict=True)))
+                        rows.append(self._checked(dict(zip(header, fields, strict=True)), start))
         except csv.Error as exc:
             raise self._damaged(start, len(header or COLUMNS), str(exc)) from None
         except UnicodeDecodeError as exc:
@@ -193,11 +207,28 @@ class ResultsStore:
             )
         return header
 
-    def _damaged(self, line: int, n_fields: int, reason: str) -> ValueError:
-        return ValueError(
-            f"{self.leaderboard} line {line} is damaged ({reason}); fix or delete line {line} of {self.leaderboard} "
-            f"(each row must have {n_fields} comma-separated fields; a quote opened in a field must be closed)"
-        )
+    def _checked(self, row: dict[str, str], line: int) -> dict[str, str]:
+        """``row`` when its run id is a safe file name (it names ``runs/<run_id>.json``) and its number columns hold
+        numbers; else the damaged-line error naming the column and the cell."""
+        why = problem(row.get("run_id"))
+        if why is not None:
+            raise self._damaged(line, None, f"run_id {row.get('run_id')!r} {why}, but it names the file of the "
+                                                "run's JSON")
+        for column, kind in (*((c, int) for c in INTEGER_COLUMNS), *((c, float) for c in NUMBER_COLUMNS)):
+            cell = row.get(column, "")
+            if cell:
+                try:
+                    kind(cell)
+                except ValueError:
+                    what = "an integer" if kind is int else "a number"
+                    raise self._damaged(line, None, f"column {column} holds {cell!r}, not {what}") from None
+        return row
+
+    def _damaged(self, line: int, n_fields: int | None, reason: str) -> ValueError:
+        rule = f" (each row must have {n_fields} comma-separated fields; a quote opened in a field must be closed)" \
+            if n_fields is not None else ""
+        return ValueError(f"{self.leaderboard} line {line} is damaged ({reason}); fix or delete line {line} of "
+                          f"{self.leaderboard}{rule}")
 
     def load_leaderboard(self) -> pd.DataFrame:
         """The leaderboard as a DataFrame in the fixed column order (empty frame if none yet).
@@ -213,7 +244,7 @@ class ResultsStore:
         return pd.read_csv(io.StringIO(_csv_text(rows)), dtype={"config_hash": str})
 
     def load_run(self, run_id: str) -> dict[str, Any]:
-        path = self.runs_dir / f"{run_id}.json"
+        path = self.run_path(run_id)
         if not path.exists():
             matches = sorted(self.runs_dir.glob(f"{run_id}*.json")) if self.runs_dir.exists() else []
             if len(matches) != 1:
@@ -239,7 +270,38 @@ def read_run_json(path: Path) -> dict[str, Any]:
                          "and rerun that run") from None
     if not isinstance(run, dict) or "run_id" not in run:
         raise ValueError(f"{path} is not a run JSON of resbench (no run_id); move it out of {path.parent}")
+    why = _shape_problem(run)
+    if why is not None:
+        raise ValueError(f"run JSON {path} is damaged: {why}; restore it, or delete it and its leaderboard row and "
+                         "rerun that run")
     return run
+
+
+# The type of each part of a run JSON that readers index into (older runs may lack some; none may hold another type).
+_RUN_PARTS: dict[str, type | tuple[type, ...]] = {
+    "row": dict, "config": dict, "model_kwargs": dict, "env": dict, "task": dict, "measurements": dict,
+    "placement": dict, "axes": dict, "curves": dict, "probes": list, "plugins": list, "residual_scalars": list,
+    "cost_source": str, "checkpoint": str, "init": (str, type(None)), "warmup_ended_at": (int, type(None)),
+}  # fmt: skip
+
+
+def _shape_problem(run: Mapping[str, Any]) -> str | None:
+    """What in ``run`` is not shaped as resbench writes it (a part of another type, a curve that is not a list of
+    points, a run id that cannot name its file); None when nothing is."""
+    why = problem(run["run_id"])
+    if why is not None:
+        return f"its run_id {run['run_id']!r} {why}"
+    for key, kind in _RUN_PARTS.items():
+        if key in run and not isinstance(run[key], kind):
+            return f'"{key}" is a {type(run[key]).__name__}'
+    for split in ("train", "eval"):
+        points = run.get("curves", {}).get(split, [])
+        if not isinstance(points, list) or not all(isinstance(p, dict) for p in points):
+            return f'"curves"."{split}" is not a list of points'
+    for key in ("probes", "plugins"):
+        if not all(isinstance(p, dict) for p in run.get(key, [])):
+            return f'"{key}" holds an entry that is not an object'
+    return None
 
 
 def _json_default(obj: Any) -> Any:

@@ -25,6 +25,7 @@ from bench.runs import chance, checkpoints, distributed, execution, plugins, pro
 from bench.runs.config import RunConfig
 from bench.runs.env import environment, git_sha, machine_fingerprint, machine_id
 from bench.runs.results import ResultsStore, new_row
+from bench.runs.threads import run_threads
 from bench.runs.train import Diverged, Record, measure_phases, resolve_device, resolved_kwargs, setup, train
 
 # CPU allocators report exhaustion as a plain RuntimeError; these phrases identify it.
@@ -92,6 +93,14 @@ def record(store: ResultsStore, run_json: Mapping[str, Any]) -> dict[str, Any]:
 
 def run_config(cfg: RunConfig, progress: bool = False, reuse: Reuse | None = None, report: Report | None = None,
                placement: Mapping[str, Any] | None = None, results_dir: str | Path | None = None) -> dict[str, Any]:
+    """:func:`_run_config` on the CPU threads the run gets (:func:`bench.runs.threads.run_threads`: ``--threads``, else
+    the cores free now), recorded in its row."""
+    with run_threads(cfg):
+        return _run_config(cfg, progress, reuse, report, placement, results_dir)
+
+
+def _run_config(cfg: RunConfig, progress: bool = False, reuse: Reuse | None = None, report: Report | None = None,
+                placement: Mapping[str, Any] | None = None, results_dir: str | Path | None = None) -> dict[str, Any]:
     """Set up, measure (or take ``reuse``'s figures), train; return the run JSON. Writes no row.
 
     Bad input (unknown variant, missing dataset, a plugin's model that does not fit the task, a checkpoint of
@@ -279,7 +288,8 @@ def build_row(cfg: RunConfig, s: Any, rec: Record, env: dict[str, Any], wall_s: 
         step_time_ms=step_ms, throughput_method=method, peak_mem_mb=mem.get("peak_mb"), mem_method=mem.get("method"),
         # a loader task's model step apart from its loader (bench.runs.train.model_apart), and evaluation's own time
         model_samples_per_s=thr.get("model_samples_per_s"), input_bound_fraction=thr.get("input_bound_fraction"),
-        loader_workers=s.task.loader_workers, eval_time_s=rec.eval_time_s if rec.eval_curve else None,
+        loader_workers=s.task.loader_workers, threads=torch.get_num_threads(),
+        eval_time_s=rec.eval_time_s if rec.eval_curve else None,
         final_val_perplexity=last.get("perplexity"),
         fwd_flops_per_sample=flops.get("fwd_per_sample"), train_flops_per_sample=flops.get("train_per_sample"),
         achieved_tflops=achieved, mfu=mfu, cost_source=cost_source, wall_time_s=wall_s,

@@ -20,16 +20,16 @@ COLUMNS: tuple[str, ...] = (
     "final_train_loss", "final_train_acc", "final_val_loss", "final_val_acc", "final_val_perplexity", "best_val_acc",
     "target_acc", "target_loss", "steps_to_target", "time_to_target_s", "eval_time_s",
     "train_samples_per_s", "train_tokens_per_s", "step_time_ms", "throughput_method", "model_samples_per_s",
-    "input_bound_fraction", "loader_workers", "peak_mem_mb", "mem_method",
+    "input_bound_fraction", "loader_workers", "threads", "peak_mem_mb", "mem_method",
     "fwd_flops_per_sample", "train_flops_per_sample", "achieved_tflops", "mfu", "cost_source", "wall_time_s",
     "resumed_from_step", "restarts", "study", "torch_version", "git_sha", "created_at",
 )  # fmt: skip
 
 # The header before throughput_method (where a row's throughput came from: the timing phase, or the training loop's
-# own average when no timing phase ran) was a column: it is left empty, which says nothing of where the figure came
-# from (such a row's mfu came from either).
-COLUMNS_V9: tuple[str, ...] = tuple(c for c in COLUMNS if c != "throughput_method")
-V9_MAPPING = "throughput_method left empty"
+# own average when no timing phase ran) and threads (the CPU threads of torch's operators in the run) were columns:
+# both are left empty, which says nothing of where such a row's throughput (and mfu) came from.
+COLUMNS_V9: tuple[str, ...] = tuple(c for c in COLUMNS if c not in ("throughput_method", "threads"))
+V9_MAPPING = "throughput_method and threads left empty"
 
 # The header before machine (the fingerprint of the hardware and software a run's cost figures were measured on,
 # bench.runs.env.machine_fingerprint) was a column: it is left empty (`bench merge` fills it from each run JSON's
@@ -144,3 +144,15 @@ COST_COLUMNS: tuple[str, ...] = (
 # What `bench leaderboard` shows by default (the full set is in REPORT.md and the CSV itself).
 HEADLINE_METRICS: tuple[str, ...] = ("final_train_acc", "final_val_acc", "best_val_acc", "train_samples_per_s",
                                      "peak_mem_mb")
+# Columns whose cells, where not empty, are integers, and numbers: a leaderboard with other text there is damaged
+# (read with the line and column named, never half-read).
+INTEGER_COLUMNS: tuple[str, ...] = (
+    "depth", "params", "seed", "steps", "batch_size", "grad_accum", "warmup_steps", "world_size", "steps_to_target",
+    "loader_workers", "resumed_from_step", "restarts", "threads",
+)  # fmt: skip
+NUMBER_COLUMNS: tuple[str, ...] = (
+    "epochs", "lr", "chance_loss", "final_train_loss", "final_train_acc", "final_val_loss", "final_val_acc",
+    "final_val_perplexity", "best_val_acc", "target_acc", "target_loss", "time_to_target_s", "eval_time_s",
+    "train_samples_per_s", "train_tokens_per_s", "step_time_ms", "model_samples_per_s", "input_bound_fraction",
+    "peak_mem_mb", "fwd_flops_per_sample", "train_flops_per_sample", "achieved_tflops", "mfu", "wall_time_s",
+)  # fmt: skip

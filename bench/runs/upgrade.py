@@ -4,7 +4,8 @@ Runs recorded before tasks declared a chance level have no ``chance_loss``: each
 rebuilt from the configuration in its JSON (the bundled datasets need nothing; a task whose data is not on this
 machine is left as recorded, and said so), and the run is judged by :func:`bench.runs.chance.judge` as a new run
 would be — ``failed_to_learn`` where it ended at chance, its numbers kept. The row and the run JSON change
-together, in one locked rewrite; a second upgrade changes nothing.
+together, in one locked rewrite; a leaderboard in an earlier schema is rewritten in the current one (its rows
+otherwise as they were); a second upgrade changes nothing.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from typing import Any
 from bench.runs import chance, tasks
 from bench.runs.config import config_from_dict
 from bench.runs.env import machine_fingerprint
-from bench.runs.results import ResultsStore
+from bench.runs.results import COLUMNS, ResultsStore
 from bench.runs.train import task_options
 
 
@@ -93,4 +94,14 @@ def upgrade(results_dir: str | Path, *, dry_run: bool = False) -> list[Change]:
             updates[str(run_id)] = (row, {**run, "row": row})
     if updates and not dry_run:
         store.replace(updates)
+    elif not dry_run and _earlier_schema(store):  # every row as it was, in this resbench's columns
+        store.write_all(store.rows(), {})
     return changes
+
+
+def _earlier_schema(store: ResultsStore) -> bool:
+    """Whether the leaderboard's header is an earlier schema's (its rows read mapped onto the current one)."""
+    if not store.leaderboard.is_file():
+        return False
+    with store.leaderboard.open(encoding="utf-8") as f:
+        return tuple(f.readline().rstrip("\r\n").split(",")) != COLUMNS

@@ -37,6 +37,7 @@ from bench.runs.progress import LiveLine
 from bench.runs.results import ResultsStore
 from bench.runs.runner import Reuse, measurement_failures, record, unfinished_run
 from bench.sweeps.executors import Event, Executor, Job
+from bench.sweeps.leases import Leases
 
 
 class RunsRefused(Exception):
@@ -78,7 +79,10 @@ def run_sweep(configs: Sequence[RunConfig], results_dir: str | Path, executor: E
     driver = _Driver(list(configs), store, executor, measure_every_run, progress, command, on_record, requeue)
     driver.skip_recorded(resume, retry_failed)
     with _sigterm_as_interrupt():
-        driver.run()
+        try:
+            driver.run()
+        finally:
+            driver.leases.release_all()
     return driver.summarise()
 
 
@@ -126,19 +130,26 @@ class _Driver:
         self.failed: list[tuple[int, str, str, str]] = []  # index, run id, status, error
         self.kept_failed = 0  # recorded runs that diverged or ended at chance, skipped (SETTLED)
         self.refused: list[tuple[int, str]] = []
+        self.leases = Leases(store.root)
+        self.elsewhere: list[tuple[int, str]] = []  # runs another sweep on the folder held when this one reached them
+        self.settled: tuple[str, ...] = ()  # set by skip_recorded
+        self.recorded: dict[str, str] = {}  # run id -> created_at of its row when this sweep began
         self.unmeasured: list[tuple[int, str, dict[str, str]]] = []  # runs whose cost phases failed: index, id, why
         self.t0 = time.perf_counter()
 
     # -- before the first run --------------------------------------------------------------------------------
     def skip_recorded(self, resume: bool, retry_failed: bool = False) -> None:
         """Skip the runs with an ok row made by the code loaded now (with ``resume``), and those that diverged or
-        ended at chance unless ``retry_failed``; reuse their figures; clear the others' partial files. A run whose
+        ended at chance unless ``retry_failed``; reuse their figures (the others' partial files are cleared when the
+        run is claimed, :meth:`_claim`). A run whose
         plugin's source changed since is run again (its row replaced), saying so; a run of a shipped variant whose
         module changed in git since is kept, with a warning naming it."""
         board = self.store.load_leaderboard()
         settled = ("ok",) if retry_failed else SETTLED
         done = set(board.loc[board["status"].isin(settled), "run_id"]) if resume and not board.empty else set()
         statuses = dict(zip(board["run_id"], board["status"], strict=True)) if not board.empty else {}
+        self.settled = settled if resume else ()  # what a row another sweep writes meanwhile must say to count
+        self.recorded = dict(zip(board["run_id"], board["created_at"], strict=True)) if not board.empty else {}
         shas = dict(zip(board["run_id"], board["git_sha"], strict=True)) if not board.empty else {}
         stale_code: dict[str, list[str]] = {}
         for i, cfg in enumerate(self.configs, 1):
@@ -164,7 +175,6 @@ class _Driver:
             print(f"warning: {len(ids)} recorded run(s) were made before a change to {module} (git log says so): "
                   f"{', '.join(ids)}; their rows describe the code of then: rerun them with --no-resume to measure "
                   "the code of now", file=sys.stderr, flush=True)
-        self._clean_partial_files({cfg.run_id for _, cfg in self.pending}, set(board["run_id"]))
 
     def _edited_plugins(self, cfg: RunConfig) -> list[str]:
         """The loaded plugins the run depends on (its variant, or a value of an axis it names in its model
@@ -218,6 +228,8 @@ class _Driver:
         try:
             while self.pending or self.executor.in_flight():
                 self._fill_slots()
+                if not self.executor.in_flight() and not self.pending:
+                    break  # the runs left were another sweep's
                 if not self.executor.in_flight():  # every pending run waits for figures nobody is measuring
                     raise RuntimeError(f"sweep stalled with {len(self.pending)} runs pending (a bug in resbench)")
                 self.live.show(self._status())
@@ -251,20 +263,43 @@ class _Driver:
                 self._line(job.index, job.config.run_id, f"started ({where})")
 
     def _next_job(self) -> Job | None:
-        """The first pending run that can start: its figures are known, or nobody is measuring them."""
-        for pos, (i, cfg) in enumerate(self.pending):
+        """The first pending run that can start: its figures are known, or nobody is measuring them; and this driver
+        holds its claim (a run another sweep on the folder holds or has recorded meanwhile is dropped, saying so)."""
+        pos = 0
+        while pos < len(self.pending):
+            i, cfg = self.pending[pos]
             reuse = None
-            if cfg.measure and not self.measure_every_run:
-                key = cost_key(cfg)
-                if key in self.sources:
-                    reuse = self.sources[key]
-                elif key in self.measuring:
-                    continue
-                else:
-                    self.measuring[key] = i
+            key = cost_key(cfg) if cfg.measure and not self.measure_every_run else None
+            if key is not None and key in self.sources:
+                reuse = self.sources[key]
+            elif key is not None and key in self.measuring:
+                pos += 1
+                continue
             del self.pending[pos]
+            if not self._claim(i, cfg):
+                continue
+            if key is not None and reuse is None:
+                self.measuring[key] = i
             return Job(i, cfg, reuse, progress=self.bars, plugins=self.plugin_specs, results_dir=str(self.store.root))
         return None
+
+    def _claim(self, index: int, cfg: RunConfig) -> bool:
+        """Take the run's claim (:mod:`bench.sweeps.leases`) and clear what a killed driver left of it; False, said,
+        when another sweep holds the claim, or recorded the run after this sweep began."""
+        if not self.leases.take(cfg.run_id):
+            self.elsewhere.append((index, cfg.run_id))
+            self._line(index, cfg.run_id, "being run by another sweep on this folder: left to it", always=True)
+            return False
+        rows = {r["run_id"]: r for r in self.store.rows()}
+        row = rows.get(cfg.run_id)
+        if row is not None and row["status"] in self.settled and row["created_at"] != self.recorded.get(cfg.run_id):
+            self.leases.release(cfg.run_id)
+            self.ok += row["status"] == "ok"
+            self._line(index, cfg.run_id, f"recorded by another sweep meanwhile ({row['status']}), skipped",
+                       always=True)
+            return False
+        self._clean_partial_files({cfg.run_id}, set(rows))
+        return True
 
     def _on(self, event: Event) -> None:
         job, cfg = event.job, event.job.config
@@ -280,6 +315,8 @@ class _Driver:
             del self.measuring[key]  # it ended before measuring: the next run of its configuration measures
         wall = time.perf_counter() - self.started.pop(job.index)
         last = self.last.pop(job.index, None)
+        if event.kind in ("refused", "preempted"):
+            self.leases.release(cfg.run_id)  # no row: the claim goes now (a requeued run takes it again)
         if event.kind == "refused":
             self.refused.append((job.index, cfg.run_id))
             self._line(job.index, cfg.run_id, f"not run: {event.data['error']}", always=True)
@@ -298,6 +335,7 @@ class _Driver:
             run_json = unfinished_run(cfg, event.data["status"], event.data["error"], wall, last,
                                       event.data.get("placement"))
         stored = record(self.store, run_json)
+        self.leases.release(cfg.run_id)  # its row is written: another sweep reaching it now skips it as recorded
         if self.on_record is not None:
             self.on_record(stored)
         self.written.append(cfg.run_id)
@@ -347,6 +385,11 @@ class _Driver:
                   "JSON):")
             for index, run_id, why in sorted(self.unmeasured):
                 print(f"  [{index}/{self.n}] {run_id}: " + "; ".join(f"{p} not measured: {w}" for p, w in why.items()))
+        if self.elsewhere:
+            held = ", ".join(run_id for _, run_id in sorted(self.elsewhere))
+            print(f"{len(self.elsewhere)} run(s) were being run by another sweep on {self.store.root} and were left "
+                  f"to it: {held}" + (f"; when it ends, rerun this to run any it did not finish: {self.command}"
+                                     if self.command else ""), flush=True)
         if self.failed:
             print("failed runs:")
             for index, run_id, status, error in sorted(self.failed):

@@ -45,6 +45,7 @@ from bench.analysis.options import check_options
 from bench.analysis.studyfile import find_study, plugin_spec, read_study_file
 from bench.runs import cost, plugins
 from bench.runs.config import FIELD_DEFAULTS, SEQUENCE_FIELDS, RunConfig, build
+from bench.runs.names import RULE, problem
 from bench.runs.results import COLUMNS
 from bench.runs.tasks import TaskError
 from bench.runs.tasks import get as get_task
@@ -143,6 +144,11 @@ class Study:
         if bad:
             raise ValueError(f"study {self.name!r}: grid entries must be non-empty lists (also in presets): {bad}")
         base = {**self.base, **over, **(fields or {})}
+        if "variant" not in grid and "variant" not in base:
+            where = ("" if self.grid else "has no [grid] and ") + "names no variant" + \
+                (f" in preset {preset!r}" if preset else "")
+            raise ValueError(f"study {self.name!r} {where}: a study trains the runs of its grid, e.g. [grid] variant "
+                             '= ["plain", "resnet"], depth = [20, 56], seed = [0, 1, 2]')
         grid = {k: v for k, v in grid.items() if k not in (fields or {})}
         out = []
         keys = list(grid)
@@ -251,6 +257,15 @@ def load_study(ref: str | Path, results_dir: str | Path | None = None) -> Study:
     unknown = set(data) - set(KEYS)
     if unknown:
         raise ValueError(f"study file {path}: unknown top-level key(s) {sorted(unknown)}; keys: {', '.join(KEYS)}")
+    for key, kind, example in (("name", str, 'name = "my_study"'), ("description", str, 'description = "..."'),
+                               ("base", dict, "[base]"), ("grid", dict, "[grid]")):
+        if key in data and not isinstance(data[key], kind):
+            raise ValueError(f"study file {path}: `{key}` must be a {'table' if kind is dict else 'string'} "
+                             f"({example}), got {data[key]!r}")
+    name = data.get("name", path.stem)
+    if (why := problem(name)) is not None:
+        raise ValueError(f"study file {path}: its name {name!r} names its stored copy and report files, but it "
+                         f"{why}: give it name = \"...\" ({RULE})")
     grid = data.get("grid", {})
     bad = [k for k, v in grid.items() if not isinstance(v, list) or not v]
     if bad:
@@ -281,8 +296,9 @@ def load_study(ref: str | Path, results_dir: str | Path | None = None) -> Study:
                          'plugins = ["my_norm.py"]')
     claims = parse_claims(data.get("claims", []), f"study file {path}")  # malformed claims: refused now
     _check_claim_fields(claims, data, path)
+    _check_claim_values(claims, data, path)
     return Study(
-        name=data.get("name", path.stem), description=data.get("description", ""), base=data.get("base", {}),
+        name=name, description=data.get("description", ""), base=data.get("base", {}),
         grid=grid, presets=presets, vary=tuple(vary), param_tolerance=float(tol), claims=claims,
         analysis=analysis, plugins=tuple(plugin_spec(s, path) for s in specs), path=path,
     )  # fmt: skip
@@ -311,3 +327,26 @@ def _check_claim_fields(claims: Sequence[Claim], data: dict[str, Any], path: Pat
             raise ValueError(f"study file {path}: claim {claim.id!r} names field(s) {unknown} that no run records; "
                              "fields: leaderboard columns, run-config fields, axes "
                              f"({', '.join(AXES)}) or the variants' model arguments")
+
+
+def _check_claim_values(claims: Sequence[Claim], data: dict[str, Any], path: Path) -> None:
+    """Every value a leaderboard claim names (its groups ``a`` and ``b``, its ``where``) for a field the study sets
+    (in ``[base]``, ``[grid]`` or a preset) is one the study sets it to: a claim about a variant the grid does not
+    run would otherwise be found inconclusive only at report time, after the compute is spent."""
+    tables = [data.get("base", {}), data.get("grid", {}), *data.get("presets", {}).values()]
+    for claim in claims:
+        if claim.table in TABLES:
+            continue
+        named = {f: v if isinstance(v, list) else [v] for f, v in claim.where.items()}
+        if claim.compare:
+            named.setdefault(claim.compare, []).extend(v for v in (claim.a, claim.b) if v not in (None, "min", "max"))
+        for field_name, values in named.items():
+            runs = [t[field_name] for t in tables if field_name in t]
+            if not runs:
+                continue  # a field the study leaves at its default, or an axis: its values are the runs' own
+            known = [v for r in runs for v in (r if isinstance(r, list) else [r])]
+            missing = [v for v in values if v not in known and str(v) not in map(str, known)]  # as claims match
+            if missing:
+                raise ValueError(f"study file {path}: claim {claim.id!r} names {field_name} {missing}, which no run "
+                                 f"of the study has ({field_name} takes {', '.join(map(str, dict.fromkeys(known)))} "
+                                 "in its base, grid and presets)")

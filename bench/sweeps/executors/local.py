@@ -5,11 +5,11 @@ process (multiprocessing's ``forkserver``) that has imported torch, resbench and
 milliseconds instead of the seconds a fresh interpreter needs, and still shares no state with the driver or other
 runs. If that server dies (the OOM killer picks it: it is a large process), the next launch starts another, and
 the runs already started go on: a run's end is read from its own pipe, never from the server. Concurrent jobs
-split the CPU cores (``torch.set_num_threads`` and ``OMP_NUM_THREADS`` = cores // jobs, at least 1, at most the
-driver's own torch threads); on CUDA each job gets its own GPUs through ``CUDA_VISIBLE_DEVICES``
-(``--gpus-per-run``). A job's process leads its own process group (its CPU memory probe included), so the driver
-stops it whole, and it kills itself when the driver's end of its pipe closes: a driver killed with ``SIGKILL``
-leaves nothing running.
+split the CPU cores free when the sweep starts (``torch.set_num_threads`` and ``OMP_NUM_THREADS`` = free cores //
+jobs, at least 1, at most the driver's own torch threads; :mod:`bench.runs.threads`); on CUDA each job gets its
+own GPUs through ``CUDA_VISIBLE_DEVICES`` (``--gpus-per-run``). A job's process leads its own process group (its
+CPU memory probe included), so the driver stops it whole, and it kills itself when the driver's end of its pipe
+closes: a driver killed with ``SIGKILL`` leaves nothing running.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ from typing import Any
 import torch
 
 from bench.runs.config import RunConfig
+from bench.runs.threads import free_cores, usable_cores
 from bench.sweeps.executors.base import Event, Job, execute_job, uses_cuda
 from bench.sweeps.options import SweepOptions
 
@@ -64,13 +65,6 @@ class Placement:
         return f"{self.threads} thread{'s' if self.threads > 1 else ''}{gpus}"
 
 
-def cpu_cores() -> int:
-    """The cores this process may run on (its affinity mask where the platform has one)."""
-    if hasattr(os, "sched_getaffinity"):
-        return max(1, len(os.sched_getaffinity(0)))
-    return max(1, os.cpu_count() or 1)
-
-
 def visible_gpus(environ: Mapping[str, str] | None = None) -> list[str]:
     """The GPUs this process may use: the entries of ``CUDA_VISIBLE_DEVICES``, else every device torch counts."""
     environ = os.environ if environ is None else environ
@@ -96,7 +90,7 @@ def plan_placements(jobs: int, gpus_per_run: int = 1, cores: int | None = None, 
             raise ValueError(f"--gpus-per-run {gpus_per_run} needs {gpus_per_run} GPUs, but {len(gpus)} are visible "
                              f"({', '.join(gpus) or 'none'}); pass a smaller --gpus-per-run, or --device cpu")
         groups = [tuple(gpus[i * gpus_per_run:(i + 1) * gpus_per_run]) for i in range(min(jobs, slots))]
-    threads = max(1, (cores or cpu_cores()) // len(groups))
+    threads = max(1, (cores or usable_cores()) // len(groups))
     if thread_cap is not None:
         threads = max(1, min(threads, thread_cap))
     return [Placement(threads, g) for g in groups]
@@ -127,7 +121,8 @@ def _process_context() -> Any:
 def make(configs: Sequence[RunConfig], options: SweepOptions) -> LocalExecutor:
     """The executor ``--executor local`` names, sized for ``configs``; bad input raises ValueError, starting nothing."""
     gpus = visible_gpus() if uses_cuda(configs) else None
-    return LocalExecutor(plan_placements(options.jobs, options.gpus_per_run, gpus=gpus, thread_cap=_thread_cap()))
+    return LocalExecutor(plan_placements(options.jobs, options.gpus_per_run, cores=free_cores(), gpus=gpus,
+                                         thread_cap=_thread_cap()))
 
 
 @dataclass
