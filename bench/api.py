@@ -293,7 +293,7 @@ def cost(designs: Sequence[str], shape: str = "gpt2_small", *, measure_time: boo
     and exact training FLOPs per sample (meta device), and with ``measure_time`` the step time and memory measured
     beside the baseline, alternating, eager and under ``torch.compile`` in ``compile_mode`` (``compiled`` None: on an
     accelerator), in fp32 or bf16 autocast (``precision``). Shapes: :data:`bench.runs.cost.SHAPES` (``gpt2_small``,
-    ``gpt2_medium``, ``study_quick``, ``resnet50_224``, ``cifar_resnet110``); ValueError naming the choices for an
+    ``gpt2_medium``, ``resnet50_224``, ``study_quick``, ``cifar_resnet110``); ValueError naming the choices for an
     unknown shape, precision or design."""
     return cost_table(designs, shape, measure_time=measure_time, compiled=compiled, compile_mode=compile_mode,
                       batch=batch, repeats=repeats, device=device, precision=precision, progress=progress)

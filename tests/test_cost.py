@@ -157,7 +157,7 @@ def test_bf16_steps_run_the_forward_under_autocast(tiny: cost.Shape, monkeypatch
 
 def test_unknown_shapes_and_designs_name_the_choices(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(ValueError, match=r"unknown shape .gpt3.; shapes: gpt2_small, gpt2_medium, resnet50_224, "
-                                         r"cifar_resnet110$"):
+                                         r"study_quick, cifar_resnet110$"):
         cost.cost_table(["preln"], "gpt3")
     with pytest.raises(ValueError, match=r"design\(s\) 'resnet50' not of the transformer family at shape "
                                          r"'gpt2_small'; its designs: admin, attn_res, "):

@@ -392,8 +392,8 @@ def test_a_leaderboard_before_the_throughput_method_and_threads_reads_them_empty
     old = [c for c in COLUMNS if c not in ("throughput_method", "threads")]
     assert tuple(old) == schema.COLUMNS_V9
     (tmp_path / "leaderboard.csv").write_text(",".join(old) + "\n" + ",".join(
-        {"run_id": "a", "status": "ok", "machine": "9275ebfd", "train_samples_per_s": "98.7"}.get(c, "")
-        for c in old) + "\n")
+        {"run_id": "a", "status": "ok", "machine": "9275ebfd", "chance_loss": "2.3",
+         "train_samples_per_s": "98.7"}.get(c, "") for c in old) + "\n")
     df = ResultsStore(tmp_path).load_leaderboard()
     assert list(df.columns) == list(COLUMNS) and df[["throughput_method", "threads"]].isna().all().all()
     assert df["train_samples_per_s"].tolist() == [98.7] and df["machine"].tolist() == ["9275ebfd"]

@@ -427,7 +427,7 @@ def _cost(sub: Sub) -> None:
                        "their family's baseline: parameters, exact training FLOPs, step time and memory side by side")
     q.add_argument("--designs", nargs="+", required=True, metavar="DESIGN", help="registered variants of one family")
     q.add_argument("--shape", default="gpt2_small",
-                   help="gpt2_small, gpt2_medium, study_quick, resnet50_224 or cifar_resnet110 (default: gpt2_small)")
+                   help="gpt2_small, gpt2_medium, resnet50_224, study_quick or cifar_resnet110 (default: gpt2_small)")
     q.add_argument("--compile", action=argparse.BooleanOptionalAction, default=None,
                    help="also time each step under torch.compile, beside eager (default: on an accelerator, not on a "
                         "CPU, where compiling a large model takes minutes)")
