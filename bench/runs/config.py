@@ -391,6 +391,10 @@ def build(fields: Mapping[str, Any]) -> RunConfig:
     unknown = sorted(set(fields) - set(FIELD_DEFAULTS))
     if unknown:
         raise ValueError(f"unknown run-config field(s) {unknown}; `python -m bench run --help` lists them")
+    scaled = fields.get("lr_base") is not None
+    if scaled and "lr" in fields:  # asked here, where a given --lr is known even at its default value
+        raise ValueError(f"give --lr (the peak lr itself, {fields['lr']}) or --lr-base (scaled from a reference "
+                         "batch), not both")
     recipe = fields.get("recipe")
     base: dict[str, Any] = {}
     if recipe is not None:
@@ -399,6 +403,8 @@ def build(fields: Mapping[str, Any]) -> RunConfig:
         base = dict(RECIPES[recipe])
         if "epochs" in fields:
             base.pop("steps", None)  # the user chose the run length in epochs instead of the recipe's steps
+        if scaled:
+            base.pop("lr", None)  # the user scales the peak lr from --lr-base instead of taking the recipe's
     return RunConfig(**{**base, **fields})
 
 
