@@ -47,7 +47,7 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
 
 
 def _cell(value: Any) -> str:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
+    if value is None or (isinstance(value, float) and not math.isfinite(value)):  # as the run JSON: null
         return ""
     if isinstance(value, float):
         return repr(value)
