@@ -44,6 +44,7 @@ from . import axes
 from .blocks import NormFactory, PreNorm, ResidualUnit
 from .checks import positive_int
 from .combinators import Add, Combinator
+from .links import Past
 from .norms import LN_EPS
 from .registry import register, register_preset
 from .transformer import Block, CausalSelfAttention, Design, Stream, TransformerLM, TransformerSpec, build_transformer
@@ -237,7 +238,9 @@ class MuddLayer(Block):
         super().__init__(attn, ffn)
         self.connect = connect
 
-    def forward(self, state: tuple[tuple[torch.Tensor, ...], torch.Tensor]) -> Any:  # type: ignore[override]
+    def forward(  # type: ignore[override]
+        self, state: tuple[tuple[torch.Tensor, ...], torch.Tensor], past: Past | None = None
+    ) -> Any:
         history, inputs = state
         x = self.ffn(self.attn(inputs))
         return (*history, x), self.connect(history, x)
@@ -255,7 +258,9 @@ class DcaLayer(Block):
         self.read_in = read_in
         self.connect = connect
 
-    def forward(self, state: tuple[tuple[torch.Tensor, ...], torch.Tensor]) -> Any:  # type: ignore[override]
+    def forward(  # type: ignore[override]
+        self, state: tuple[tuple[torch.Tensor, ...], torch.Tensor], past: Past | None = None
+    ) -> Any:
         history, inputs = state
         if self.read_in is not None:
             x0 = history[0]

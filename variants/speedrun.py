@@ -43,6 +43,7 @@ from torch import nn
 from . import axes
 from .blocks import NormFactory, ResidualUnit
 from .combinators import COMBINATORS, Combinator
+from .links import Past
 from .registry import register
 from .transformer import Block, CausalSelfAttention, Design, Stream, TransformerLM, TransformerSpec, check_token_ids
 
@@ -144,7 +145,7 @@ class SpeedrunLayer(Block):
             self.skip_gate = nn.Linear(gate_features, 1, bias=False)
             nn.init.zeros_(self.skip_gate.weight)
 
-    def forward(self, state: State) -> State:  # type: ignore[override]
+    def forward(self, state: State, past: Past | None = None) -> State:  # type: ignore[override]
         if self.skip_lambda is not None and state.skip is not None:
             x0 = state.x0[..., :self.skip_gate.in_features]
             gate = torch.sigmoid(self.skip_lambda) * 2 * torch.sigmoid(self.skip_gate(x0))
