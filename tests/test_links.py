@@ -5,11 +5,13 @@ fairness guard seeing each sublayer's links (shipped designs and plugins alike).
 from __future__ import annotations
 
 import re
+import sys
 from pathlib import Path
 
 import pytest
 import torch
 from _nets import TINY_LM, layer_norm_by_hand, randomized, write
+from torch.autograd.gradcheck import GradcheckError
 
 import variants
 from bench.cli import main
@@ -24,12 +26,17 @@ IDX = torch.tensor([[3, 1, 4, 1, 5, 9, 2, 6], [2, 7, 1, 8, 2, 8, 1, 8]])
 MARK = "<!-- the Transformer plugin: tests/test_links.py runs this block as written -->"
 
 
-def docs_plugin() -> str:
-    """The worked Transformer example of docs/plugins.md: the ```python block after its marker."""
+def docs_block(mark: str = MARK) -> str:
+    """A ```python block of docs/plugins.md: the one after ``mark``."""
     page = (REPO / "docs" / "plugins.md").read_text(encoding="utf-8")
-    code = re.search(r"```python\n(.*?)```", page.split(MARK, 1)[1], re.S)
-    assert code, "docs/plugins.md's Transformer section needs its ```python block after the marker"
+    code = re.search(r"```python\n(.*?)```", page.split(mark, 1)[1], re.S)
+    assert code, f"docs/plugins.md needs its ```python block after {mark}"
     return code.group(1)
+
+
+def docs_plugin() -> str:
+    """The worked Transformer example of docs/plugins.md."""
+    return docs_block()
 
 
 @pytest.fixture
@@ -66,6 +73,25 @@ def test_the_docs_example_computes_its_formula(two_step: Path) -> None:
             x = x + unit.combine.a * fx + (0 if previous is None else unit.combine.b * previous)
             previous = fx
     torch.testing.assert_close(model(IDX), layer_norm_by_hand(model.norm, x) @ model.tok_emb.weight.T)
+
+
+def test_the_docs_gradient_check_of_the_plugins_join_runs_and_catches_a_cut(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, clean_plugins: None) -> None:
+    """The docs' gradcheck of TwoStepMix, as written beside two_step.py; the same check fails on the join with
+    F_{k-1} detached (a forward unchanged)."""
+    write(tmp_path / "two_step.py", docs_plugin())
+    monkeypatch.syspath_prepend(str(tmp_path))
+    check = docs_block("<!-- the gradient check: tests/test_links.py runs this block as written")
+    try:
+        exec(compile(check, "plugins.md", "exec"), {})
+        cut = check.replace("import variants\n", "import variants\nimport two_step\n").replace(
+            "join = TwoStepMix(", "two_step.TwoStepMix.forward = lambda self, x, fx, e: x + self.a * fx + self.b * "
+            "e.detach()\njoin = TwoStepMix(")
+        with pytest.raises(GradcheckError, match="Jacobian mismatch"):
+            exec(compile(cut, "plugins.md", "exec"), {})
+    finally:
+        variants.unregister("preln_twostep")
+        sys.modules.pop("two_step", None)
 
 
 def test_bench_diff_names_what_each_sublayer_of_the_plugin_reads(two_step: Path,
