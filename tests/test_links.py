@@ -161,8 +161,9 @@ def test_the_join_factory_is_told_each_sublayer_in_forward_order() -> None:
                                n_heads=2)
     assert [(at.index, at.kind, at.layer, at.depth, at.d_model) for at in seen] == [
         (0, "attn", 0, 2, 16), (1, "ffn", 0, 2, 16), (2, "attn", 1, 2, 16), (3, "ffn", 1, 2, 16)]
-    old = variants.build_transformer(variants.Design("two-argument form", "pre", lambda depth, d: Add()), depth=2)
-    assert all(type(u.combine) is Add for b in old.blocks for u in (b.attn, b.ffn))
+    for form in (lambda depth, d: Add(), Add):  # (depth, d_model), as before; a join class taking nothing
+        model = variants.build_transformer(variants.Design("other forms", "pre", form), depth=2)
+        assert all(type(u.combine) is Add for b in model.blocks for u in (b.attn, b.ffn))
 
 
 class Later(Add):

@@ -437,7 +437,8 @@ class Design:
     - ``combinator``: the join factory, called once per sublayer in forward order with its
       :class:`~variants.links.SublayerSpec` (``index``, ``kind``, ``depth``, ``d_model``); a join that reads earlier
       outputs declares them in ``reads`` and receives them after ``x`` and ``F(x)`` (:mod:`variants.links`). A
-      factory of two arguments, ``(depth, d_model)``, is taken too. Default: ``x + F(x)``.
+      factory of no argument (a join class such as ``Add``) or of two, ``(depth, d_model)``, is taken too. Default:
+      ``x + F(x)``.
     - ``init`` pins a scheme only where the paper *is* an initialisation (DeepNet, T-Fixup), else the family default
       :data:`DEFAULT_INIT` applies.
 
@@ -468,7 +469,10 @@ class Design:
     def join(self) -> JoinFactory:
         """:attr:`combinator` as a factory given the :class:`~variants.links.SublayerSpec`."""
         make = self.combinator
-        if _positional(make) == 2:  # the older form: (depth, d_model)
+        wants = _positional(make)
+        if wants == 0:  # a join class that takes nothing: Add, or a plugin's
+            return lambda at: cast(Callable[[], Combinator], make)()
+        if wants == 2:  # the older form: (depth, d_model)
             two = cast(Callable[[int, int], Combinator], make)
             return lambda at: two(at.depth, at.d_model)
         return cast(JoinFactory, make)
