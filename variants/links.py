@@ -101,6 +101,8 @@ class Past:
 
     def record(self, index: int, fx: torch.Tensor, y: torch.Tensor) -> None:
         """Sublayer ``index`` computed branch output ``fx`` and output ``y``."""
+        if not self.keep:  # no join reads anything earlier (Pre-LN's): nothing to look up
+            return
         for source, value in ((Source("branch", index), fx), (Source("output", index), y)):
             if source in self.keep:
                 self.kept[source] = value
