@@ -2,11 +2,12 @@
 
 Each mutant is one exact text replacement in one source file: the off-by-one Holm factor, an initialisation the
 fairness guard stops comparing, a divergence limit twice too loose, a norm's weight counted in
-``weight_grad_norm``, and He 2015's shortcut options A and B swapped. For each, the checkout's tracked files
-are copied to a scratch folder, the replacement made there, and pytest run on the copy (``-x``: the first
-failing test kills the mutant, if it passes on an unmutated copy). Prints one line per mutant (killed, SURVIVED, or
-INVALID where the test that failed fails without the mutant too; by which test; in how long) and exits 1 unless
-every mutant was killed; a mutant whose text is no longer in the code stops it (update the mutant here).
+``weight_grad_norm``, He 2015's shortcut options A and B swapped, and Highway's carry cut from its gate's gradient.
+For each, the checkout's tracked files are copied to a scratch folder, the replacement made there, and pytest run on
+the copy (``-x``: the first failing test kills the mutant, if it passes on an unmutated copy). Prints one line per
+mutant (killed, SURVIVED, or INVALID where the test that failed fails without the mutant too; by which test; in how
+long) and exits 1 unless every mutant was killed; a mutant whose text is no longer in the code stops it (update the
+mutant here).
 
     python scripts/mutation_check.py                      # the README command's suite, 2 workers
     python scripts/mutation_check.py --only holm -- -k stats
@@ -48,6 +49,8 @@ MUTANTS = [
            "a norm's gain counted in weight_grad_norm"),
     Mutant("shortcut", "variants/layers.py", 'if kind == "C" or (kind == "B" and not same_shape):',
            'if kind == "C" or (kind == "A" and not same_shape):', "shortcut options A and B swapped (He 2015 §3.3)"),
+    Mutant("highway-carry", "variants/combinators.py", "carry = (1.0 - t) * x", "carry = (1.0 - t.detach()) * x",
+           "Highway's carry cut from its gate's gradient (the same forward)"),
 ]
 
 

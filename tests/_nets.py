@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import textwrap
+from collections.abc import Callable
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import torch
 from torch import nn
+from torch.utils._pytree import tree_flatten, tree_unflatten
 
 import variants
 
@@ -24,8 +26,9 @@ def randomize_bn(model: nn.Module, seed: int = 0) -> nn.Module:
             with torch.no_grad():
                 m.running_mean.copy_(torch.rand(c, generator=g) - 0.5)
                 m.running_var.copy_(torch.rand(c, generator=g) + 0.5)
-                m.weight.copy_(torch.rand(c, generator=g) + 0.5)
-                m.bias.copy_(torch.rand(c, generator=g) - 0.5)
+                for affine, shift in ((m.weight, 0.5), (m.bias, -0.5)):
+                    if affine is not None:  # airbench's norms keep a bias only
+                        affine.copy_(torch.rand(c, generator=g) + shift)
     return model
 
 
@@ -39,6 +42,49 @@ def randomized(model: M, seed: int = 0) -> M:
             p.copy_(torch.randn(p.shape, generator=g, dtype=p.dtype) * 0.5)
     return model
 
+
+
+def assert_gradients(module: nn.Module, *args: Any, like: Callable[..., Any] | None = None, **kwargs: Any) -> None:
+    """``torch.autograd.gradcheck`` of ``module(*args, **kwargs)`` (float64) as a function of every floating-point
+    tensor in ``args`` and ``kwargs`` (in tuples, lists and named tuples too) and of every parameter of ``module``, in
+    ``fast_mode``: ``vᵀ·J·u`` for random directions u and v, autograd's against finite differences (two forwards per
+    input, one backward: cheap at any size, and a wrong gradient fails it but with probability zero). A join of one's
+    own is checked the same way, on its ``(x, fx, *sources)``.
+
+    ``like``: the formula ``like(module, *args, **kwargs)``, holding a stop-gradient by design (GPAS's), whose
+    gradient (autograd's, along a random output direction) the module's must equal instead."""
+    leaves, spec = tree_flatten((args, kwargs))
+    at = [i for i, v in enumerate(leaves) if isinstance(v, torch.Tensor) and v.is_floating_point()]
+    named = dict(module.named_parameters())
+    inputs = tuple(t.detach().clone().requires_grad_() for t in [*(leaves[i] for i in at), *named.values()])
+
+    def outputs(formula: Callable[..., Any] | None, *flat: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        filled = list(leaves)
+        for i, value in zip(at, flat, strict=False):
+            filled[i] = value
+        a, k = tree_unflatten(filled, spec)
+        params = dict(zip(named, flat[len(at):], strict=True))
+        if formula is None:
+            out = torch.func.functional_call(module, params, a, k)
+        else:
+            with torch.nn.utils.stateless._reparametrize_module(module, params):
+                out = formula(module, *a, **k)
+        return tuple(t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor) and t.is_floating_point())
+
+    if like is None:
+        torch.autograd.gradcheck(lambda *flat: outputs(None, *flat), inputs, fast_mode=True)
+        return
+    g = torch.Generator().manual_seed(0)
+    grads = []
+    for formula in (None, like):
+        outs = outputs(formula, *inputs)
+        total = sum((o * torch.randn(o.shape, generator=g, dtype=o.dtype)).sum() for o in outs)
+        grads.append(torch.autograd.grad(total, inputs, allow_unused=True))
+        g.manual_seed(0)
+    for ours, theirs in zip(*grads, strict=True):
+        assert (ours is None) == (theirs is None)
+        if ours is not None:
+            torch.testing.assert_close(ours, theirs)
 
 
 # A Transformer at test size: depth 3, width 16, 2 heads, a vocabulary of 11 (the hand-computed tests' sizes).

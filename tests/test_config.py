@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from bench.runs.config import RECIPES, RunConfig, build, config_from_dict, lr_factor
+from bench.runs.config import FIELD_DEFAULTS, RECIPES, RunConfig, build, config_from_dict, lr_factor
 
 
 def cfg(**kw: object) -> RunConfig:
@@ -105,6 +105,17 @@ def test_lr_base_scales_with_the_global_batch_as_timm_does() -> None:
     scaled = cfg(lr_base=0.1, batch_size=4)
     assert scaled.config_hash() != cfg(batch_size=4).config_hash()
     assert RunConfig(**{**scaled.to_dict(), "seed": 1}).peak_lr == scaled.peak_lr  # to_dict round-trips
+
+
+def test_lr_base_replaces_a_recipes_lr_and_never_a_given_lr() -> None:
+    """A recipe's lr gives way to --lr-base (as its steps to --epochs): the peak lr is scaled from --lr-base, the run
+    hashes as without the recipe's lr; an --lr given beside --lr-base is refused, its default value included."""
+    scaled = build({"variant": "preln", "recipe": "xiong2020", "lr_base": 1e-3, "batch_size": 64})
+    assert scaled.lr == FIELD_DEFAULTS["lr"] and scaled.peak_lr == pytest.approx(1e-3 * math.sqrt(64 / 256))
+    assert (scaled.optimizer, scaled.schedule, scaled.warmup_steps) == ("adam", "inv_sqrt", 4000)  # the recipe's rest
+    for lr in (0.1, 5e-4):  # the field's default and the recipe's value
+        with pytest.raises(ValueError, match=rf"give --lr \(the peak lr itself, {lr}\) or --lr-base .*, not both"):
+            build({"variant": "preln", "recipe": "xiong2020", "lr": lr, "lr_base": 1e-3})
 
 
 def test_step_schedule_he2015() -> None:

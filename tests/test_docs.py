@@ -39,3 +39,25 @@ def test_the_study_file_reference_names_every_key_the_loader_takes() -> None:
     options = {o for kind in OPTIONS.values() for o in kind}
     missing = sorted((set(KEYS) | claim_fields | set(TABLES) | set(OPTIONS) | options) - named)
     assert not missing, f"docs/study-files.md does not describe {missing}"
+
+
+# Extras for working on resbench rather than using it: its tests' tooling, the parity libraries, the browser tests.
+DEVELOPMENT_EXTRAS = {"test", "dev", "parity", "browser"}
+
+
+def test_the_install_sections_name_every_extra_a_command_needs() -> None:
+    """Every optional extra of pyproject.toml is in the README's install section (the development ones aside: those
+    are in CONTRIBUTING.md) and in the getting-started page's table of extras."""
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python 3.10
+        import tomli as tomllib
+
+    extras = set(tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+                 ["optional-dependencies"])
+    readme = (ROOT / "README.md").read_text(encoding="utf-8").split("## Install", 1)[1].split("\n## ", 1)[0]
+    named = {extra for group in re.findall(r'\.\[([a-z,]+)\]', readme) for extra in group.split(",")}
+    assert extras - DEVELOPMENT_EXTRAS <= named, f"the README's install names no {sorted(extras - named)}"
+    page = (ROOT / "docs" / "getting-started.md").read_text(encoding="utf-8")
+    listed = set(re.findall(r'pip install -e "\.\[([a-z]+)\]"', page))
+    assert extras - {"test"} <= listed, f"docs/getting-started.md lists no {sorted(extras - {'test'} - listed)}"

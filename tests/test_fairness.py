@@ -338,6 +338,19 @@ def test_diff_resnet_fixup_summary_is_the_axes_of_the_table() -> None:
     assert {_columns(line)[-1] for line in table} == {"combinator", "family", "init", "norm", "structure"}
 
 
+@pytest.mark.parametrize(("name", "where"), [
+    ("preln", "variants/lm_blocks.py:{} (PreLN.forward)"),  # the layer: both sublayers' equations in one forward
+    ("resnet20", "variants/blocks.py:{} (PostActBasic, its forward inherited from variants.blocks.PostActivation"),
+])
+def test_show_variant_leads_to_the_file_of_the_computation(name: str, where: str,
+                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    """The third line names the file and line where the residual stream is computed (the layer, else the unit)."""
+    assert main(["show-variant", name]) == 0
+    third = capsys.readouterr().out.splitlines()[2]
+    entry = variants.formula(name)["layer" if name == "preln" else "unit"][0]
+    assert third.startswith("computed in: " + where.format(entry["line"])), third
+
+
 def test_show_variant_prints_the_ops_of_the_first_unit(capsys: pytest.CaptureFixture[str]) -> None:
     """One formula (``y = α·x + β·F(x)``) for both; the first unit's ops tell SkipInit from ReZero."""
     conv = "Conv2d 3x3 weight[16,16,3,3] bias[16]"

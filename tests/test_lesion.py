@@ -68,6 +68,19 @@ def test_lesioned_units_become_their_shortcut() -> None:
     torch.testing.assert_close(plain(x), plain.body(x), rtol=0, atol=0)
 
 
+def test_a_lesioned_join_keeps_the_earlier_values_it_reads() -> None:
+    """The speedrun's join, λ_res·x + λ_post·F + λ₀·x₀ (x₀ its declared source): deleted, its branch only goes."""
+    from variants.speedrun import SkipToEmbedding
+
+    join = SkipToEmbedding().double()
+    with torch.no_grad():
+        join.resid.fill_(0.5)
+        join.x0.fill_(2.0)
+    x, fx, x0 = torch.randn(3, 2, 4, dtype=torch.float64)
+    with lesion.lesioned(join, [""]):
+        torch.testing.assert_close(join(x, fx, x0), 0.5 * x + 2.0 * x0, rtol=0, atol=0)
+
+
 def test_lesioning_a_unit_whose_branch_is_zero_changes_nothing() -> None:
     model = Stack(linear_unit(4, Add(), 0), linear_unit(4, Add(), 1), linear_unit(4, Add(), 2))
     with torch.no_grad():

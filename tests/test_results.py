@@ -37,6 +37,21 @@ def test_append_writes_fixed_columns_and_json(tmp_path: Path) -> None:
     assert df["config_hash"].iloc[1] == "00012e45"  # a hash, not the number 1.2e46
 
 
+def test_a_non_finite_value_is_missing_in_the_csv_and_the_json_alike(tmp_path: Path) -> None:
+    """A diverged run's perplexity (inf) and a NaN loss: an empty cell in leaderboard.csv, null in the run JSON, so
+    the two files read alike (pandas: NaN) and no mean over runs is poisoned by an inf."""
+    from bench.runs.runner import record
+
+    store = ResultsStore(tmp_path)
+    stored = record(store, {"run_id": "a", "row": row("a", final_val_perplexity=float("inf"),
+                                                        final_train_loss=float("nan"), final_val_loss=-float("inf"))})
+    cells = dict(zip(COLUMNS, list(csv.reader((tmp_path / "leaderboard.csv").open()))[1], strict=True))
+    written = json.loads((tmp_path / "runs" / "a.json").read_text())["row"]
+    for key in ("final_val_perplexity", "final_train_loss", "final_val_loss"):
+        assert (cells[key], written[key], stored["row"][key]) == ("", None, None)
+        assert store.load_leaderboard()[key].isna().all()
+
+
 def test_same_run_id_replaces_its_row(tmp_path: Path) -> None:
     store = ResultsStore(tmp_path)
     store.append(row("a", final_val_acc=0.1), {})

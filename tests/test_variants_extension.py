@@ -108,7 +108,7 @@ def test_describe_of_a_variant_built_with_it_says_dyt(dyt: ModuleType) -> None:
     d = variants.describe("sandwich_dyt")
     assert d["axes"] == {"combinator": "add", "placement": "sandwich", "body": "attention+ffn", "norm": "plugin_dyt"}
     assert d["defaults"]["norm"] == "plugin_dyt" and d["module"] == "dyt_plugin"
-    assert d["unit"] == "variants.blocks.SandwichNorm"
+    assert (d["layer"], d["unit"]) == ("variants.lm_blocks.PeriLN", "variants.lm_blocks.Sublayer")
     # The family's defaults, not copies: the trunk is sandwich's; each of its 4·6 + 1 norms holds DyT's α besides
     # LayerNorm's γ and β.
     assert {k: v for k, v in d["defaults"].items() if k != "norm"} == {

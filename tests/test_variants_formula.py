@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import inspect
 import re
 import sys
 from pathlib import Path
@@ -15,7 +16,7 @@ from _nets import code_paths, write
 from torch import nn
 
 import variants
-from variants import blocks, combinators, formulas, registry, transformer
+from variants import blocks, combinators, formulas, lm_blocks, registry, transformer
 
 NAMES = variants.list_variants()
 PATHS = code_paths()  # an alias at another size builds the same classes as the name standing for it
@@ -97,12 +98,14 @@ def test_the_norm_type_is_located_too() -> None:
 
 
 @pytest.mark.parametrize(("name", "layer", "unit", "combinator"), [
-    ("preln", "variants.transformer.Block", "variants.blocks.PreNorm", "variants.combinators.Add"),
-    ("postln", "variants.transformer.Block", "variants.blocks.PostNorm", "variants.combinators.Add"),
-    ("sandwich", "variants.transformer.Block", "variants.blocks.SandwichNorm", "variants.combinators.Add"),
-    ("b2t", "variants.transformer.B2TBlock", "variants.blocks.PostNorm", "variants.combinators.Add"),
-    ("resi_dual", "variants.transformer.Block", "variants.transformer.DualPostNorm", "variants.combinators.Add"),
-    ("mixln", "variants.transformer.Block", "variants.blocks.PostNorm, variants.blocks.PreNorm",
+    ("preln", "variants.lm_blocks.PreLN", "variants.lm_blocks.Sublayer", "variants.combinators.Add"),
+    ("postln", "variants.lm_blocks.PostLN", "variants.lm_blocks.Sublayer", "variants.combinators.Add"),
+    ("sandwich", "variants.lm_blocks.PeriLN", "variants.lm_blocks.Sublayer", "variants.combinators.Add"),
+    ("b2t", "variants.lm_blocks.B2T", "variants.lm_blocks.Sublayer", "variants.combinators.Add"),
+    ("hybridnorm", "variants.lm_blocks.HybridNorm", "variants.lm_blocks.Sublayer", "variants.combinators.Add"),
+    ("rezero_lm", "variants.lm_blocks.NoNorm", "variants.lm_blocks.Sublayer", "variants.combinators.Scaled"),
+    ("resi_dual", "variants.lm_blocks.Block", "variants.transformer.DualPostNorm", "variants.combinators.Add"),
+    ("mixln", "variants.lm_blocks.PostLN, variants.lm_blocks.PreLN", "variants.lm_blocks.Sublayer",
      "variants.combinators.Add"),
     ("ngpt", "variants.ngpt.Layer", "variants.ngpt.HypersphereUnit", "variants.ngpt.NLerp"),
     ("resnet", None, "variants.blocks.PostActBasic", "variants.combinators.Add"),
@@ -123,16 +126,19 @@ def test_exact_classes(name: str, layer: str | None, unit: str, combinator: str)
 
 
 def test_preln_shows_the_whole_residual_stream() -> None:
+    """The Pre-LN layer's computation is in one file, its ``forward`` straight-line and under 10 lines, its docstring
+    the paper's two equations; the sublayer (its parts and the join's call) sits in the same file."""
     f = variants.formula("preln")
-    assert [e["formula"].split(":")[0] for role in ("layer", "unit", "combinator") for e in f[role]] == [
-        "``x = ffn(attn(x))``", "Pre-LN, Xiong et al. 2020 and GPT-2; He et al. 2016's pre-activation",
-        "Identity shortcut, ``y = x + F(x)``.",
-    ]
-    assert "``y = combine(x, F(norm(x)))``" in f["unit"][0]["formula"]
-    assert f["layer"][0]["file"] == "variants/transformer.py" and f["unit"][0]["file"] == "variants/blocks.py"
-    assert "x = ffn(attn(x))" in (transformer.Block.__doc__ or "").splitlines()[0]
-    line = (ROOT / "variants/blocks.py").read_text().splitlines()[f["unit"][0]["line"]:][:2]
-    assert "self.combine(x, self.drop_path(self.body(self.norm_in(x))))" in "".join(line)
+    layer, unit = f["layer"][0], f["unit"][0]
+    assert layer["formula"].startswith("Pre-LN, Xiong et al. 2020 (GPT-2): ``h = x + Attn(LN(x))``, "
+                                       "``y = h + FFN(LN(h))``")
+    assert layer["file"] == unit["file"] == "variants/lm_blocks.py" and layer["forward"] is None
+    assert f["combinator"][0]["formula"] == "Identity shortcut, ``y = x + F(x)``."
+    source = inspect.getsource(lm_blocks.PreLN.forward).splitlines()
+    assert len(source) <= 10 and source[0].strip().startswith("def forward(self, x")
+    body = "".join(source)
+    assert "h = a.join(x, a.body(a.norm_in(x)), past)" in body and "f.join(h, f.body(f.norm_in(h)), past)" in body
+    assert _line(layer).strip().startswith("def forward(self, x")
 
 
 def _subclasses(base: type) -> list[type]:
@@ -144,8 +150,8 @@ def _subclasses(base: type) -> list[type]:
     return [c for c in out if c.__module__.split(".")[0] == "variants"]
 
 
-SHIPPED = sorted({*_subclasses(blocks.ResidualUnit), *_subclasses(combinators.Combinator), transformer.Block,
-                  transformer.B2TBlock, _class("variants.ngpt.Layer"), _class("variants.densenet.DenseLayer")},
+SHIPPED = sorted({*_subclasses(blocks.ResidualUnit), *_subclasses(combinators.Combinator),
+                  *_subclasses(lm_blocks.Block), _class("variants.ngpt.Layer"), _class("variants.densenet.DenseLayer")},
                  key=registry.qualified_name)
 
 
@@ -212,9 +218,9 @@ def test_catalogue_is_deterministic_and_complete() -> None:
     assert families == sorted({variants.describe(n)["family"] for n in NAMES})
     rows = re.findall(r"^\| `([^`]+)` \|", page, flags=re.M)
     assert sorted(rows) == NAMES
-    assert "| `preln` | " in page and "| `Block` | `PreNorm` | `Add` |" in page
-    e = variants.formula("preln")["unit"][0]
-    assert f"- unit `variants.blocks.PreNorm` (`variants/blocks.py:{e['line']}`)" in page
+    assert "| `preln` | " in page and "| `PreLN` | `Sublayer` | `Add` |" in page
+    e = variants.formula("preln")["layer"][0]
+    assert f"- layer `variants.lm_blocks.PreLN` (`variants/lm_blocks.py:{e['line']}`)" in page
     assert f"{variants.describe('resnet56')['params']:,}" in page
 
 

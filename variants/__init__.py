@@ -31,6 +31,14 @@ stays stable across releases:
   name of the Transformer designs such as ``"preln"``, or a placement ``"pre"``/``"post"``/``"sandwich"``, on a
   :class:`TransformerSpec` — the sizes of a :class:`TrunkSpec` (depth, d_model, n_heads, d_ff, vocab_size, max_len,
   dropout, bias) and init, norm, ffn; every Transformer builder of the family takes one),
+- a Transformer design of one's own (``docs/plugins.md`` works one through): :class:`Design` (``Design(paper,
+  placements, join_factory)``), whose join factory is called once per sublayer with a :class:`SublayerSpec`
+  (``index`` in forward order, ``kind`` ``"attn"``/``"ffn"``, ``depth``, ``d_model``); a join that reads earlier
+  values declares them in ``reads``, a tuple of :class:`Source` (:data:`EMBEDDINGS`, :func:`branch` ``F_j``,
+  :func:`output`), and receives them after ``x`` and ``F(x)``: ``forward(x, fx, *sources)``, handed over by the
+  :class:`Past` the layers pass along (:mod:`variants.links`); the layers as their papers write them,
+  :class:`PreLN`, :class:`PostLN`, :class:`PeriLN`, :class:`NoNorm`, :class:`B2T`, :class:`HybridNorm`, of
+  :class:`Sublayer` parts (:mod:`variants.lm_blocks`),
   :func:`build_mlp` on an :class:`MlpSpec` (depth, width, classes, input channels, image size, activation, norm,
   stochastic depth, init) around a unit factory given its drop-path rate, and :func:`build_cifar` below;
 - joins: :class:`Combinator` (subclass it: ``forward(x, fx)`` joins the shortcut ``x`` and the branch output
@@ -107,6 +115,8 @@ from .combinators import COMBINATORS, Combinator, TransformGate
 from .formulas import ROLES as FORMULA_ROLES
 from .formulas import catalogue, formula
 from .layers import CifarSpec, Slot, build_cifar, conv_branch, make_shortcut
+from .links import EMBEDDINGS, Past, Source, SublayerSpec, branch, output
+from .lm_blocks import B2T, HybridNorm, Layer, NoNorm, PeriLN, PostLN, PreLN, Sublayer
 from .mlp import MlpSpec, build_mlp
 from .registry import (
     DuplicateVariantError,
@@ -122,7 +132,9 @@ from .registry import (
 from .transformer import Design, TransformerSpec, TrunkSpec, build_transformer
 
 __all__ = [
+    "B2T",
     "COMBINATORS",
+    "EMBEDDINGS",
     "FORMULA_ROLES",
     "POSTACT",
     "PREACT",
@@ -131,21 +143,32 @@ __all__ = [
     "Design",
     "DuplicateVariantError",
     "HighwayUnit",
+    "HybridNorm",
+    "Layer",
     "MlpSpec",
+    "NoNorm",
+    "Past",
+    "PeriLN",
     "PostActBasic",
     "PostActBottleneck",
     "PostActivation",
+    "PostLN",
     "PostNorm",
     "PreActBasic",
     "PreActBottleneck",
+    "PreLN",
     "PreNorm",
     "ResidualUnit",
     "SandwichNorm",
     "Slot",
+    "Source",
+    "Sublayer",
+    "SublayerSpec",
     "TransformGate",
     "TransformerSpec",
     "TrunkSpec",
     "axis_names",
+    "branch",
     "build_cifar",
     "build_mlp",
     "build_transformer",
@@ -158,6 +181,7 @@ __all__ = [
     "list_variants",
     "make_shortcut",
     "norm_type",
+    "output",
     "register",
     "register_combinator",
     "register_ffn",

@@ -44,6 +44,7 @@ from . import axes
 from .blocks import NormFactory, PreNorm, ResidualUnit
 from .checks import positive_int
 from .combinators import Add, Combinator
+from .links import EMBEDDINGS, Past, Source, branch, output
 from .norms import LN_EPS
 from .registry import register, register_preset
 from .transformer import Block, CausalSelfAttention, Design, Stream, TransformerLM, TransformerSpec, build_transformer
@@ -124,9 +125,10 @@ class MultiwayDenseConnection(Combinator):
 
     axis = "mudd"
 
-    def __init__(self, d_model: int, n_inputs: int, ways: int) -> None:
+    def __init__(self, d_model: int, n_inputs: int, ways: int, reads: Sequence[Source] = ()) -> None:
         super().__init__()
         self.ways, self.n_inputs = ways, n_inputs
+        self.reads = tuple(reads)  # the earlier outputs its layer hands it (variants.links)
         self.w1 = nn.Linear(d_model, ways * n_inputs, bias=False)
         self.w2 = nn.Linear(ways * n_inputs, ways * n_inputs, bias=False)
         nn.init.zeros_(self.w2.weight)
@@ -160,8 +162,9 @@ class GeneralizedResidual(Combinator):
 
     axis = "dca"
 
-    def __init__(self, d_model: int, n_inputs: int, ways: int) -> None:
+    def __init__(self, d_model: int, n_inputs: int, ways: int, reads: Sequence[Source] = ()) -> None:
         super().__init__()
+        self.reads = tuple(reads)  # the earlier values its layer hands it (variants.links)
         self.gain = nn.Parameter(torch.ones(d_model))  # RMSNorm's (part of the connection, not the norm-type axis)
         self.w = nn.Linear(d_model, ways, bias=False)
         nn.init.normal_(self.w.weight, std=DCA_W_STD)
@@ -204,8 +207,9 @@ class DepthAttention(Combinator):
 
     axis = "attnres"
 
-    def __init__(self, d_model: int) -> None:
+    def __init__(self, d_model: int, reads: Sequence[Source] = ()) -> None:
         super().__init__()
+        self.reads = tuple(reads)  # the earlier sources its sublayer hands it (variants.links)
         self.gain = nn.Parameter(torch.ones(d_model))  # RMSNorm's (part of the connection, not the norm-type axis)
         self.query = nn.Parameter(torch.zeros(d_model))
 
@@ -237,7 +241,9 @@ class MuddLayer(Block):
         super().__init__(attn, ffn)
         self.connect = connect
 
-    def forward(self, state: tuple[tuple[torch.Tensor, ...], torch.Tensor]) -> Any:  # type: ignore[override]
+    def forward(  # type: ignore[override]
+        self, state: tuple[tuple[torch.Tensor, ...], torch.Tensor], past: Past | None = None
+    ) -> Any:
         history, inputs = state
         x = self.ffn(self.attn(inputs))
         return (*history, x), self.connect(history, x)
@@ -255,7 +261,9 @@ class DcaLayer(Block):
         self.read_in = read_in
         self.connect = connect
 
-    def forward(self, state: tuple[tuple[torch.Tensor, ...], torch.Tensor]) -> Any:  # type: ignore[override]
+    def forward(  # type: ignore[override]
+        self, state: tuple[tuple[torch.Tensor, ...], torch.Tensor], past: Past | None = None
+    ) -> Any:
         history, inputs = state
         if self.read_in is not None:
             x0 = history[0]
@@ -331,7 +339,9 @@ def _mudd_design(depth: int, d_model: int) -> Design:
         return PreNorm(body, combine, norm)
 
     def layer(i: int, attn: ResidualUnit, ffn: ResidualUnit) -> Block:
-        return MuddLayer(attn, ffn, MultiwayDenseConnection(d_model, i + 2, 1 if i == depth - 1 else MUDD_WAYS))
+        history = (EMBEDDINGS, *(output(2 * j + 1) for j in range(i)))  # X₀ .. Xᵢ; Xᵢ₊₁ is this layer's own
+        return MuddLayer(attn, ffn, MultiwayDenseConnection(d_model, i + 2, 1 if i == depth - 1 else MUDD_WAYS,
+                                                            history))
 
     return Design(MUDD_PAPER, lambda d: ["pre"] * d, _add, attention=CrossLayerAttention, unit=unit, layer=layer,
                   stream=lambda norm: HistoryStream(), final_norm=True)
@@ -339,8 +349,9 @@ def _mudd_design(depth: int, d_model: int) -> Design:
 
 def _dca_design(depth: int, d_model: int) -> Design:
     def layer(i: int, attn: ResidualUnit, ffn: ResidualUnit) -> Block:
-        read_in = GeneralizedResidual(d_model, 1, 3) if i == 0 else None
-        return DcaLayer(attn, ffn, GeneralizedResidual(d_model, i + 2, 1 if i == depth - 1 else 3), read_in)
+        read_in = GeneralizedResidual(d_model, 1, 3, (EMBEDDINGS,)) if i == 0 else None
+        updates = (EMBEDDINGS, *(branch(j) for j in range(2 * i)))  # x₀ and each earlier layer's two branches, summed
+        return DcaLayer(attn, ffn, GeneralizedResidual(d_model, i + 2, 1 if i == depth - 1 else 3, updates), read_in)
 
     def unit(index: int, placement: str, body: nn.Module, combine: Combinator, norm: NormFactory) -> ResidualUnit:
         return MultiInputPreNorm(body, combine, norm) if index % 2 == 0 else PreNorm(body, combine, norm)
@@ -360,7 +371,8 @@ def _attn_res_design(depth: int, d_model: int, n_blocks: int | None) -> Design:
     ends = block_ends(2 * depth, n_blocks)
 
     def unit(index: int, placement: str, body: nn.Module, combine: Combinator, norm: NormFactory) -> ResidualUnit:
-        return AttnResUnit(body, DepthAttention(d_model), norm, ends[index])
+        earlier = (EMBEDDINGS, *(branch(j) for j in range(index)))  # v₀ and every earlier output (in block sums)
+        return AttnResUnit(body, DepthAttention(d_model, earlier), norm, ends[index])
 
     return Design(ATTN_RES_PAPER if n_blocks is None else BLOCK_ATTN_RES_PAPER, lambda d: ["pre"] * d, _add,
                   unit=unit, stream=lambda norm: SourceStream(), final_norm=True)

@@ -43,6 +43,7 @@ from torch import nn
 from . import axes
 from .blocks import NormFactory, ResidualUnit
 from .combinators import COMBINATORS, Combinator
+from .links import EMBEDDINGS, Past, output
 from .registry import register
 from .transformer import Block, CausalSelfAttention, Design, Stream, TransformerLM, TransformerSpec, check_token_ids
 
@@ -68,6 +69,7 @@ class SkipToEmbedding(Combinator):
     """``y = λ_res·x + λ_post·F(x) + λ₀·x₀``: the speedrun's join, the embeddings x₀ added back at every sublayer."""
 
     axis = "speedrun"
+    reads = (EMBEDDINGS,)  # x₀, the third argument (variants.links)
 
     def __init__(self) -> None:
         super().__init__()
@@ -135,16 +137,18 @@ class SpeedrunLayer(Block):
     the layer the skip leaves from saves its output, so does the backout layer."""
 
     def __init__(self, attn: ResidualUnit, ffn: ResidualUnit, *, skip_in: bool, skip_out: bool, backout: bool,
-                 gate_features: int = GATE_FEATURES) -> None:
+                 gate_features: int = GATE_FEATURES, skip_from: int | None = None) -> None:
         super().__init__(attn, ffn)
         self.skip_in, self.backout = skip_in, backout
         self.skip_lambda: nn.Parameter | None = None
+        # where the skip lands: it reads x₀ (its gate) and the stream after layer skip_from (variants.links)
+        self.reads = (EMBEDDINGS, output(2 * skip_from + 1)) if skip_out and skip_from is not None else ()
         if skip_out:
             self.skip_lambda = nn.Parameter(torch.tensor(SKIP_LAMBDA))
             self.skip_gate = nn.Linear(gate_features, 1, bias=False)
             nn.init.zeros_(self.skip_gate.weight)
 
-    def forward(self, state: State) -> State:  # type: ignore[override]
+    def forward(self, state: State, past: Past | None = None) -> State:  # type: ignore[override]
         if self.skip_lambda is not None and state.skip is not None:
             x0 = state.x0[..., :self.skip_gate.in_features]
             gate = torch.sigmoid(self.skip_lambda) * 2 * torch.sigmoid(self.skip_gate(x0))
@@ -224,7 +228,7 @@ def speedrun(spec: TransformerSpec, *, n_value_embeds: int = 3) -> TransformerLM
         skips = at["skip_in"] < at["skip_out"]
         return SpeedrunLayer(attn, ffn_unit, skip_in=skips and i == at["skip_in"],
                              skip_out=skips and i == at["skip_out"], backout=i == at["backout"],
-                             gate_features=min(GATE_FEATURES, d_model))
+                             gate_features=min(GATE_FEATURES, d_model), skip_from=at["skip_in"])
 
     design = Design(SPEEDRUN_PAPER, lambda d: ["pre"] * d, lambda depth, d: SkipToEmbedding(),
                     attention=ValueEmbeddingAttention, unit=unit, layer=layer, stream=lambda norm: Backout(),
@@ -284,10 +288,7 @@ def _state_unit(index: int, placement: str, body: nn.Module, combine: Combinator
 def preln_x0(spec: TransformerSpec) -> TransformerLM:
     """Pre-LN with every sublayer joined by :class:`SkipToEmbedding`: learned λ_res, λ_post and the embeddings x₀
     added back with λ₀ (Pre-LN exactly at init)."""
-    design = Design(X0_PAPER, _pre, lambda depth, d: SkipToEmbedding(),
-                    unit=lambda index, placement, body, combine, norm: SpeedrunUnit(body, combine, norm),
-                    stream=lambda norm: EmbeddingStream(), final_norm=True)
-    return TransformerLM(design, spec)
+    return TransformerLM(Design(X0_PAPER, "pre", lambda at: SkipToEmbedding()), spec)  # x₀ read from the Past
 
 
 @register("preln_unet", family="transformer", paper=UNET_PAPER, spec=TransformerSpec(), axes={"stream": "unet"})
@@ -299,7 +300,7 @@ def preln_unet(spec: TransformerSpec) -> TransformerLM:
 
     def layer(i: int, attn: ResidualUnit, ffn: ResidualUnit) -> Block:
         return SpeedrunLayer(attn, ffn, skip_in=skips and i == at["skip_in"], skip_out=skips and i == at["skip_out"],
-                             backout=False, gate_features=min(GATE_FEATURES, spec.d_model))
+                             backout=False, gate_features=min(GATE_FEATURES, spec.d_model), skip_from=at["skip_in"])
 
     design = Design(UNET_PAPER, _pre, _add, unit=_state_unit, layer=layer, stream=lambda norm: EmbeddingStream(),
                     final_norm=True)

@@ -39,6 +39,7 @@ input token (loss far above ln V), an artifact that would confound the placement
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -50,9 +51,11 @@ import torch.nn.functional as F
 from torch import nn
 
 from . import axes
-from .blocks import PLACEMENTS, NormFactory, PostNorm, ResidualUnit, sublayer
+from .blocks import NormFactory, PostNorm, ResidualUnit
 from .checks import choice, flag, positive_int, rate
 from .combinators import COMBINATORS, Combinator, Laurel, Scaled
+from .links import EMBEDDINGS, Past, Source, SublayerSpec, output, reads
+from .lm_blocks import B2T, PLACEMENTS, Block, Layer, Sublayer, canonical, layer_for
 from .norms import LN_EPS, NORMS, NormArg, ScaleNorm, resolve_norm  # noqa: F401  (re-exported: the family's names)
 from .registry import register
 
@@ -200,51 +203,23 @@ InitArg = Callable[[torch.Tensor], object]  # draw(weight): fills one weight in 
 axes.ship("ffn", FFNS)
 
 
-class Block(nn.Module):
-    """``x = ffn(attn(x))``: one Transformer layer, its attention sublayer then its feed-forward sublayer.
-
-    Each sublayer is a residual unit whose ``forward`` is its placement's formula (``variants.blocks.PostNorm``,
-    ``PreNorm`` ...), its join a combinator: under Pre-LN ``attn(x) = x + Attn(LN(x))`` and ``ffn(h) = h +
-    FFN(LN(h))``, so the residual stream reads ``x ← h + FFN(LN(h))``, ``h = x + Attn(LN(x))``, layer after
-    layer (:func:`variants.formula` lists the three classes with their files and lines)."""
-
-    def __init__(self, attn: ResidualUnit, ffn: ResidualUnit) -> None:
-        super().__init__()
-        self.attn = attn
-        self.ffn = ffn
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.ffn(self.attn(x))
-
-
-class B2TBlock(Block):
-    """``h = LN(x + Attn(x))``, ``y = LN(h + FFN(h) + x)``: a Post-LN layer whose input also skips to the last norm.
-
-    Takase et al. 2023, "B2T Connection: Serving Stability and Performance in Deep Transformers", Fig. 1(c).
-
-    The feed-forward sublayer is a :class:`~variants.blocks.PostNorm`; the bottom-to-top term ``+ x`` enters
-    inside its norm, next to its own residual join (which probes see as usual)."""
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        h = self.attn(x)
-        ffn = self.ffn
-        assert isinstance(ffn, PostNorm)
-        return ffn.norm_out(ffn.combine(h, ffn.drop_path(ffn.body(h))) + x)
-
-
 class DepthWeightedAverage(nn.Module):
     """Pagliardini et al. 2024, "DenseFormer: Enhancing Information Flow in Transformers via Depth Weighted
     Averaging", §3: after block i the next block reads ``Σ_j α_ij · X_j`` over the embeddings ``X_0`` and the
     outputs ``X_1 .. X_i`` of blocks 1..i; α starts at the identity (1 on ``X_i``, 0 elsewhere), where the model
-    equals its Pre-LN base."""
+    equals its Pre-LN base.
 
-    def __init__(self, n_inputs: int) -> None:
+    ``reads`` (:mod:`variants.links`): the embeddings and the output of every layer up to ``layer`` (its
+    feed-forward sublayer's), which the model hands it from the forward's :class:`~variants.links.Past`."""
+
+    def __init__(self, layer: int) -> None:
         super().__init__()
-        self.alpha = nn.Parameter(torch.zeros(n_inputs))
+        self.reads: tuple[Source, ...] = (EMBEDDINGS, *(output(2 * j + 1) for j in range(layer + 1)))
+        self.alpha = nn.Parameter(torch.zeros(len(self.reads)))
         with torch.no_grad():
             self.alpha[-1] = 1.0
 
-    def forward(self, history: list[torch.Tensor]) -> torch.Tensor:
+    def forward(self, *history: torch.Tensor) -> torch.Tensor:
         return torch.einsum("k,k...->...", self.alpha, torch.stack(history))
 
 
@@ -445,100 +420,124 @@ def resolve_ffn(ffn: object) -> tuple[str, Callable[[int, int, float, bool], nn.
     return name, lambda *args: axes.tagged(factory(*args), "ffn", name)
 
 
-# A sublayer's unit from (index over all sublayers, placement, body, combinator, norm factory); the default is
-# variants.blocks.sublayer (index 2i is layer i's attention, 2i + 1 its feed-forward).
+# A sublayer's unit from (index over all sublayers, placement, body, combinator, norm factory), for a design whose
+# sublayers are units of its own (index 2i is layer i's attention, 2i + 1 its feed-forward).
 UnitFactory = Callable[[int, str, nn.Module, Combinator, NormFactory], ResidualUnit]
+JoinFactory = Callable[[SublayerSpec], Combinator]  # the join of one sublayer, told which (variants.links)
 
 
 @dataclass(frozen=True)
 class Design:
-    """A named variant: per-layer placements (one for both sublayers, or an (attention, feed-forward) pair) and a
-    combinator factory (given depth); ``init`` pins a scheme only where the paper *is* an initialisation
-    (DeepNet, T-Fixup), else the family default :data:`DEFAULT_INIT` applies."""
+    """A Transformer variant on the family's trunk: where its norms sit, how each sublayer joins, what else it adds.
+
+    - ``placements``: one norm placement for every layer (``"pre"``, ``"post"``, ``"sandwich"``/``"peri"``,
+      ``"none"``), or ``placements(depth)``, one per layer: a placement for both sublayers or an (attention,
+      feed-forward) pair. A layer is the class written for its pair (``PreLN``, ``PostLN``, ``PeriLN``, ``NoNorm``,
+      ``HybridNorm``: :data:`variants.lm_blocks.LAYERS`), else a :class:`~variants.lm_blocks.Layer`.
+    - ``combinator``: the join factory, called once per sublayer in forward order with its
+      :class:`~variants.links.SublayerSpec` (``index``, ``kind``, ``depth``, ``d_model``); a join that reads earlier
+      outputs declares them in ``reads`` and receives them after ``x`` and ``F(x)`` (:mod:`variants.links`). A
+      factory of no argument (a join class such as ``Add``) or of two, ``(depth, d_model)``, is taken too. Default:
+      ``x + F(x)``.
+    - ``init`` pins a scheme only where the paper *is* an initialisation (DeepNet, T-Fixup), else the family default
+      :data:`DEFAULT_INIT` applies.
+
+    The other fields are for the designs that need them: the layer class (``block``, B2T's), one scale shared by a
+    layer's two joins (ReZero), DenseFormer's averages, another attention, units and layers of a design's own, the
+    state the layers hand each other (``stream``) and whether a final norm closes the stack."""
 
     paper: str
-    placements: Callable[[int], Sequence[str | tuple[str, str]]]
-    combinator: Callable[[int, int], Combinator]  # (depth, d_model) -> the join of every sublayer
+    placements: str | Callable[[int], Sequence[str | tuple[str, str]]]
+    combinator: JoinFactory | Callable[[int, int], Combinator] = field(default=lambda at: COMBINATORS["add"]())
     init: str | None = None
     one_scale_per_layer: bool = False  # ReZero: both sublayers of a layer share one learnable α
-    block: type[Block] = Block  # the layer around the two sublayers (B2T adds a connection across them)
+    block: type[Layer] | None = None  # the layer around two Sublayers (None: the one written for their placements)
     dense: bool = False  # DenseFormer: a depth-weighted average of all earlier outputs after every block
     attention: type[CausalSelfAttention] = CausalSelfAttention  # HybridNorm's QKV-Norm, ResFormer's values
-    unit: UnitFactory = field(default=lambda index, placement, body, combine, norm: sublayer(
-        placement, body, combine, norm))
+    unit: UnitFactory | None = None  # units of the design's own (None: a Sublayer of the placement)
     stream: Callable[[NormFactory], Stream] = field(default=lambda norm: Stream())  # ResiDual: two streams
     final_norm: bool | None = None  # None: when the last sublayer leaves the stream un-normalised (pre/sandwich)
     # A layer that needs to know where it sits (a cross-layer design's connection to the layers before it):
     # layer(i, attn, ffn) for layer i; None: block(attn, ffn).
     layer: Callable[[int, ResidualUnit, ResidualUnit], Block] | None = None
 
+    def layouts(self, depth: int) -> list[tuple[str, str]]:
+        """The (attention, feed-forward) placements of each of ``depth`` layers."""
+        each = [self.placements] * depth if isinstance(self.placements, str) else self.placements(depth)
+        return [(p, p) if isinstance(p, str) else p for p in each]
 
-def _same(placement: str) -> Callable[[int], list[str]]:
-    return lambda depth: [placement] * depth
+    def join(self) -> JoinFactory:
+        """:attr:`combinator` as a factory given the :class:`~variants.links.SublayerSpec`."""
+        make = self.combinator
+        wants = _positional(make)
+        if wants == 0:  # a join class that takes nothing: Add, or a plugin's
+            return lambda at: cast(Callable[[], Combinator], make)()
+        if wants == 2:  # the older form: (depth, d_model)
+            two = cast(Callable[[int, int], Combinator], make)
+            return lambda at: two(at.depth, at.d_model)
+        return cast(JoinFactory, make)
 
 
-def _add(depth: int, d_model: int) -> Combinator:
-    return COMBINATORS["add"]()
+def _positional(factory: Callable[..., object]) -> int:
+    """How many positional arguments ``factory`` requires (1 where its signature cannot be read)."""
+    try:
+        params = inspect.signature(factory).parameters.values()
+    except (TypeError, ValueError):
+        return 1
+    return sum(p.default is p.empty and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) for p in params)
 
 
 DESIGNS: dict[str, Design] = {
-    "postln": Design(
-        "Vaswani et al. 2017, Attention Is All You Need", _same("post"), _add,
-    ),
+    "postln": Design("Vaswani et al. 2017, Attention Is All You Need", "post"),
     "preln": Design(
-        "Xiong et al. 2020, On Layer Normalization in the Transformer Architecture; Radford et al. 2019, GPT-2",
-        _same("pre"), _add,
+        "Xiong et al. 2020, On Layer Normalization in the Transformer Architecture; Radford et al. 2019, GPT-2", "pre",
     ),
     "sandwich": Design(
         "Ding et al. 2021, CogView (Sandwich-LN); Kim et al. 2025, Peri-LN: Revisiting Layer Normalization "
-        "in the Transformer Architecture", _same("sandwich"), _add,
+        "in the Transformer Architecture", "sandwich",
     ),
     "deepnorm": Design(
-        "Wang et al. 2022, DeepNet: Scaling Transformers to 1,000 Layers", _same("post"),
-        lambda depth, d: COMBINATORS["scaled"](alpha=deepnorm_alpha_beta(depth)[0]), init="deepnorm",
+        "Wang et al. 2022, DeepNet: Scaling Transformers to 1,000 Layers", "post",
+        lambda at: COMBINATORS["scaled"](alpha=deepnorm_alpha_beta(at.depth)[0]), init="deepnorm",
     ),
     "rezero_lm": Design(
-        "Bachlechner et al. 2020, ReZero is All You Need: Fast Convergence at Large Depth", _same("none"),
-        lambda depth, d: COMBINATORS["scaled"](alpha=1.0, beta=0.0, learnable_beta=True),
+        "Bachlechner et al. 2020, ReZero is All You Need: Fast Convergence at Large Depth", "none",
+        lambda at: COMBINATORS["scaled"](alpha=1.0, beta=0.0, learnable_beta=True),
         one_scale_per_layer=True,  # the paper's "single additional learned parameter per layer"
     ),
     "b2t": Design(
         "Takase et al. 2023, B2T Connection: Serving Stability and Performance in Deep Transformers, Fig. 1(c)",
-        _same("post"), _add, block=B2TBlock,
+        "post", block=B2T,
     ),
     "denseformer": Design(
         "Pagliardini et al. 2024, DenseFormer: Enhancing Information Flow in Transformers via Depth Weighted "
-        "Averaging (DWA after every block, all earlier outputs)", _same("pre"), _add, dense=True,
+        "Averaging (DWA after every block, all earlier outputs)", "pre", dense=True,
     ),
     "admin": Design(
         "Liu et al. 2020, Understanding the Difficulty of Training Transformers (Admin, §4.3): Post-LN, "
-        "x_i = LN(ω_i ⊙ x_{i-1} + f_i(x_{i-1})), ω_i from a profiling pass at init", _same("post"),
-        lambda depth, d: Scaled(alpha=1.0, alpha_shape=(d,), channel_dim=-1), init="admin",
+        "x_i = LN(ω_i ⊙ x_{i-1} + f_i(x_{i-1})), ω_i from a profiling pass at init", "post",
+        lambda at: Scaled(alpha=1.0, alpha_shape=(at.d_model,), channel_dim=-1), init="admin",
     ),
     "resi_dual": Design(
-        "Xie et al. 2023, ResiDual: Transformer with Dual Residual Connections (Pre-Post-LN, §3.2)", _same("post"),
-        _add, unit=lambda index, placement, body, combine, norm: DualPostNorm(body, combine, norm),
-        stream=DualStream,
+        "Xie et al. 2023, ResiDual: Transformer with Dual Residual Connections (Pre-Post-LN, §3.2)", "post",
+        unit=lambda index, placement, body, combine, norm: DualPostNorm(body, combine, norm), stream=DualStream,
     ),
-    # HybridNorm's layer, x' = x + Attn_QKVNorm(x), y = N(x') + FFN(N(x')), regrouped around the same two joins:
-    # a Post-Norm attention sublayer N(x + Attn(x)) and an un-normalised FFN sublayer a + FFN(a); a final norm.
     "hybridnorm": Design(
         "Zhuo et al. 2025, HybridNorm: Towards Stable and Efficient Transformer Training via Hybrid Normalization "
-        "(QKV-Norm in attention, Post-Norm in the FFN; §3.1)", lambda depth: [("post", "none")] * depth, _add,
+        "(QKV-Norm in attention, Post-Norm in the FFN; §3.1)", lambda depth: [("post", "none")] * depth,
         attention=QKVNormAttention, final_norm=True,
     ),
     "value_residual": Design(
-        "Zhou et al. 2024, Value Residual Learning (ResFormer, eq. 6, λ1 = λ2 = 0.5; Pre-LN base)", _same("pre"),
-        _add, attention=ValueResidualAttention,
+        "Zhou et al. 2024, Value Residual Learning (ResFormer, eq. 6, λ1 = λ2 = 0.5; Pre-LN base)", "pre",
+        attention=ValueResidualAttention,
     ),
     "t_fixup": Design(
         "Huang et al. 2020, Improving Transformer Optimization Through Better Initialization (T-Fixup, "
-        "Algorithm 1, decoder): no LayerNorm", _same("none"), _add, init="t_fixup",
+        "Algorithm 1, decoder): no LayerNorm", "none", init="t_fixup",
     ),
     "mixln": Design(
         "Li et al. 2024, Mix-LN: Unleashing the Power of Deeper Layers by Combining Pre-LN and Post-LN",
         lambda depth: ["post"] * mixln_post_layers(depth) + ["pre"] * (depth - mixln_post_layers(depth)),
-        _add,
     ),
 }
 
@@ -558,29 +557,42 @@ class TransformerLM(nn.Module):
         self.pos_emb = nn.Embedding(spec.max_len, d_model)
         self.drop = nn.Dropout(dropout)
         make_norm = partial(norm_of_width, d_model)
-        placements = [(p, p) if isinstance(p, str) else p for p in design.placements(depth)]
+        make_join = design.join()
+
+        def unit(index: int, placement: str, body: nn.Module, join: Combinator) -> ResidualUnit:
+            if design.unit is not None:
+                return design.unit(index, placement, body, join, make_norm)
+            return Sublayer(body, join, make_norm, at=SublayerSpec.of(index, depth, d_model), placement=placement)
+
+        placements = design.layouts(depth)
         layers: list[Block] = []
         first: CausalSelfAttention | None = None
         for i, (p_attn, p_ffn) in enumerate(placements):
             attn = design.attention.make(d_model, spec.n_heads, dropout, bias, first=first, head_norm=norm_of_width)
             first = attn if first is None else first
-            units = (
-                design.unit(2 * i, p_attn, attn, design.combinator(depth, d_model), make_norm),
-                design.unit(2 * i + 1, p_ffn, make_ffn(d_model, spec.d_ff, dropout, bias),
-                            design.combinator(depth, d_model), make_norm),
-            )
-            layers.append(design.block(*units) if design.layer is None else design.layer(i, *units))
+            units = (unit(2 * i, p_attn, attn, make_join(SublayerSpec.of(2 * i, depth, d_model))),
+                     unit(2 * i + 1, p_ffn, make_ffn(d_model, spec.d_ff, dropout, bias),
+                          make_join(SublayerSpec.of(2 * i + 1, depth, d_model))))
+            if design.layer is not None:
+                layers.append(design.layer(i, *units))
+            else:
+                block = design.block or (Block if design.unit is not None else layer_for(p_attn, p_ffn))
+                layers.append(block(*units))
         self.blocks = nn.ModuleList(layers)
         self.stream = design.stream(make_norm)
         # DenseFormer's averages: one after each block, over the embeddings and every block output so far.
-        self.dwa = nn.ModuleList(DepthWeightedAverage(i + 2) for i in range(depth)) if design.dense else None
+        self.dwa = nn.ModuleList(DepthWeightedAverage(i) for i in range(depth)) if design.dense else None
         if design.one_scale_per_layer:
             for blk in self.blocks:  # two Scaled modules (probes see both joins), one parameter
                 assert isinstance(blk, Block)
                 blk.ffn.combine.beta = blk.attn.combine.beta
+        # What the forward's Past keeps: every earlier value a join (or a DenseFormer average) declared it reads.
+        readers = [m.combine for m in self.modules() if isinstance(m, Sublayer)] + list(self.dwa or ())
+        self.links = frozenset(s for m in readers for s in reads(m))
         # A final LN is needed exactly when the last layer leaves the stream un-normalised by a
         # residual add after a norm (pre/sandwich); post-LN ends normalised, ReZero has no LN by design.
-        final = design.final_norm if design.final_norm is not None else placements[-1][1] in ("pre", "sandwich")
+        final = design.final_norm if design.final_norm is not None else canonical(placements[-1][1]) in ("pre",
+                                                                                                     "sandwich")
         self.norm = make_norm() if final else nn.Identity()
         for module in self.modules():
             if isinstance(module, nn.Linear) and module.bias is not None:
@@ -598,13 +610,12 @@ class TransformerLM(nn.Module):
         t = check_token_ids(idx, self.max_len)
         pos = torch.arange(t, device=idx.device)
         x = self.drop(self.tok_emb(idx) + self.pos_emb(pos))
+        past = Past(x, self.links)  # what the layers pass along: the earlier values joins declared they read
         state = self.stream.begin(x)
-        history = [x]  # DenseFormer's X_0, X_1, ...: the block outputs, before averaging
         for i, block in enumerate(self.blocks):
-            state = block(state)
+            state = block(state, past)
             if self.dwa is not None:
-                history.append(state)
-                state = self.dwa[i](history)
+                state = self.dwa[i](*past.read(reads(self.dwa[i])))
         return F.linear(self.norm(self.stream.end(state)), self.tok_emb.weight)
 
 
@@ -693,7 +704,7 @@ def design_of(design: str | Design) -> Design:
     if isinstance(design, str) and design in DESIGNS:
         return DESIGNS[design]
     if isinstance(design, str) and design in PLACEMENTS:
-        return Design(f"{design} placement", _same(design), _add)
+        return Design(f"{design} placement", design)
     raise ValueError(f"design must be a Design, one of {tuple(DESIGNS)} or a placement of {tuple(PLACEMENTS)}, "
                      f"got {design!r}")
 
@@ -763,5 +774,4 @@ def laurel(spec: TransformerSpec, *, form: str = "rw+lr", rank: int = 4) -> Tran
     residual it wraps; here each of the 2N joins gets its own (4·D·r + 2 weights each, still < 1% of the model)."""
     choice("LAuReL form", form, Laurel.FORMS)
     positive_int("LAuReL rank", rank)
-    return build_transformer(Design(LAUREL_PAPER, _same("pre"), lambda depth, d: Laurel(d, form=form, rank=rank)),
-                             spec)
+    return build_transformer(Design(LAUREL_PAPER, "pre", lambda at: Laurel(at.d_model, form=form, rank=rank)), spec)

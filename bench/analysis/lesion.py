@@ -56,8 +56,8 @@ def _lesion_hook(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any
     if drops_shortcut(module):
         if x.shape != fx.shape:
             raise ValueError(f"a plain unit that maps {tuple(x.shape)} to {tuple(fx.shape)} cannot be deleted")
-        return (x, x), {}  # y = F(x) becomes y = x
-    return (x, torch.zeros_like(fx)), {}
+        return (x, x, *args[2:]), {}  # y = F(x) becomes y = x
+    return (x, torch.zeros_like(fx), *args[2:]), {}  # what else the join reads (the embeddings ...) it keeps
 
 
 @contextlib.contextmanager

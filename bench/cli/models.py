@@ -58,6 +58,10 @@ def cmd_show_variant(ns: argparse.Namespace) -> int:
     print(f"{ns.name} ({desc['family']}, {size}): {desc['paper']}")
     if desc["axes"]:
         print("axes: " + ", ".join(f"{k} {v}" for k, v in sorted(desc["axes"].items())))
+    outer = next((parts[role][0] for role in ("layer", "unit") if parts.get(role)), None)
+    if outer is not None:  # the class that computes the residual stream, outermost first: where a reader starts
+        print(f"computed in: {outer['file']}:{outer['line']} ({outer['class'].rsplit('.', 1)[-1]}"
+              f"{'.forward' if not outer['forward'] else ', its forward inherited from ' + outer['forward']})")
     for role in variants.FORMULA_ROLES:
         for part in parts.get(role) or ():
             inherited = f"; forward inherited from {part['forward']}" if part["forward"] else ""

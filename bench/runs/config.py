@@ -384,6 +384,9 @@ def build(fields: Mapping[str, Any]) -> RunConfig:
     unknown = sorted(set(fields) - set(FIELD_DEFAULTS))
     if unknown:
         raise ValueError(f"unknown run-config field(s) {unknown}; `python -m bench run --help` lists them")
+    if fields.get("lr_base") is not None and "lr" in fields:  # here a given --lr is known even at its default
+        raise ValueError(f"give --lr (the peak lr itself, {fields['lr']}) or --lr-base (scaled from a reference "
+                         "batch), not both")
     if "recipe" not in fields and fields.get("task") in TASK_RECIPES:
         fields["recipe"] = TASK_RECIPES[fields["task"]]
     recipe = fields.get("recipe")

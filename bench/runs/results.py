@@ -65,7 +65,7 @@ def check_writable(folder: Path, what: str, option: str) -> None:
 
 
 def _cell(value: Any) -> str:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
+    if value is None or (isinstance(value, float) and not math.isfinite(value)):  # as the run JSON: null
         return ""
     if isinstance(value, float):
         return repr(value)

@@ -86,7 +86,7 @@ def record(store: ResultsStore, run_json: Mapping[str, Any]) -> dict[str, Any]:
         path = checkpoints.save(store.root, run_json["run_id"], kept)
         run_json["checkpoint"] = path.relative_to(store.root).as_posix()
     stored = _finite(run_json)
-    store.append(run_json["row"], stored)
+    store.append(stored["row"], stored)  # one sanitised copy: the CSV cell and the JSON say the same (missing)
     resume.discard(store.root, run_json["run_id"])  # the run is recorded: its mid-run states are not needed
     return stored
 

@@ -191,10 +191,24 @@ def structure_row(fa: Facts, fb: Facts) -> DiffRow | None:
     return DiffRow("structure", "structure: first difference", pa, pb, True)
 
 
+def link_rows(fa: Facts, fb: Facts) -> list[DiffRow]:
+    """One ``links`` row per part that reads anything (:func:`bench.sweeps.structure.links`): what each sublayer of
+    either model reads, its input ``x`` and the earlier values its join declares (``F(blocks.0.attn)``,
+    ``embeddings`` ...); ``-`` where a model has no such part."""
+    if fa.structure is None or fb.structure is None:
+        return []
+    la, lb = structure.links(fa.structure), structure.links(fb.structure)
+    names = sorted({*la, *lb}, key=lambda name: [(0, int(p), "") if p.isdigit() else (1, 0, p)
+                                                 for p in name.split(".")])  # blocks.2 before blocks.10
+    return [DiffRow("links", f"reads {name}", la.get(name, "-"), lb.get(name, "-"), la.get(name) != lb.get(name))
+            for name in names]
+
+
 def diff_models(a: str, b: str, depth: int | None = None, model_args: Mapping[str, Any] | None = None,
                 seed: int = 0, param_tolerance: float = DEFAULT_PARAM_TOLERANCE) -> list[DiffRow]:
     """Every compared quantity of variants ``a`` and ``b`` built with the same overrides and seed (on the CPU):
-    the facts, the structure (:func:`structure_row`) and the weight profile."""
+    the facts, the structure (:func:`structure_row`), what each sublayer reads (:func:`link_rows`) and the weight
+    profile."""
     facts: list[Facts] = []
     profiles = []
     for name in (a, b):
@@ -203,7 +217,8 @@ def diff_models(a: str, b: str, depth: int | None = None, model_args: Mapping[st
         facts.append(model_facts(name, depth, model_args, model))
         profiles.append(weight_profile(model))
     shape = structure_row(*facts)
-    return _fact_rows(facts[0], facts[1], param_tolerance) + ([shape] if shape else []) + _profile_rows(*profiles)
+    return (_fact_rows(facts[0], facts[1], param_tolerance) + ([shape] if shape else []) + link_rows(*facts)
+            + _profile_rows(*profiles))
 
 
 def format_diff(a: str, b: str, rows: Sequence[DiffRow], show_all: bool = False) -> str:

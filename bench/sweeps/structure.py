@@ -19,7 +19,12 @@ et al. 2020 §3, both ``y = x + α·F(x)``). :func:`describe` reads the structur
   used only when that forward fails, and the description says so (``order``);
 - a *part* is a maximal run of ops of one unit, or of ops outside every unit (a stem, a head), named by their
   module path; two structures are equal when their parts have equal ops in the same order (names and
-  unit classes aside: a plugin may call its branch otherwise).
+  unit classes aside: a plugin may call its branch otherwise);
+- an op's *links* are what it reads besides its own inputs: the earlier values a module declares in ``reads``
+  (:mod:`variants.links`: the embeddings, another sublayer's branch output ``F(blocks.0.attn)`` or output
+  ``out(blocks.0.ffn)``), and, for a join, the streams its shortcut input holds where that has one dimension more
+  than its branch output (mHC's four: ``x (4 streams)``). They are part of the op, so two models whose sublayers
+  read other values differ in structure; :func:`links` lists them part by part (``bench diff``'s ``reads`` rows).
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ import torch
 from timm.layers import DropPath
 from torch import nn
 
+from variants.links import reads
 from variants.roles import is_join, learnable, residual_role, residual_scalars
 
 _CONTAINERS = (nn.Sequential, nn.ModuleList, nn.ModuleDict)
@@ -56,14 +62,16 @@ class Param:
 
 @dataclass(frozen=True)
 class Op:
-    """One module call: ``kind`` (class, with a convolution's kernel/stride/groups) and its parameters."""
+    """One module call: ``kind`` (class, with a convolution's kernel/stride/groups), its parameters and its links
+    (``reads``: what it reads besides its own inputs, module docstring)."""
 
     kind: str
     params: tuple[Param, ...]
     where: str = field(default="", compare=False)  # its module path in the model (not compared)
+    reads: tuple[str, ...] = ()
 
     def __str__(self) -> str:
-        return " ".join([self.kind, *map(str, self.params)])
+        return " ".join([self.kind, *map(str, self.params)]) + (f" <- {', '.join(self.reads)}" if self.reads else "")
 
 
 @dataclass(frozen=True)
@@ -109,13 +117,25 @@ def _kind(module: nn.Module) -> str:
     return name
 
 
-def _op(module: nn.Module, where: str) -> Op:
+def _op(module: nn.Module, where: str, streams: int | None = None) -> Op:
     params = [Param(n, tuple(p.shape), p.requires_grad) for n, p in module.named_parameters(recurse=False)]
     with torch.enable_grad():  # a scalar computed from a parameter (LAuReL's 2σ(a)) requires grad only here
         declared = residual_scalars(module)
     params += [Param(n, tuple(v.shape), learnable(v)) for n, v in declared.items()
                if not any(v is p for p in module.parameters())]  # a declared parameter is listed where it lives
-    return Op(_kind(module), tuple(params), where)
+    links = ([f"x ({streams} streams)"] if streams else []) + [str(source) for source in reads(module)]
+    return Op(_kind(module), tuple(params), where, tuple(links))
+
+
+def _streams(module: nn.Module, args: Any) -> int | None:
+    """The streams a join's shortcut input holds: its next-to-last size where it has one dimension more than the
+    branch output (mHC's (..., n, d) against (..., d)), else None."""
+    if not is_join(module) or len(args) < 2:
+        return None
+    x, fx = args[0], args[1]
+    if isinstance(x, torch.Tensor) and isinstance(fx, torch.Tensor) and x.dim() == fx.dim() + 1:
+        return int(x.shape[-2])
+    return None
 
 
 def _is_op(module: nn.Module) -> bool:
@@ -174,17 +194,18 @@ def _evaluating(model: nn.Module) -> Iterator[None]:
             m.training = mode
 
 
-def _called(model: nn.Module) -> list[tuple[str, nn.Module]] | None:
-    """The op modules in the order one forward calls them (module docstring), or None where it cannot run."""
+def _called(model: nn.Module) -> list[tuple[str, nn.Module, int | None]] | None:
+    """The op modules in the order one forward calls them (module docstring), each with the streams of a join's
+    shortcut input (:func:`_streams`), or None where the forward cannot run."""
     x = example_input(model)
     if x is None:
         return None
-    calls: list[tuple[str, nn.Module]] = []
+    calls: list[tuple[str, nn.Module, int | None]] = []
     with ExitStack() as stack, torch.no_grad(), _evaluating(model):
         for name, module in model.named_modules():
             if _is_op(module):
                 def hook(m: nn.Module, args: Any, out: Any, name: str = name) -> None:
-                    calls.append((name, m))
+                    calls.append((name, m, _streams(m, args)))
 
                 stack.callback(module.register_forward_hook(hook).remove)
         try:
@@ -199,19 +220,19 @@ def describe(model: nn.Module) -> Structure:
     calls = _called(model)
     order = "execution"
     if calls is None:
-        calls, order = [(n, m) for n, m in model.named_modules() if _is_op(m)], "registration"
+        calls, order = [(n, m, None) for n, m in model.named_modules() if _is_op(m)], "registration"
     units = unit_names(model)
     modules = dict(model.named_modules())
     parts: list[Part] = []
     run: list[Op] = []
     owner: str | None = None
-    for name, module in calls:
+    for name, module, streams in calls:
         unit = next((u for u in units if _inside(name, u)), None)
         if run and unit != owner:
             parts.append(_part(owner, run, modules))
             run = []
         owner = unit
-        run.append(_op(module, name))
+        run.append(_op(module, name, streams))
     if run:
         parts.append(_part(owner, run, modules))
     return Structure(tuple(parts), order)
@@ -260,6 +281,23 @@ def sequences(name_a: str, part_a: Part | None, name_b: str, part_b: Part | None
     lines = [f"  {head_a:<{width}}  {head_b}"]
     lines += [f"  {la:<{width}}  {rb}{'' if same else '   <- differs'}" for la, rb, same in pairs]
     return "\n".join(lines)
+
+
+def links(s: Structure) -> dict[str, str]:
+    """What each unit and each op outside the units reads, by module path: a unit its input ``x`` (with its streams
+    where it holds several) and the links of its ops; an op outside every unit (DenseFormer's averages) its links,
+    where it has any."""
+    out: dict[str, list[str]] = {}
+    for part in s.parts:
+        if part.unit is None:
+            for op in part.ops:
+                if op.reads:
+                    out.setdefault(op.where, []).extend(op.reads)
+            continue
+        found = [link for op in part.ops for link in op.reads]
+        found = found if any(link.startswith("x (") for link in found) else ["x", *found]
+        out.setdefault(part.name, []).extend(found)
+    return {name: ", ".join(dict.fromkeys(found)) for name, found in out.items()}
 
 
 def inline(part: Part | None) -> str:

@@ -1,4 +1,5 @@
-"""What the image tasks that read from disk share: the file check, decoding, the ImageNet transforms, and the task.
+"""What the image tasks that read from disk share: the file check, decoding, the ImageNet transforms, the reader's
+evaluation passes (:class:`DiskReader`), the task info, and the task.
 
 The transforms are the ImageNet recipe of torchvision's reference training scripts: Inception-style
 ``RandomResizedCrop`` (Szegedy et al. 2015, "Going Deeper with Convolutions": 8%-100% of the area, aspect ratio
@@ -10,12 +11,15 @@ shared memory and over PCIe); the ImageNet mean and std are applied on the devic
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import torch
 from PIL import Image
+from torch.utils.data import DataLoader
 from torchvision import transforms
 
 from bench.runs.tasks import loading
@@ -111,16 +115,67 @@ def eval_sizes(options: TaskOptions, n_val: int, n_train: int, batch_size: int) 
     return val, train
 
 
+@dataclass(kw_only=True)
+class DiskReader:
+    """What the readers of an image set on disk share (:class:`bench.runs.tasks.imagefolder.FolderReader`,
+    :class:`bench.runs.tasks.webdata.ShardReader`): the run's task options, its worker count, device and task info,
+    and the evaluation passes, each a loader kept from one evaluation to the next (its workers persist).
+
+    A reader says how many images each split holds (:meth:`sizes`) and makes one evaluation pass over ``n`` of them
+    (:meth:`eval_loader`, which records in ``info`` what the pass reads), and its endless training batches
+    (``train(batch_size, generator, start)``)."""
+
+    options: TaskOptions
+    workers: int
+    device: torch.device
+    info: dict[str, Any]
+    _eval_loaders: dict[tuple[str, int], DataLoader[Any]] = field(default_factory=dict)
+
+    def train(self, batch_size: int, generator: torch.Generator, start: int = 0) -> DataLoader[Any]:  # pragma: no cover
+        """Endless training batches of ``batch_size`` (this rank's share), the first ``start`` skipped."""
+        raise NotImplementedError
+
+    def sizes(self) -> tuple[int, int]:  # pragma: no cover - each reader's
+        """Images in the validation and the training split."""
+        raise NotImplementedError
+
+    def eval_loader(self, which: str, n: int, batch_size: int) -> DataLoader[Any]:  # pragma: no cover - each reader's
+        """One pass over ``n`` images of split ``which`` (``"val"`` or ``"train"``) in batches of ``batch_size``."""
+        raise NotImplementedError
+
+    def evaluation(self, which: str, batch_size: int) -> DataLoader[Any]:
+        """The pass of :func:`eval_sizes` over split ``which``: all of val, up to 10,000 of train, ``--eval-batches``
+        batches at most; made once per split and batch size."""
+        if (which, batch_size) not in self._eval_loaders:
+            n_val, n_train = eval_sizes(self.options, *self.sizes(), batch_size)
+            self._eval_loaders[which, batch_size] = self.eval_loader(which, n_val if which == "val" else n_train,
+                                                                     batch_size)
+        return self._eval_loaders[which, batch_size]
+
+    def task(self, classes: int, train_labels: Any) -> LoaderImageTask:
+        """The ``imagefolder`` task over this reader (:func:`image_task`); the reader records into the task's info
+        from then on (the evaluation sizes, as they become known)."""
+        task = image_task(self, self.device, self.info, classes, train_labels, self.options, self.workers)
+        self.info = task.info
+        return task
+
+
+def scan_info(root: Path, layout: str, classes: int, sizes: tuple[int, int], started: float,
+              **more: Any) -> dict[str, Any]:
+    """The task info every layout records: its root, layout, classes, split sizes, ``more`` and the scan's time."""
+    return {"root": str(root), "layout": layout, "classes": classes, **more, "train_size": sizes[0],
+            "val_size": sizes[1], "scan_s": round(time.perf_counter() - started, 3)}
+
+
 @dataclass(kw_only=True, repr=False, eq=False)
 class LoaderImageTask(Task):
     """Images read from disk by DataLoader workers; batches arrive as uint8 and are normalised on the device.
 
-    ``reader`` makes the loaders (:class:`bench.runs.tasks.imagefolder.FolderReader`,
-    :class:`bench.runs.tasks.webdata.ShardReader`): ``train(batch_size, generator)`` and
+    ``reader`` (a :class:`DiskReader`) makes the loaders: ``train(batch_size, generator, start)`` and
     ``evaluation(which, batch_size)`` (``which`` is ``"val"`` or ``"train"``) return iterables of ``(x, y, bad)``.
     """
 
-    reader: Any
+    reader: DiskReader
     mean: torch.Tensor  # (1, 3, 1, 1) in pixel units (0-255)
     std: torch.Tensor
     skip_bad: bool = False
@@ -161,7 +216,7 @@ class LoaderImageTask(Task):
         return self._batches(self.reader.evaluation("train", batch_size))
 
 
-def image_task(reader: Any, device: torch.device, info: dict[str, Any], classes: int, train_labels: Any,
+def image_task(reader: DiskReader, device: torch.device, info: dict[str, Any], classes: int, train_labels: Any,
                options: TaskOptions, workers: int) -> LoaderImageTask:
     """The ``imagefolder`` task over ``reader``, its model fitted to ``classes`` RGB classes of ``--image-size``;
     ``train_labels`` are the training split's labels, whose frequencies set the chance level."""

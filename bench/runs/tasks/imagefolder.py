@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -148,17 +148,12 @@ class FolderImages(Dataset[Any]):
         return diskimages.assemble(images, [int(self.index.labels[i]) for i in items], bad)
 
 
-@dataclass
-class FolderReader:
+@dataclass(kw_only=True)
+class FolderReader(diskimages.DiskReader):
     """The loaders of an image tree: endless shuffled training batches (this rank's share), fixed evaluation passes."""
 
     train_index: FileIndex
     val_index: FileIndex
-    options: TaskOptions
-    workers: int
-    device: torch.device
-    info: dict[str, Any]
-    _eval_loaders: dict[tuple[str, int], DataLoader[Any]] = field(default_factory=dict)
 
     def train(self, batch_size: int, generator: torch.Generator, start: int = 0) -> DataLoader[Any]:
         keys = loading.EpochBatches(len(self.train_index), batch_size, generator, self.options.rank,
@@ -167,20 +162,17 @@ class FolderReader:
         return loading.make_loader(dataset, keys, workers=self.workers, prefetch=self.options.prefetch,
                                    device=self.device)
 
-    def evaluation(self, which: str, batch_size: int) -> DataLoader[Any]:
-        """One pass over the fixed evaluation images (spread evenly over the sorted files: every class alike); its
-        workers persist from one evaluation to the next."""
-        if (which, batch_size) not in self._eval_loaders:
-            n_val, n_train = diskimages.eval_sizes(self.options, len(self.val_index), len(self.train_index),
-                                                   batch_size)
-            index, n = (self.val_index, n_val) if which == "val" else (self.train_index, n_train)
-            self.info[f"{which}_eval_size"] = n
-            keys = [(c, None) for c in loading.chunks(loading.fixed_subset(len(index), n), batch_size)]
-            dataset = FolderImages(index, diskimages.eval_transform(self.options.image_size))
-            self._eval_loaders[which, batch_size] = loading.make_loader(
-                dataset, keys, workers=min(self.workers, len(keys)), prefetch=self.options.prefetch,
-                device=self.device, persistent=True)
-        return self._eval_loaders[which, batch_size]
+    def sizes(self) -> tuple[int, int]:
+        return len(self.val_index), len(self.train_index)
+
+    def eval_loader(self, which: str, n: int, batch_size: int) -> DataLoader[Any]:
+        """``n`` fixed images spread evenly over the sorted files (every class alike)."""
+        index = self.val_index if which == "val" else self.train_index
+        self.info[f"{which}_eval_size"] = n
+        keys = [(c, None) for c in loading.chunks(loading.fixed_subset(len(index), n), batch_size)]
+        dataset = FolderImages(index, diskimages.eval_transform(self.options.image_size))
+        return loading.make_loader(dataset, keys, workers=min(self.workers, len(keys)), prefetch=self.options.prefetch,
+                                   device=self.device, persistent=True)
 
 
 def imagefolder(device: torch.device, seed: int, options: TaskOptions) -> Task:
@@ -195,18 +187,13 @@ def imagefolder(device: torch.device, seed: int, options: TaskOptions) -> Task:
     for split, what in ((train, "train"), (val, "val")):
         if not len(split):
             raise TaskError(f"{root / what} has no readable images left; fix or replace its files")
-    workers = diskimages.workers_for(options)
-    info: dict[str, Any] = {
-        "root": str(root), "layout": "folders", "classes": len(classes), "class_names": classes[: diskimages.SHOWN],
-        "train_size": len(train), "val_size": len(val), "subset_per_class": options.subset_per_class,
-        "bad_images_left_out": {"count": len(bad_train) + len(bad_val),
-                                "first": (bad_train + bad_val)[: diskimages.SHOWN]},
-        "scan_s": round(time.perf_counter() - started, 3),
-    }  # fmt: skip
-    reader = FolderReader(train, val, options, workers, device, info)
-    task = diskimages.image_task(reader, device, info, len(classes), train.labels, options, workers)
-    reader.info = task.info  # evaluation sizes are recorded as they become known
-    return task
+    bad, shown = bad_train + bad_val, diskimages.SHOWN
+    info = diskimages.scan_info(
+        root, "folders", len(classes), (len(train), len(val)), started, class_names=classes[:shown],
+        subset_per_class=options.subset_per_class, bad_images_left_out={"count": len(bad), "first": bad[:shown]})
+    reader = FolderReader(train_index=train, val_index=val, options=options, workers=diskimages.workers_for(options),
+                          device=device, info=info)
+    return reader.task(len(classes), train.labels)
 
 
 def _root(options: TaskOptions) -> Path:

@@ -25,7 +25,7 @@ import random
 import tarfile
 import time
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -182,18 +182,13 @@ class EvalShards(IterableDataset[Any]):
                 yield _sample(raw, self.transform, None)
 
 
-@dataclass
-class ShardReader:
+@dataclass(kw_only=True)
+class ShardReader(diskimages.DiskReader):
     """The loaders of a shard set: endless training batches of this rank's shards, fixed evaluation passes."""
 
     train_urls: list[str]
     val_urls: list[str]
-    sizes: dict[str, int]  # samples per split
-    options: TaskOptions
-    workers: int
-    device: torch.device
-    info: dict[str, Any]
-    _eval_loaders: dict[tuple[str, int], DataLoader[Any]] = field(default_factory=dict)
+    counts: dict[str, int]  # samples per split
 
     def train(self, batch_size: int, generator: torch.Generator, start: int = 0) -> DataLoader[Any]:
         world = self.options.world_size
@@ -204,20 +199,19 @@ class ShardReader:
                           pin_memory=self.device.type == "cuda", prefetch_factor=self.options.prefetch if workers
                           else None, generator=loading.own_generator())  # fmt: skip
 
-    def evaluation(self, which: str, batch_size: int) -> DataLoader[Any]:
-        if (which, batch_size) not in self._eval_loaders:
-            n_val, n_train = diskimages.eval_sizes(self.options, self.sizes["val"], self.sizes["train"], batch_size)
-            urls, n, full = (self.val_urls, n_val, self.sizes["val"]) if which == "val" else \
-                (self.train_urls, n_train, self.sizes["train"])
-            per_shard = None if n >= full else math.ceil(n / len(urls))
-            self.info[f"{which}_eval_size"] = n if per_shard is None else f"first {per_shard} of each shard"
-            dataset = EvalShards(urls, per_shard, diskimages.eval_transform(self.options.image_size))
-            workers = min(self.workers, len(urls))
-            self._eval_loaders[which, batch_size] = DataLoader(
-                dataset, batch_size=batch_size, num_workers=workers, collate_fn=collate,
-                pin_memory=self.device.type == "cuda", prefetch_factor=self.options.prefetch if workers else None,
-                persistent_workers=workers > 0, generator=loading.own_generator())
-        return self._eval_loaders[which, batch_size]
+    def sizes(self) -> tuple[int, int]:
+        return self.counts["val"], self.counts["train"]
+
+    def eval_loader(self, which: str, n: int, batch_size: int) -> DataLoader[Any]:
+        """All of a split, or the first ``ceil(n / shards)`` samples of each of its shards."""
+        urls, full = (self.val_urls, self.counts["val"]) if which == "val" else (self.train_urls, self.counts["train"])
+        per_shard = None if n >= full else math.ceil(n / len(urls))
+        self.info[f"{which}_eval_size"] = n if per_shard is None else f"first {per_shard} of each shard"
+        dataset = EvalShards(urls, per_shard, diskimages.eval_transform(self.options.image_size))
+        workers = min(self.workers, len(urls))
+        return DataLoader(dataset, batch_size=batch_size, num_workers=workers, collate_fn=collate,
+                          pin_memory=self.device.type == "cuda", prefetch_factor=self.options.prefetch if workers
+                          else None, persistent_workers=workers > 0, generator=loading.own_generator())
 
 
 def shard_task(root: Path, device: torch.device, options: TaskOptions) -> Task:
@@ -242,15 +236,10 @@ def shard_task(root: Path, device: torch.device, options: TaskOptions) -> Task:
         if not got:
             raise TaskError(f"the {split}-*.tar shards of {root} hold no samples; re-create them")
     classes = 1 + max(max(got) for got in labels.values())
-    workers = diskimages.workers_for(options)
-    info: dict[str, Any] = {
-        "root": str(root), "layout": "webdataset", "classes": classes,
-        "train_shards": len(found["train"]), "val_shards": len(found["val"]),
-        "train_size": len(labels["train"]), "val_size": len(labels["val"]), "shuffle_buffer": SHUFFLE_BUFFER,
-        "scan_s": round(time.perf_counter() - started, 3),
-    }  # fmt: skip
-    reader = ShardReader([str(p) for p in found["train"]], [str(p) for p in found["val"]],
-                         {s: len(v) for s, v in labels.items()}, options, workers, device, info)
-    task = diskimages.image_task(reader, device, info, classes, labels["train"], options, workers)
-    reader.info = task.info
-    return task
+    info = diskimages.scan_info(root, "webdataset", classes, (len(labels["train"]), len(labels["val"])), started,
+                                train_shards=len(found["train"]), val_shards=len(found["val"]),
+                                shuffle_buffer=SHUFFLE_BUFFER)
+    reader = ShardReader(train_urls=[str(p) for p in found["train"]], val_urls=[str(p) for p in found["val"]],
+                         counts={s: len(v) for s, v in labels.items()}, options=options,
+                         workers=diskimages.workers_for(options), device=device, info=info)
+    return reader.task(classes, labels["train"])
