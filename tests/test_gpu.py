@@ -48,7 +48,7 @@ def test_a_run_records_its_measurements(tmp_path: Path, device: str, precision: 
     assert row["throughput_method"] == "timed" and row["train_samples_per_s"] > 0
     assert row["mfu"] is not None and 0 < row["mfu"] < 1
     assert result["execution"] == {"optimizer_impl": "fused" if device == "cuda" else "default",
-                                   "compile_mode": None}
+                                   "compile_mode": None, "joins": "as written"}
 
 
 @pytest.mark.parametrize("device", DEVICES)

@@ -111,7 +111,7 @@ from .blocks import (
     ResidualUnit,
     SandwichNorm,
 )
-from .combinators import COMBINATORS, Combinator, TransformGate
+from .combinators import COMBINATORS, Combinator, TransformGate, implementation
 from .formulas import ROLES as FORMULA_ROLES
 from .formulas import catalogue, formula
 from .layers import CifarSpec, Slot, build_cifar, conv_branch, make_shortcut
@@ -178,6 +178,7 @@ __all__ = [
     "derive_axes",
     "describe",
     "formula",
+    "implementation",
     "list_variants",
     "make_shortcut",
     "norm_type",

@@ -20,6 +20,9 @@ is the identity), and ``F(x)`` the branch output.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import ClassVar
+
 import torch
 from torch import nn
 
@@ -35,6 +38,9 @@ class Combinator(nn.Module):
     """
 
     residual_role = roles.JOIN
+    # How the join computes where it has more than one way to (a mode, "eager" or "compiled", -> in words); empty:
+    # as its forward is written, in both (:func:`implementation`).
+    kernels: ClassVar[Mapping[str, str]] = {}
 
     def residual_scalars(self) -> dict[str, torch.Tensor | float]:
         """The join's scalars by their symbol in its formula (:mod:`variants.roles`); none by default."""
@@ -230,3 +236,16 @@ COMBINATORS: dict[str, type[Combinator]] = {
     "laurel": Laurel,
 }
 axes.ship("combinator", COMBINATORS, base=Combinator)
+
+
+AS_WRITTEN = "as written"
+
+
+def implementation(model: nn.Module, mode: str) -> str:
+    """How ``model``'s joins compute in ``mode`` ("eager" or "compiled", under ``torch.compile``): the distinct
+    descriptions of its joins that declare :attr:`Combinator.kernels` for that mode, by class, or ``as written``. The
+    harness records it beside every cost figure, so a table says which implementation its rows timed."""
+    found = {f"{type(m).__name__}: {m.kernels[mode]}" for m in model.modules()
+             if isinstance(m, Combinator) and mode in m.kernels}
+    return "; ".join(sorted(found)) or AS_WRITTEN
+

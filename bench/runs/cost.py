@@ -269,17 +269,18 @@ def cost_table(designs: Sequence[str], shape: str, *, measure_time: bool = True,
     how = {"optimizer_impl": execution.optimizer_impl("adamw" if sh.tokens else "sgd", dev),
            "compile_mode": compile_mode if compiled else None}
     rows: dict[str, dict[str, Any]] = {}
+    modes = [False, True] if compiled else [False]
     with _progress(progress) as say:
         for name in names:
             c = count(name, sh)
             rows[name] = {"design": name, "params": c.params, "train_flops_per_sample": c.flops.train,
-                          "matmul_share": c.flops.train_by_class["matmul"] / max(c.flops.train, 1)}
+                          "matmul_share": c.flops.train_by_class["matmul"] / max(c.flops.train, 1),
+                          **implementations(name, sh, modes)}
             say(f"  {name}: {c.params:,} parameters, {c.flops.train:.4g} training FLOPs per sample (meta device)")
         base = rows[sh.baseline]
         for r in rows.values():
             r["params_rel"] = r["params"] / base["params"]
             r["flops_rel"] = r["train_flops_per_sample"] / base["train_flops_per_sample"]
-        modes = [False, True] if compiled else [False]
         if measure_time:
             x, y = sh.inputs(b, dev)
             baselines = {mode: trainee(sh.baseline, sh, (x, y), mode, precision, compile_mode) for mode in modes}
@@ -306,6 +307,15 @@ def cost_table(designs: Sequence[str], shape: str, *, measure_time: bool = True,
     return _frame(rows, sh, b, dev, repeats, pinned, precision, how)
 
 
+def implementations(design: str, sh: Shape, modes: Sequence[bool]) -> dict[str, str]:
+    """How ``design``'s joins compute in each timed mode (:func:`variants.implementation`): ``impl`` eager,
+    ``impl_compiled`` under torch.compile; the row says which implementation its figures timed."""
+    with torch.device("meta"):
+        model = build(design, sh)
+    return {f"impl{'_compiled' if mode else ''}": variants.implementation(model, "compiled" if mode else "eager")
+            for mode in modes}
+
+
 def _frame(rows: dict[str, dict[str, Any]], sh: Shape, batch: int, dev: torch.device, repeats: int, pinned: bool,
            precision: str, how: dict[str, Any]) -> pd.DataFrame:
     """The rows measured so far as a table (``time_per_flop`` where a step was timed, eager and compiled), saying how
@@ -315,6 +325,7 @@ def _frame(rows: dict[str, dict[str, Any]], sh: Shape, batch: int, dev: torch.de
                 for s in ("", "_compiled") if f"step_rel{s}" in r}
 
     table = pd.DataFrame([{**r, **per_flop(r)} for r in rows.values()])
+    table = table[[c for c in table if not c.startswith("impl")] + [c for c in table if c.startswith("impl")]]
     table.attrs.update(shape=sh.name, what=sh.what, batch=batch, device=measure.device_name(dev), repeats=repeats,
                        precision=precision, memory="cuda_max_memory_allocated" if dev.type == "cuda" else
                        "rss_high_water_mark" + ("" if pinned else " (mmap threshold not pinned: rough)"), **how)

@@ -35,8 +35,9 @@ def make_optimizer(kind: str, params: Iterable[nn.Parameter], device: torch.devi
                    ) -> torch.optim.Optimizer:
     """Optimiser ``kind`` (sgd, adam, adamw) over ``params`` with ``hyper`` (lr, momentum, betas ...), its kernels
     those of :func:`optimizer_impl`."""
-    fused = {"fused": True} if optimizer_impl(kind, device) == "fused" else {}
-    return OPTIMIZERS[kind](params, **hyper, **fused)
+    if optimizer_impl(kind, device) == "fused":
+        hyper = {**hyper, "fused": True}
+    return OPTIMIZERS[kind](params, **hyper)
 
 
 def compiled(module: nn.Module, mode: str = "default") -> Callable[..., Any]:

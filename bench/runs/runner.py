@@ -174,7 +174,8 @@ def _run_config(cfg: RunConfig, progress: bool = False, reuse: Reuse | None = No
         "placement": dict(placement or {}),
         # how the step ran: the optimiser's kernels (fused on CUDA) and torch.compile's mode (bench.runs.execution)
         "execution": {"optimizer_impl": execution.optimizer_impl(cfg.optimizer, s.device),
-                      "compile_mode": cfg.compile_mode if cfg.compile else None},
+                      "compile_mode": cfg.compile_mode if cfg.compile else None,
+                      "joins": variants.implementation(s.model, "compiled" if cfg.compile else "eager")},
         "curves": {"train": rec.train_curve, "eval": rec.eval_curve},
         "probes": rec.probes,
         "residual_scalars": rec.residual_scalars,  # learned residual scalars at every evaluation (bench.runs.scalars)
