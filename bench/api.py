@@ -7,7 +7,7 @@
     run.row["final_val_loss"], run.curves.head()            # the leaderboard row, tidy curves
     res = bench.sweep("frontier", preset="smoke", jobs=2)   # a shipped study or a study file (4 tiny runs)
     res = bench.load("results", study="frontier")           # .runs, .curves, .probes: tidy pandas frames
-    bench.compare(res, baseline="preln", metrics=["final_val_loss"])  # Welch tests against it, Holm-corrected
+    bench.compare(res, baseline="preln", metrics=["final_val_loss"])  # paired by seed against it, Holm-corrected
 
 Keyword arguments of :func:`run` are the fields of :class:`bench.runs.config.RunConfig` (``python -m bench run
 --help`` documents each); lists and dicts are accepted where the CLI takes several values (``betas``, ``milestones``,
@@ -30,7 +30,7 @@ from typing import Any
 import pandas as pd
 
 from bench.analysis.comparison import compare_table
-from bench.analysis.stats import aggregate, by_configuration
+from bench.analysis.stats import aggregate, by_configuration, headline_metrics, primary_metrics, with_derived
 from bench.analysis.studyfile import PLUGIN_ORIGIN, study_plugins
 from bench.reports.analysis_step import for_study
 from bench.reports.plotdata import curves_frame, load_frames, probes_frame
@@ -44,13 +44,13 @@ from bench.runs.measure import cost_key
 from bench.runs.progress import Progress
 from bench.runs.results import ResultsStore, atomic_write_text
 from bench.runs.runner import execute
-from bench.runs.schema import HEADLINE_METRICS as LEADERBOARD_METRICS
 from bench.runs.train import resolve_device
 from bench.sweeps.bill import accelerators, bill, render
 from bench.sweeps.driver import run_sweep
 from bench.sweeps.executors import check_options, make_executor, prestart
 from bench.sweeps.options import FIELDS as OPTION_FIELDS
 from bench.sweeps.options import SweepOptions
+from bench.sweeps.rounds import until_decided
 from bench.sweeps.study import Study, load_study
 
 
@@ -103,9 +103,10 @@ class Results:
 
     def leaderboard(self, metrics: Sequence[str] | None = None) -> pd.DataFrame:
         """One row per configuration (seeds pooled, nothing else): ``<metric>_{mean,std,n,ci,ci_low,ci_high,median}``
-        for each metric (default: the CLI leaderboard's), as ``bench leaderboard --csv`` writes it."""
-        named, by = by_configuration(self.runs, self.records)
-        return aggregate(named, by=by, metrics=list(metrics or LEADERBOARD_METRICS))
+        for each metric (default: the CLI leaderboard's, each task's primary metric first), as ``bench leaderboard
+        --csv`` writes it."""
+        named, by = by_configuration(with_derived(self.runs), self.records)
+        return aggregate(named, by=by, metrics=list(metrics or headline_metrics(named)))
 
 
 def config(variant: str | None = None, **fields: Any) -> RunConfig:
@@ -153,7 +154,9 @@ def sweep(study: str | Path, *, results_dir: str | Path = DEFAULT_RESULTS, optio
     ``options`` (or its fields as keyword arguments: ``preset``, ``jobs``, ``executor``, ``add_variants``,
     ``tracker`` ...) say how the runs execute (:class:`~bench.sweeps.options.SweepOptions`). The grid is validated
     and checked for confounds before the first run (ValueError); each run executes in a process of its own,
-    ``jobs`` at a time, and is logged to each ``tracker`` as it is recorded."""
+    ``jobs`` at a time, and is logged to each ``tracker`` as it is recorded. ``until_decided=True`` (with
+    ``max_seeds``) then adds seeds in rounds to the configurations whose claims are still open
+    (:mod:`bench.sweeps.rounds`)."""
     unknown = sorted(set(option_fields) - OPTION_FIELDS)
     if unknown:
         raise ValueError(f"sweep() takes no option(s) {unknown}; options: {', '.join(sorted(OPTION_FIELDS))}")
@@ -177,12 +180,19 @@ def sweep(study: str | Path, *, results_dir: str | Path = DEFAULT_RESULTS, optio
     added = f" with {', '.join(spec.added)} added" if spec.added else ""
     slots = f", {executor.slots} at a time" if executor.slots > 1 else ""
     print(f"{verb} {spec.name!r} ({options.preset or 'full'}){added}: {len(configs)} runs{slots} -> {results_dir}")
-    if configs:
-        run_sweep(configs, results_dir, executor, resume=options.resume, retry_failed=options.retry_failed,
-                  measure_every_run=options.measure_every_run,
-                  progress=not options.quiet,
+    made_with = {k: list(v) for k, v in (("set", options.set), ("add_variants", options.add_variants)) if v}
+
+    def run_round(todo: list[RunConfig]) -> None:
+        run_sweep(todo, results_dir, executor if todo is configs else make_executor(todo, options),
+                  resume=options.resume, retry_failed=options.retry_failed,
+                  measure_every_run=options.measure_every_run, progress=not options.quiet,
                   command=command or f"python -m bench sweep {spec.path} --results-dir {results_dir}",
-                  on_record=_log_to(trackers, results_dir), requeue=options.requeue)
+                  on_record=_log_to(trackers, results_dir), requeue=options.requeue, made_with=made_with)
+
+    if configs and options.until_decided:  # rounds of seeds for the claims still open (bench.sweeps.rounds)
+        until_decided(spec.claims, configs, store, spec.name, options.preset, options.max_seeds, run_round)
+    elif configs:
+        run_round(configs)
     if spec.analysis:  # what the study measures on its trained runs (or, with no grid, on models at init)
         print(f"{spec.analysis['kind']} analysis of study {spec.name!r}:", flush=True)
         for written in for_study(spec.name, spec.analysis_options(options.preset), results_dir,
@@ -265,11 +275,12 @@ def track(results_dir: str | Path = DEFAULT_RESULTS, *, tracker: str | Sequence[
     return len(runs), failed
 
 
-def compare(results: Results, baseline: str, metrics: Sequence[str] = ("final_val_loss",)) -> pd.DataFrame:
+def compare(results: Results, baseline: str, metrics: Sequence[str] | None = None) -> pd.DataFrame:
     """Every configuration of ``results`` against the matching configuration of ``baseline`` — ``bench compare``:
-    mean, CI and n per metric, the difference, Welch's p and Holm's correction over the table."""
-    board = results.runs.drop(columns=["config"], errors="ignore")
-    return compare_table(board, results.records, baseline, list(metrics))
+    mean, CI and n per metric (default: each task's primary metric), the difference and its 95% CI (paired by seed
+    where the runs pair, else Welch's; column ``test``), p and Holm's correction over the table."""
+    board = with_derived(results.runs.drop(columns=["config"], errors="ignore"))
+    return compare_table(board, results.records, baseline, list(metrics or primary_metrics(board)))
 
 
 def cost(designs: Sequence[str], shape: str = "gpt2_small", *, measure_time: bool = True, compiled: bool = False,

@@ -16,10 +16,8 @@ from typing import Any
 
 from bench.analysis.options import OPTIONS
 from bench.runs.config import DEFAULT_RESULTS, PLUGIN_ENTRY_POINTS, PLUGINS_ENV_VAR, RESULTS_ENV_VAR, RunConfig, build
-from bench.runs.schema import HEADLINE_METRICS
 from bench.sweeps.options import SweepOptions, flag
 
-LEADERBOARD_METRICS = HEADLINE_METRICS  # what `bench leaderboard` aggregates over seeds by default
 _TYPES = {"str": str, "int": int, "float": float}
 Sub = Any  # argparse's _SubParsersAction
 
@@ -144,7 +142,8 @@ def _leaderboard(sub: Sub) -> None:
     q = sub.add_parser("leaderboard", help="the leaderboard over seeds: one 'mean ± 95%% CI (n)' cell per metric")
     _results(q)
     q.add_argument("--metrics", nargs="+", metavar="COL",
-                   help=f"leaderboard columns to show (default: {' '.join(LEADERBOARD_METRICS)})")
+                   help="leaderboard columns, or train_error / val_error, to show (default: each task's primary "
+                        "metric and its training counterpart, throughput and peak memory)")
     q.add_argument("--study", help="only the runs of this study")
     q.add_argument("--sort", help="a metric (its mean) or a column of the full table to sort by")
     q.add_argument("--ascending", action="store_true", help="sort ascending (default: descending)")
