@@ -203,9 +203,14 @@ def test_sweep_runs_a_study_file_and_resumes(tmp_path: Path, capsys: pytest.Capt
     assert store.load_leaderboard()["status"].tolist() == ["ok", "ok"]
     assert main(["sweep", str(study), "--preset", "quick", "--no-resume", "--results-dir", str(res)]) == 0
     assert "skipped" not in capsys.readouterr().out and len(store.load_leaderboard()) == 2  # every run again
-    assert main(["sweep", str(study), "--results-dir", str(res)]) == 0  # the full grid: other runs
-    assert "skipped" not in capsys.readouterr().out
-    assert len(ResultsStore(res).load_leaderboard()) == 6
+    # the full grid: its seed-0 runs are the quick preset's (one configuration, one run), seed 1 is new; the run
+    # JSONs keep the --set the sweep was given, for the report's reproduce line
+    assert main(["sweep", str(study), "--set", "steps=2", "--results-dir", str(res)]) == 0
+    assert capsys.readouterr().out.count("already recorded, skipped") == 2
+    board = ResultsStore(res).load_leaderboard()
+    assert len(board) == 4 and sorted(board["seed"]) == [0, 0, 1, 1]
+    made = {r["run_id"].rsplit("-s", 1)[1]: r.get("made_with") for r in ResultsStore(res).load_runs()}
+    assert made == {"0": None, "1": {"set": ["steps=2"]}}
 
 
 @pytest.mark.parametrize(
