@@ -164,6 +164,7 @@ def sweep(study: str | Path, *, results_dir: str | Path = DEFAULT_RESULTS, optio
         options = SweepOptions(**{"quiet": not progress, **option_fields})
     elif option_fields:
         options = dataclasses.replace(options, **option_fields)
+    t0 = time.perf_counter()  # what a sweep spends before its first run counts in a dry run's bill
     check_options(options)
     prestart(options)
     plugins.load_plugins(study_plugins(study), PLUGIN_ORIGIN)  # the variants a study names, before it is checked
@@ -171,7 +172,7 @@ def sweep(study: str | Path, *, results_dir: str | Path = DEFAULT_RESULTS, optio
     # checked for confounds, plugins run forward: before anything runs
     configs = spec.configs(options.preset, options.fields())
     if options.dry_run:
-        return _dry_run(spec, configs, options)
+        return _dry_run(spec, configs, options, time.perf_counter() - t0)
     executor = make_executor(configs, options)  # starts nothing (Ray connects at the first run)
     store = ResultsStore(results_dir)
     store.preflight()
@@ -203,8 +204,9 @@ def sweep(study: str | Path, *, results_dir: str | Path = DEFAULT_RESULTS, optio
     return load(results_dir, spec.name)
 
 
-def _dry_run(spec: Study, configs: Sequence[RunConfig], options: SweepOptions) -> Results:
-    """The bill of a study's runs under ``options`` (:mod:`bench.sweeps.bill`); nothing run, nothing recorded."""
+def _dry_run(spec: Study, configs: Sequence[RunConfig], options: SweepOptions, checks_s: float = 0.0) -> Results:
+    """The bill of a study's runs under ``options`` (:mod:`bench.sweeps.bill`); nothing run, nothing recorded.
+    ``checks_s``: what checking the study took (a sweep takes it too, before its first run)."""
     print(f"dry run of study {spec.name!r} ({options.preset or 'full'}): {len(configs)} runs checked; counting and "
           "timing what each model configuration costs here", flush=True)
     t0 = time.perf_counter()
@@ -215,11 +217,22 @@ def _dry_run(spec: Study, configs: Sequence[RunConfig], options: SweepOptions) -
     for b in bills:
         for c, n in b.costs.flops_by_class.items():
             by_class[c] = by_class.get(c, 0.0) + n * b.steps
-    for line in render(bills, options, device, accelerators(precision, by_class)):
+    for line in render(bills, options, device, accelerators(precision, by_class), checks_s):
         print(line)
+    if options.until_decided:
+        print(f"with --until-decided, the configurations of claims still open get more seeds, up to "
+              f"--max-seeds {options.max_seeds}: at most {options.max_seeds / max(1, _seeds(configs)):.3g}x this bill")
     print(f"billed in {time.perf_counter() - t0:.0f} s")
     empty = pd.DataFrame()
     return Results(Path("."), spec.name, empty, empty, empty, [])
+
+
+def _seeds(configs: Sequence[RunConfig]) -> int:
+    """The fewest seeds a configuration of ``configs`` has."""
+    per: dict[str, set[int]] = {}
+    for cfg in configs:
+        per.setdefault(cfg.config_hash(), set()).add(cfg.seed)
+    return min((len(s) for s in per.values()), default=1)
 
 
 def _keep_study_file(spec: Study, root: Path) -> None:

@@ -43,14 +43,19 @@ def test_a_dry_run_prints_the_bill_and_records_nothing(tmp_path: Path, capsys: p
     assert code == 0, err
     assert not (tmp_path / "res").exists()
     assert out.count("  timing plain-d8-") == 1 and out.count("  timing resnet-d8-") == 1  # per configuration
-    assert out.index("  timing one step of each of 2 model configurations (1 thread): at least ") < out.index(
-        "  timing plain-d8-")  # the bill's own time, said first
+    said = re.search(r"  timing (\d+) steps of 2 model configurations \(1 thread\): their FLOPs alone take (\d+) ms "
+                     "at ", out)
+    assert said is not None and said.start() < out.index("  timing plain-d8-")  # the bill's own time, said first
+    assert int(said.group(1)) == 2 * (1 + bill.MAX_REPEATS) and int(said.group(2)) > 0  # never "at least 0 s"
     assert re.search(r"billed in \d+ s", out)
     lines = {line.split()[0]: line.split() for line in out.splitlines() if re.match(r"(plain|resnet)-d8 digits", line)}
     assert lines["plain-d8"][2:4] == ["3", "36"] and lines["resnet-d8"][2:4] == ["3", "36"]  # runs, steps
     total = re.search(r"total: 6 runs, 72 steps, (\S+) training FLOPs; on this device \(.+\): (.+) with --jobs 2 "
                       r"\((.+) one at a time\)", out)
     assert total is not None and float(total.group(1)) > 0
+    assert re.search(r"with --jobs 2 \(.+ one at a time\), the study's checks \(\d+ m?s\) included", out)
+    assert re.search(r"machine load while timing: 1-min load average \d+\.\d on \d+ CPUs, other processes \d+% "
+                     r"of the CPU time", out)
     assert "the training FLOPs alone would take: H200 " in out and "read these as lower bounds" in out
 
 
@@ -85,7 +90,7 @@ def test_the_accelerator_line_is_left_out_when_the_measured_peak_is_not_the_real
     options = bill.SweepOptions()
     lines = bill.render([bill.RunBill(cfg, costs, 10, 1, 0, False)], options, "cpu", {"H100": 1e15})
     assert lines[-1].startswith("at the model FLOP utilisation measured here (25.0% of this device's peak)")
-    assert "would take: H100 0 s (one device" in lines[-1]  # 1e10 FLOPs / (0.25 x 1e15 FLOP/s)
+    assert "would take: H100 <1 ms (one device" in lines[-1]  # 1e10 FLOPs / (0.25 x 1e15 FLOP/s)
     over = dataclasses.replace(costs, mfu=6.25)  # a CPU's emulated bf16 matmul taken for its peak
     lines = bill.render([bill.RunBill(cfg, over, 10, 1, 0, False)], options, "cpu", {"H100": 1e15})
     assert lines[-1] == ("no accelerator figures: the model FLOP utilisation measured here (625%) exceeds this "
@@ -172,8 +177,8 @@ TINY = RunConfig(variant="resnet", depth=8, task="digits", batch_size=32, grad_a
 
 def test_the_bill_is_the_one_timed_step_scaled_by_exact_flops(timed: list[tuple[int, int, int]],
                                                               monkeypatch: pytest.MonkeyPatch) -> None:
-    """A step over the budget is timed on a halving of the batch that fits it; every figure follows from that one
-    timed step (100 ms) and the step's FLOPs, counted exactly on the meta device."""
+    """A step over the budget is timed on a halving of the batch that fits it; every figure follows from the median
+    of its timed steps (100 ms) and the step's FLOPs, counted exactly on the meta device."""
     from torch.utils.flop_counter import FlopCounterMode
 
     model = variants.create("resnet", depth=8, in_chans=1)
@@ -188,9 +193,10 @@ def test_the_bill_is_the_one_timed_step_scaled_by_exact_flops(timed: list[tuple[
     assert (p.micro.train, p.micro.forward, p.timed, p.warmup) == (train, fwd, 8, 1)
     conv, mm = p.micro.train_by_class["conv"], p.micro.train_by_class["matmul"]
     assert conv + mm == train and mm == 3 * 32 * 2 * 64 * 10  # the classifier's forward and two gradients
-    assert p.expected_s(RATES) == 2 * (conv / 4 / 1e11 + mm / 4 / 4e10)  # warm-up + timed, a quarter of the batch
+    assert p.expected_s(RATES) == conv / 4 / 1e11 + mm / 4 / 4e10  # one step of a quarter of the batch
+    assert p.repeats(RATES) == bill.MAX_REPEATS  # milliseconds each: as many as the bill times
     c = bill.measure_costs(p, RATES)
-    assert timed == [(1, 1, 1)] and CountingRunner.calls == 2  # one untimed step, one timed: nothing else
+    assert timed == [(1, 5, 1)] and CountingRunner.calls == 6  # one untimed step, five timed: nothing else
     micro_s = 0.1 * 32 / 8  # one micro-batch of 32, from the 8 timed
     step_s = 2 * micro_s  # grad_accum 2
     assert c.step_s == step_s and c.flops_per_step == 2 * train and c.timed_samples == 8
@@ -205,18 +211,18 @@ def test_the_bill_is_the_one_timed_step_scaled_by_exact_flops(timed: list[tuple[
 
 def test_the_bill_times_one_step_per_model_configuration(timed: list[tuple[int, int, int]],
                                                          monkeypatch: pytest.MonkeyPatch) -> None:
-    """Runs that differ in their seed share a configuration: two configurations of four runs take four steps (one
-    untimed each); a step over the budget even at one sample is timed once, with no warm-up."""
+    """Runs that differ in their seed share a configuration: two configurations of four runs take twelve steps (one
+    untimed, five timed each); a step over the budget even at one sample is timed once, with no warm-up."""
     configs = [dataclasses.replace(TINY, variant=v, seed=seed, measure=()) for v in ("plain", "resnet")
                for seed in (0, 1)]
     said: list[str] = []
     bills = bill.bill(configs, bill.SweepOptions(), bill.measure.cost_key, say=said.append)
-    assert CountingRunner.calls == 4 and timed == [(1, 1, 1)] * 2
+    assert CountingRunner.calls == 12 and timed == [(1, 5, 1)] * 2
     assert [b.measures for b in bills] == [False] * 4 and bills[0].costs is bills[1].costs
     assert said[0] == "  counting the FLOPs of 2 model configurations on the meta device ..."
-    assert re.match(r"  timing one step of each of 2 model configurations \(\d threads?\): at least 0 s \(their "
-                    r"FLOPs at this device's rates: matmul 40 GFLOP/s, conv 100 GFLOP/s\)$", said[1])
-    assert said[2].startswith("  timing plain-d8-digits-") and " one step of 32 samples (" in said[2]
+    assert re.match(r"  timing 12 steps of 2 model configurations \(\d threads?\): their FLOPs alone take 17 ms at "
+                    r"this device's rates \(matmul 40 GFLOP/s, conv 100 GFLOP/s\)$", said[1])
+    assert said[2].startswith("  timing plain-d8-digits-") and ": 5 steps of 32 samples (" in said[2]
     CountingRunner.calls, timed[:] = 0, []
     monkeypatch.setattr(bill, "STEP_BUDGET", 1.0)
     bills = bill.bill(configs[:1], bill.SweepOptions(), bill.measure.cost_key, say=said.append)

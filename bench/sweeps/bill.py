@@ -33,6 +33,8 @@ import dataclasses
 import heapq
 import math
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -45,6 +47,7 @@ import torch
 import variants
 from bench.runs import measure
 from bench.runs.config import RunConfig
+from bench.runs.env import cpu_sample, machine_load
 from bench.runs.tasks import TaskError, synth
 from bench.runs.tasks.tokens import DEFAULT_EVAL_TOKENS
 from bench.runs.train import StepRunner, batch_generator, setup
@@ -78,7 +81,9 @@ STAND_INS: dict[str, Callable[[RunConfig], tuple[dict[str, Any], int | None, int
 }
 STEP_BUDGET = 2e10  # FLOPs of a step timed whole here (some 0.3 s on a 2-core CPU); a larger one on fewer samples
 EVAL_SAMPLES = 64  # validation windows of the generated token shards
-PROCESS_START_S = 5.0  # the memory probe's own process: start Python, import torch, build the task and model
+PROCESS_START_S = 5.0  # the memory probe's own process where it was not timed: start Python, import torch and resbench
+TIMING_S = 1.0  # time the steps of one configuration take at most (their FLOPs at the device's rates), repeats
+MAX_REPEATS = 5  # timed steps of one configuration at most: the median of them is its step
 
 
 @dataclass(frozen=True)
@@ -99,6 +104,7 @@ class Costs:
     default_steps: int | None = None  # the task's run length when neither steps nor epochs is given
     timed_samples: int = 0  # the samples of the one timed step
     flops_by_class: Mapping[str, float] = dataclasses.field(default_factory=dict)  # of one optimiser step
+    load: Mapping[str, Any] = dataclasses.field(default_factory=dict)  # the machine's while the steps were timed
 
 
 @dataclass(frozen=True)
@@ -145,10 +151,17 @@ class Plan:
         return int(self.timed_flops <= STEP_BUDGET)
 
     def expected_s(self, rates: Mapping[str, float]) -> float:
-        """What timing it takes: its steps' FLOPs at the device's rate for each op class (a floor: overheads
-        are not FLOPs)."""
+        """What one timed step takes: its FLOPs at the device's rate for each op class (a floor: overheads are not
+        FLOPs)."""
         share = self.timed / self.cfg.batch_size
-        return (1 + self.warmup) * sum(n * share / rates[c] for c, n in self.micro.train_by_class.items() if n)
+        return sum(n * share / rates[c] for c, n in self.micro.train_by_class.items() if n)
+
+    def repeats(self, rates: Mapping[str, float]) -> int:
+        """Steps to time: as many as fit :data:`TIMING_S` (by their FLOPs), 1 to :data:`MAX_REPEATS`; the median is
+        the step (one step alone is a noisy figure on a machine that runs anything else); 1 over the budget."""
+        if not self.warmup:
+            return 1
+        return max(1, min(MAX_REPEATS, int(TIMING_S / max(self.expected_s(rates), 1e-6))))
 
 
 def step_seconds(timed_s: float, timed_samples: int, cfg: RunConfig) -> float:
@@ -196,14 +209,18 @@ def _built(s: Any) -> Any:
     return dataclasses.replace(s, model=model.to(memory_format=torch.channels_last) if s.cfg.channels_last else model)
 
 
-def measure_costs(p: Plan, rates: Mapping[str, float]) -> Costs:
-    """One configuration's costs (module docstring) from one timed step of :func:`plan`'s choosing: the only step
-    the bill times for it (after one untimed one, for a step within the budget)."""
+def measure_costs(p: Plan, rates: Mapping[str, float], setup_s: float | None = None,
+                  start_s: float = PROCESS_START_S) -> Costs:
+    """One configuration's costs (module docstring) from the median of the steps of :func:`plan`'s choosing that it
+    times (:meth:`Plan.repeats`, after one untimed one for a step within the budget). ``setup_s``: what setting a
+    run up takes in a process of its own (default: the plan's, which may have found its data already loaded);
+    ``start_s``: what starting the memory probe's process takes."""
     cfg, s, device = p.cfg, _built(p.s), p.s.device
     runner = StepRunner(s.cfg, s, s.model, batch_generator(s, 2))
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
-    timed_s = measure.time_steps(runner, device, warmup=p.warmup, repeats=1, steps=1)[0] / 1e3
+    timed_s = measure.median(measure.time_steps(runner, device, warmup=p.warmup, repeats=p.repeats(rates),
+                                                steps=1)) / 1e3
     peak_mb = torch.cuda.max_memory_allocated(device) / 2**20 if device.type == "cuda" and p.timed == cfg.batch_size \
         else None
     micro_s = timed_s * cfg.batch_size / p.timed  # one micro-batch of the run
@@ -215,11 +232,12 @@ def measure_costs(p: Plan, rates: Mapping[str, float]) -> Costs:
     # The run's own phases: FLOPs is one forward and backward of a micro-batch, the timing phase its configured
     # warm-up and repeats of steps, the memory probe a process of its own that takes four steps.
     phase_s = {"flops": micro_s, "throughput": (cfg.timing_warmup + cfg.timing_repeats * cfg.timing_steps) * step_s,
-               "memory": PROCESS_START_S + 4 * step_s}
+               "memory": (start_s + 4 * step_s) if device.type == "cpu" else 4 * step_s}
     # an evaluated sample: the forward's share of a training sample's time
     sample_s = micro_s / cfg.batch_size * p.micro.forward / max(p.micro.train, 1)
     evaluated = STAND_INS[cfg.task](cfg)[2] if p.stand_in is not None else _evaluated(s)
-    return Costs(p.key, p.setup_s, sum(phase_s[q] for q in cfg.measure), step_s, evaluated * sample_s,
+    return Costs(p.key, p.setup_s if setup_s is None else setup_s, sum(phase_s[q] for q in cfg.measure), step_s,
+                 evaluated * sample_s,
                  micro_s if cfg.probe_every else 0.0, flops, peak_mb, mfu,
                  p.num_train if p.stand_in is not None else s.task.num_train, p.stand_in, s.task.default_steps,
                  p.timed, by_class)
@@ -262,15 +280,24 @@ def bill(configs: Sequence[RunConfig], options: SweepOptions, cost_key: Any,
                 plans[key] = plan(cfg, key)
         first = next(iter(plans.values()), None)
         rates = measure.device_rates(first.s.device, first.cfg.precision) if first else {}
-        expected = sum(p.expected_s(rates) for p in plans.values())
-        say(f"  timing one step of each of {len(plans)} model configuration{'s' if len(plans) != 1 else ''} "
-            f"({threads} thread{'s' if threads > 1 else ''}): at least {_clock(expected)} (their FLOPs at this "
-            f"device's rates: {', '.join(f'{c} {r / 1e9:.0f} GFLOP/s' for c, r in rates.items())})")
+        steps = {k: p.repeats(rates) + p.warmup for k, p in plans.items()}
+        expected = sum(p.expected_s(rates) * steps[k] for k, p in plans.items())
+        say(f"  timing {sum(steps.values())} steps of {len(plans)} model configuration{'s' if len(plans) != 1 else ''} "
+            f"({threads} thread{'s' if threads > 1 else ''}): their FLOPs alone take {_clock(expected)} at this "
+            f"device's rates ({', '.join(f'{c} {r / 1e9:.0f} GFLOP/s' for c, r in rates.items())})")
+        start_s = _probe_start() if any("memory" in p.cfg.measure and p.s.device.type == "cpu"
+                                         for p in plans.values()) else PROCESS_START_S
+        setups: dict[str, float] = {}  # each run sets its task up in a process of its own: the slowest set-up seen
+        for p in plans.values():
+            setups[p.cfg.task] = max(setups.get(p.cfg.task, 0.0), p.setup_s)
         costs = {}
+        sample = cpu_sample()
         for key, p in plans.items():
-            say(f"  timing {p.cfg.run_id}: one step of {p.timed} sample{'s' if p.timed > 1 else ''} "
-                f"({p.timed_flops:.3g} FLOPs) ...")
-            costs[key] = measure_costs(p, rates)
+            say(f"  timing {p.cfg.run_id}: {p.repeats(rates)} step{'s' if p.repeats(rates) > 1 else ''} of "
+                f"{p.timed} sample{'s' if p.timed > 1 else ''} ({p.timed_flops:.3g} FLOPs each) ...")
+            costs[key] = measure_costs(p, rates, setups[p.cfg.task], start_s)
+        load = machine_load(sample)
+        costs = {k: dataclasses.replace(c, load=load) for k, c in costs.items()}
     finally:
         torch.set_num_threads(before)
     out, seen = [], set()
@@ -287,6 +314,25 @@ def bill(configs: Sequence[RunConfig], options: SweepOptions, cost_key: Any,
     return out
 
 
+def _probe_start() -> float:
+    """What starting the memory probe's process takes here: Python, torch and resbench imported (timed once)."""
+    t0 = time.perf_counter()
+    subprocess.run([sys.executable, "-c", "import bench.runs.memprobe"], check=False, capture_output=True,
+                   timeout=600)
+    return time.perf_counter() - t0
+
+
+def load_line(load: Mapping[str, Any]) -> str:
+    """The machine load a bill's steps were timed under, in words; a busier machine when the runs run makes them
+    slower, an idler one faster."""
+    if not load or load.get("load_1m") is None:
+        return "machine load while timing: not known here"
+    other = load.get("other_cpu")
+    return (f"machine load while timing: 1-min load average {load['load_1m']:.1f} on {load.get('cpus')} CPUs"
+            + (f", other processes {100 * other:.0f}% of the CPU time" if other is not None else "")
+            + " (a bill holds while the load does)")
+
+
 def schedule(seconds: Sequence[float], slots: int) -> float:
     """The wall time of running jobs of ``seconds`` on ``slots`` at a time, longest first."""
     finish = [0.0] * max(1, slots)
@@ -296,6 +342,10 @@ def schedule(seconds: Sequence[float], slots: int) -> float:
 
 
 def _clock(seconds: float) -> str:
+    if seconds < 0.001:
+        return "<1 ms"
+    if seconds < 1:
+        return f"{1000 * seconds:.0f} ms"
     if seconds < 90:
         return f"{seconds:.0f} s"
     if seconds < 5400:
@@ -304,8 +354,9 @@ def _clock(seconds: float) -> str:
 
 
 def render(bills: Sequence[RunBill], options: SweepOptions, device: str,
-           accelerators: Mapping[str, float]) -> list[str]:
-    """The bill as lines: per configuration, in total, and on the accelerators of the peak table."""
+           accelerators: Mapping[str, float], checks_s: float = 0.0) -> list[str]:
+    """The bill as lines: per configuration, in total (with ``checks_s``, what checking the study took before its
+    first run, and the machine load its steps were timed under), and on the accelerators of the peak table."""
     lines = [f"{'configuration':<44} {'runs':>4} {'steps':>8} {'train FLOPs':>12} {'per run':>9} {'peak MiB':>9}"]
     by_key: dict[str, list[RunBill]] = {}
     for b in bills:
@@ -322,8 +373,10 @@ def render(bills: Sequence[RunBill], options: SweepOptions, device: str,
     flops = sum(b.train_flops for b in bills)
     slots = options.jobs
     lines.append(f"total: {len(bills)} runs, {sum(b.steps for b in bills):,} steps, {flops:.3g} training FLOPs; "
-                 f"on this device ({device}): {_clock(schedule([b.seconds for b in bills], slots))} with --jobs {slots}"
-                 + (f" ({_clock(total)} one at a time)" if slots > 1 else ""))
+                 f"on this device ({device}): {_clock(checks_s + schedule([b.seconds for b in bills], slots))} with "
+                 f"--jobs {slots}" + (f" ({_clock(checks_s + total)} one at a time)" if slots > 1 else "")
+                 + (f", the study's checks ({_clock(checks_s)}) included" if checks_s else ""))
+    lines.append(load_line(bills[0].costs.load if bills else {}))
     mfus = [b.costs.mfu for b in bills if b.costs.mfu]
     mfu = statistics.median(mfus) if mfus else 0.0
     if flops and mfu > 1:
