@@ -50,8 +50,8 @@ def test_a_dry_run_prints_the_bill_and_records_nothing(tmp_path: Path, capsys: p
     assert re.search(r"billed in \d+ s", out)
     lines = {line.split()[0]: line.split() for line in out.splitlines() if re.match(r"(plain|resnet)-d8 digits", line)}
     assert lines["plain-d8"][2:4] == ["3", "36"] and lines["resnet-d8"][2:4] == ["3", "36"]  # runs, steps
-    total = re.search(r"total: 6 runs, 72 steps, (\S+) training FLOPs; on this device \(.+\): (.+) with --jobs 2 "
-                      r"\((.+) one at a time\)", out)
+    total = re.search(r"total: 6 runs, 72 steps, (\S+) training FLOPs; on this device \(.+\), idle: (.+) with "
+                      r"--jobs 2 \((.+) one at a time\)", out)
     assert total is not None and float(total.group(1)) > 0
     assert re.search(r"with --jobs 2 \(.+ one at a time\), the study's checks \(\d+ m?s\) included", out)
     assert re.search(r"machine load while timing: 1-min load average \d+\.\d on \d+ CPUs, other processes \d+% "
@@ -153,9 +153,12 @@ class CountingRunner(bill.StepRunner):
 @pytest.fixture
 def timed(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, int, int]]:
     """Every step the bill takes counted (CountingRunner.calls) and each timing call recorded (warm-up, repeats,
-    steps); a timed step reads 100 ms, the device's rates :data:`RATES`."""
+    steps); a timed step reads 100 ms of wall time and 1000 s of CPU time (so the wall time is the step's), the
+    device's rates :data:`RATES`."""
     CountingRunner.calls = 0
     monkeypatch.setattr(bill, "StepRunner", CountingRunner)
+    clock = iter(range(0, 10**9, 1000))
+    monkeypatch.setattr(bill, "cpu_clock", lambda: float(next(clock)))
     calls: list[tuple[int, int, int]] = []
     real = bill.measure.time_steps
 
@@ -228,3 +231,25 @@ def test_the_bill_times_one_step_per_model_configuration(timed: list[tuple[int, 
     bills = bill.bill(configs[:1], bill.SweepOptions(), bill.measure.cost_key, say=said.append)
     assert CountingRunner.calls == 1 and timed == [(0, 1, 1)] and bills[0].costs.timed_samples == 1
     assert bills[0].costs.step_s == 0.1 * 32 * 2
+
+
+def test_on_a_busy_cpu_the_bill_reads_the_steps_cpu_time(timed: list[tuple[int, int, int]],
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """A machine busy with other work makes each step take longer on the wall clock, not in CPU time: the bill reads
+    the steps' CPU time per thread (an idle core's figure) where it is the smaller, and scales the sweep by the load
+    it measured (its threads and the other work share the CPUs)."""
+    clock = iter(float(x) for x in range(0, 10**6, 3))  # 3 CPU seconds a call: 0.5 s for each of 6 steps
+    monkeypatch.setattr(bill, "cpu_clock", lambda: next(clock) / 10)  # 0.05 s a step, against 0.1 s of wall time
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 1)
+    c = bill.measure_costs(bill.plan(dataclasses.replace(TINY, measure=()), "k"), RATES)
+    assert c.step_s == pytest.approx(0.05 * 32 / 32 * 2)  # grad_accum 2: two micro-batches
+    assert bill.slowdown({"other_cpu": 0.75, "cpus": 2}, jobs=2, threads=1) == pytest.approx(1.75)
+    assert bill.slowdown({"other_cpu": 0.25, "cpus": 4}, jobs=2, threads=1) == 1.0  # room for both
+    assert bill.slowdown({}, jobs=2, threads=1) == 1.0
+    busy = dataclasses.replace(c, load={"load_1m": 3.5, "cpus": 2, "other_cpu": 0.75})
+    lines = bill.render([bill.RunBill(TINY, busy, 10, 0, 0, False)], bill.SweepOptions(jobs=2), "cpu", {})
+    idle = bill.RunBill(TINY, c, 10, 0, 0, False).seconds
+    said = next(line for line in lines if line.startswith("machine load"))
+    assert said == ("machine load while timing: 1-min load average 3.5 on 2 CPUs, other processes 75% of the CPU "
+                    "time (the steps were timed in CPU time: an idle machine's figures): at that load, "
+                    f"{bill._clock(1.75 * idle)} (1.75x)")

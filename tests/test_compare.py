@@ -13,6 +13,7 @@ import pytest
 from scipy import stats as sps
 
 from bench.analysis.comparison import compare_table, holm
+from bench.analysis.stats import primary_metrics, with_derived
 from bench.cli import main
 from bench.reports.markdown import render_comparison as render
 from bench.runs.results import COLUMNS, ResultsStore
@@ -160,3 +161,17 @@ def test_compact_leaderboard(tmp_path: Path, capsys: pytest.CaptureFixture[str])
 
 def test_store_reads_the_written_board(tmp_path: Path) -> None:
     assert len(ResultsStore(write(tmp_path)).load_leaderboard()) == sum(map(len, LOSSES.values()))
+
+
+def test_a_language_models_leaderboard_and_compare_default_to_its_loss(tmp_path: Path,
+                                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    """tinytext is a language model: its primary metric is the validation loss (not accuracy, a classifier's)."""
+    d = str(write(tmp_path))
+    assert main(["leaderboard", "--results-dir", d]) == 0
+    header = capsys.readouterr().out.splitlines()[0].split()
+    assert header[-4:] == ["final_val_loss", "final_train_loss", "train_tokens_per_s", "peak_mem_mb"]
+    assert main(["compare", "--results-dir", d, "--baseline", "base", "--format", "csv"]) == 0
+    assert set(pd.read_csv(io.StringIO(capsys.readouterr().out))["metric"]) == {"final_val_loss"}
+    digits = board().assign(task="digits", final_val_acc=0.9)
+    assert compare_table(with_derived(digits), None, "base", primary_metrics(digits))["metric"].unique().tolist() \
+        == ["val_error"]  # a classifier's: 1 - accuracy

@@ -29,11 +29,12 @@ Rules (the report and the plots rely on them):
   column; ``unrecorded`` for rows from before the fingerprint), never one mean over machines. Convergence metrics
   still pool every seed of a configuration, whatever machine ran it (their ``machine`` is empty). One machine: no
   ``machine`` column, nothing changes.
-- **Comparing two groups** (:func:`two_groups`, the one comparison behind ``bench compare``, the claims and
-  :func:`compare`): ``diff = mean(variant) - mean(baseline)``; Welch's t-test (unequal variances, two-sided), the
-  95% Welch CI of ``diff`` (``diff ± t(0.975, ν)·√(s²/n + s_base²/n_base)``, ν the Welch–Satterthwaite degrees of
-  freedom) and each side's CI need at least :data:`MIN_RUNS` counted runs a side (one run has no spread); two
-  constant sides give a CI of width 0 and no p-value.
+- **Comparing two groups** unpaired (:func:`two_groups`, behind ``bench compare`` and the claims where the runs do
+  not pair by seed, and :func:`compare`): ``diff = mean(variant) - mean(baseline)``; Welch's t-test (unequal
+  variances, two-sided), the 95% Welch CI of ``diff`` (``diff ± t(0.975, ν)·√(s²/n + s_base²/n_base)``, ν the
+  Welch–Satterthwaite degrees of freedom) and each side's CI need at least :data:`MIN_RUNS` counted runs a side
+  (one run has no spread); two constant sides give a CI of width 0 and no p-value. Runs that pair by seed are
+  compared by :func:`bench.analysis.pairing.difference` instead.
 """
 
 from __future__ import annotations

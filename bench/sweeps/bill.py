@@ -3,18 +3,25 @@
 Every model of the grid is built and checked first, as a sweep does (meta device, the confound guard). Then, per
 model configuration (:func:`bench.runs.measure.cost_key`: the runs that share one measure the same step), the bill
 counts the exact FLOPs of one training step at the run's batch on the meta device (``torch.utils.flop_counter``,
-split into matmuls and convolutions) and times **one** short step on the device at hand, with the threads a run of
-this sweep would get: at the run's batch, or at the largest halving of it whose FLOPs fit :data:`STEP_BUDGET`, after
-one untimed step (a first step pays one-off costs no later step does); a step over the budget even at one sample
-(GPT-2 small at 1,024 tokens) is timed once, with no warm-up. Before timing, it prints what the timing will take:
-those steps' FLOPs at the device's rate for each op class (:func:`bench.runs.measure.device_rates`, measured once).
+split into matmuls and convolutions) and times a few short steps on the device at hand (:meth:`Plan.repeats`: as
+many as fit a second, up to five; their median), with the threads a run of this sweep would get: at the run's
+batch, or at the largest halving of it whose FLOPs fit :data:`STEP_BUDGET`, after one untimed step (a first step
+pays one-off costs no later step does); a step over the budget even at one sample (GPT-2 small at 1,024 tokens) is
+timed once, with no warm-up. On a CPU the steps are timed in CPU time per thread, and so are the set-up and the
+memory probe's process start: what they take on an idle machine, however busy the machine is while it bills.
+Before timing, it prints what the timing will take: those steps' FLOPs at the device's rate for each op class
+(:func:`bench.runs.measure.device_rates`, measured once).
 
 From these (:func:`step_seconds` and :class:`Costs`): a run's step takes the timed step's time scaled by its FLOPs
 (FLOPs grow with the batch; so does a step's time, at the rate the timed step achieved); an evaluated sample costs
 the forward's share of a training sample's time; a probe call a training step's; the measurement phases of a
-configuration's first run their steps, and the memory probe a process start (:data:`PROCESS_START_S`) besides.
-Each run's wall time is then ``setup + [measurement] + steps x step + evaluations x evaluation + probes x probe``;
-the sweep's, those runs scheduled longest-first on ``--jobs`` slots. Nothing is recorded.
+configuration's first run their steps, and the memory probe a process start besides (timed once; on a GPU the
+memory is measured in the run's own process). Each run sets its task up in a process of its own: every run pays
+the slowest set-up of its task the bill saw. Each run's time is then ``setup + [measurement] + steps x step +
+evaluations x evaluation + probes x probe``; the sweep's, the study's checks plus those runs scheduled
+longest-first on ``--jobs`` slots: what it takes on an idle machine. The machine load while the bill timed its
+steps is printed with it, and what the sweep takes at that load (:func:`slowdown`: its threads and the other work
+share the CPUs). Nothing is recorded.
 
 A task whose data is not on this machine (CIFAR not downloaded) is measured on a stand-in of the same shapes
 (:data:`STAND_INS`: what a step costs depends on the shapes only), with the real dataset's size for the run length.
@@ -32,11 +39,11 @@ from __future__ import annotations
 import dataclasses
 import heapq
 import math
+import os
 import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -188,9 +195,9 @@ def _setup(cfg: RunConfig) -> tuple[Any, int | None, str | None]:
 def plan(cfg: RunConfig, key: str) -> Plan:
     """Set up ``cfg`` (its stand-in where its data is not here), count one micro-batch's FLOPs on the meta device and
     choose the timed step: the run's batch, halved while its FLOPs exceed :data:`STEP_BUDGET` (down to one sample)."""
-    t0 = time.perf_counter()
+    t0 = cpu_clock()
     s, num_train, stand = _setup(cfg)
-    setup_s = time.perf_counter() - t0
+    setup_s = cpu_clock() - t0
     x, y = next(s.task.train_batches(1, batch_generator(s, 1)))
     b = cfg.batch_size
     micro = measure.meta_step_flops(lambda: variants.create(cfg.variant, **s.model_kwargs),
@@ -219,8 +226,11 @@ def measure_costs(p: Plan, rates: Mapping[str, float], setup_s: float | None = N
     runner = StepRunner(s.cfg, s, s.model, batch_generator(s, 2))
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
-    timed_s = measure.median(measure.time_steps(runner, device, warmup=p.warmup, repeats=p.repeats(rates),
-                                                steps=1)) / 1e3
+    cpu0 = cpu_clock()
+    times = measure.time_steps(runner, device, warmup=p.warmup, repeats=p.repeats(rates), steps=1)
+    timed_s = measure.median(times) / 1e3
+    if device.type == "cpu":  # the steps' CPU time per thread: their time on idle cores, whatever else runs now
+        timed_s = min(timed_s, (cpu_clock() - cpu0) / (p.warmup + len(times)) / torch.get_num_threads())
     peak_mb = torch.cuda.max_memory_allocated(device) / 2**20 if device.type == "cuda" and p.timed == cfg.batch_size \
         else None
     micro_s = timed_s * cfg.batch_size / p.timed  # one micro-batch of the run
@@ -314,12 +324,30 @@ def bill(configs: Sequence[RunConfig], options: SweepOptions, cost_key: Any,
     return out
 
 
+def cpu_clock() -> float:
+    """CPU seconds this process and the children it waited for have used: what a piece of work takes on an idle
+    core, however busy the machine is while the bill times it."""
+    t = os.times()
+    return t.user + t.system + t.children_user + t.children_system
+
+
 def _probe_start() -> float:
-    """What starting the memory probe's process takes here: Python, torch and resbench imported (timed once)."""
-    t0 = time.perf_counter()
+    """What starting the memory probe's process takes here: Python, torch and resbench imported (timed once, in CPU
+    seconds)."""
+    t0 = cpu_clock()
     subprocess.run([sys.executable, "-c", "import bench.runs.memprobe"], check=False, capture_output=True,
                    timeout=600)
-    return time.perf_counter() - t0
+    return cpu_clock() - t0
+
+
+def slowdown(load: Mapping[str, Any], jobs: int, threads: int) -> float:
+    """How much longer a sweep takes than on an idle machine when other processes keep ``other_cpu`` of its CPUs busy
+    (``load``, :func:`bench.runs.env.machine_load`): its ``jobs`` x ``threads`` threads and the other work share the
+    CPUs, ``max(1, (jobs · threads + other_cpu · cpus) / cpus)``; 1 where the load is not known."""
+    other, cpus = load.get("other_cpu"), load.get("cpus")
+    if other is None or not cpus:
+        return 1.0
+    return max(1.0, (jobs * threads + float(other) * cpus) / cpus)
 
 
 def load_line(load: Mapping[str, Any]) -> str:
@@ -330,7 +358,7 @@ def load_line(load: Mapping[str, Any]) -> str:
     other = load.get("other_cpu")
     return (f"machine load while timing: 1-min load average {load['load_1m']:.1f} on {load.get('cpus')} CPUs"
             + (f", other processes {100 * other:.0f}% of the CPU time" if other is not None else "")
-            + " (a bill holds while the load does)")
+            + " (the steps were timed in CPU time: an idle machine's figures)")
 
 
 def schedule(seconds: Sequence[float], slots: int) -> float:
@@ -372,11 +400,14 @@ def render(bills: Sequence[RunBill], options: SweepOptions, device: str,
     total = sum(b.seconds for b in bills)
     flops = sum(b.train_flops for b in bills)
     slots = options.jobs
+    idle = checks_s + schedule([b.seconds for b in bills], slots)
     lines.append(f"total: {len(bills)} runs, {sum(b.steps for b in bills):,} steps, {flops:.3g} training FLOPs; "
-                 f"on this device ({device}): {_clock(checks_s + schedule([b.seconds for b in bills], slots))} with "
-                 f"--jobs {slots}" + (f" ({_clock(checks_s + total)} one at a time)" if slots > 1 else "")
+                 f"on this device ({device}), idle: {_clock(idle)} with --jobs {slots}"
+                 + (f" ({_clock(checks_s + total)} one at a time)" if slots > 1 else "")
                  + (f", the study's checks ({_clock(checks_s)}) included" if checks_s else ""))
-    lines.append(load_line(bills[0].costs.load if bills else {}))
+    load = bills[0].costs.load if bills else {}
+    factor = slowdown(load, slots, plan_placements(slots, 0)[0].threads)
+    lines.append(load_line(load) + (f": at that load, {_clock(factor * idle)} ({factor:.2f}x)" if factor > 1 else ""))
     mfus = [b.costs.mfu for b in bills if b.costs.mfu]
     mfu = statistics.median(mfus) if mfus else 0.0
     if flops and mfu > 1:
