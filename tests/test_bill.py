@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import re
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -237,19 +238,22 @@ def test_on_a_busy_cpu_the_bill_reads_the_steps_cpu_time(timed: list[tuple[int, 
                                                          monkeypatch: pytest.MonkeyPatch) -> None:
     """A machine busy with other work makes each step take longer on the wall clock, not in CPU time: the bill reads
     the steps' CPU time per thread (an idle core's figure) where it is the smaller, and scales the sweep by the load
-    it measured (its threads and the other work share the CPUs)."""
+    average it measured (the sweep's threads and the other runnable ones share the CPUs)."""
     clock = iter(float(x) for x in range(0, 10**6, 3))  # 3 CPU seconds a call: 0.5 s for each of 6 steps
     monkeypatch.setattr(bill, "cpu_clock", lambda: next(clock) / 10)  # 0.05 s a step, against 0.1 s of wall time
     monkeypatch.setattr(torch, "get_num_threads", lambda: 1)
     c = bill.measure_costs(bill.plan(dataclasses.replace(TINY, measure=()), "k"), RATES)
     assert c.step_s == pytest.approx(0.05 * 32 / 32 * 2)  # grad_accum 2: two micro-batches
-    assert bill.slowdown({"other_cpu": 0.75, "cpus": 2}, jobs=2, threads=1) == pytest.approx(1.75)
-    assert bill.slowdown({"other_cpu": 0.25, "cpus": 4}, jobs=2, threads=1) == 1.0  # room for both
+    # a load average of 2.5 while the bill ran one thread: 1.5 other threads; two jobs of one thread join them
+    assert bill.slowdown({"load_1m": 2.5, "cpus": 2}, jobs=2, threads=1) == pytest.approx(1.75)
+    assert bill.slowdown({"load_1m": 1.5, "cpus": 4}, jobs=2, threads=1) == 1.0  # room for both
+    assert bill.slowdown({"load_1m": 6.0, "cpus": 2}, jobs=2, threads=1, own=2) == pytest.approx(3.0)
     assert bill.slowdown({}, jobs=2, threads=1) == 1.0
-    busy = dataclasses.replace(c, load={"load_1m": 3.5, "cpus": 2, "other_cpu": 0.75})
+    busy = dataclasses.replace(c, load={"load_1m": 2.5, "cpus": 2, "other_cpu": 0.75})
+    monkeypatch.setattr(bill, "plan_placements", lambda jobs, gpus: [SimpleNamespace(threads=1)] * jobs)
     lines = bill.render([bill.RunBill(TINY, busy, 10, 0, 0, False)], bill.SweepOptions(jobs=2), "cpu", {})
     idle = bill.RunBill(TINY, c, 10, 0, 0, False).seconds
     said = next(line for line in lines if line.startswith("machine load"))
-    assert said == ("machine load while timing: 1-min load average 3.5 on 2 CPUs, other processes 75% of the CPU "
-                    "time (the steps were timed in CPU time: an idle machine's figures): at that load, "
-                    f"{bill._clock(1.75 * idle)} (1.75x)")
+    assert said == ("machine load while timing: 1-min load average 2.5 on 2 CPUs, other processes 75% of the CPU "
+                    "time (the steps were timed in CPU time: an idle machine's figures; the sweep shares the CPUs "
+                    f"with the other work): at that load, {bill._clock(1.75 * idle)} (1.75x)")

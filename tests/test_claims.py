@@ -703,3 +703,17 @@ def test_a_filter_matches_rows_by_value(column: pd.Series, expected: list[bool])
         warnings.simplefilter("error")  # pandas 3 deprecates | between a bool mask and a str column
         mask = _matches(column, value)
     assert mask.dtype == bool and list(mask) == expected
+
+
+def test_a_claim_filters_on_the_preset_its_runs_were_made_under():
+    """The preset is no part of a configuration (nor of a run id), but a claim may still pick runs by the preset
+    that asked for them (the run JSONs record it)."""
+    rows = runs("plain", 20, [1.0, 1.1, 1.2]) + runs("plain", 56, [2.0, 2.2, 2.4])
+    jsons = [{"run_id": r["run_id"], "config": {"variant": "plain", "depth": r["depth"], "seed": r["seed"],
+                                                "preset": "quick" if r["depth"] == 20 else "deep"}} for r in rows]
+    def by_preset(presets):
+        return claim(where={"variant": "plain", "preset": presets}, compare="depth", a=20, b=56, expect="greater")
+
+    assert one(by_preset(["quick", "deep"]), board(rows), None, jsons).verdict == "agrees"
+    only = one(by_preset("quick"), board(rows), None, jsons)
+    assert only.verdict == "inconclusive" and only.note == "no runs with depth=56"

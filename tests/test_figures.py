@@ -194,3 +194,13 @@ def test_frames_carry_the_recorded_load(study) -> None:
     measured = board[board["seed"] == 0]
     assert set(measured["load_1m"]) == {1.93} and set(measured["other_cpu"]) == {0.45}
     assert pd.isna(board[board["seed"] == 1]["load_1m"]).all()  # its figures are seed 0's: their load is there
+
+
+def test_a_verdict_without_an_interval_is_a_row_of_words() -> None:
+    """Every run of one group failed: the verdict stands (the failed group counts as the worse), with no interval."""
+    data = pd.DataFrame([{"metric": "final_val_loss", "claim": "c", "design": "attn_res", "baseline": "preln",
+                          "context": "depth=24", "diff": np.nan, "low": np.nan, "high": np.nan, "margin": 0.0,
+                          "expect": "less", "verdict": "disagrees", "test": "", "n": 0, "level": 0.95}])
+    ax = plot_forest(data, "final_val_loss").axes[0]
+    assert [t.get_text() for t in ax.texts] == ["DISAGREES (no interval)"]
+    assert not [ln for ln in ax.get_lines() if ln.get_label() == "c: depth=24"]

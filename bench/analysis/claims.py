@@ -15,7 +15,8 @@ groups compared are filters on recorded fields. Fields of a claim:
   ``conv``, ...; ``*`` = every unit) at probe step ``step`` (default 0, initialisation), taken at the
   ``first`` unit, the ``last`` one, or as ``last_over_first``. Every quantity is one value per run.
 - ``where = {field = value | [values]}``: the runs the claim is about. A field is a leaderboard column,
-  a run-config field or model argument (``init``), or a variant axis (``family``, ``combinator``, ``placement``,
+  a run-config field or model argument (``init``; ``preset`` is the preset that first asked for a run: two presets
+  that repeat a configuration share its runs), or a variant axis (``family``, ``combinator``, ``placement``,
   ``body``, ``norm``) as the run recorded it (its JSON's ``axes``; for runs recorded before runs kept them, as
   ``variants.describe`` derives them now).
 - ``for_each``: a field; one verdict per value of it. ``count_above``: per group, also count the runs whose
@@ -356,6 +357,10 @@ def claim_frame(
     for name, acc in DERIVED.items():
         if acc in frame:
             frame[name] = 1.0 - pd.to_numeric(frame[acc], errors="coerce")
+    # the preset that first asked for each run: a claim may filter on it, though it is no part of a configuration
+    presets = {r.get("run_id"): (r.get("config") or {}).get("preset") for r in runs or ()}
+    if "preset" not in frame and any(presets.values()):
+        frame["preset"] = frame["run_id"].map(presets).astype(object)
     return frame
 
 

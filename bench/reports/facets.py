@@ -41,7 +41,6 @@ class Row:
     """One row of panels: the statistics of one metric (:func:`bench.analysis.stats.mean_ci` rows, with ``series``
     and ``style``) drawn against ``x``."""
 
-    title: str
     stats: pd.DataFrame
     x: str
     xlabel: str
@@ -64,10 +63,10 @@ def faceted(rows: Sequence[Row], colours: Mapping[str, Colour], baseline: str | 
             ax.set_title(", ".join(g for g in group if g != baseline) or str(baseline), fontsize="small")
             ax.set_xlabel(row.xlabel, fontsize="small")
             limit(ax, row.metric, log=row.log)
-        axes[0].set_ylabel(f"{row.ylabel}\n{row.title}{f', {style}' if style else ''}", fontsize="small")
-        low = min(ax.get_ylim()[0] for ax in axes)
-        high = max(ax.get_ylim()[1] for ax in axes)
-        for ax in axes:  # one y range a row: panels of a row compare
+        axes[0].set_ylabel("\n".join(filter(None, [row.ylabel, style])), fontsize="small")
+        drawn = [ax.get_ylim() for ax in axes if ax.has_data()]
+        low, high = min(lo for lo, _ in drawn), max(hi for _, hi in drawn)
+        for ax in axes if drawn and (low > 0 or not row.log) else ():  # one y range a row: its panels compare
             ax.set_ylim(low, high)
     legend(fig, colours, series)
     suptitle(fig, title + (f"; each panel with {baseline}, the baseline" if baseline in series else ""))

@@ -50,13 +50,14 @@ def study_results(root: Path, study: str, board: pd.DataFrame, probes: pd.DataFr
 
 
 def forest_data(results: Sequence[Result]) -> pd.DataFrame:
-    """One row per compare verdict with an interval: ``metric, claim, design, baseline, context, diff, low, high,
-    margin, expect, verdict, test, n, level``; ``design`` and ``baseline`` are the compared groups' values."""
+    """One row per compare verdict of two groups that ran: ``metric, claim, design, baseline, context, diff, low,
+    high, margin, expect, verdict, test, n, level``; ``design`` and ``baseline`` are the compared groups' values;
+    ``diff``, ``low`` and ``high`` are NaN where there is no interval (a group whose every run failed)."""
     rows = []
     for r in results:
         c = r.claim
-        if c.kind != "compare" or not r.groups or not (math.isfinite(r.diff) and math.isfinite(r.spread)):
-            continue
+        if c.kind != "compare" or not r.groups or r.note.startswith("no runs with"):
+            continue  # not a comparison, or one of its groups never ran here
         base, design = (g.label.split("=", 1)[-1] for g in r.groups)
         rows.append({"metric": c.metric, "claim": c.id, "design": design, "baseline": base,
                      "context": r.context or "all", "diff": r.diff, "low": r.diff - r.spread,
@@ -85,6 +86,10 @@ def plot_forest(data: pd.DataFrame, metric: str, colours: Mapping[str, Colour] |
     for ax, context in zip(axes, contexts, strict=True):
         for r in data[data["context"] == context].itertuples(index=False):
             y, colour = ys[(r.claim, r.design, r.baseline)], colours.get(str(r.design), (0.3, 0.3, 0.3))
+            if not (math.isfinite(r.low) and math.isfinite(r.high)):  # no interval: its verdict in words alone
+                ax.annotate(f"{_WORDS[str(r.verdict)]} (no interval)", (1.0, y), xycoords=("axes fraction", "data"),
+                            xytext=(4, 0), textcoords="offset points", va="center", fontsize="x-small")
+                continue
             ax.plot([r.low, r.high], [y, y], color=colour, linewidth=2, solid_capstyle="butt",
                     label=f"{r.claim}: {context}")
             ax.plot([r.diff], [y], marker="o", markersize=6, color=colour,

@@ -113,8 +113,8 @@ def plot_learning_curves(curves: pd.DataFrame, task: str | None = None, val_metr
              for split, metric, part in parts]
     title = f"Learning curves on {task}: mean over seeds, band = {CLIP_NOTE}; gaps = non-finite loss"
     if any(crowded(s) for _, _, s in stats):
-        rows = [Row(_label(split, metric).split(" (")[0], s, "step", "step", _label(split, metric), metric,
-                    metric in LOG_METRICS) for split, metric, s in stats]
+        rows = [Row(s, "step", "step", _label(split, metric), metric, metric in LOG_METRICS)
+                for split, metric, s in stats]
         return faceted(rows, colours, baseline, title)
     styles = line_styles(df["style"])
     fig, axes = figure(2)
@@ -143,7 +143,7 @@ def plot_loss_vs_time(curves: pd.DataFrame, task: str | None = None, metric: str
     ylabel = _label("eval", metric)
     xlabel = "training time (s, timed steps only; mean over seeds)"
     if crowded(stats):
-        return faceted([Row(ylabel.split(" (")[0], stats, "time_s", xlabel, ylabel, metric, metric in LOG_METRICS)],
+        return faceted([Row(stats, "time_s", xlabel, ylabel, metric, metric in LOG_METRICS)],
                        colours, baseline, f"{ylabel.split(' (')[0]} vs wall-clock — {task}: mean over seeds, band = "
                                           f"{CLIP_NOTE}")
     fig, (ax,) = figure()

@@ -340,14 +340,15 @@ def _probe_start() -> float:
     return cpu_clock() - t0
 
 
-def slowdown(load: Mapping[str, Any], jobs: int, threads: int) -> float:
-    """How much longer a sweep takes than on an idle machine when other processes keep ``other_cpu`` of its CPUs busy
-    (``load``, :func:`bench.runs.env.machine_load`): its ``jobs`` x ``threads`` threads and the other work share the
-    CPUs, ``max(1, (jobs · threads + other_cpu · cpus) / cpus)``; 1 where the load is not known."""
-    other, cpus = load.get("other_cpu"), load.get("cpus")
-    if other is None or not cpus:
+def slowdown(load: Mapping[str, Any], jobs: int, threads: int, own: int = 1) -> float:
+    """How much longer a sweep takes than on an idle machine at the 1-minute load average ``load["load_1m"]`` (over
+    ``load["cpus"]`` CPUs, :func:`bench.runs.env.machine_load`), ``own`` of its threads being the measuring
+    process's: the other processes keep ``E = load_1m - own`` threads runnable, and the sweep's ``jobs`` x ``threads``
+    share the CPUs with them, ``max(1, (jobs · threads + E) / cpus)``; 1 where the load is not known."""
+    average, cpus = load.get("load_1m"), load.get("cpus")
+    if average is None or not cpus:
         return 1.0
-    return max(1.0, (jobs * threads + float(other) * cpus) / cpus)
+    return max(1.0, (jobs * threads + max(0.0, float(average) - own)) / cpus)
 
 
 def load_line(load: Mapping[str, Any]) -> str:
@@ -358,7 +359,8 @@ def load_line(load: Mapping[str, Any]) -> str:
     other = load.get("other_cpu")
     return (f"machine load while timing: 1-min load average {load['load_1m']:.1f} on {load.get('cpus')} CPUs"
             + (f", other processes {100 * other:.0f}% of the CPU time" if other is not None else "")
-            + " (the steps were timed in CPU time: an idle machine's figures)")
+            + " (the steps were timed in CPU time: an idle machine's figures; the sweep shares the CPUs with the "
+              "other work)")
 
 
 def schedule(seconds: Sequence[float], slots: int) -> float:
@@ -406,7 +408,8 @@ def render(bills: Sequence[RunBill], options: SweepOptions, device: str,
                  + (f" ({_clock(checks_s + total)} one at a time)" if slots > 1 else "")
                  + (f", the study's checks ({_clock(checks_s)}) included" if checks_s else ""))
     load = bills[0].costs.load if bills else {}
-    factor = slowdown(load, slots, plan_placements(slots, 0)[0].threads)
+    threads = plan_placements(slots, 0)[0].threads
+    factor = slowdown(load, slots, threads, own=threads)
     lines.append(load_line(load) + (f": at that load, {_clock(factor * idle)} ({factor:.2f}x)" if factor > 1 else ""))
     mfus = [b.costs.mfu for b in bills if b.costs.mfu]
     mfu = statistics.median(mfus) if mfus else 0.0
