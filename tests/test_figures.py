@@ -204,3 +204,11 @@ def test_a_verdict_without_an_interval_is_a_row_of_words() -> None:
     ax = plot_forest(data, "final_val_loss").axes[0]
     assert [t.get_text() for t in ax.texts] == ["DISAGREES (no interval)"]
     assert not [ln for ln in ax.get_lines() if ln.get_label() == "c: depth=24"]
+
+
+def test_only_comparisons_of_designs_make_a_forest(study) -> None:
+    _, frames = study
+    deeper = parse_claim({"id": "deeper", "paper": "P", "text": "t", "metric": "final_val_loss",
+                          "where": {"variant": "preln"}, "compare": "depth", "a": 6, "b": 24, "expect": "less"})
+    (result,) = evaluate_claims([deeper], frames.leaderboard, None, frames.runs)
+    assert result.test == "paired t" and forest_data([result]).empty  # a depth is no design

@@ -5,6 +5,7 @@ and the options' errors."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -135,3 +136,30 @@ def test_the_options_say_what_is_wrong(tmp_path: Path, capsys: pytest.CaptureFix
     assert main(["sweep", "crosslayer", "--preset", "smoke", *args, "--results-dir", str(tmp_path)]) == 2
     assert f"error: {message}" in capsys.readouterr().err
     assert not any(tmp_path.iterdir())
+
+
+@pytest.mark.slow  # two rounds of real runs (8 runs of 2 steps)
+def test_bench_sweep_until_decided_runs_rounds_and_the_report_names_them(tmp_path: Path,
+                                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    study = tmp_path / "tiny.toml"
+    study.write_text('name = "tiny"\nvary = ["combinator"]\n[base]\ntask = "digits"\nsteps = 2\nbatch_size = 16\n'
+                     'measure = []\nchance_band = 0\n[grid]\nvariant = ["plain", "resnet"]\ndepth = [8]\n'
+                     'seed = [0, 1]\n\n[[claims]]\nid = "resnet-below-plain"\npaper = "P"\ntext = "t"\n'
+                     'metric = "final_train_loss"\ncompare = "variant"\na = "plain"\nb = "resnet"\n'
+                     'expect = "similar"\nthreshold = 1e-9\n', encoding="utf-8")  # a margin too tight to agree
+    res = tmp_path / "res"
+    assert main(["sweep", str(study), "--until-decided", "--max-seeds", "4", "--quiet", "--results-dir", str(res)]) == 0
+    out = capsys.readouterr().out
+    assert "round 1 of at most 2: 4 run(s), to 2 seeds a configuration" in out
+    assert "round 2 of at most 2: 4 run(s), to 4 seeds a configuration" in out
+    # at 4 seeds the claim is decided or, at the cap, left open: which, the runs' losses say
+    assert re.search(r"(every claim decided|1 verdict\(s\) still open at the cap) after round 2 \(each interval "
+                     r"at 97\.5%\)", out)
+    assert sorted(ResultsStore(res).load_leaderboard()["seed"]) == [0, 0, 1, 1, 2, 2, 3, 3]
+    looks = json.loads(looks_file(res, "tiny").read_text())
+    assert looks["seeds"] == [2, 4] and looks["rounds"][0]["open"] == 1 and len(looks["rounds"]) == 2
+    assert main(["report", "--study", "tiny", "--results-dir", str(res)]) == 0
+    text = (res / "REPORT-tiny.md").read_text()
+    assert "judged at 2 looks fixed in advance (2, 4 seeds), each interval at 97.5%" in text
+    assert re.search(r"paired t, 4 seeds: 97\.5% CI .*\*\*(DISAGREES\*\* at|inconclusive\*\* after) look 2 of 2\.",
+                     text)

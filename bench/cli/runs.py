@@ -26,15 +26,15 @@ from bench.sweeps.scaling import scaling
 
 
 def cmd_upgrade(ns: argparse.Namespace) -> int:
-    moved = migrate(ns.results_dir, dry_run=ns.dry_run)
-    if moved:  # runs recorded when a run's id held its preset
+    renamed = migrate(ns.results_dir, dry_run=ns.dry_run)
+    if renamed:  # runs recorded when a run's id held its preset
         verb = "would give" if ns.dry_run else "gave"
-        dropped = [m for m in moved if not m.kept]
-        print(f"{ns.results_dir}: {verb} {len(moved) - len(dropped)} run(s) their configuration's id; "
+        dropped = [each for each in renamed if not each.kept]
+        print(f"{ns.results_dir}: {verb} {len(renamed) - len(dropped)} run(s) their configuration's id; "
               f"{len(dropped)} repeated a run recorded before them and {'would be' if ns.dry_run else 'were'} dropped; "
               f"every old id resolves ({ALIASES})")
-        for m in dropped:
-            print(f"  {m.old}: the same configuration and seed as {m.new}, dropped")
+        for repeat in dropped:
+            print(f"  {repeat.old}: the same configuration and seed as {repeat.new}, dropped")
     changes = upgrade(ns.results_dir, dry_run=ns.dry_run)
     levels = [c for c in changes if c.chance_loss is not None]
     moved = [c for c in changes if c.status_after != c.status_before]

@@ -1,17 +1,20 @@
 """The forest plot a study with many designs leads with: each compared design's difference from its baseline, with
 the interval its verdict read, per configuration (depth), the margin drawn.
 
-The rows are the study's compare claims on one metric (the verdicts of :mod:`bench.analysis.claims`: paired by seed
-where the runs pair, Welch's otherwise; under ``--until-decided`` the looks' level); the panels are the contexts the
-claims were judged in (``depth=6``, ``depth=24``). A row's point is the difference ``b − a``, its bar the interval,
-its colour the design's (the study's palette), a filled point a decided verdict and an open one an inconclusive
-verdict; the solid line is no difference and the dashed tick on each row its claim's margin (−m for ``less``, +m
-for ``greater``, ±m for ``similar``). Nothing here reads a variant's name.
+The rows are the study's compare claims on one metric that compare designs (the variant, or an axis: norm,
+placement, ...; not a depth or a learning rate), when there are at least :data:`MIN_ROWS` of them: the verdicts of
+:mod:`bench.analysis.claims` (paired by seed where the runs pair, Welch's otherwise; under ``--until-decided`` the
+looks' level). The panels are the contexts the claims were judged in (``depth=6``, ``depth=24``). A row's point is
+the difference ``b − a``, its bar the interval, its colour the design's (the study's palette), a filled point a
+decided verdict and an open one an inconclusive verdict; a verdict without an interval (a group whose every run
+failed) is its words alone. The solid line is no difference and the dashed tick on each row its claim's margin (−m
+for ``less``, +m for ``greater``, ±m for ``similar``). Nothing here reads a variant's name.
 """
 
 from __future__ import annotations
 
 import math
+import textwrap
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -21,12 +24,13 @@ import seaborn as sns
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
-from bench.analysis.claims import Result, evaluate_claims, parse_claims
+from bench.analysis.claims import AXES, Result, evaluate_claims, parse_claims
 from bench.analysis.sequential import Looks, read_looks
 from bench.analysis.studyfile import find_study, read_study_file
 from bench.reports.plotdata import Colour, palette_of
 
-MIN_ROWS = 3  # compare results on one metric below which a study gets no forest plot
+MIN_ROWS = 3  # designs compared on one metric below which a study gets no forest plot
+DESIGN_FIELDS = ("variant", *AXES)  # a claim that compares these compares designs (not depths, rates, ...)
 _MARGIN_SIDES = {"less": (-1,), "not_less": (-1,), "greater": (1,), "not_greater": (1,), "similar": (-1, 1)}
 _WORDS = {"agrees": "agrees", "disagrees": "DISAGREES", "inconclusive": "inconclusive"}
 
@@ -56,8 +60,8 @@ def forest_data(results: Sequence[Result]) -> pd.DataFrame:
     rows = []
     for r in results:
         c = r.claim
-        if c.kind != "compare" or not r.groups or r.note.startswith("no runs with"):
-            continue  # not a comparison, or one of its groups never ran here
+        if c.kind != "compare" or c.compare not in DESIGN_FIELDS or not r.groups or r.note.startswith("no runs with"):
+            continue  # not a comparison of designs, or one of its groups never ran here
         base, design = (g.label.split("=", 1)[-1] for g in r.groups)
         rows.append({"metric": c.metric, "claim": c.id, "design": design, "baseline": base,
                      "context": r.context or "all", "diff": r.diff, "low": r.diff - r.spread,
@@ -68,8 +72,8 @@ def forest_data(results: Sequence[Result]) -> pd.DataFrame:
 
 
 def forest_metrics(data: pd.DataFrame) -> list[str]:
-    """The metrics with enough compare verdicts for a forest plot (:data:`MIN_ROWS`), most verdicts first."""
-    counts = data["metric"].value_counts()
+    """The metrics on which enough designs are compared for a forest plot (:data:`MIN_ROWS` claims), most first."""
+    counts = data.drop_duplicates(["metric", "claim"])["metric"].value_counts()
     return [str(m) for m, n in counts.items() if n >= MIN_ROWS]
 
 
@@ -101,8 +105,8 @@ def plot_forest(data: pd.DataFrame, metric: str, colours: Mapping[str, Colour] |
                         textcoords="offset points", va="center", fontsize="x-small")
         ax.axvline(0.0, color="black", linewidth=0.8, label="_zero")
         level = data["level"].iloc[0] if len(data) else 0.95
-        ax.set(title=context, xlabel=f"difference in {metric} from the baseline ({100 * level:.4g}% CI)",
-               ylim=(-0.7, len(rows) - 0.3))
+        ax.set(xlabel=f"difference, {100 * level:.4g}% CI", ylim=(-0.7, len(rows) - 0.3))
+        ax.set_title(textwrap.fill(context, 40), fontsize="medium")
     axes[0].set_yticks(list(ys.values()), [f"{d} − {b}" for _, d, b in ys])
     tests = ", ".join(sorted(set(data["test"]) - {""}))
     fig.suptitle(f"Each design against its baseline, {metric}: difference and interval ({tests}; n seeds per "

@@ -212,8 +212,9 @@ def frames_of(board: pd.DataFrame, runs: Sequence[Mapping[str, Any]]) -> Frames:
     """The :class:`Frames` of a leaderboard and its run JSONs, each row labelled with its configuration
     (:func:`config_labels`)."""
     label = config_labels(board, runs)
-    frames = (with_load(board, runs), curves_frame(runs), probes_frame(runs))
-    return Frames(*(f.assign(config=[label.get(r, "") for r in f["run_id"]]) for f in frames), runs=list(runs))
+    board, curves, probes = (f.assign(config=[label.get(r, "") for r in f["run_id"]])
+                             for f in (with_load(board, runs), curves_frame(runs), probes_frame(runs)))
+    return Frames(board, curves, probes, list(runs))
 
 
 def with_load(board: pd.DataFrame, runs: Iterable[Mapping[str, Any]]) -> pd.DataFrame:

@@ -290,9 +290,9 @@ def bill(configs: Sequence[RunConfig], options: SweepOptions, cost_key: Any,
                 plans[key] = plan(cfg, key)
         first = next(iter(plans.values()), None)
         rates = measure.device_rates(first.s.device, first.cfg.precision) if first else {}
-        steps = {k: p.repeats(rates) + p.warmup for k, p in plans.items()}
-        expected = sum(p.expected_s(rates) * steps[k] for k, p in plans.items())
-        say(f"  timing {sum(steps.values())} steps of {len(plans)} model configuration{'s' if len(plans) != 1 else ''} "
+        timed = {k: p.repeats(rates) + p.warmup for k, p in plans.items()}
+        expected = sum(p.expected_s(rates) * timed[k] for k, p in plans.items())
+        say(f"  timing {sum(timed.values())} steps of {len(plans)} model configuration{'s' if len(plans) != 1 else ''} "
             f"({threads} thread{'s' if threads > 1 else ''}): their FLOPs alone take {_clock(expected)} at this "
             f"device's rates ({', '.join(f'{c} {r / 1e9:.0f} GFLOP/s' for c, r in rates.items())})")
         start_s = _probe_start() if any("memory" in p.cfg.measure and p.s.device.type == "cpu"
