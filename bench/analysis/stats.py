@@ -114,8 +114,10 @@ def with_derived(df: pd.DataFrame) -> pd.DataFrame:
 
 def primary_metrics(df: pd.DataFrame) -> list[str]:
     """The primary metrics of the tasks of ``df``'s runs (:mod:`bench.runs.tasks.primary`), in order of first
-    appearance: ``bench compare``'s default."""
-    return [p.final for p in primaries(df["task"])] if "task" in df.columns else ["final_val_loss"]
+    appearance, those ``df`` holds values of (``with_derived``'s error columns included): ``bench compare``'s
+    default; the validation loss where it holds none of them."""
+    found = [p.final for p in primaries(df["task"])] if "task" in df.columns else []
+    return [m for m in found if m in df.columns and df[m].notna().any()] or ["final_val_loss"]
 
 
 def headline_metrics(df: pd.DataFrame) -> list[str]:
