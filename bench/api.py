@@ -7,7 +7,7 @@
     run.row["final_val_loss"], run.curves.head()            # the leaderboard row, tidy curves
     res = bench.sweep("frontier", preset="smoke", jobs=2)   # a shipped study or a study file (4 tiny runs)
     res = bench.load("results", study="frontier")           # .runs, .curves, .probes: tidy pandas frames
-    bench.compare(res, baseline="preln", metrics=["final_val_loss"])  # Welch tests against it, Holm-corrected
+    bench.compare(res, baseline="preln", metrics=["final_val_loss"])  # paired by seed against it, Holm-corrected
 
 Keyword arguments of :func:`run` are the fields of :class:`bench.runs.config.RunConfig` (``python -m bench run
 --help`` documents each); lists and dicts are accepted where the CLI takes several values (``betas``, ``milestones``,
@@ -31,7 +31,7 @@ from typing import Any
 import pandas as pd
 
 from bench.analysis.comparison import compare_table
-from bench.analysis.stats import aggregate, by_configuration
+from bench.analysis.stats import aggregate, by_configuration, headline_metrics, primary_metrics, with_derived
 from bench.analysis.studyfile import PLUGIN_ORIGIN, manifest_path, record_plugins, study_plugins
 from bench.reports.analysis_step import for_study
 from bench.reports.plotdata import curves_frame, load_frames, probes_frame
@@ -46,13 +46,13 @@ from bench.runs.names import file_name
 from bench.runs.progress import Progress
 from bench.runs.results import ResultsStore, atomic_write_text
 from bench.runs.runner import execute
-from bench.runs.schema import HEADLINE_METRICS as LEADERBOARD_METRICS
 from bench.runs.train import resolve_device
 from bench.sweeps.bill import accelerators, bill, render
 from bench.sweeps.driver import run_sweep
 from bench.sweeps.executors import check_options, make_executor, prestart
 from bench.sweeps.options import FIELDS as OPTION_FIELDS
 from bench.sweeps.options import SweepOptions
+from bench.sweeps.rounds import until_decided
 from bench.sweeps.study import Study, load_study
 
 
@@ -105,9 +105,10 @@ class Results:
 
     def leaderboard(self, metrics: Sequence[str] | None = None) -> pd.DataFrame:
         """One row per configuration (seeds pooled, nothing else): ``<metric>_{mean,std,n,ci,ci_low,ci_high,median}``
-        for each metric (default: the CLI leaderboard's), as ``bench leaderboard --csv`` writes it."""
-        named, by = by_configuration(self.runs, self.records)
-        return aggregate(named, by=by, metrics=list(metrics or LEADERBOARD_METRICS))
+        for each metric (default: the CLI leaderboard's, each task's primary metric first), as ``bench leaderboard
+        --csv`` writes it."""
+        named, by = by_configuration(with_derived(self.runs), self.records)
+        return aggregate(named, by=by, metrics=list(metrics or headline_metrics(named)))
 
 
 def config(variant: str | None = None, **fields: Any) -> RunConfig:
@@ -157,7 +158,8 @@ def sweep(study: str | Path, *, results_dir: str | Path = DEFAULT_RESULTS, optio
     and checked for confounds before the first run (ValueError); each run executes in a process of its own,
     ``jobs`` at a time, and is logged to each ``tracker`` as it is recorded. A study stored in a results folder has
     its plugins imported only with ``trust_plugins`` (``--trust-plugins``), checked against the hashes recorded with
-    it (:func:`bench.analysis.studyfile.study_plugins`)."""
+    it (:func:`bench.analysis.studyfile.study_plugins`). ``until_decided=True`` (with ``max_seeds``) then adds seeds
+    in rounds to the configurations whose claims are still open (:mod:`bench.sweeps.rounds`)."""
     unknown = sorted(set(option_fields) - OPTION_FIELDS)
     if unknown:
         raise ValueError(f"sweep() takes no option(s) {unknown}; options: {', '.join(sorted(OPTION_FIELDS))}")
@@ -165,6 +167,7 @@ def sweep(study: str | Path, *, results_dir: str | Path = DEFAULT_RESULTS, optio
         options = SweepOptions(**{"quiet": not progress, **option_fields})
     elif option_fields:
         options = dataclasses.replace(options, **option_fields)
+    t0 = time.perf_counter()  # what a sweep spends before its first run counts in a dry run's bill
     check_options(options)
     prestart(options)
     plugins.load_plugins(study_plugins(study, trust=trust_plugins), PLUGIN_ORIGIN)  # before the study is checked
@@ -172,7 +175,7 @@ def sweep(study: str | Path, *, results_dir: str | Path = DEFAULT_RESULTS, optio
     # checked for confounds, plugins run forward: before anything runs
     configs = spec.configs(options.preset, options.fields())
     if options.dry_run:
-        return _dry_run(spec, configs, options)
+        return _dry_run(spec, configs, options, time.perf_counter() - t0)
     executor = make_executor(configs, options)  # starts nothing (Ray connects at the first run)
     store = ResultsStore(results_dir)
     store.preflight()
@@ -182,12 +185,19 @@ def sweep(study: str | Path, *, results_dir: str | Path = DEFAULT_RESULTS, optio
     added = f" with {', '.join(spec.added)} added" if spec.added else ""
     slots = f", {executor.slots} at a time" if executor.slots > 1 else ""
     print(f"{verb} {spec.name!r} ({options.preset or 'full'}){added}: {len(configs)} runs{slots} -> {results_dir}")
-    if configs:
-        run_sweep(configs, results_dir, executor, resume=options.resume, retry_failed=options.retry_failed,
-                  measure_every_run=options.measure_every_run,
-                  progress=not options.quiet,
+    made_with = {k: list(v) for k, v in (("set", options.set), ("add_variants", options.add_variants)) if v}
+
+    def run_round(todo: list[RunConfig]) -> None:
+        run_sweep(todo, results_dir, executor if todo is configs else make_executor(todo, options),
+                  resume=options.resume, retry_failed=options.retry_failed,
+                  measure_every_run=options.measure_every_run, progress=not options.quiet,
                   command=command or f"python -m bench sweep {spec.path} --results-dir {results_dir}",
-                  on_record=_log_to(trackers, results_dir), requeue=options.requeue)
+                  on_record=_log_to(trackers, results_dir), requeue=options.requeue, made_with=made_with)
+
+    if configs and options.until_decided:  # rounds of seeds for the claims still open (bench.sweeps.rounds)
+        until_decided(spec.claims, configs, store, spec.name, options.preset, options.max_seeds, run_round)
+    elif configs:
+        run_round(configs)
     if spec.analysis:  # what the study measures on its trained runs (or, with no grid, on models at init)
         print(f"{spec.analysis['kind']} analysis of study {spec.name!r}:", flush=True)
         for written in for_study(spec.name, spec.analysis_options(options.preset), results_dir,
@@ -198,8 +208,9 @@ def sweep(study: str | Path, *, results_dir: str | Path = DEFAULT_RESULTS, optio
     return load(results_dir, spec.name)
 
 
-def _dry_run(spec: Study, configs: Sequence[RunConfig], options: SweepOptions) -> Results:
-    """The bill of a study's runs under ``options`` (:mod:`bench.sweeps.bill`); nothing run, nothing recorded."""
+def _dry_run(spec: Study, configs: Sequence[RunConfig], options: SweepOptions, checks_s: float = 0.0) -> Results:
+    """The bill of a study's runs under ``options`` (:mod:`bench.sweeps.bill`); nothing run, nothing recorded.
+    ``checks_s``: what checking the study took (a sweep takes it too, before its first run)."""
     print(f"dry run of study {spec.name!r} ({options.preset or 'full'}): {len(configs)} runs checked; counting and "
           "timing what each model configuration costs here", flush=True)
     t0 = time.perf_counter()
@@ -210,11 +221,22 @@ def _dry_run(spec: Study, configs: Sequence[RunConfig], options: SweepOptions) -
     for b in bills:
         for c, n in b.costs.flops_by_class.items():
             by_class[c] = by_class.get(c, 0.0) + n * b.steps
-    for line in render(bills, options, device, accelerators(precision, by_class)):
+    for line in render(bills, options, device, accelerators(precision, by_class), checks_s):
         print(line)
+    if options.until_decided:
+        print(f"with --until-decided, the configurations of claims still open get more seeds, up to "
+              f"--max-seeds {options.max_seeds}: at most {options.max_seeds / max(1, _seeds(configs)):.3g}x this bill")
     print(f"billed in {time.perf_counter() - t0:.0f} s")
     empty = pd.DataFrame()
     return Results(Path("."), spec.name, empty, empty, empty, [])
+
+
+def _seeds(configs: Sequence[RunConfig]) -> int:
+    """The fewest seeds a configuration of ``configs`` has."""
+    per: dict[str, set[int]] = {}
+    for cfg in configs:
+        per.setdefault(cfg.config_hash(), set()).add(cfg.seed)
+    return min((len(s) for s in per.values()), default=1)
 
 
 def _keep_study_file(spec: Study, root: Path) -> None:
@@ -279,11 +301,12 @@ def track(results_dir: str | Path = DEFAULT_RESULTS, *, tracker: str | Sequence[
     return len(runs), failed
 
 
-def compare(results: Results, baseline: str, metrics: Sequence[str] = ("final_val_loss",)) -> pd.DataFrame:
+def compare(results: Results, baseline: str, metrics: Sequence[str] | None = None) -> pd.DataFrame:
     """Every configuration of ``results`` against the matching configuration of ``baseline`` — ``bench compare``:
-    mean, CI and n per metric, the difference, Welch's p and Holm's correction over the table."""
-    board = results.runs.drop(columns=["config"], errors="ignore")
-    return compare_table(board, results.records, baseline, list(metrics))
+    mean, CI and n per metric (default: each task's primary metric), the difference and its 95% CI (paired by seed
+    where the runs pair, else Welch's; column ``test``), p and Holm's correction over the table."""
+    board = with_derived(results.runs.drop(columns=["config"], errors="ignore"))
+    return compare_table(board, results.records, baseline, list(metrics or primary_metrics(board)))
 
 
 def cost(designs: Sequence[str], shape: str = "gpt2_small", *, measure_time: bool = True,

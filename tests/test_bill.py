@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import re
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -43,14 +44,19 @@ def test_a_dry_run_prints_the_bill_and_records_nothing(tmp_path: Path, capsys: p
     assert code == 0, err
     assert not (tmp_path / "res").exists()
     assert out.count("  timing plain-d8-") == 1 and out.count("  timing resnet-d8-") == 1  # per configuration
-    assert out.index("  timing one step of each of 2 model configurations (1 thread): at least ") < out.index(
-        "  timing plain-d8-")  # the bill's own time, said first
+    said = re.search(r"  timing (\d+) steps of 2 model configurations \(1 thread\): their FLOPs alone take (\d+) ms "
+                     "at ", out)
+    assert said is not None and said.start() < out.index("  timing plain-d8-")  # the bill's own time, said first
+    assert int(said.group(1)) == 2 * (1 + bill.MAX_REPEATS) and int(said.group(2)) > 0  # never "at least 0 s"
     assert re.search(r"billed in \d+ s", out)
     lines = {line.split()[0]: line.split() for line in out.splitlines() if re.match(r"(plain|resnet)-d8 digits", line)}
     assert lines["plain-d8"][2:4] == ["3", "36"] and lines["resnet-d8"][2:4] == ["3", "36"]  # runs, steps
-    total = re.search(r"total: 6 runs, 72 steps, (\S+) training FLOPs; on this device \(.+\): (.+) with --jobs 2 "
-                      r"\((.+) one at a time\)", out)
+    total = re.search(r"total: 6 runs, 72 steps, (\S+) training FLOPs; on this device \(.+\), idle: (.+) with "
+                      r"--jobs 2 \((.+) one at a time\)", out)
     assert total is not None and float(total.group(1)) > 0
+    assert re.search(r"with --jobs 2 \(.+ one at a time\), the study's checks \(\d+ m?s\) included", out)
+    assert re.search(r"machine load while timing: 1-min load average \d+\.\d on \d+ CPUs, other processes \d+% "
+                     r"of the CPU time", out)
     assert "the training FLOPs alone would take: H200 " in out and "read these as lower bounds" in out
 
 
@@ -85,7 +91,7 @@ def test_the_accelerator_line_is_left_out_when_the_measured_peak_is_not_the_real
     options = bill.SweepOptions()
     lines = bill.render([bill.RunBill(cfg, costs, 10, 1, 0, False)], options, "cpu", {"H100": 1e15})
     assert lines[-1].startswith("at the model FLOP utilisation measured here (25.0% of this device's peak)")
-    assert "would take: H100 0 s (one device" in lines[-1]  # 1e10 FLOPs / (0.25 x 1e15 FLOP/s)
+    assert "would take: H100 <1 ms (one device" in lines[-1]  # 1e10 FLOPs / (0.25 x 1e15 FLOP/s)
     over = dataclasses.replace(costs, mfu=6.25)  # a CPU's emulated bf16 matmul taken for its peak
     lines = bill.render([bill.RunBill(cfg, over, 10, 1, 0, False)], options, "cpu", {"H100": 1e15})
     assert lines[-1] == ("no accelerator figures: the model FLOP utilisation measured here (625%) exceeds this "
@@ -148,9 +154,12 @@ class CountingRunner(bill.StepRunner):
 @pytest.fixture
 def timed(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, int, int]]:
     """Every step the bill takes counted (CountingRunner.calls) and each timing call recorded (warm-up, repeats,
-    steps); a timed step reads 100 ms, the device's rates :data:`RATES`."""
+    steps); a timed step reads 100 ms of wall time and 1000 s of CPU time (so the wall time is the step's), the
+    device's rates :data:`RATES`."""
     CountingRunner.calls = 0
     monkeypatch.setattr(bill, "StepRunner", CountingRunner)
+    clock = iter(range(0, 10**9, 1000))
+    monkeypatch.setattr(bill, "cpu_clock", lambda: float(next(clock)))
     calls: list[tuple[int, int, int]] = []
     real = bill.measure.time_steps
 
@@ -172,8 +181,8 @@ TINY = RunConfig(variant="resnet", depth=8, task="digits", batch_size=32, grad_a
 
 def test_the_bill_is_the_one_timed_step_scaled_by_exact_flops(timed: list[tuple[int, int, int]],
                                                               monkeypatch: pytest.MonkeyPatch) -> None:
-    """A step over the budget is timed on a halving of the batch that fits it; every figure follows from that one
-    timed step (100 ms) and the step's FLOPs, counted exactly on the meta device."""
+    """A step over the budget is timed on a halving of the batch that fits it; every figure follows from the median
+    of its timed steps (100 ms) and the step's FLOPs, counted exactly on the meta device."""
     from torch.utils.flop_counter import FlopCounterMode
 
     model = variants.create("resnet", depth=8, in_chans=1)
@@ -188,9 +197,10 @@ def test_the_bill_is_the_one_timed_step_scaled_by_exact_flops(timed: list[tuple[
     assert (p.micro.train, p.micro.forward, p.timed, p.warmup) == (train, fwd, 8, 1)
     conv, mm = p.micro.train_by_class["conv"], p.micro.train_by_class["matmul"]
     assert conv + mm == train and mm == 3 * 32 * 2 * 64 * 10  # the classifier's forward and two gradients
-    assert p.expected_s(RATES) == 2 * (conv / 4 / 1e11 + mm / 4 / 4e10)  # warm-up + timed, a quarter of the batch
+    assert p.expected_s(RATES) == conv / 4 / 1e11 + mm / 4 / 4e10  # one step of a quarter of the batch
+    assert p.repeats(RATES) == bill.MAX_REPEATS  # milliseconds each: as many as the bill times
     c = bill.measure_costs(p, RATES)
-    assert timed == [(1, 1, 1)] and CountingRunner.calls == 2  # one untimed step, one timed: nothing else
+    assert timed == [(1, 5, 1)] and CountingRunner.calls == 6  # one untimed step, five timed: nothing else
     micro_s = 0.1 * 32 / 8  # one micro-batch of 32, from the 8 timed
     step_s = 2 * micro_s  # grad_accum 2
     assert c.step_s == step_s and c.flops_per_step == 2 * train and c.timed_samples == 8
@@ -205,20 +215,45 @@ def test_the_bill_is_the_one_timed_step_scaled_by_exact_flops(timed: list[tuple[
 
 def test_the_bill_times_one_step_per_model_configuration(timed: list[tuple[int, int, int]],
                                                          monkeypatch: pytest.MonkeyPatch) -> None:
-    """Runs that differ in their seed share a configuration: two configurations of four runs take four steps (one
-    untimed each); a step over the budget even at one sample is timed once, with no warm-up."""
+    """Runs that differ in their seed share a configuration: two configurations of four runs take twelve steps (one
+    untimed, five timed each); a step over the budget even at one sample is timed once, with no warm-up."""
     configs = [dataclasses.replace(TINY, variant=v, seed=seed, measure=()) for v in ("plain", "resnet")
                for seed in (0, 1)]
     said: list[str] = []
     bills = bill.bill(configs, bill.SweepOptions(), bill.measure.cost_key, say=said.append)
-    assert CountingRunner.calls == 4 and timed == [(1, 1, 1)] * 2
+    assert CountingRunner.calls == 12 and timed == [(1, 5, 1)] * 2
     assert [b.measures for b in bills] == [False] * 4 and bills[0].costs is bills[1].costs
     assert said[0] == "  counting the FLOPs of 2 model configurations on the meta device ..."
-    assert re.match(r"  timing one step of each of 2 model configurations \(\d threads?\): at least 0 s \(their "
-                    r"FLOPs at this device's rates: matmul 40 GFLOP/s, conv 100 GFLOP/s\)$", said[1])
-    assert said[2].startswith("  timing plain-d8-digits-") and " one step of 32 samples (" in said[2]
+    assert re.match(r"  timing 12 steps of 2 model configurations \(\d threads?\): their FLOPs alone take 17 ms at "
+                    r"this device's rates \(matmul 40 GFLOP/s, conv 100 GFLOP/s\)$", said[1])
+    assert said[2].startswith("  timing plain-d8-digits-") and ": 5 steps of 32 samples (" in said[2]
     CountingRunner.calls, timed[:] = 0, []
     monkeypatch.setattr(bill, "STEP_BUDGET", 1.0)
     bills = bill.bill(configs[:1], bill.SweepOptions(), bill.measure.cost_key, say=said.append)
     assert CountingRunner.calls == 1 and timed == [(0, 1, 1)] and bills[0].costs.timed_samples == 1
     assert bills[0].costs.step_s == 0.1 * 32 * 2
+
+
+def test_on_a_busy_cpu_the_bill_reads_the_steps_cpu_time(timed: list[tuple[int, int, int]],
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """A machine busy with other work makes each step take longer on the wall clock, not in CPU time: the bill reads
+    the steps' CPU time per thread (an idle core's figure) where it is the smaller, and scales the sweep by the load
+    average it measured (the sweep's threads and the other runnable ones share the CPUs)."""
+    clock = iter(float(x) for x in range(0, 10**6, 3))  # 3 CPU seconds a call: 0.5 s for each of 6 steps
+    monkeypatch.setattr(bill, "cpu_clock", lambda: next(clock) / 10)  # 0.05 s a step, against 0.1 s of wall time
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 1)
+    c = bill.measure_costs(bill.plan(dataclasses.replace(TINY, measure=()), "k"), RATES)
+    assert c.step_s == pytest.approx(0.05 * 32 / 32 * 2)  # grad_accum 2: two micro-batches
+    # a load average of 2.5 while the bill ran one thread: 1.5 other threads; two jobs of one thread join them
+    assert bill.slowdown({"load_1m": 2.5, "cpus": 2}, jobs=2, threads=1) == pytest.approx(1.75)
+    assert bill.slowdown({"load_1m": 1.5, "cpus": 4}, jobs=2, threads=1) == 1.0  # room for both
+    assert bill.slowdown({"load_1m": 6.0, "cpus": 2}, jobs=2, threads=1, own=2) == pytest.approx(3.0)
+    assert bill.slowdown({}, jobs=2, threads=1) == 1.0
+    busy = dataclasses.replace(c, load={"load_1m": 2.5, "cpus": 2, "other_cpu": 0.75})
+    monkeypatch.setattr(bill, "plan_placements", lambda jobs, gpus: [SimpleNamespace(threads=1)] * jobs)
+    lines = bill.render([bill.RunBill(TINY, busy, 10, 0, 0, False)], bill.SweepOptions(jobs=2), "cpu", {})
+    idle = bill.RunBill(TINY, c, 10, 0, 0, False).seconds
+    said = next(line for line in lines if line.startswith("machine load"))
+    assert said == ("machine load while timing: 1-min load average 2.5 on 2 CPUs, other processes 75% of the CPU "
+                    "time (the steps were timed in CPU time: an idle machine's figures; the sweep shares the CPUs "
+                    f"with the other work): at that load, {bill._clock(1.75 * idle)} (1.75x)")

@@ -24,12 +24,15 @@ def load_claims(path):
 T975_2 = 4.302653  # Student t quantile, 0.975, 2 degrees of freedom (printed tables)
 
 
-def runs(variant: str, depth: int, values, statuses=None, metric: str = "final_train_loss", **config) -> list[dict]:
-    """Leaderboard rows of one configuration, one per value (seed 0, 1, ...); run ids and hashes as bench makes them."""
+def runs(variant: str, depth: int, values, statuses=None, metric: str = "final_train_loss", seed0: int = 0,
+         **config) -> list[dict]:
+    """Leaderboard rows of one configuration, one per value (seed ``seed0``, +1, ...: two groups of other seeds do
+    not pair); run ids and hashes as bench makes them."""
     rows = []
-    for seed, value in enumerate(values):
+    for i, value in enumerate(values):
+        seed = seed0 + i
         cfg = RunConfig(variant=variant, depth=depth, seed=seed, **config)
-        status = statuses[seed] if statuses else "ok"
+        status = statuses[i] if statuses else "ok"
         rows.append({"run_id": cfg.run_id, "config_hash": cfg.config_hash(), "variant": variant, "depth": depth,
                      "task": cfg.task, "seed": seed, "status": status, "warmup_steps": cfg.warmup_steps,
                      "lr": cfg.lr, metric: value if status in ("ok", "failed_to_learn") else None})  # fmt: skip
@@ -225,9 +228,22 @@ def test_describe_says_what_is_tested():
 # --- compare verdicts --------------------------------------------------------------------------------------
 
 
-def test_greater_agrees_with_the_group_statistics_by_hand():
+def test_greater_agrees_with_the_paired_differences_by_hand():
+    """Two depths of one variant, seeds 0-2 each: the configurations differ in the compared field alone, so the
+    claim reads the per-seed differences 1.0, 1.1, 1.2: mean 1.1, sd 0.1, t(0.975, 2)·0.1/√3."""
     df = board(runs("plain", 20, [1.0, 1.1, 1.2]), runs("plain", 56, [2.0, 2.2, 2.4]))
     r = one(depth_claim("greater", threshold=0.5), df)
+    assert (r.verdict, r.test, r.pairs, r.compared) == ("agrees", "paired t", 3, 3)
+    assert (r.diff, r.spread) == pytest.approx((1.1, T975_2 * 0.1 / math.sqrt(3)))
+    assert r.p == pytest.approx(sps.ttest_rel([2.0, 2.2, 2.4], [1.0, 1.1, 1.2]).pvalue)
+    assert r.p_exact == pytest.approx(0.25)  # all three differences positive: 2 of 8 sign patterns
+
+
+def test_greater_agrees_with_the_group_statistics_by_hand():
+    """Other seeds in the two groups (nothing to pair): Welch's interval of the difference of the means."""
+    df = board(runs("plain", 20, [1.0, 1.1, 1.2]), runs("plain", 56, [2.0, 2.2, 2.4], seed0=3))
+    r = one(depth_claim("greater", threshold=0.5), df)
+    assert (r.test, r.pairs, r.compared) == ("Welch", 0, 3)
     ci_a, ci_b = T975_2 * 0.1 / math.sqrt(3), T975_2 * 0.2 / math.sqrt(3)
     assert r.verdict == "agrees" and r.context == "" and r.note == ""
     (a, b) = r.groups
@@ -241,7 +257,8 @@ def test_greater_agrees_with_the_group_statistics_by_hand():
     assert r.diff - r.spread > 0.5  # the whole interval above the margin
 
 
-# Baseline depth=20: [1.0, 1.1, 1.2]. The verdict reads the 95% Welch CI of diff = mean(deep) - mean(baseline).
+# Baseline depth=20: [1.0, 1.1, 1.2], seeds 0-2; the deep group's seeds 10-12 do not pair. The verdict reads the 95%
+# Welch CI of diff = mean(deep) - mean(baseline).
 @pytest.mark.parametrize(
     ("deep", "expect", "threshold", "verdict"),
     [
@@ -263,7 +280,7 @@ def test_greater_agrees_with_the_group_statistics_by_hand():
     ],
 )
 def test_each_expectation_maps_the_ci_rule_to_a_verdict(deep, expect, threshold, verdict):
-    df = board(runs("plain", 20, [1.0, 1.1, 1.2]), runs("plain", 56, deep))
+    df = board(runs("plain", 20, [1.0, 1.1, 1.2]), runs("plain", 56, deep, seed0=10))
     assert one(depth_claim(expect, threshold=threshold), df).verdict == verdict
 
 
@@ -271,10 +288,17 @@ def test_similar_agrees_only_when_the_interval_of_the_difference_is_inside_the_m
     """A point estimate well inside the margin, with a seed spread three times wider than it, cannot tell: the
     user's SkipInit-vs-BatchNorm claim (diff 0.0065, margin 0.02, CI half-widths 0.056) read agrees before."""
     base, other = [0.10, 0.15, 0.20], [0.1065, 0.1565, 0.2065]
-    df = board(runs("plain", 20, base, metric="final_val_loss"), runs("plain", 56, other, metric="final_val_loss"))
-    r = one(claim(metric="final_val_loss", where={"variant": "plain"}, compare="depth", a=20, b=56,
-                  expect="similar", threshold=0.02), df)
+    similar = claim(metric="final_val_loss", where={"variant": "plain"}, compare="depth", a=20, b=56,
+                    expect="similar", threshold=0.02)
+    df = board(runs("plain", 20, base, metric="final_val_loss"),
+               runs("plain", 56, other, metric="final_val_loss", seed0=3))  # unpaired: Welch
+    r = one(similar, df)
     assert r.diff == pytest.approx(0.0065) and r.spread > 0.1 and r.verdict == "inconclusive"
+    # The same values from the same seeds: each seed's difference is 0.006-0.007, and that is what pairing reads
+    paired = board(runs("plain", 20, base, metric="final_val_loss"),
+                   runs("plain", 56, [0.106, 0.157, 0.2065], metric="final_val_loss"))
+    r = one(similar, paired)
+    assert (r.test, r.verdict) == ("paired t", "agrees") and r.spread < 0.002
     tight = board(runs("plain", 20, [0.150, 0.151, 0.152], metric="final_val_loss"),
                   runs("plain", 56, [0.1565, 0.1575, 0.1585], metric="final_val_loss"))
     r = one(claim(metric="final_val_loss", where={"variant": "plain"}, compare="depth", a=20, b=56,
@@ -679,3 +703,17 @@ def test_a_filter_matches_rows_by_value(column: pd.Series, expected: list[bool])
         warnings.simplefilter("error")  # pandas 3 deprecates | between a bool mask and a str column
         mask = _matches(column, value)
     assert mask.dtype == bool and list(mask) == expected
+
+
+def test_a_claim_filters_on_the_preset_its_runs_were_made_under():
+    """The preset is no part of a configuration (nor of a run id), but a claim may still pick runs by the preset
+    that asked for them (the run JSONs record it)."""
+    rows = runs("plain", 20, [1.0, 1.1, 1.2]) + runs("plain", 56, [2.0, 2.2, 2.4])
+    jsons = [{"run_id": r["run_id"], "config": {"variant": "plain", "depth": r["depth"], "seed": r["seed"],
+                                                "preset": "quick" if r["depth"] == 20 else "deep"}} for r in rows]
+    def by_preset(presets):
+        return claim(where={"variant": "plain", "preset": presets}, compare="depth", a=20, b=56, expect="greater")
+
+    assert one(by_preset(["quick", "deep"]), board(rows), None, jsons).verdict == "agrees"
+    only = one(by_preset("quick"), board(rows), None, jsons)
+    assert only.verdict == "inconclusive" and only.note == "no runs with depth=56"

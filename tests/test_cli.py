@@ -205,9 +205,14 @@ def test_sweep_runs_a_study_file_and_resumes(tmp_path: Path, capsys: pytest.Capt
     assert store.load_leaderboard()["status"].tolist() == ["ok", "ok"]
     assert main(["sweep", str(study), "--preset", "quick", "--no-resume", "--results-dir", str(res)]) == 0
     assert "skipped" not in capsys.readouterr().out and len(store.load_leaderboard()) == 2  # every run again
-    assert main(["sweep", str(study), "--results-dir", str(res)]) == 0  # the full grid: other runs
-    assert "skipped" not in capsys.readouterr().out
-    assert len(ResultsStore(res).load_leaderboard()) == 6
+    # the full grid: its seed-0 runs are the quick preset's (one configuration, one run), seed 1 is new; the run
+    # JSONs keep the --set the sweep was given, for the report's reproduce line
+    assert main(["sweep", str(study), "--set", "steps=2", "--results-dir", str(res)]) == 0
+    assert capsys.readouterr().out.count("already recorded, skipped") == 2
+    board = ResultsStore(res).load_leaderboard()
+    assert len(board) == 4 and sorted(board["seed"]) == [0, 0, 1, 1]
+    made = {r["run_id"].rsplit("-s", 1)[1]: r.get("made_with") for r in ResultsStore(res).load_runs()}
+    assert made == {"0": None, "1": {"set": ["steps=2"]}}
 
 
 @pytest.mark.parametrize(
@@ -259,7 +264,7 @@ def test_a_presets_list_for_a_field_the_grid_lacks_is_an_axis_of_that_preset_alo
         (v, n) for v in ("dyt", "preln") for n in (1024, 16384, 4_000_000)]
     assert len(configs) == 18 and len({c.run_id for c in configs}) == 18
     quick = study.configs("quick")
-    assert {c.train_tokens for c in quick} == {None} and "preln-d6-tinytext-effcb6d7-s0" in {c.run_id for c in quick}
+    assert {c.train_tokens for c in quick} == {None} and "preln-d6-tinytext-f600c3dc-s0" in {c.run_id for c in quick}
     assert {c.betas for c in study.configs("data_scale_paper")} == {(0.9, 0.95)}
 
 

@@ -1,4 +1,5 @@
-"""`bench compare` (Welch tests against a baseline, Holm's correction) and the compact `bench leaderboard`."""
+"""`bench compare` (the difference from a baseline and its interval, paired by seed where the runs pair, Welch's
+otherwise; Holm's correction) and the compact `bench leaderboard`."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import pytest
 from scipy import stats as sps
 
 from bench.analysis.comparison import compare_table, holm
+from bench.analysis.stats import primary_metrics, with_derived
 from bench.cli import main
 from bench.reports.markdown import render_comparison as render
 from bench.runs.results import COLUMNS, ResultsStore
@@ -58,11 +60,20 @@ def test_each_row_against_the_baseline_at_its_depth() -> None:
     by_key = {(r.variant, r.depth): r for r in t.itertuples()}
     good6, good24 = by_key[("good", 6)], by_key[("good", 24)]
     assert good6.diff == pytest.approx(np.mean(LOSSES[("good", 6)]) - np.mean(LOSSES[("base", 6)]))
-    welch = sps.ttest_ind(LOSSES[("good", 24)], LOSSES[("base", 24)], equal_var=False)
-    assert good24.p == pytest.approx(welch.pvalue)
-    assert by_key[("broken", 6)].n == 2  # the diverged seed is not averaged in
-    # the pinned init comes with the variant: compared at its depth all the same
-    assert np.isfinite(by_key[("pinned", 6)].p) and by_key[("pinned", 6)].diff == pytest.approx(0.4)
+    # good and base differ in the variant alone and share seeds 0-2: paired by seed (scipy's paired t)
+    paired = sps.ttest_rel(LOSSES[("good", 24)], LOSSES[("base", 24)])
+    d = np.subtract(LOSSES[("good", 24)], LOSSES[("base", 24)])
+    half = sps.t.ppf(0.975, 2) * d.std(ddof=1) / np.sqrt(3)
+    assert (good24.test, good24.pairs, good24.p) == ("paired t", 3, pytest.approx(paired.pvalue))
+    assert (good24.diff_lo, good24.diff_hi) == pytest.approx((d.mean() - half, d.mean() + half))
+    assert good24.p_exact == pytest.approx(0.75)  # d = .01, -.05, .09: 6 of its 8 sign patterns as far from 0
+    broken = by_key[("broken", 6)]
+    assert broken.n == 2 and (broken.test, broken.pairs) == ("paired t", 2)  # the diverged seed: no pair
+    # the pinned init comes with the variant: compared at its depth all the same, but unpaired (two differences)
+    welch = sps.ttest_ind(LOSSES[("pinned", 6)], LOSSES[("base", 6)], equal_var=False)
+    pinned = by_key[("pinned", 6)]
+    assert (pinned.test, pinned.p, pinned.diff) == ("Welch", pytest.approx(welch.pvalue), pytest.approx(0.4))
+    assert np.isnan(pinned.pairs) and np.isnan(pinned.p_exact)
     assert np.isnan(by_key[("base", 6)].p) and np.isnan(by_key[("base", 6)].diff)
     ps = t["p"].to_numpy()
     np.testing.assert_allclose(t["p_holm"], holm(ps), equal_nan=True)
@@ -90,8 +101,15 @@ def test_errors_name_the_fix() -> None:
 def test_formats() -> None:
     t = compare_table(board(), None, "base", ["final_val_loss", "peak_mem_mb"])
     md = render(t, "markdown").splitlines()
-    assert md[0] == "| variant | depth | task | init | metric | mean ± CI (n) | diff | p (Welch) | p (Holm) |"
+    # the difference and its interval first, the test and its n, p second
+    assert md[0] == "| variant | depth | task | init | metric | diff [95% CI] | test | p | p (Holm) | mean ± CI (n) |"
     assert len(md) == 2 + len(t)
+    good24 = next(line for line in md if line.startswith("| good | 24 |") and "final_val_loss" in line).split(" | ")
+    assert good24[5:8] == ["+0.01667 [-0.158 … +0.191]", "paired t, 3 seeds", "0.721 (exact 0.75)"]
+    pinned = next(line for line in md if line.startswith("| pinned | 6 |") and "final_val_loss" in line).split(" | ")
+    assert pinned[6] == "Welch, 3 + 3 runs"
+    mem = next(line for line in md if line.startswith("| good | 24 |") and "peak_mem_mb" in line).split(" | ")
+    assert mem[5:7] == ["+0 [+0 … +0]", "Welch, 3 + 3 runs"]  # a cost figure is never paired: one per machine
     back = pd.read_csv(io.StringIO(render(t, "csv")))
     np.testing.assert_allclose(back["p_holm"], t["p_holm"], equal_nan=True)
     assert "\\begin{tabular}" in render(t, "latex")
@@ -108,6 +126,11 @@ def test_compare_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None
     assert main(["compare", "--results-dir", d, "--baseline", "base", "--where", "depth=24", "--format", "csv"]) == 0
     out = pd.read_csv(io.StringIO(capsys.readouterr().out))
     assert sorted(out["variant"]) == ["base", "good"] and set(out["depth"]) == {24}
+    assert set(out["metric"]) == {"final_val_loss"}  # tinytext's primary metric, the default
+    for flag in ("--metrics", "--metric"):  # the spelling of `bench leaderboard`, and the earlier one
+        assert main(["compare", "--results-dir", d, "--baseline", "base", "--where", "depth=24", "--format", "csv",
+                     flag, "peak_mem_mb", "final_val_loss"]) == 0
+        assert set(pd.read_csv(io.StringIO(capsys.readouterr().out))["metric"]) == {"peak_mem_mb", "final_val_loss"}
     assert main(["compare", "--results-dir", d, "--baseline", "nope"]) == 2
     assert "error: baseline 'nope' has no runs here" in capsys.readouterr().err
     assert main(["compare", "--results-dir", d, "--baseline", "base", "--where", "depth"]) == 2
@@ -138,3 +161,17 @@ def test_compact_leaderboard(tmp_path: Path, capsys: pytest.CaptureFixture[str])
 
 def test_store_reads_the_written_board(tmp_path: Path) -> None:
     assert len(ResultsStore(write(tmp_path)).load_leaderboard()) == sum(map(len, LOSSES.values()))
+
+
+def test_a_language_models_leaderboard_and_compare_default_to_its_loss(tmp_path: Path,
+                                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    """tinytext is a language model: its primary metric is the validation loss (not accuracy, a classifier's)."""
+    d = str(write(tmp_path))
+    assert main(["leaderboard", "--results-dir", d]) == 0
+    header = capsys.readouterr().out.splitlines()[0].split()
+    assert header[-4:] == ["final_val_loss", "final_train_loss", "train_tokens_per_s", "peak_mem_mb"]
+    assert main(["compare", "--results-dir", d, "--baseline", "base", "--format", "csv"]) == 0
+    assert set(pd.read_csv(io.StringIO(capsys.readouterr().out))["metric"]) == {"final_val_loss"}
+    digits = with_derived(board().assign(task="digits", final_val_acc=0.9))
+    assert compare_table(digits, None, "base", primary_metrics(digits))["metric"].unique().tolist() == ["val_error"]
+    assert primary_metrics(board().assign(task="digits")) == ["final_val_loss"]  # no accuracy recorded: the loss

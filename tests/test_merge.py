@@ -10,6 +10,7 @@ from typing import Any
 
 import pandas as pd
 import pytest
+from _nets import toy, write
 
 from bench.analysis.claims import evaluate_claims, parse_claims
 from bench.analysis.comparison import compare_table
@@ -199,3 +200,58 @@ def test_a_recorded_run_carries_the_fingerprint_of_its_environment(tmp_path: Pat
     env = store.load_run(row["run_id"])["env"]
     assert row["machine"] == machine_fingerprint(env) and env["device_count"] == 1 and env["cpu"]
     assert set(MACHINE_FIELDS) <= set(env)
+
+
+def _swept(folder: Path, seeds: range, depth: int, made_with: dict[str, list[str]] | None = None) -> None:
+    """A folder as a sweep of the plugin study ``twostep`` leaves it: the study file and its plugin in studies/, and
+    runs of preln and the plugin's toy_half (``made_with``: the sweep's --set options, as the driver records them)."""
+    write(folder / "studies" / "twostep.toml", """
+        name = "twostep"
+        plugins = ["twostep.py"]
+        [grid]
+        variant = ["preln", "toy_half"]
+        depth = [6]
+        seed = [0, 1, 2]
+    """)
+    write(folder / "studies" / "twostep.py", toy())
+    store = ResultsStore(folder)
+    for variant in ("preln", "toy_half"):
+        for seed in seeds:
+            cfg = RunConfig(variant=variant, depth=depth, seed=seed, task="digits", study="twostep")
+            row = {"run_id": cfg.run_id, "config_hash": cfg.config_hash(), "variant": variant, "depth": depth,
+                   "task": "digits", "seed": seed, "status": "ok", "final_val_acc": 0.9 - seed / 100,
+                   "study": "twostep"}
+            store.append({k: v for k, v in row.items() if k in COLUMNS},
+                         {"run_id": cfg.run_id, "row": row, "config": cfg.to_dict(), "curves": {}, "probes": []}
+                         | ({"made_with": made_with} if made_with else {}))
+
+
+@pytest.mark.usefixtures("clean_plugins")
+def test_merge_copies_the_plugins_a_study_stored_and_the_report_names_every_set(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    _swept(tmp_path / "a", range(3), 6)
+    _swept(tmp_path / "b", range(3, 4), 12, {"set": ["seed=3", "depth=12"]})
+    out = tmp_path / "merged"
+    assert main(["merge", str(tmp_path / "a"), str(tmp_path / "b"), "--out", str(out)]) == 0
+    assert capsys.readouterr().out.endswith("1 study file(s) and 1 file(s) beside them (plugins, looks)\n")
+    assert (out / "studies" / "twostep.py").read_text() == (tmp_path / "a" / "studies" / "twostep.py").read_text()
+    # the study's plugin loads from the merged folder: commands that read the study work there
+    assert main(["compare", "--study", "twostep", "--baseline", "preln", "--results-dir", str(out),
+                 "--format", "csv"]) == 0
+    assert "toy_half" in capsys.readouterr().out
+    assert main(["report", "--study", "twostep", "--results-dir", str(out)]) == 0
+    text = (out / "REPORT-twostep.md").read_text()
+    lines = [line for line in text.splitlines() if line.startswith("python -m bench sweep")]
+    study = (out / "studies" / "twostep.toml").as_posix()
+    assert lines == [f"python -m bench sweep {study} --results-dir {out}",
+                     f"python -m bench sweep {study} --set seed=3 --set depth=12 --results-dir {out}"]
+
+
+def test_merge_refuses_two_versions_of_a_plugin(tmp_path: Path) -> None:
+    _swept(tmp_path / "a", range(1), 6)
+    _swept(tmp_path / "b", range(1, 2), 6)
+    (tmp_path / "b" / "studies" / "twostep.py").write_text("# another version\n")
+    with pytest.raises(ValueError, match=r"file studies/twostep.py differs between .*a/studies/twostep.py and "
+                                         r".*b/studies/twostep.py; merge the folders of one study's version only"):
+        merge([tmp_path / "a", tmp_path / "b"], tmp_path / "merged")
+    assert not (tmp_path / "merged" / "leaderboard.csv").exists() and not (tmp_path / "merged" / "studies").exists()

@@ -190,8 +190,8 @@ def test_learning_curves_plot_seed_means(results):
     np.testing.assert_allclose(ln.get_ydata(), [*expected, np.nan])  # the null loss at step 5 is a gap
     assert set(frames.curves["metric"]) == {"loss", "val_acc"}  # lr, epoch, wall_s are axes, not metrics
     assert ln.get_linestyle() == "-" and line(left, "plain (depth 56)").get_linestyle() == "--"
-    val = line(right, "resnet (depth 56)")
-    np.testing.assert_allclose(val.get_ydata(), [0.0, np.mean(ACC[("resnet", 56)])])
+    val = line(right, "resnet (depth 56)")  # digits is a classifier: its primary curve is the validation error
+    np.testing.assert_allclose(val.get_ydata(), [1.0, 1 - np.mean(ACC[("resnet", 56)])])
     assert len(left.collections) == 4  # one CI band per series
     assert left.get_yscale() == "log" and right.get_yscale() == "linear"
     for ax in (left, right):
@@ -200,7 +200,7 @@ def test_learning_curves_plot_seed_means(results):
     assert legend_labels(fig) == ["plain", "resnet", "depth 20", "depth 56"]
     assert [h.get_linestyle() for h in fig.legends[0].legend_handles[2:]] == ["-", "--"]
     assert_legend_outside(fig)
-    assert "validation accuracy" in right.get_ylabel() and "clipped" in fig.get_suptitle()
+    assert "validation error" in right.get_ylabel() and "clipped" in fig.get_suptitle()
 
 
 def test_learning_curve_bands_stay_in_the_metric_range(results):
@@ -332,12 +332,13 @@ def test_pareto_front_mask():
 def test_pareto_plot_points_and_front(results):
     _, frames = results
     ax = plots.plot_pareto(frames.leaderboard, "digits").axes[0]
-    res = line(ax, "resnet")
-    np.testing.assert_allclose(res.get_ydata(), [np.mean(ACC[("resnet", d)]) - 0.05 for d in (20, 56)])
+    res = line(ax, "resnet")  # the classifier's primary metric: validation error, lower is better
+    np.testing.assert_allclose(res.get_ydata(), [1 - (np.mean(ACC[("resnet", d)]) - 0.05) for d in (20, 56)])
     front = line(ax, "Pareto front")
     # resnet20 is the fastest and resnet56 the most accurate; plain is dominated at both depths.
     np.testing.assert_allclose(front.get_xdata(), [1000 * 20 / 56 + 1, 1001.0])
-    np.testing.assert_allclose(front.get_ydata(), [0.94, 0.92])
+    np.testing.assert_allclose(front.get_ydata(), [0.06, 0.08])
+    assert front.get_marker() == "o" and front.get_drawstyle() == "steps-post"  # drawn, a point of it too
     assert_labelled(ax)
     assert_fraction_axis(ax)
     assert legend_labels(ax.figure) == ["plain", "resnet", "Pareto front"]

@@ -103,9 +103,11 @@ def test_leaderboard_table_numbers(tmp_path):
     text = write_report(degradation_dir(tmp_path, True)).read_text()
     header = table_row(text, "| variant |")
     cells = dict(zip(header, table_row(text, "| plain | 20 | digits |"), strict=True))
-    # train acc 0.95/0.96/0.97: mean 96.00 %, std 1.00 %, 95% CI half-width t(2)·1/√3 %.
-    assert cells["train acc (%)"] == f"96.00 ± 1.00 (±{T975_2 / math.sqrt(3):.2f})"
-    assert cells["val acc (%)"] == f"86.00 ± 1.00 (±{T975_2 / math.sqrt(3):.2f})"
+    # digits is a classifier: its table leads with the error. Train acc 0.95/0.96/0.97: error 4.00 % ± 1.00 %,
+    # 95% CI half-width t(2)·1/√3 %; val acc 0.85/0.86/0.87: error 14.00 %.
+    assert header[4:6] == ["val error (%)", "train error (%)"]
+    assert cells["train error (%)"] == f"4.00 ± 1.00 (±{T975_2 / math.sqrt(3):.2f})"
+    assert cells["val error (%)"] == f"14.00 ± 1.00 (±{T975_2 / math.sqrt(3):.2f})"
     assert cells["ok/runs"] == "3/3"
     assert cells["steps→target (reached)"] == "150 (2/3)"  # the run that never reached it is not its last step
     assert cells["samples/s"] == "—"  # not measured in these fake runs
@@ -130,8 +132,8 @@ def test_no_steps_to_target_column_when_no_run_set_a_target(tmp_path):
     for seed in range(3):
         add(store, "resnet", 20, seed, 0.9)
     text = write_report(tmp_path).read_text()
-    assert table_row(text, "| variant |") == ["variant", "depth", "task", "ok/runs", "train acc (%)", "val acc (%)",
-                                              "train loss", "samples/s", "peak MB"]
+    assert table_row(text, "| variant |") == ["variant", "depth", "task", "ok/runs", "val error (%)",
+                                              "train error (%)", "train loss", "samples/s", "peak MB"]
     assert "steps→target" not in text and "(0/3)" not in text
 
 
@@ -146,15 +148,17 @@ def claim_block(text: str, claim_id: str) -> list[str]:
 def test_declared_claims_agree_when_plain_degrades(tmp_path):
     text = write_report(degradation_dir(tmp_path, True, study="deg"), "deg").read_text()
     assert "## Paper claims vs measured" in text
-    assert "Claims declared in `studies/deg.toml`; verdicts: 2 agree, 0 disagree, 0 inconclusive." in text
+    assert "Claims declared in `studies/deg.toml`; verdicts: 2 agree, 0 disagree, 0 inconclusive (2 paired t)." in text
     ci_20, ci_56 = T975_2 * 0.01 / math.sqrt(3), T975_2 * 0.02 / math.sqrt(3)
-    va, vb = 0.01**2 / 3, 0.02**2 / 3  # the 95% Welch CI of the difference
-    half = sps.t.ppf(0.975, (va + vb) ** 2 / (va**2 / 2 + vb**2 / 2)) * math.sqrt(va + vb)
+    # the depths' runs share seeds 0-2: paired, per-seed rises 0.15, 0.14, 0.13 (sd 0.01)
+    half = T975_2 * 0.01 / math.sqrt(3)
+    p = sps.ttest_rel([0.20, 0.18, 0.16], [0.05, 0.04, 0.03]).pvalue
     assert claim_block(text, "plain-degrades") == [
         "- **plain-degrades** — He et al. 2015, Fig. 1: deeper plain nets have a higher training error. Test: "
         "train_error where variant=plain: depth=max vs min: greater by more than 0.01.",
         f"  - depth=20: 0.04 ± {ci_20:.4g} (3/3 runs, 0 above 0.5) → depth=56: 0.18 ± {ci_56:.4g} (3/3 runs, 0 above "
-        f"0.5); difference +0.14 (95% CI {0.14 - half:+.3g} … {0.14 + half:+.3g}; margin 0.01): **agrees**.",
+        f"0.5); difference +0.14 (paired t, 3 seeds: 95% CI {0.14 - half:+.3g} … {0.14 + half:+.3g}; p {p:.2g}, "
+        "exact sign-flip p 0.25; margin 0.01): **agrees**.",
     ]
     resnet = claim_block(text, "resnet-does-not-degrade")[1]
     assert "depth=20: 0.03 ±" in resnet and "depth=56: 0.01 ±" in resnet and resnet.endswith("**agrees**.")
@@ -186,8 +190,9 @@ def test_a_deepest_depth_that_never_trained_counts_as_degradation(tmp_path):
 
 
 @pytest.mark.parametrize(("shallow", "deep", "verdict"), [
-    ((0.96, 0.97, 0.98), (0.955, 0.965, 0.975), "inconclusive"),  # +0.5 points, but the CI reaches +2.8
+    ((0.96, 0.97, 0.98), (0.955, 0.965, 0.975), "agrees"),  # paired: +0.5 points at every seed, below the margin
     ((0.97, 0.97, 0.97), (0.9655, 0.965, 0.9645), "agrees"),  # +0.5 points, CI to +0.62: below the margin
+    ((0.96, 0.97, 0.98), (0.965, 0.955, 0.975), "inconclusive"),  # -0.5, +1.5, +0.5 points: the CI reaches +3
 ])
 def test_a_small_difference_is_no_degradation_only_where_its_interval_says_so(tmp_path, shallow, deep, verdict):
     store = ResultsStore(tmp_path)
@@ -214,7 +219,7 @@ def test_a_rise_within_the_seed_spread_is_inconclusive_and_failed_seeds_are_coun
     assert f"depth=56: 0.24 ± {ci:.4g} (3/3 runs, 1 above 0.5)" in resnet and resnet.endswith("**inconclusive**.")
     plain = claim_block(text, "plain-degrades")[1]
     assert "(3/3 runs, 3 above 0.5)" in plain and plain.endswith("**agrees**.")
-    assert "verdicts: 1 agree, 0 disagree, 1 inconclusive." in text
+    assert "verdicts: 1 agree, 0 disagree, 1 inconclusive (2 paired t)." in text
 
 
 def test_one_seed_per_depth_is_inconclusive(tmp_path):
@@ -312,7 +317,7 @@ def test_report_of_one_study_and_errors(tmp_path):
     add(store, "plain", 20, 0, 0.8)
     text = write_report(tmp_path, study="degradation").read_text()
     assert text.startswith("# resbench report — study degradation")
-    assert "| resnet | 20 | digits | 1/1 | 90.00 (n=1) |" in text and "| plain |" not in text
+    assert "| resnet | 20 | digits | 1/1 | 20.00 (n=1) | 10.00 (n=1) |" in text and "| plain |" not in text
     assert "python -m bench reproduce degradation" in text
     assert f"(figures: `python -m bench plot --results-dir {tmp_path} --study degradation`)" in text
     assert "![curves_digits](plots/degradation/curves_digits.png)" in text
@@ -353,8 +358,8 @@ def test_configs_that_differ_in_one_field_are_never_pooled(tmp_path, variant, de
         add(store, variant, depth, seed + 10, 0.9, task=task, **{field: b})
     text = write_report(tmp_path).read_text()
     assert table_row(text, "| variant |")[:5] == ["variant", "depth", "task", field, "ok/runs"]
-    assert table_row(text, f"| {variant} | {depth} | {task} | {a} |")[5] == "50.00 ± 0.00 (±0.00)"
-    assert table_row(text, f"| {variant} | {depth} | {task} | {b} |")[5] == "90.00 ± 0.00 (±0.00)"
+    assert table_row(text, f"| {variant} | {depth} | {task} | {a} |")[5] == "60.00 ± 0.00 (±0.00)"  # val error
+    assert table_row(text, f"| {variant} | {depth} | {task} | {b} |")[5] == "20.00 ± 0.00 (±0.00)"
 
 
 def test_a_difference_recorded_only_in_the_config_hash_shows_the_hash(tmp_path):
@@ -365,15 +370,15 @@ def test_a_difference_recorded_only_in_the_config_hash_shows_the_hash(tmp_path):
     text = write_report(tmp_path).read_text()
     assert table_row(text, "| variant |")[:5] == ["variant", "depth", "task", "config_hash", "ok/runs"]
     rows = [line for line in text.splitlines() if line.startswith("| resnet | 20 | digits |")]
-    assert sorted(r.split("|")[6].strip() for r in rows) == ["50.00 ± 0.00 (±0.00)", "90.00 ± 0.00 (±0.00)"]
+    assert sorted(r.split("|")[6].strip() for r in rows) == ["20.00 ± 0.00 (±0.00)", "60.00 ± 0.00 (±0.00)"]
     store2 = ResultsStore(tmp_path / "with_configs")
     for seed in range(2):  # with the configs in the run JSONs, the field itself is the column
         add(store2, "resnet", 20, seed, 0.9)
         add(store2, "resnet", 20, seed, 0.5, eval_every=7)
     text = write_report(tmp_path / "with_configs").read_text()
     assert table_row(text, "| variant |")[:5] == ["variant", "depth", "task", "eval_every", "ok/runs"]
-    assert table_row(text, "| resnet | 20 | digits | 7 |")[5] == "50.00 ± 0.00 (±0.00)"
-    assert table_row(text, "| resnet | 20 | digits | — |")[5] == "90.00 ± 0.00 (±0.00)"
+    assert table_row(text, "| resnet | 20 | digits | 7 |")[5] == "60.00 ± 0.00 (±0.00)"
+    assert table_row(text, "| resnet | 20 | digits | — |")[5] == "20.00 ± 0.00 (±0.00)"
 
 
 def test_grad_norm_figure_is_drawn_and_linked_when_runs_have_step_0_probes(tmp_path):

@@ -15,7 +15,8 @@ groups compared are filters on recorded fields. Fields of a claim:
   ``conv``, ...; ``*`` = every unit) at probe step ``step`` (default 0, initialisation), taken at the
   ``first`` unit, the ``last`` one, or as ``last_over_first``. Every quantity is one value per run.
 - ``where = {field = value | [values]}``: the runs the claim is about. A field is a leaderboard column,
-  a run-config field or model argument (``init``), or a variant axis (``family``, ``combinator``, ``placement``,
+  a run-config field or model argument (``init``; ``preset`` is the preset that first asked for a run: two presets
+  that repeat a configuration share its runs), or a variant axis (``family``, ``combinator``, ``placement``,
   ``body``, ``norm``) as the run recorded it (its JSON's ``axes``; for runs recorded before runs kept them, as
   ``variants.describe`` derives them now).
 - ``for_each``: a field; one verdict per value of it. ``count_above``: per group, also count the runs whose
@@ -41,9 +42,15 @@ Rules of the verdicts (``agrees`` / ``disagrees`` / ``inconclusive``):
   is inconclusive. A configuration under which one compared group has no runs at all (a preset that runs other
   designs) is left out when another configuration has runs in every group. Fields that differ *between* the
   groups but are fixed within each (an init that comes with a variant, say) are reported as confounds.
-- **compare.** ``diff = mean(b) - mean(a)`` and its 95% Welch confidence interval ``[lo, hi] = diff ± t(0.975,
-  ν)·√(s_a²/n_a + s_b²/n_b)`` (ν the Welch–Satterthwaite degrees of freedom; two constant groups: a width of 0;
-  fewer than two counted runs in a group: no interval, *inconclusive*). With the margin ``m`` (``threshold``):
+- **compare.** The difference b − a and its 95% confidence interval ``[lo, hi]``: **paired by seed** where the two
+  groups differ in the compared field only (no confound, below) and share at least two seeds (each once a group):
+  the mean of the per-seed differences ``d`` over the n shared seeds, ``mean(d) ± t(0.975, n−1)·sd(d)/√n``
+  (:mod:`bench.analysis.pairing`: a run whose partner seed is missing is left out; few pairs also give the exact
+  sign-flip p); else **Welch's**, ``diff = mean(b) - mean(a)``, ``diff ± t(0.975, ν)·√(s_a²/n_a + s_b²/n_b)`` (ν
+  the Welch–Satterthwaite degrees of freedom). Each verdict names its test and n. Two constant groups: a width of
+  0; fewer than two counted runs in a group: no interval, *inconclusive*. A study run ``--until-decided`` reads
+  its intervals at its looks' level instead of 95% (:mod:`bench.analysis.sequential`). With the margin ``m``
+  (``threshold``):
   ``greater`` agrees when ``lo > m`` and disagrees when ``hi <= m``; ``less`` agrees when ``hi < -m`` and disagrees
   when ``lo >= -m``; ``not_greater`` (b is no more than ``m`` above a: non-inferiority) agrees when ``hi <= m`` and
   disagrees when ``lo > m``; ``not_less`` agrees when ``lo >= -m`` and disagrees when ``hi < -m``; ``similar``
@@ -82,17 +89,21 @@ import pandas as pd
 from scipy import stats as sps
 
 import variants
+from bench.analysis.pairing import difference
+from bench.analysis.sequential import TESTS as _TESTS
+from bench.analysis.sequential import above, within
 from bench.analysis.stats import (
     CONFIG_KEY,
+    DERIVED,
     MACHINE_KEY,
     MIN_RUNS,
+    PAIRED,
     config_table,
     counted_rows,
     machines_of,
     observations,
     several_machines,
     t_ci,
-    two_groups,
     with_config_hash,
 )
 from bench.runs.results import COLUMNS
@@ -101,7 +112,6 @@ from bench.runs.schema import COST_COLUMNS
 KINDS = ("compare", "slope", "value")
 EXPECTS = ("greater", "less", "not_greater", "not_less", "similar")
 POSITIONS = ("first", "last", "last_over_first")
-DERIVED = {"train_error": "final_train_acc", "val_error": "final_val_acc"}  # 1 - that accuracy
 AXES = ("family", "combinator", "placement", "body", "norm")
 _COMMON = ("id", "paper", "text", "kind", "metric", "step", "where", "for_each", "count_above", "table")
 # What a claim may be about besides the leaderboard: the summary tables of the analyses a study runs after (or
@@ -122,8 +132,6 @@ _REQUIRED = {
     "slope": ("x", "expect_range"),
     "value": ("expect", "threshold"),
 }
-# expect -> (sign of the difference tested, the answer of "is it above the margin?" that agrees)
-_TESTS = {"greater": (1, "yes"), "less": (-1, "yes"), "not_greater": (1, "no"), "not_less": (-1, "no")}
 
 
 @dataclass(frozen=True)
@@ -289,6 +297,7 @@ class Group:
     mean: float
     ci: float
     n_above: int | None = None  # counted runs whose value is above the claim's count_above
+    run_ids: tuple[str, ...] = ()  # the group's runs (what --until-decided adds seeds to)
 
 
 @dataclass(frozen=True)
@@ -299,10 +308,22 @@ class Result:
     context: str
     verdict: str  # agrees | disagrees | inconclusive
     groups: tuple[Group, ...] = ()
-    diff: float = math.nan  # compare: mean(b) - mean(a); value: mean - threshold; slope: the slope
+    diff: float = math.nan  # compare: b - a (paired: the mean per-seed difference); value: mean - threshold; slope
     threshold: float = math.nan  # compare: the margin (relative already applied)
-    spread: float = math.nan  # compare: ci_a + ci_b; value: ci; slope: CI half-width
+    spread: float = math.nan  # compare: the CI half-width of diff; value: the mean's; slope: the slope's
     note: str = ""
+    test: str = ""  # compare: what the interval and p come from (stats.PAIRED, stats.WELCH), "" where neither ran
+    pairs: int = 0  # compare, paired: the seeds both groups ran
+    p: float = math.nan  # compare: the two-sided p of the difference
+    p_exact: float = math.nan  # compare, paired, few pairs: the exact sign-flip p
+    level: float = 0.95  # the confidence level of the interval (below 0.95 never; above it under --until-decided)
+
+    @property
+    def compared(self) -> int:
+        """How many seeds the verdict read: its pairs, else the smaller group's counted runs."""
+        if self.test == PAIRED:
+            return self.pairs
+        return min((g.n for g in self.groups), default=0)
 
 
 @functools.cache
@@ -336,6 +357,10 @@ def claim_frame(
     for name, acc in DERIVED.items():
         if acc in frame:
             frame[name] = 1.0 - pd.to_numeric(frame[acc], errors="coerce")
+    # the preset that first asked for each run: a claim may filter on it, though it is no part of a configuration
+    presets = {r.get("run_id"): (r.get("config") or {}).get("preset") for r in runs or ()}
+    if "preset" not in frame and any(presets.values()):
+        frame["preset"] = frame["run_id"].map(presets).astype(object)
     return frame
 
 
@@ -396,45 +421,54 @@ def _counted(rows: pd.DataFrame, claim: Claim) -> np.ndarray:
     return observations(counted, claim.metric, "_value")
 
 
-def _group(label: str, rows: pd.DataFrame, claim: Claim) -> Group:
+def _seeded(rows: pd.DataFrame, claim: Claim) -> tuple[np.ndarray, np.ndarray | None]:
+    """The counted values of ``rows`` and their seeds (None where they cannot pair: a cost figure measured once per
+    configuration, or rows that record no seed)."""
+    counted = rows if claim.probe else counted_rows(rows, claim.metric)
+    values = pd.to_numeric(counted["_value"], errors="coerce").to_numpy(dtype=float)
+    seeds = pd.to_numeric(counted["seed"], errors="coerce") if "seed" in counted else None
+    if claim.metric in COST_COLUMNS or seeds is None or seeds[np.isfinite(values)].isna().any():
+        return values, None
+    return values, seeds.to_numpy(dtype=float)
+
+
+def _group(label: str, rows: pd.DataFrame, claim: Claim, level: float = 0.95) -> Group:
     values = _counted(rows, claim)
-    s = t_ci(values)
+    s = t_ci(values, level)
     above = int((values[np.isfinite(values)] > claim.count_above).sum()) if claim.count_above is not None else None
-    return Group(label, len(rows), int((rows["status"] != "ok").sum()), int(s["n"]), s["mean"], s["ci"], above)
+    return Group(label, len(rows), int((rows["status"] != "ok").sum()), int(s["n"]), s["mean"], s["ci"], above,
+                 tuple(map(str, rows["run_id"])) if "run_id" in rows else ())
 
 
 def _test(d: float, tol: float, half: float, enough: bool) -> str:
-    """Is ``d`` above the margin ``tol``, judged by its 95% CI ``d ± half``? *yes* when the whole interval is above
-    it, *no* when the whole interval is at or below it, else *inconclusive* (and without the runs for a CI)."""
-    if not enough or not math.isfinite(d) or not math.isfinite(half):
-        return "inconclusive"
-    if d - half > tol:
-        return "yes"
-    return "no" if d + half <= tol else "inconclusive"
+    """Is ``d`` above the margin ``tol``, judged by its CI ``d ± half``? *yes* when the whole interval is above it,
+    *no* when the whole interval is at or below it, else *inconclusive* (and without the runs for a CI):
+    :func:`bench.analysis.sequential.above`."""
+    return str(above(d, tol, half)) if enough else "inconclusive"
 
 
 def _within(d: float, tol: float, half: float, enough: bool) -> str:
-    """Equivalence (two one-sided tests, each at 2.5%): *agrees* when the 95% CI ``d ± half`` lies inside
-    ``[-tol, tol]``, *disagrees* when it lies wholly outside, else *inconclusive*."""
-    if not enough or not math.isfinite(d) or not math.isfinite(half):
-        return "inconclusive"
-    if abs(d) + half <= tol:
-        return "agrees"
-    return "disagrees" if abs(d) - half > tol else "inconclusive"
+    """Equivalence (two one-sided tests): *agrees* when the CI ``d ± half`` lies inside ``[-tol, tol]``,
+    *disagrees* when it lies wholly outside, else *inconclusive*: :func:`bench.analysis.sequential.within`."""
+    return str(within(d, tol, half)) if enough else "inconclusive"
 
 
 def _answer(test: str, want: str) -> str:
     return "inconclusive" if test == "inconclusive" else "agrees" if test == want else "disagrees"
 
 
-def _compare(claim: Claim, context: str, part: pd.DataFrame) -> Result:
+def _compare(claim: Claim, context: str, part: pd.DataFrame, level: float = 0.95, pairs: bool = True) -> Result:
+    """A compare claim's verdict in one context: paired by seed where ``pairs`` (the groups differ in the compared
+    field only) and their seeds pair up (:func:`bench.analysis.pairing.difference`), else Welch's."""
     field_, present = str(claim.compare), _present(part[str(claim.compare)])
     a, b = ({"min": present[0], "max": present[-1]}.get(v, v) if present else v for v in (claim.a, claim.b))
     ga, gb = (_group(f"{field_}={_fmt(v)}", part[_matches(part[field_], v)], claim) for v in (a, b))
     tol = claim.threshold * abs(ga.mean) if claim.relative else claim.threshold
-    pair = two_groups(*(_counted(part[_matches(part[field_], v)], claim) for v in (b, a)))  # b: the variant
-    diff, spread = pair.diff, pair.ci_diff  # the 95% Welch CI of the difference: diff ± spread
-    done: dict[str, Any] = {"groups": (ga, gb), "diff": diff, "threshold": tol, "spread": spread}
+    (vb, sb), (va, sa) = (_seeded(part[_matches(part[field_], v)], claim) for v in (b, a))  # b: the variant
+    pair = difference(vb, va, sb if pairs else None, sa if pairs else None, level)
+    diff, spread = pair.diff, pair.ci_diff  # the interval of the difference: diff ± spread
+    done: dict[str, Any] = {"groups": (ga, gb), "diff": diff, "threshold": tol, "spread": spread, "test": pair.test,
+                            "pairs": pair.pairs, "p": pair.p, "p_exact": pair.p_exact, "level": level}
     if _matches(pd.Series([a]), b).iloc[0]:
         return Result(claim, context, "inconclusive", note=f"only {field_}={_fmt(a)} is present", **done)
     empty = [g.label for g in (ga, gb) if g.n_runs == 0]
@@ -474,19 +508,19 @@ def _compare(claim: Claim, context: str, part: pd.DataFrame) -> Result:
     return Result(claim, context, _answer(test, want), note=note, **done)
 
 
-def _value(claim: Claim, context: str, part: pd.DataFrame) -> Result:
-    g = _group("all", part, claim)
+def _value(claim: Claim, context: str, part: pd.DataFrame, level: float = 0.95, pairs: bool = True) -> Result:
+    g = _group("all", part, claim, level)
     diff = g.mean - claim.threshold
     note = "" if g.n else "no counted runs"
     if claim.expect == "similar":  # a paper's figure reproduced: the mean's whole CI within the tolerance of it
         verdict = _within(diff, claim.tolerance, g.ci, g.n >= MIN_RUNS)
-        return Result(claim, context, verdict, (g,), diff, claim.tolerance, g.ci, note)
+        return Result(claim, context, verdict, (g,), diff, claim.tolerance, g.ci, note, level=level)
     sign, want = _TESTS[str(claim.expect)]  # one group against a constant: the mean's whole CI on one side of it
     test = _test(sign * diff, 0.0, g.ci, g.n >= MIN_RUNS)
-    return Result(claim, context, _answer(test, want), (g,), diff, claim.threshold, g.ci, note)
+    return Result(claim, context, _answer(test, want), (g,), diff, claim.threshold, g.ci, note, level=level)
 
 
-def _slope(claim: Claim, context: str, part: pd.DataFrame) -> Result:
+def _slope(claim: Claim, context: str, part: pd.DataFrame, level: float = 0.95, pairs: bool = True) -> Result:
     x = str(claim.x)
     groups = tuple(_group(f"{x}={_fmt(v)}", part[_matches(part[x], v)], claim) for v in _present(part[x]))
     counted = part if claim.probe else counted_rows(part, claim.metric)  # the rows its groups count
@@ -507,6 +541,7 @@ def _slope(claim: Claim, context: str, part: pd.DataFrame) -> Result:
 
 
 _NO_RUNS = "no runs with "
+_CONFOUNDED = "the groups also differ in "  # a confound: the groups' runs are compared unpaired
 
 
 def _splits(part: pd.DataFrame, side: str | None, fields: Sequence[str]) -> list[tuple[str, pd.DataFrame, str]]:
@@ -524,7 +559,7 @@ def _splits(part: pd.DataFrame, side: str | None, fields: Sequence[str]) -> list
             return [("", part, "a group spans several configurations (config_hash) that differ in no recorded "
                      "field; their seeds cannot be pooled (the run JSONs name the difference)")]  # fmt: skip
         confounds = [f for f in fields if f not in (side, "variant") and part[f].nunique(dropna=False) > 1]
-        return [("", part, f"the groups also differ in {', '.join(confounds)}" if confounds else "")]
+        return [("", part, f"{_CONFOUNDED}{', '.join(confounds)}" if confounds else "")]
     out = []
     for values, sub in part.groupby(varying, dropna=False, sort=True):
         values = values if isinstance(values, tuple) else (values,)
@@ -538,17 +573,21 @@ def evaluate_claims(
     board: pd.DataFrame,
     probes: pd.DataFrame | None = None,
     runs: Sequence[Mapping[str, Any]] | None = None,
+    level: float = 0.95,
 ) -> list[Result]:
     """Every claim's verdicts on ``board`` (a leaderboard frame), ``probes`` (the tidy probe frame of
     :func:`bench.reports.plotdata.probes_frame`) and the run JSONs (``ResultsStore.load_runs()``, for config fields
-    the leaderboard lacks). A field a claim needs that no run records gives an inconclusive result."""
+    the leaderboard lacks). A field a claim needs that no run records gives an inconclusive result. ``level``: of
+    the compare and value claims' intervals (a study run ``--until-decided`` reads them at its looks' level,
+    :class:`bench.analysis.sequential.Looks`)."""
     named = {f for c in claims for f in (*c.where, c.for_each, c.compare, c.x)}
     frame = claim_frame(board, runs, [a for a in AXES if a in named])
     fields = [c for c in config_table(frame, runs).columns if c not in AXES]
-    return [r for claim in claims for r in _evaluate(claim, frame, fields, probes)]
+    return [r for claim in claims for r in _evaluate(claim, frame, fields, probes, level)]
 
 
-def _evaluate(claim: Claim, frame: pd.DataFrame, fields: Sequence[str], probes: pd.DataFrame | None) -> list[Result]:
+def _evaluate(claim: Claim, frame: pd.DataFrame, fields: Sequence[str], probes: pd.DataFrame | None,
+              level: float = 0.95) -> list[Result]:
     if claim.probe:
         per_run = probe_quantity(probes if probes is not None else pd.DataFrame(), *claim.probe, step=claim.step)
         values = frame["run_id"].map(per_run).astype(float)
@@ -584,7 +623,7 @@ def _evaluate(claim: Claim, frame: pd.DataFrame, fields: Sequence[str], probes: 
             if note.startswith("a group spans"):
                 mine.append(Result(claim, context, "inconclusive", note=note))
                 continue
-            result = run(claim, context, sub)
+            result = run(claim, context, sub, level, pairs=not note.startswith(_CONFOUNDED))
             mine.append(dataclasses.replace(result, note="; ".join(filter(None, [result.note, note]))))
         # A configuration under which a compared group was never run (a preset of other designs) asks nothing of
         # this claim: it is left out where another configuration has runs in every group.

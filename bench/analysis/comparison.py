@@ -7,9 +7,13 @@ compared with the baseline's configuration that matches it in every field the va
 - **Matching.** The fields that tell configurations apart (:func:`bench.analysis.stats.by_configuration`: variant,
   depth, task and every other differing one) except the variant and the fields each variant holds at one value of its
   own (a pinned init, say, which comes with the variant). A row with no matching baseline is left uncompared.
-- **Test.** Welch's t-test (unequal variances, two-sided) of the runs' values, ``diff = mean - mean(baseline)``;
-  at least two counted runs a side, else no p-value. A cost figure a sweep measured once and copied into its other
-  seeds' rows counts once (:func:`bench.analysis.stats.observations`): ``n = 1``, no p-value from copies.
+- **Test.** Where a row and its baseline differ in the variant alone (no field the variant implies, such as a
+  pinned init) and share seeds, the runs are **paired by seed** (:mod:`bench.analysis.pairing`): ``diff`` is the
+  mean of the per-seed differences, its 95% t interval ``[diff_lo, diff_hi]`` and p over ``pairs`` seeds (and,
+  for few pairs, the exact sign-flip ``p_exact``). Otherwise Welch's t-test (unequal variances, two-sided),
+  ``diff = mean - mean(baseline)`` and its 95% Welch interval. ``test`` names which; at least two counted runs a
+  side, else no interval and no p-value. A cost figure a sweep measured once and copied into its other seeds' rows
+  counts once (:func:`bench.analysis.stats.observations`): ``n = 1``, no p-value from copies, never paired.
 - **Cost per machine.** Where the runs were measured on several machines (:func:`bench.analysis.stats.aggregate_long`),
   a cost metric has a row per configuration and machine (the ``machine`` column), compared with the baseline's runs
   on the same machine only; convergence metrics pool the machines (their ``machine`` reads ``all``).
@@ -29,20 +33,23 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from bench.analysis.pairing import difference
 from bench.analysis.stats import (
     CONFIG_KEY,
     DEFAULT_BY,
     MACHINE_KEY,
+    PAIRED,
     aggregate_long,
     by_configuration,
     counted_rows,
     machines_of,
     observations,
-    two_groups,
     with_config_hash,
 )
+from bench.runs.schema import COST_COLUMNS
 
-COLUMNS = ("metric", "n", "mean", "ci", "diff", "p", "p_holm")
+COLUMNS = ("metric", "n", "mean", "ci", "diff", "diff_lo", "diff_hi", "test", "pairs", "n_base", "p", "p_exact",
+           "p_holm")
 
 
 def holm(pvalues: Sequence[float]) -> np.ndarray:
@@ -63,6 +70,15 @@ def _values(df: pd.DataFrame, metric: str) -> np.ndarray:
     return observations(counted_rows(df, metric), metric)
 
 
+def _seeded(df: pd.DataFrame, metric: str) -> tuple[np.ndarray, np.ndarray | None]:
+    """A convergence metric's counted values and their seeds (None: a cost figure, measured once, never paired)."""
+    if metric in COST_COLUMNS or "seed" not in df.columns:
+        return _values(df, metric), None
+    rows = counted_rows(df, metric)
+    return pd.to_numeric(rows[metric], errors="coerce").to_numpy(dtype=float), \
+        pd.to_numeric(rows["seed"], errors="coerce").to_numpy(dtype=float)
+
+
 def compare_table(
     board: pd.DataFrame,
     runs: Sequence[Mapping[str, Any]] | None,
@@ -71,7 +87,8 @@ def compare_table(
     base: Sequence[str] = DEFAULT_BY,
     ignore: Sequence[str] = (),
 ) -> pd.DataFrame:
-    """The comparison table (module docstring): columns ``*by, metric, n, mean, ci, diff, p, p_holm``.
+    """The comparison table (module docstring): columns ``*by, metric, n, mean, ci, diff, diff_lo, diff_hi, test,
+    pairs, n_base, p, p_exact, p_holm`` (the difference's columns empty on the baseline's rows).
 
     ``ignore``: configuration fields a row and its baseline may differ in (``study`` and ``preset``, when the
     baseline's runs come from another study of the results directory). ValueError when ``baseline`` has no run in
@@ -103,17 +120,26 @@ def compare_table(
         rows = runs_of[row[CONFIG_KEY]]
         return rows[machines_of(rows) == row[MACHINE_KEY]] if per_machine and pd.notna(row[MACHINE_KEY]) else rows
 
-    diffs, ps = [], []
+    found: list[dict[str, Any]] = []
     for _, row in table.iterrows():
         ref = None if row["variant"] == baseline else matched(row)
         if ref is None:
-            diffs.append(math.nan)
-            ps.append(math.nan)
+            found.append({})
             continue
-        pair = two_groups(_values(rows_of(row), row["metric"]), _values(rows_of(ref), row["metric"]))
-        diffs.append(pair.diff)
-        ps.append(pair.p)
-    table = table.assign(diff=diffs, p=ps, p_holm=holm(ps))
+        (x, seeds), (base_x, base_seeds) = (_seeded(rows_of(r), row["metric"]) for r in (row, ref))
+        alone = all(_same(row[f], ref[f]) for f in implied)  # the variant is the one difference: its runs pair
+        pair = difference(x, base_x, seeds if alone else None, base_seeds if alone else None)
+        found.append({"diff": pair.diff, "diff_lo": pair.low, "diff_hi": pair.high, "test": pair.test or None,
+                      "pairs": pair.pairs if pair.test == PAIRED else None, "n_base": pair.n_base, "p": pair.p,
+                      "p_exact": pair.p_exact})
+    stats = pd.DataFrame(found, index=table.index, columns=list(COLUMNS[4:-1]))
+    table = table.assign(**{c: stats[c] for c in stats.columns})
+    table["p_holm"] = holm(table["p"].to_numpy(dtype=float))
     if per_machine:  # which machine a figure came from; a convergence metric's are all of them
         table[MACHINE_KEY] = table[MACHINE_KEY].astype(object).where(table[MACHINE_KEY].notna(), "all")
     return table[[*by, *([MACHINE_KEY] if per_machine else []), *COLUMNS]].reset_index(drop=True)
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Two configuration values equal (two missing ones too)."""
+    return bool(pd.isna(a) and pd.isna(b)) if pd.isna(a) or pd.isna(b) else bool(a == b)

@@ -29,11 +29,12 @@ Rules (the report and the plots rely on them):
   column; ``unrecorded`` for rows from before the fingerprint), never one mean over machines. Convergence metrics
   still pool every seed of a configuration, whatever machine ran it (their ``machine`` is empty). One machine: no
   ``machine`` column, nothing changes.
-- **Comparing two groups** (:func:`two_groups`, the one comparison behind ``bench compare``, the claims and
-  :func:`compare`): ``diff = mean(variant) - mean(baseline)``; Welch's t-test (unequal variances, two-sided), the
-  95% Welch CI of ``diff`` (``diff ± t(0.975, ν)·√(s²/n + s_base²/n_base)``, ν the Welch–Satterthwaite degrees of
-  freedom) and each side's CI need at least :data:`MIN_RUNS` counted runs a side (one run has no spread); two
-  constant sides give a CI of width 0 and no p-value.
+- **Comparing two groups** unpaired (:func:`two_groups`, behind ``bench compare`` and the claims where the runs do
+  not pair by seed, and :func:`compare`): ``diff = mean(variant) - mean(baseline)``; Welch's t-test (unequal
+  variances, two-sided), the 95% Welch CI of ``diff`` (``diff ± t(0.975, ν)·√(s²/n + s_base²/n_base)``, ν the
+  Welch–Satterthwaite degrees of freedom) and each side's CI need at least :data:`MIN_RUNS` counted runs a side
+  (one run has no spread); two constant sides give a CI of width 0 and no p-value. Runs that pair by seed are
+  compared by :func:`bench.analysis.pairing.difference` instead.
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ from scipy import stats as sps
 
 from bench.runs.config import FIELD_DEFAULTS, NOT_HASHED, RUN_ID_PATTERN
 from bench.runs.schema import COST_COLUMNS
+from bench.runs.tasks.primary import primaries
 
 DEFAULT_BY: tuple[str, ...] = ("variant", "depth", "task")
 DEFAULT_METRICS: tuple[str, ...] = (
@@ -85,7 +87,7 @@ _INF = math.inf
 # Valid range of each quantity we draw; a band or error bar never leaves it. Unknown names: unbounded.
 DOMAINS: dict[str, tuple[float, float]] = {
     **dict.fromkeys(("val_acc", "train_acc", "final_train_acc", "final_val_acc", "best_val_acc"), (0.0, 1.0)),
-    "train_error": (0.0, 1.0),
+    **dict.fromkeys(("train_error", "val_error"), (0.0, 1.0)),
     **dict.fromkeys(("loss", "train_loss", "val_loss", "final_train_loss", "final_val_loss", "bpc"), (0.0, _INF)),
     "ppl": (1.0, _INF),  # perplexity = exp(loss) >= 1
     **dict.fromkeys(("train_samples_per_s", "train_tokens_per_s", "peak_mem_mb"), (0.0, _INF)),
@@ -98,6 +100,32 @@ BOARD_CONFIG_COLUMNS: tuple[str, ...] = (
     "variant", "depth", "task", "batch_size", "optimizer", "lr", "schedule", "warmup_steps", "precision", "init",
     "study",
 )  # fmt: skip
+
+
+# Error columns derived from the accuracy ones (1 - that accuracy): a classifier's primary metric.
+DERIVED = {"train_error": "final_train_acc", "val_error": "final_val_acc"}
+
+
+def with_derived(df: pd.DataFrame) -> pd.DataFrame:
+    """``df`` with the :data:`DERIVED` error columns (where it has the accuracy they come from)."""
+    return df.assign(**{name: 1.0 - pd.to_numeric(df[acc], errors="coerce")
+                        for name, acc in DERIVED.items() if acc in df.columns})
+
+
+def primary_metrics(df: pd.DataFrame) -> list[str]:
+    """The primary metrics of the tasks of ``df``'s runs (:mod:`bench.runs.tasks.primary`), in order of first
+    appearance, those ``df`` holds values of (``with_derived``'s error columns included): ``bench compare``'s
+    default; the validation loss where it holds none of them."""
+    found = [p.final for p in primaries(df["task"])] if "task" in df.columns else []
+    return [m for m in found if m in df.columns and df[m].notna().any()] or ["final_val_loss"]
+
+
+def headline_metrics(df: pd.DataFrame) -> list[str]:
+    """What a leaderboard of ``df``'s runs shows by default: each task's primary metric and its training
+    counterpart, then throughput (tokens/s where any task is a language model) and peak memory."""
+    found = primaries(df["task"]) if "task" in df.columns else []
+    throughput = "train_tokens_per_s" if any(p.final == "final_val_loss" for p in found) else "train_samples_per_s"
+    return list(dict.fromkeys([m for p in found for m in (p.final, p.train)] + [throughput, "peak_mem_mb"]))
 
 
 def domain(metric: str) -> tuple[float, float]:
@@ -309,7 +337,9 @@ def _side(df: pd.DataFrame, by: Sequence[str], value: Any, metric: str) -> np.nd
 @dataclass(frozen=True)
 class TwoGroups:
     """A variant's runs against a baseline's on one metric: each side's count, mean and 95% CI half-width, and
-    ``diff = mean - mean_base`` with Welch's test where both sides have :data:`MIN_RUNS` runs and some spread."""
+    ``diff`` with the test that produced its interval (``test``): Welch's (``diff = mean - mean_base``) where both
+    sides have :data:`MIN_RUNS` runs and some spread, or the paired t over the seeds both sides ran
+    (:func:`bench.analysis.pairing.difference`: ``diff`` the mean of the per-seed differences over ``pairs`` seeds)."""
 
     n: int
     mean: float
@@ -321,30 +351,48 @@ class TwoGroups:
     t: float = math.nan
     dof: float = math.nan
     p: float = math.nan
-    ci_diff: float = math.nan  # the 95% Welch CI half-width of diff: t(0.975, dof) · √(s²/n + s_base²/n_base)
+    ci_diff: float = math.nan  # diff's CI half-width at level (Welch: t(0.975, dof) · √(s²/n + s_base²/n_base))
+    test: str = ""  # what produced the interval and p: WELCH, PAIRED, or "" (too few runs for either)
+    pairs: int = 0  # paired: the seeds both sides ran, each a pair
+    p_exact: float = math.nan  # paired, few pairs: the exact sign-flip p of the per-seed differences
+    level: float = 0.95  # the confidence level of ci_diff
 
     @property
     def enough(self) -> bool:
         """Both sides have the runs a spread needs."""
         return min(self.n, self.n_base) >= MIN_RUNS
 
+    @property
+    def low(self) -> float:
+        return self.diff - self.ci_diff
 
-def two_groups(values: Sequence[float] | np.ndarray, baseline: Sequence[float] | np.ndarray) -> TwoGroups:
-    """``values`` (a variant's runs) against ``baseline``'s, non-finite values left out (module docstring)."""
+    @property
+    def high(self) -> float:
+        return self.diff + self.ci_diff
+
+
+WELCH = "Welch"
+PAIRED = "paired t"
+
+
+def two_groups(values: Sequence[float] | np.ndarray, baseline: Sequence[float] | np.ndarray,
+               level: float = 0.95) -> TwoGroups:
+    """``values`` (a variant's runs) against ``baseline``'s, unpaired (Welch), non-finite values left out (module
+    docstring); the interval at ``level``."""
     x, base = (np.asarray(v, dtype=float) for v in (values, baseline))
     x, base = x[np.isfinite(x)], base[np.isfinite(base)]
     s, b = t_ci(x), t_ci(base)
-    out = TwoGroups(int(s["n"]), s["mean"], s["ci"], int(b["n"]), b["mean"], b["ci"], s["mean"] - b["mean"])
+    out = TwoGroups(int(s["n"]), s["mean"], s["ci"], int(b["n"]), b["mean"], b["ci"], s["mean"] - b["mean"],
+                    level=level)
     if not out.enough:  # fewer than two runs a side: no spread, no interval, no test
         return out
     va, vb = x.var(ddof=1) / x.size, base.var(ddof=1) / base.size
     if va + vb <= 0:  # two constant sides: the difference is known exactly, but there is no test to make
-        return dataclasses.replace(out, ci_diff=0.0)
+        return dataclasses.replace(out, ci_diff=0.0, test=WELCH)
     welch = sps.ttest_ind(x, base, equal_var=False)
     dof = (va + vb) ** 2 / (va**2 / (x.size - 1) + vb**2 / (base.size - 1))
-    return TwoGroups(out.n, out.mean, out.ci, out.n_base, out.mean_base, out.ci_base, out.diff,
-                     float(welch.statistic), float(dof), float(welch.pvalue),
-                     float(sps.t.ppf(0.975, dof) * math.sqrt(va + vb)))
+    return dataclasses.replace(out, t=float(welch.statistic), dof=float(dof), p=float(welch.pvalue), test=WELCH,
+                               ci_diff=float(sps.t.ppf(0.5 + level / 2, dof) * math.sqrt(va + vb)))
 
 
 def compare(

@@ -21,9 +21,9 @@ import os
 import sys
 from collections.abc import Sequence
 
-from bench.cli.parser import LEADERBOARD_METRICS, build_parser, config_from_args
+from bench.cli.parser import build_parser, config_from_args
 
-__all__ = ["LEADERBOARD_METRICS", "build_parser", "config_from_args", "main"]
+__all__ = ["build_parser", "config_from_args", "main"]
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -25,10 +25,8 @@ from bench.runs.config import (
     build,
 )
 from bench.runs.constraints import CONSTRAINTS, from_text
-from bench.runs.schema import HEADLINE_METRICS
 from bench.sweeps.options import SweepOptions, flag
 
-LEADERBOARD_METRICS = HEADLINE_METRICS  # what `bench leaderboard` aggregates over seeds by default
 Sub = Any  # argparse's _SubParsersAction
 
 
@@ -154,7 +152,8 @@ def _leaderboard(sub: Sub) -> None:
     q = sub.add_parser("leaderboard", help="the leaderboard over seeds: one 'mean ± 95%% CI (n)' cell per metric")
     _results(q)
     q.add_argument("--metrics", nargs="+", metavar="COL",
-                   help=f"leaderboard columns to show (default: {' '.join(LEADERBOARD_METRICS)})")
+                   help="leaderboard columns, or train_error / val_error, to show (default: each task's primary "
+                        "metric and its training counterpart, throughput and peak memory)")
     q.add_argument("--study", help="only the runs of this study")
     q.add_argument("--sort", help="a metric (its mean) or a column of the full table to sort by")
     q.add_argument("--ascending", action="store_true", help="sort ascending (default: descending)")
@@ -164,10 +163,12 @@ def _leaderboard(sub: Sub) -> None:
 
 
 def _compare(sub: Sub) -> None:
-    q = sub.add_parser("compare", help="metrics per configuration against a baseline variant: Welch tests, Holm")
+    q = sub.add_parser("compare", help="metrics per configuration against a baseline variant: the difference and "
+                       "its 95%% CI (paired by seed where the runs pair, else Welch), p, Holm")
     _results(q)
     q.add_argument("--baseline", required=True, help="the variant every other row is compared with, e.g. preln")
-    q.add_argument("--metric", nargs="+", metavar="COL", help="leaderboard columns (default: final_val_loss)")
+    q.add_argument("--metrics", "--metric", nargs="+", metavar="COL", dest="metrics",
+                   help="leaderboard columns, or train_error / val_error (default: each task's primary metric)")
     q.add_argument("--study", help="only the runs of this study")
     q.add_argument("--baseline-study", metavar="S",
                    help="take the baseline's runs from this study of the results directory (default: --study's, "
@@ -188,7 +189,8 @@ def _show(sub: Sub) -> None:
 def _upgrade(sub: Sub) -> None:
     q = sub.add_parser("upgrade", help="bring results recorded by an earlier resbench up to this one's rules: fill "
                        "each run's chance level from its task and mark the runs that ended at it failed_to_learn "
-                       "(numbers kept), and each row's machine fingerprint from its run's environment")
+                       "(numbers kept), each row's machine fingerprint from its run's environment, and each run "
+                       "recorded when its id held its preset its configuration's id (old ids keep resolving)")
     q.add_argument("--dry-run", action="store_true", help="print what would change, write nothing")
     _results(q)
     _handler(q, "runs:cmd_upgrade")

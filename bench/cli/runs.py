@@ -13,10 +13,11 @@ import pandas as pd
 from bench import api
 from bench.cli.parser import config_from_args
 from bench.runs import plugins
+from bench.runs.identity import migrate
 from bench.runs.merge import describe as describe_merge
 from bench.runs.merge import merge
 from bench.runs.perf import overhead
-from bench.runs.results import ResultsStore
+from bench.runs.results import ALIASES, ResultsStore
 from bench.runs.runner import measurement_failures
 from bench.runs.scalars import scalar_table
 from bench.runs.tasks.datasets import download
@@ -28,6 +29,15 @@ LOOP_NOTE = ", the training loop's average: not timed apart, its first steps inc
 
 
 def cmd_upgrade(ns: argparse.Namespace) -> int:
+    renamed = migrate(ns.results_dir, dry_run=ns.dry_run)
+    if renamed:  # runs recorded when a run's id held its preset
+        verb = "would give" if ns.dry_run else "gave"
+        dropped = [each for each in renamed if not each.kept]
+        print(f"{ns.results_dir}: {verb} {len(renamed) - len(dropped)} run(s) their configuration's id; "
+              f"{len(dropped)} repeated a run recorded before them and {'would be' if ns.dry_run else 'were'} dropped; "
+              f"every old id resolves ({ALIASES})")
+        for repeat in dropped:
+            print(f"  {repeat.old}: the same configuration and seed as {repeat.new}, dropped")
     changes = upgrade(ns.results_dir, dry_run=ns.dry_run)
     levels = [c for c in changes if c.chance_loss is not None]
     moved = [c for c in changes if c.status_after != c.status_before]

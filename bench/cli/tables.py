@@ -10,13 +10,12 @@ import pandas as pd
 
 from bench import api
 from bench.analysis.comparison import compare_table
-from bench.analysis.stats import aggregate, by_configuration
+from bench.analysis.stats import aggregate, by_configuration, headline_metrics, primary_metrics, with_derived
 from bench.reports.markdown import MISSING, render_comparison
 from bench.reports.plots import make_all
 from bench.reports.report import write_report
 from bench.reports.site import build_site  # plotly, the site extra, is imported by build_site alone
 from bench.runs.results import ResultsStore
-from bench.runs.schema import HEADLINE_METRICS as LEADERBOARD_METRICS
 
 
 def _board(ns: argparse.Namespace, study: str | None) -> tuple[pd.DataFrame, list[Any]]:
@@ -45,7 +44,8 @@ def cmd_leaderboard(ns: argparse.Namespace) -> int:
     if df.empty:
         print(f"no runs in {ns.results_dir}")
         return 0
-    metrics = list(ns.metrics or LEADERBOARD_METRICS)
+    df = with_derived(df)  # train_error, val_error: a classifier's primary metric
+    metrics = list(ns.metrics or headline_metrics(df))
     unknown = [m for m in metrics if m not in df.columns]
     if unknown:
         raise ValueError(f"unknown metric(s) {unknown}; leaderboard columns: {', '.join(df.columns)}")
@@ -95,10 +95,10 @@ def cmd_compare(ns: argparse.Namespace) -> int:
         if not sep or key not in df.columns:
             raise ValueError(f"--where wants COLUMN=VALUE with a leaderboard column, got {cond!r}")
         df = df[df[key].astype(str) == value]
-    df = df.reset_index(drop=True)
+    df = with_derived(df.reset_index(drop=True))
     if df.empty:
         raise ValueError(f"no runs to compare in {ns.results_dir}{' after --where' if ns.where else ''}")
-    table = compare_table(df, runs, ns.baseline, ns.metric or ["final_val_loss"],
+    table = compare_table(df, runs, ns.baseline, ns.metrics or primary_metrics(df),
                           ignore=("study", "preset") if pairs_across else ())
     print(render_comparison(table, ns.format), end="" if ns.format == "csv" else "\n")
     return 0

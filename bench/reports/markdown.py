@@ -19,7 +19,8 @@ import pandas as pd
 
 from bench.analysis.claims import Group, Result, describe
 from bench.analysis.comparison import COLUMNS as COMPARISON_COLUMNS
-from bench.analysis.stats import CONFIG_KEY
+from bench.analysis.sequential import Looks
+from bench.analysis.stats import CONFIG_KEY, PAIRED
 
 FORMATS = ("markdown", "csv", "latex")
 MISSING = "—"  # how every table shows a value that is not there
@@ -77,7 +78,12 @@ def _measured(r: Result) -> str:
         ci = f"95% CI {fmt_number(r.diff - r.spread, '.3g')} … {fmt_number(r.diff + r.spread, '.3g')}"
         return f"{' · '.join(groups)}; log-log slope {fmt_number(r.diff, '.3g')} ({ci}; expected in [{lo:g}, {hi:g}])"
     known = math.isfinite(r.diff) and math.isfinite(r.spread)  # the interval the verdict read, where there is one
-    interval = [f"95% CI {r.diff - r.spread:+.3g} … {r.diff + r.spread:+.3g}"] if known else []
+    interval = [f"{level_text(r.level)} CI {r.diff - r.spread:+.3g} … {r.diff + r.spread:+.3g}"] if known else []
+    if c.kind == "compare" and r.test:
+        interval = [f"{test_text(r.test, r.pairs, *(g.n for g in r.groups))}: {interval[0]}" if interval else
+                    test_text(r.test, r.pairs, *(g.n for g in r.groups))]
+        exact = f", exact sign-flip p {r.p_exact:.2g}" if math.isfinite(r.p_exact) else ""
+        interval += [f"p {r.p:.2g}{exact}"] if math.isfinite(r.p) else []
     if c.kind == "value":
         tolerance = [f"tolerance ±{c.tolerance:g}"] if c.expect == "similar" else []
         detail = f" ({'; '.join(interval + tolerance)})" if interval or tolerance else ""
@@ -87,8 +93,21 @@ def _measured(r: Result) -> str:
     return f"{' → '.join(groups)}; difference {fmt_number(r.diff, '+.4g')} ({'; '.join(margins)})"
 
 
-def claim_lines(results: Sequence[Result]) -> list[str]:
-    """Markdown bullets: one per claim (source, words, the test), one sub-bullet per verdict."""
+def level_text(level: float) -> str:
+    """``95%``, ``98.75%``: a confidence level as the tables print it."""
+    return f"{100 * level:.4g}%"
+
+
+def test_text(test: str, pairs: int, n_a: int = 0, n_b: int = 0) -> str:
+    """Which test produced a difference's interval, on how many runs: ``paired t, 3 seeds`` or ``Welch, 3 + 3 runs``."""
+    if test == PAIRED:
+        return f"{test}, {pairs} seed{'s' if pairs != 1 else ''}"
+    return f"{test}, {n_a} + {n_b} runs"
+
+
+def claim_lines(results: Sequence[Result], looks: Looks | None = None) -> list[str]:
+    """Markdown bullets: one per claim (source, words, the test), one sub-bullet per verdict; with the ``looks`` a
+    study was run under (``--until-decided``), the look each compare verdict was read at."""
     out: list[str] = []
     seen: set[str] = set()
     for r in results:
@@ -99,7 +118,12 @@ def claim_lines(results: Sequence[Result]) -> list[str]:
         note = f" — {md(r.note)}" if r.note else ""
         context = f"{md(r.context)}: " if r.context else ""
         measured = f"{md(_measured(r))}: " if r.groups else ""
-        out.append(f"  - {context}{measured}**{VERDICT_WORDS[r.verdict]}**{note}.")
+        look = ""
+        if looks is not None and c.kind == "compare" and r.test:
+            k = looks.look(r.compared)
+            look = f" at look {k} of {len(looks.seeds)}" if r.verdict != "inconclusive" else \
+                f" after look {k} of {len(looks.seeds)}"
+        out.append(f"  - {context}{measured}**{VERDICT_WORDS[r.verdict]}**{look}{note}.")
     return out
 
 
@@ -107,9 +131,16 @@ def _fmt(v: Any, spec: str = ".4g") -> str:
     return MISSING if v is None or (isinstance(v, float) and not math.isfinite(v)) else format(v, spec)
 
 
+def _test_cell(test: Any, pairs: Any, n: Any, n_base: Any) -> str:
+    if not isinstance(test, str) or not test:
+        return MISSING
+    return test_text(test, int(pairs) if test == PAIRED else 0, int(n), int(n_base))
+
+
 def render_comparison(table: pd.DataFrame, fmt: str = "markdown") -> str:
-    """The table as GitHub markdown (one cell ``mean ± ci (n)`` per row, then diff and p-values), CSV (every
-    column as is) or LaTeX (the markdown's cells)."""
+    """The table as GitHub markdown (per row: the difference from the baseline and its 95% CI first, the test that
+    made them and on how many runs, then the p-values, then ``mean ± ci (n)``), CSV (every column as is) or LaTeX
+    (the markdown's cells)."""
     if fmt not in FORMATS:
         raise ValueError(f"format must be one of {FORMATS}, got {fmt!r}")
     if fmt == "csv":
@@ -118,11 +149,16 @@ def render_comparison(table: pd.DataFrame, fmt: str = "markdown") -> str:
     shown = table[keys].astype(object).where(table[keys].notna(), MISSING)
     shown = shown.assign(
         **{
+            "diff [95% CI]": [f"{_fmt(d, '+.4g')} [{_fmt(lo, '+.3g')} … {_fmt(hi, '+.3g')}]" if math.isfinite(hi)
+                              else _fmt(d, "+.4g") for d, lo, hi in
+                              zip(table["diff"], table["diff_lo"], table["diff_hi"], strict=True)],
+            "test": [_test_cell(t, p, n, b) for t, p, n, b in
+                     zip(table["test"], table["pairs"], table["n"], table["n_base"], strict=True)],
+            "p": [_fmt(p, ".3g") + (f" (exact {p_exact:.2g})" if math.isfinite(p_exact) else "")
+                  for p, p_exact in zip(table["p"], table["p_exact"], strict=True)],
+            "p (Holm)": [_fmt(p, ".3g") for p in table["p_holm"]],
             "mean ± CI (n)": [f"{_fmt(m)} ± {_fmt(c, '.2g')} ({int(n)})" for m, c, n in
                               zip(table["mean"], table["ci"], table["n"], strict=True)],
-            "diff": [_fmt(d) for d in table["diff"]],
-            "p (Welch)": [_fmt(p, ".3g") for p in table["p"]],
-            "p (Holm)": [_fmt(p, ".3g") for p in table["p_holm"]],
         }
     )
     if fmt == "latex":

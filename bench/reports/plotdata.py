@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
+import seaborn as sns
 
 import variants
 from bench.analysis.stats import DOMAINS, config_table, differing_fields, domain, mean_ci  # noqa: F401  (re-exported for the figures)
@@ -117,13 +118,38 @@ def _depth_text(depth: Any) -> str:
     return "" if math.isnan(d) else f"depth {int(d) if d.is_integer() else d}"
 
 
+Colour = tuple[float, float, float]
+# Two qualitative palettes of well-separated colours: tab10 first, then seaborn's "dark" (the same ten hues, darker):
+# the smallest CIE76 distance between any two of the 20 is 17 (tested; 2.3 is a just-noticeable difference).
+# Beyond 20 variants, evenly spaced husl hues: distinct, but nearer each other.
+_PALETTES: tuple[Colour, ...] = tuple(map(tuple, [*sns.color_palette("tab10"), *sns.color_palette("dark")]))  # type: ignore[arg-type]
+
+def palette(variants: Iterable[str]) -> dict[str, Colour]:
+    """``{variant: colour}`` for one study: its distinct variants (series keys, :func:`variant_key`), sorted, take
+    the colours of :data:`_PALETTES` in turn (evenly spaced husl hues past 20). Built once per study
+    (:func:`make_all`) and passed to each figure, so a variant has one colour in all of them and no two variants
+    share one."""
+    names = sorted({str(v) for v in variants})
+    extra = len(names) - len(_PALETTES)
+    colours = [*_PALETTES, *(tuple(c) for c in sns.color_palette("husl", extra))] if extra > 0 else list(_PALETTES)
+    return dict(zip(names, colours, strict=False))  # type: ignore[arg-type]
+
+
+def palette_of(*frames: pd.DataFrame) -> dict[str, Colour]:
+    """:func:`palette` of the variant series of every row of ``frames`` (any task): what a figure drawn on its own
+    uses when it is not given the study's mapping."""
+    return palette(s for df in frames if len(df) for s in with_key(df)["series"])
+
+
 @dataclass
 class Frames:
-    """Everything the plots and the report read: the leaderboard and tidy curves/probes with run metadata."""
+    """Everything the plots and the report read: the leaderboard and tidy curves/probes with run metadata, and the
+    run JSONs they come from."""
 
-    leaderboard: pd.DataFrame
+    leaderboard: pd.DataFrame  # with load_1m, load_cpus, other_cpu: the machine load when its costs were measured
     curves: pd.DataFrame  # run meta + split ("train"|"eval"), step, metric, value
     probes: pd.DataFrame  # run meta + step, layer, block, kind, metric, value
+    runs: Sequence[Mapping[str, Any]] = field(default_factory=list, repr=False)
 
 
 def _finite_or_nan(v: Any) -> float:
@@ -186,8 +212,19 @@ def frames_of(board: pd.DataFrame, runs: Sequence[Mapping[str, Any]]) -> Frames:
     """The :class:`Frames` of a leaderboard and its run JSONs, each row labelled with its configuration
     (:func:`config_labels`)."""
     label = config_labels(board, runs)
-    frames = (board, curves_frame(runs), probes_frame(runs))
-    return Frames(*(f.assign(config=[label.get(r, "") for r in f["run_id"]]) for f in frames))
+    board, curves, probes = (f.assign(config=[label.get(r, "") for r in f["run_id"]])
+                             for f in (with_load(board, runs), curves_frame(runs), probes_frame(runs)))
+    return Frames(board, curves, probes, list(runs))
+
+
+def with_load(board: pd.DataFrame, runs: Iterable[Mapping[str, Any]]) -> pd.DataFrame:
+    """``board`` with the machine load recorded when each row's cost figures were measured (its run JSON's
+    ``measurements.load``, :func:`bench.runs.env.machine_load`): ``load_1m``, ``load_cpus``, ``other_cpu``; NaN for
+    a run that recorded none."""
+    load = {r.get("run_id"): (r.get("measurements") or {}).get("load") or {} for r in runs}
+    return board.assign(**{column: [_finite_or_nan(load.get(run_id, {}).get(key)) for run_id in board["run_id"]]
+                           for column, key in (("load_1m", "load_1m"), ("load_cpus", "cpus"),
+                                               ("other_cpu", "other_cpu"))})
 
 
 # What every figure already tells apart (colour by variant, style by depth, one task per figure).

@@ -1,100 +1,81 @@
 """The papers' figures, re-drawn from a results directory (seaborn style, matplotlib Agg, no pyplot state).
 
-- learning curves with seed confidence bands;
-- the degradation plot — final training error vs depth (He et al. 2015, "Deep Residual Learning for
-  Image Recognition", Fig. 1 and 6; Srivastava et al. 2015, "Training Very Deep Networks", Fig. 1);
+- a forest plot of each compared design's difference from its baseline, the first figure of a study with claims
+  (:mod:`bench.reports.forest`);
+- learning curves with seed confidence bands: the training loss and the task's primary evaluation metric
+  (validation loss for a language model, validation error for a classifier: :mod:`bench.runs.tasks.primary`),
+  faceted where one axis would hold more than a handful of lines (:mod:`bench.reports.facets`);
+- the degradation plot — the final training figure vs depth: training error for a classifier (He et al. 2015,
+  "Deep Residual Learning for Image Recognition", Fig. 1 and 6; Srivastava et al. 2015, "Training Very Deep
+  Networks", Fig. 1), training loss for a language model;
 - gradient norm per layer at initialisation, one panel per sublayer kind (attention, feed-forward, ...), of
   the weight matrices where recorded (Xiong et al. 2020, "On Layer Normalization in the Transformer
   Architecture", Fig. 3);
-- throughput and peak memory vs depth, and accuracy vs throughput with the Pareto front;
+- throughput and peak memory vs depth, and the primary metric vs throughput with the Pareto front
+  (:mod:`bench.reports.costfigs`);
 - Post-LN vs Pre-LN loss curves with and without learning-rate warm-up (Xiong et al. 2020, Fig. 2).
 
 Every mean is over seeds with a Student-t 95% CI (the rule of :mod:`bench.analysis.stats`), clipped to the
 metric's valid range (:data:`bench.reports.plotdata.DOMAINS`). A series is a :func:`variant_key`, read from the
-registry's metadata, never from the spelling of a name.
-
-How the figures encode what:
-
-- **Colour = variant, and nothing else.** :func:`palette` maps a study's sorted variant list to colours once
-  (tab10, then seaborn's "dark" for the 11th to 20th); :func:`make_all` passes that one mapping to every figure,
-  so a variant has the same colour in every figure of the study and two variants never share one.
-- **Line style (and marker) = the rest of the configuration**: depth, and every configuration field that differs
-  between the runs and that no axis shows (steps, learning rate, init ...:
-  :func:`bench.reports.plotdata.config_labels`).
-- **One legend per figure, below the axes**, so it covers neither data nor a title; long suptitles wrap.
-- **Spike-robust y-axes**: the limits follow the bulk of the plotted values (:func:`robust_limits`); a value far
-  outside it (a loss spike of 1e10) is drawn as a triangle on the edge and counted in the axis label.
+registry's metadata, never from the spelling of a name. How the figures encode what (colour = variant, line style =
+the rest of the configuration, one legend below the axes, spike-robust y axes, no point nudged off its x) is
+:mod:`bench.reports.drawing`'s.
 
 Figures are :class:`matplotlib.figure.Figure` objects: nothing leaks into pyplot.
 """
 
 from __future__ import annotations
 
-import re
-import textwrap
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pandas as pd
-import seaborn as sns
-from matplotlib.axes import Axes
-from matplotlib.collections import LineCollection, PolyCollection
 from matplotlib.figure import Figure
-from matplotlib.lines import Line2D
 from matplotlib.ticker import MaxNLocator
-from matplotlib.transforms import offset_copy
 
-from bench.analysis.stats import machines_of, several_machines
+from bench.analysis.stats import with_derived
+from bench.reports.costfigs import pareto_front, pareto_points, plot_cost, plot_pareto
+from bench.reports.drawing import (
+    CLIP_NOTE,
+    LOG_METRICS,
+    METRIC_LABELS,
+    config_style,
+    figure,
+    legend,
+    limit,
+    line_styles,
+    robust_limits,
+    series_lines,
+    suptitle,
+)
+from bench.reports.facets import Row, crowded, faceted
+from bench.reports.forest import forest_data, forest_metrics, plot_forest, study_results
 from bench.reports.plotdata import (
+    Colour,
     Frames,
     curves_frame,
-    domain,
     grad_norm_init_data,
     is_ln_transformer,
     load_frames,
     mean_ci,
     one_task,
+    palette,
+    palette_of,
     probes_frame,
     variant_key,
     with_key,
 )
 from bench.runs.names import file_name, slug
+from bench.runs.tasks.primary import primary
 
 __all__ = [
     "Colour", "Frames", "curves_frame", "grad_norm_init_data", "is_ln_transformer", "line_styles", "load_frames",
-    "make_all", "palette", "palette_of", "pareto_front", "plot_cost", "plot_degradation", "plot_grad_norm_init",
-    "plot_learning_curves", "plot_loss_vs_time", "plot_pareto", "plot_warmup", "probes_frame", "robust_limits",
-    "variant_key",
+    "make_all", "palette", "palette_of", "pareto_front", "pareto_points", "plot_cost", "plot_degradation",
+    "plot_grad_norm_init", "plot_learning_curves", "plot_loss_vs_time", "plot_pareto", "plot_warmup",
+    "probes_frame", "robust_limits", "variant_key",
 ]  # fmt: skip
 
-Colour = tuple[float, float, float]
-# Two qualitative palettes of well-separated colours: tab10 first, then seaborn's "dark" (the same ten hues, darker):
-# the smallest CIE76 distance between any two of the 20 is 17 (tested; 2.3 is a just-noticeable difference).
-# Beyond 20 variants, evenly spaced husl hues: distinct, but nearer each other.
-_PALETTES: tuple[Colour, ...] = tuple(map(tuple, [*sns.color_palette("tab10"), *sns.color_palette("dark")]))  # type: ignore[arg-type]
-_LINESTYLES: tuple[Any, ...] = ("-", "--", ":", "-.", (0, (5, 1, 1, 1, 1, 1)), (0, (1, 3)))
-_MARKERS: tuple[str | None, ...] = (None, "o", "s", "^", "D", "v", "P", "X")  # a second axis of style past 6 lines
-_METRIC_LABELS = {
-    ("train", "loss"): "training loss (cross-entropy, nats)",
-    ("eval", "val_acc"): "validation accuracy (fraction)",
-    ("eval", "val_loss"): "validation loss (cross-entropy, nats)",
-    ("eval", "train_acc"): "training accuracy (fraction)",
-    ("eval", "bpc"): "validation bits per character (bits)",
-    ("eval", "ppl"): "validation perplexity (exp nats)",
-}
-_LOG_METRICS = ("loss", "val_loss", "ppl", "grad_norm", "weight_grad_norm")  # positive, spanning decades: log y
-_DODGE_PT = 4.0  # horizontal nudge between neighbouring error-bar series, in points
-_FRACTION_LIMITS = (-0.02, 1.02)  # y range of a [0, 1] metric: its whole domain and a sliver of margin
-# Spike-robust limits (robust_limits): the 1st-99th percentile of the drawn values, widened by FENCE times that
-# range on each side; a value beyond is off-scale. Fewer than _ROBUST_MIN values: nothing is called off-scale.
-_QUANTILES = (0.01, 0.99)
-_FENCE = 1.0
-_ROBUST_MIN = 20
-_MARGIN = 0.05  # of the range, either side, as matplotlib's autoscale leaves
-_OFF_SCALE = "_off-scale"  # label of the edge markers of off-scale points (underscore: not in a legend)
-CLIP_NOTE = "95% t-CI clipped to the metric's range"
 _GRAD_LABELS = {
     "weight_grad_norm": "gradient L2 norm of the weight matrices (Linear/Conv)",
     "grad_norm": "gradient L2 norm of all the unit's parameters",
@@ -103,199 +84,55 @@ _KIND_TITLES = {"attn": "attention sublayer", "ffn": "feed-forward sublayer", "m
                 "conv": "convolutional unit", "": "residual unit"}  # fmt: skip
 
 
-def palette(variants: Iterable[str]) -> dict[str, Colour]:
-    """``{variant: colour}`` for one study: its distinct variants (series keys, :func:`variant_key`), sorted, take
-    the colours of :data:`_PALETTES` in turn (evenly spaced husl hues past 20). Built once per study
-    (:func:`make_all`) and passed to each figure, so a variant has one colour in all of them and no two variants
-    share one."""
-    names = sorted({str(v) for v in variants})
-    extra = len(names) - len(_PALETTES)
-    colours = [*_PALETTES, *(tuple(c) for c in sns.color_palette("husl", extra))] if extra > 0 else list(_PALETTES)
-    return dict(zip(names, colours, strict=False))  # type: ignore[arg-type]
+def eval_curve(df: pd.DataFrame, metric: str) -> pd.DataFrame:
+    """The evaluation rows of ``metric``; ``val_error`` (a classifier's primary curve) from the recorded ``val_acc``."""
+    part = df[df["split"] == "eval"]
+    if metric == "val_error":
+        acc = part[part["metric"] == "val_acc"]
+        return acc.assign(metric="val_error", value=1.0 - pd.to_numeric(acc["value"], errors="coerce"))
+    return part[part["metric"] == metric]
 
 
-def palette_of(*frames: pd.DataFrame) -> dict[str, Colour]:
-    """:func:`palette` of the variant series of every row of ``frames`` (any task): what a figure drawn on its own
-    uses when it is not given the study's mapping."""
-    return palette(s for df in frames if len(df) for s in with_key(df)["series"])
+def _label(split: str, metric: str) -> str:
+    return METRIC_LABELS.get((split, metric), f"{split} {metric}")
 
 
-def _natural(text: str) -> list[Any]:
-    """Sort key reading the numbers in ``text`` as numbers: ``depth 20`` before ``depth 110``."""
-    return [float(p) if i % 2 else p for i, p in enumerate(re.split(r"(\d+(?:\.\d+)?)", text))]
-
-
-def line_styles(styles: Iterable[str]) -> dict[str, tuple[Any, str | None]]:
-    """``{style label: (line style, marker)}``, the first (naturally sorted: shallowest depth) solid and without
-    marker; past six line styles a marker tells them apart. One mapping per figure, so panels and legend agree."""
-    names = sorted({str(s) for s in styles}, key=_natural)
-    n = len(_LINESTYLES)
-    return {s: (_LINESTYLES[i % n], _MARKERS[(i // n) % len(_MARKERS)]) for i, s in enumerate(names)}
-
-
-def _series(
-    ax: Axes, stats: pd.DataFrame, x: str, colours: Mapping[str, Colour], styles: Mapping[str, tuple[Any, Any]],
-    band: bool,
-) -> None:
-    """One mean line per series and style, coloured by its variant series, styled by the rest of its
-    configuration, with its clipped CI as a band or error bars.
-
-    Line labels are ``series`` or ``series (style)`` (``plain (depth 20)``): they name the line for tests and
-    readers of the artist tree; the figure legend is built separately from one handle per colour and per style."""
-    grouped = list(stats.groupby(["series", "style"], sort=True))
-    for i, ((series, style), s) in enumerate(grouped):
-        colour = colours[str(series)]
-        ls, marker = styles.get(str(style), ("-", None))
-        label = f"{series} ({style})" if style else str(series)
-        xs, mean = s[x].to_numpy(dtype=float), s["mean"].to_numpy(dtype=float)
-        lo, hi = s["lo"].to_numpy(dtype=float), s["hi"].to_numpy(dtype=float)
-        if band:
-            every = max(1, len(xs) // 8)  # a marker (a style past the sixth) every ~1/8 of the line, not every point
-            ax.plot(xs, mean, color=colour, linestyle=ls, marker=marker, markersize=4, markevery=every, label=label)
-            ax.fill_between(xs, lo, hi, color=colour, alpha=0.2, linewidth=0)
-            continue
-        # Series sharing an x are nudged apart on screen (the data stay exact) so no error bar hides another.
-        shift = offset_copy(ax.transData, fig=ax.figure, x=_DODGE_PT * (i - (len(grouped) - 1) / 2), units="points")  # type: ignore[arg-type]
-        ax.plot(xs, mean, color=colour, linestyle=ls, marker=marker or "o", label=label, transform=shift)
-        yerr = np.vstack([mean - lo, hi - mean])
-        ax.errorbar(xs, mean, yerr=yerr, fmt="none", ecolor=colour, capsize=3, transform=shift)
-        # Artists off transData do not grow the data limits: add the (unshifted) bars by hand.
-        pts = np.column_stack([np.r_[xs, xs, xs], np.r_[mean, lo, hi]])
-        ax.update_datalim(pts[np.isfinite(pts).all(axis=1)])
-    ax.autoscale_view()
-
-
-def _legend(fig: Figure, colours: Mapping[str, Colour], series: Iterable[str],
-            styles: Mapping[str, tuple[Any, Any]] | None = None) -> None:
-    """One legend for the whole figure, below the axes (constrained layout makes room for it), so it covers
-    neither data nor a title: a line per variant drawn (its colour), then a grey line per style when more than one."""
-    handles = [Line2D([], [], color=colours[k], linewidth=2, label=k) for k in sorted(set(map(str, series)))]
-    if styles and len(styles) > 1:
-        handles += [Line2D([], [], color="0.35", linestyle=ls, marker=m, label=s) for s, (ls, m) in styles.items()]
-    fig.legend(handles=handles, loc="outside lower center", ncols=_legend_columns(fig, handles), fontsize="small",
-               frameon=False, title="colour: variant" + ("; line: configuration" if styles and len(styles) > 1 else ""))
-
-
-def _legend_columns(fig: Figure, handles: list[Line2D]) -> int:
-    """As many legend columns as fit the figure's width: an entry is its longest label at ~0.6 em a character of
-    'small' text (10 pt x 0.833), plus the handle and the padding (~4 em)."""
-    em = 10 * 0.833 / 72  # inches
-    entry = (max(len(str(h.get_label())) for h in handles) * 0.6 + 4) * em
-    return max(1, min(len(handles), int(0.95 * fig.get_figwidth() / entry)))
-
-
-def _suptitle(fig: Figure, text: str) -> None:
-    """A figure title wrapped to the figure's width, so it never runs past the edges."""
-    chars = int(fig.get_figwidth() * 72 / (0.6 * 12))  # 'large' (12 pt) characters average ~0.6 em
-    fig.suptitle(textwrap.fill(text, chars))
-
-
-def _drawn_ys(ax: Axes) -> np.ndarray:
-    """Every y value drawn on ``ax``: lines (means, error-bar caps), CI bands and error bars."""
-    parts = [np.asarray(ln.get_ydata(), dtype=float) for ln in ax.get_lines() if ln.get_label() != _OFF_SCALE]
-    for c in ax.collections:
-        if isinstance(c, PolyCollection):
-            parts += [np.asarray(p.vertices, dtype=float)[:, 1] for p in c.get_paths()]
-        elif isinstance(c, LineCollection):
-            parts += [np.asarray(seg, dtype=float).reshape(-1, 2)[:, 1] for seg in c.get_segments()]
-    return np.concatenate(parts) if parts else np.array([])
-
-
-def robust_limits(ys: np.ndarray, log: bool = False) -> tuple[float, float] | None:
-    """y limits that follow the bulk of ``ys`` and ignore spikes, or None when every value fits.
-
-    On log10(y) for a log axis, else on y: the 1st and 99th percentiles (the second-smallest and second-largest
-    value below 100 values), widened by once their distance on each side, fence the values; limits are the
-    extreme values inside the fence, plus a 5% margin. With fewer than 20 finite values none is an outlier."""
-    ys = np.asarray(ys, dtype=float)
-    ys = ys[np.isfinite(ys) & (ys > 0)] if log else ys[np.isfinite(ys)]
-    if ys.size < _ROBUST_MIN:
-        return None
-    t = np.log10(ys) if log else ys
-    q_lo = float(np.quantile(t, _QUANTILES[0], method="higher"))
-    q_hi = float(np.quantile(t, _QUANTILES[1], method="lower"))
-    span = q_hi - q_lo or max(abs(q_hi), 1.0)
-    inside = t[(t >= q_lo - _FENCE * span) & (t <= q_hi + _FENCE * span)]
-    if inside.size == t.size:
-        return None
-    low, high = float(inside.min()), float(inside.max())
-    pad = _MARGIN * ((high - low) or span)
-    low, high = low - pad, high + pad
-    return (10**low, 10**high) if log else (low, high)
-
-
-def _mark_off_scale(ax: Axes) -> int:
-    """Triangles on the top (bottom) edge at the x of each mean beyond the y limits, in its line's colour; the
-    number of such points."""
-    low, high = ax.get_ylim()
-    edge = ax.get_xaxis_transform()  # x in data, y in axes fraction
-    count = 0
-    for ln in [ln for ln in ax.get_lines() if not str(ln.get_label()).startswith("_")]:
-        xs, ys = np.asarray(ln.get_xdata(), dtype=float), np.asarray(ln.get_ydata(), dtype=float)
-        for where, marker, y in ((ys > high, "^", 1.0), (ys < low, "v", 0.0)):
-            if where.any():
-                ax.plot(xs[where], np.full(int(where.sum()), y), linestyle="", marker=marker, color=ln.get_color(),
-                        clip_on=False, transform=edge, label=_OFF_SCALE)
-                count += int(where.sum())
-    return count
-
-
-def _limit(ax: Axes, metric: str, log: bool = False) -> None:
-    """Keep a [0, 1] metric's axis within [-0.02, 1.02]. Any other axis follows :func:`robust_limits` of what is
-    drawn: off-scale means are marked on the edge and counted in the y label. A log axis starts at most half the
-    smallest positive value drawn, so a band clipped at 0 runs off the bottom instead of stretching the axis to
-    1e-300."""
-    if domain(metric) == (0.0, 1.0) and not log:
-        low, high = ax.get_ylim()
-        ax.set_ylim(max(low, _FRACTION_LIMITS[0]), min(high, _FRACTION_LIMITS[1]))
-        return
-    if log:
-        ax.set_yscale("log")
-    ys = _drawn_ys(ax)
-    limits = robust_limits(ys, log)
-    if limits is not None:
-        ax.set_ylim(*limits)
-        n = _mark_off_scale(ax)
-        if n:
-            ax.set_ylabel(f"{ax.get_ylabel()}\n({n} off-scale: ▲/▼ on the edge)")
-    elif log:
-        ys = ys[np.isfinite(ys) & (ys > 0)]
-        if ys.size:
-            ax.set_ylim(bottom=ys.min() / 2)
-
-
-def _figure(ncols: int = 1) -> tuple[Figure, list[Axes]]:
-    with sns.axes_style("whitegrid"):
-        fig = Figure(figsize=(6.4 * ncols + 1.6, 4.8), layout="constrained")
-        axes = fig.subplots(1, ncols, squeeze=False)[0]
-    return fig, list(axes)
-
-
-def plot_learning_curves(curves: pd.DataFrame, task: str | None = None, val_metric: str = "val_acc",
-                         colours: Mapping[str, Colour] | None = None) -> Figure:
-    """Training loss (log y) and a validation metric vs step, mean over seeds with clipped 95% t-CI bands.
-    ``colours``: the study's :func:`palette` (default: :func:`palette_of` ``curves``)."""
+def plot_learning_curves(curves: pd.DataFrame, task: str | None = None, val_metric: str | None = None,
+                         colours: Mapping[str, Colour] | None = None, baseline: str | None = None) -> Figure:
+    """Training loss (log y) and the evaluation metric (default: the task's primary one) vs step, mean over seeds
+    with clipped 95% t-CI bands. Faceted (:func:`bench.reports.facets.faceted`, each panel with ``baseline``) where
+    one axis would hold more than a handful of lines. ``colours``: the study's :func:`palette` (default:
+    :func:`palette_of` ``curves``)."""
     colours = colours or palette_of(curves)
     df, task = one_task(curves, task)
     df = with_key(df)
+    val_metric = val_metric or primary(task).curve
+    parts = (("train", "loss", df[(df["split"] == "train") & (df["metric"] == "loss")]),
+             ("eval", val_metric, eval_curve(df, val_metric)))
+    stats = [(split, metric, mean_ci(part, ["series", "style"], "step", "value", metric))
+             for split, metric, part in parts]
+    title = f"Learning curves on {task}: mean over seeds, band = {CLIP_NOTE}; gaps = non-finite loss"
+    if any(crowded(s) for _, _, s in stats):
+        rows = [Row(s, "step", "step", _label(split, metric), metric, metric in LOG_METRICS)
+                for split, metric, s in stats]
+        return faceted(rows, colours, baseline, title)
     styles = line_styles(df["style"])
-    fig, (left, right) = _figure(2)
-    for ax, split, metric in ((left, "train", "loss"), (right, "eval", val_metric)):
-        part = df[(df["split"] == split) & (df["metric"] == metric)]
-        _series(ax, mean_ci(part, ["series", "style"], "step", "value", metric), "step", colours, styles, True)
-        ylabel = _METRIC_LABELS.get((split, metric), f"{split} {metric}")
+    fig, axes = figure(2)
+    for ax, (split, metric, s) in zip(axes, stats, strict=True):
+        series_lines(ax, s, "step", colours, styles, True)
+        ylabel = _label(split, metric)
         ax.set(xlabel="step (optimizer updates)", ylabel=ylabel, title=f"{ylabel.split(' (')[0]} — {task}")
-        _limit(ax, metric, log=metric in _LOG_METRICS)
-    _legend(fig, colours, df["series"], styles)
-    _suptitle(fig, f"Learning curves on {task}: mean over seeds, band = {CLIP_NOTE}; gaps = non-finite loss")
+        limit(ax, metric, log=metric in LOG_METRICS)
+    legend(fig, colours, df["series"], styles)
+    suptitle(fig, title)
     return fig
 
 
 def plot_loss_vs_time(curves: pd.DataFrame, task: str | None = None, metric: str = "val_loss",
-                      colours: Mapping[str, Colour] | None = None) -> Figure:
+                      colours: Mapping[str, Colour] | None = None, baseline: str | None = None) -> Figure:
     """Validation loss (log y) against training time: one point per evaluation, at the mean over seeds of the
     time trained up to it (x) and the mean loss (y, clipped 95% t-CI band). What a design buys per second of
-    this machine, where a step that costs more counts against it."""
+    this machine, where a step that costs more counts against it. Faceted as :func:`plot_learning_curves`."""
     colours = colours or palette_of(curves)
     df, task = one_task(curves, task)
     part = with_key(df[(df["split"] == "eval") & (df["metric"] == metric)])
@@ -303,150 +140,71 @@ def plot_loss_vs_time(curves: pd.DataFrame, task: str | None = None, metric: str
     stats = mean_ci(part, ["series", "style"], "step", "value", metric)
     when = part.groupby(["series", "style", "step"])["train_time_s"].mean().rename("time_s").reset_index()
     stats = stats.merge(when, on=["series", "style", "step"]).sort_values(["series", "style", "time_s"])
-    fig, (ax,) = _figure()
-    _series(ax, stats, "time_s", colours, styles, True)
-    ylabel = _METRIC_LABELS.get(("eval", metric), f"eval {metric}")
-    ax.set(xlabel="training time (s, timed steps only; mean over seeds)", ylabel=ylabel,
+    ylabel = _label("eval", metric)
+    xlabel = "training time (s, timed steps only; mean over seeds)"
+    if crowded(stats):
+        return faceted([Row(stats, "time_s", xlabel, ylabel, metric, metric in LOG_METRICS)],
+                       colours, baseline, f"{ylabel.split(' (')[0]} vs wall-clock — {task}: mean over seeds, band = "
+                                          f"{CLIP_NOTE}")
+    fig, (ax,) = figure()
+    series_lines(ax, stats, "time_s", colours, styles, True)
+    ax.set(xlabel=xlabel, ylabel=ylabel,
            title=f"{ylabel.split(' (')[0]} vs wall-clock — {task}\nmean over seeds, band = {CLIP_NOTE}")
-    _limit(ax, metric, log=metric in _LOG_METRICS)
-    _legend(fig, colours, part["series"], styles)
+    limit(ax, metric, log=metric in LOG_METRICS)
+    legend(fig, colours, part["series"], styles)
     return fig
 
 
-def _config_style(df: pd.DataFrame) -> pd.DataFrame:
-    """``df`` (:func:`with_key`'d) with ``style`` the configuration label alone: for figures whose x is depth."""
-    return df.assign(style=df["config"].fillna("").astype(str) if "config" in df.columns else "")
+def degradation_data(leaderboard: pd.DataFrame, task: str | None = None) -> tuple[pd.DataFrame, str, str]:
+    """The degradation figure's statistics, per series, configuration and depth, of the task's training figure
+    (:attr:`bench.runs.tasks.primary.Primary.train`: training error for a classifier, training loss for a
+    language model) over its ok runs; with that metric and the task."""
+    df, task = one_task(leaderboard[leaderboard["status"] == "ok"], task)
+    metric = primary(task).train
+    df = config_style(with_key(with_derived(df)))
+    return mean_ci(df, ["series", "style"], "depth", metric), metric, task
 
 
 def plot_degradation(leaderboard: pd.DataFrame, task: str | None = None,
                      colours: Mapping[str, Colour] | None = None) -> Figure:
-    """Final training error (1 - final train accuracy) vs depth, one line per variant, clipped 95% CI bars."""
+    """The task's final training figure (training error, or training loss for a language model) vs depth, one line
+    per variant, clipped 95% CI bars."""
     colours = colours or palette_of(leaderboard)
-    df, task = one_task(leaderboard[leaderboard["status"] == "ok"], task)
-    df = _config_style(with_key(df)).assign(train_error=1.0 - pd.to_numeric(df["final_train_acc"], errors="coerce"))
-    styles = line_styles(df["style"])
-    fig, (ax,) = _figure()
-    _series(ax, mean_ci(df, ["series", "style"], "depth", "train_error"), "depth", colours, styles, False)
-    ax.set(
-        xlabel="depth (layers)",
-        ylabel="final training error (1 − train accuracy)",
-        title=f"Degradation: training error vs depth — {task}\nmean over seeds, bars = {CLIP_NOTE} [0, 1]",
-    )
-    _limit(ax, "train_error")
-    _legend(fig, colours, df["series"], styles)
+    stats, metric, task = degradation_data(leaderboard, task)
+    styles = line_styles(stats["style"])
+    fig, (ax,) = figure()
+    series_lines(ax, stats, "depth", colours, styles, False)
+    what = primary(task).train_label
+    ax.set(xlabel="depth (layers)", ylabel=f"final {what}",
+           title=f"Degradation: {what.split(' (')[0]} vs depth — {task}\nmean over seeds, bars = {CLIP_NOTE}")
+    limit(ax, metric)
+    legend(fig, colours, stats["series"], styles)
     return fig
 
 
 def plot_grad_norm_init(probes: pd.DataFrame, task: str | None = None,
                         colours: Mapping[str, Colour] | None = None) -> Figure:
     """Gradient norm per unit at step 0 vs its index within its kind (log y): one panel per sublayer kind
-    (attention, feed-forward, ...), one line per variant and depth. Plots Xiong et al.'s weight-matrix norm
-    (``weight_grad_norm``) when recorded, else the whole-unit ``grad_norm`` (:func:`grad_norm_init_data`)."""
+    (attention, feed-forward, ...), one line per variant and depth, each point at its unit's index (two models
+    with equal norms draw as one line). Plots Xiong et al.'s weight-matrix norm (``weight_grad_norm``) when
+    recorded, else the whole-unit ``grad_norm`` (:func:`grad_norm_init_data`)."""
     colours = colours or palette_of(probes)
     stats, metric, task = grad_norm_init_data(probes, task)
     kinds = sorted(stats["kind"].unique(), key=lambda k: (k == "", k))  # rows without a kind: last panel
     styles = line_styles(stats["style"])
-    fig, axes = _figure(len(kinds))
+    fig, axes = figure(len(kinds))
     ylabel = _GRAD_LABELS[metric]
     for ax, kind in zip(axes, kinds, strict=True):
-        _series(ax, stats[stats["kind"] == kind], "index", colours, styles, False)
+        series_lines(ax, stats[stats["kind"] == kind], "index", colours, styles, False)
         ax.set(
             xlabel=f"{_KIND_TITLES.get(kind, f'{kind} units')} index (input → output)",
             ylabel=ylabel,
             title=_KIND_TITLES.get(kind, f"{kind} units").capitalize(),
         )
-        _limit(ax, metric, log=True)
+        limit(ax, metric, log=True)
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # units are whole
-    _legend(fig, colours, stats["series"], styles)
-    _suptitle(fig, f"{ylabel.split(' (')[0]} at step 0 — {task}: mean over seeds, bars = {CLIP_NOTE} (≥ 0)")
-    return fig
-
-
-def _throughput_column(df: pd.DataFrame) -> tuple[str, str]:
-    tokens = pd.to_numeric(df["train_tokens_per_s"], errors="coerce")
-    return (
-        ("train_tokens_per_s", "tokens/s") if len(df) and tokens.notna().all() else ("train_samples_per_s", "samples/s")
-    )
-
-
-def per_machine(df: pd.DataFrame) -> pd.DataFrame:
-    """Where ``df``'s runs were measured on several machines, each series' style names its machine (``depth=6 @
-    9275ebfd``): a cost figure is never pooled across machines (:mod:`bench.analysis.stats`); colour stays the
-    variant's."""
-    if not several_machines(df):
-        return df
-    machine = machines_of(df)
-    return df.assign(style=[f"{s} @ {m}" if s else f"@ {m}" for s, m in zip(df["style"], machine, strict=True)])
-
-
-def plot_cost(leaderboard: pd.DataFrame, task: str | None = None,
-              colours: Mapping[str, Colour] | None = None) -> Figure:
-    """Two panels: training throughput vs depth and peak memory vs depth, one line per variant (and machine)."""
-    colours = colours or palette_of(leaderboard)
-    df, task = one_task(leaderboard[leaderboard["status"] == "ok"], task)
-    df = per_machine(_config_style(with_key(df)))
-    styles = line_styles(df["style"])
-    column, unit = _throughput_column(df)
-    fig, axes = _figure(2)
-    for ax, col, ylabel in zip(
-        axes, (column, "peak_mem_mb"), (f"training throughput ({unit})", "peak memory (MB)"), strict=True
-    ):
-        _series(ax, mean_ci(df, ["series", "style"], "depth", col), "depth", colours, styles, False)
-        ax.set(xlabel="depth (layers)", ylabel=ylabel, title=f"{ylabel.split(' (')[0]} vs depth — {task}")
-        _limit(ax, col)
-    _legend(fig, colours, df["series"], styles)
-    _suptitle(fig, f"Cost vs depth on {task}: mean over seeds, bars = {CLIP_NOTE} (≥ 0)")
-    return fig
-
-
-def pareto_front(x: np.ndarray, y: np.ndarray) -> np.ndarray:
-    """Mask of the points no other point beats on both axes (higher x and higher y are better)."""
-    x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
-    ge = (x[None, :] >= x[:, None]) & (y[None, :] >= y[:, None])
-    gt = (x[None, :] > x[:, None]) | (y[None, :] > y[:, None])
-    return np.asarray(~(ge & gt).any(axis=1))
-
-
-_PARETO_MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
-
-
-def plot_pareto(leaderboard: pd.DataFrame, task: str | None = None, metric: str = "final_val_acc",
-                colours: Mapping[str, Colour] | None = None) -> Figure:
-    """Accuracy vs throughput, one point per (variant, configuration, depth) (seed means; and machine), with the
-    Pareto front; colour = variant, marker = configuration, the label of a point its depth."""
-    colours = colours or palette_of(leaderboard)
-    df, task = one_task(leaderboard[leaderboard["status"] == "ok"], task)
-    df = per_machine(_config_style(with_key(df)))
-    column, unit = _throughput_column(df)
-    pts = df.groupby(["series", "style", "depth"])[[column, metric]].mean(numeric_only=True).dropna().reset_index()
-    configs = sorted(set(pts["style"]), key=_natural)
-    markers = {s: _PARETO_MARKERS[i % len(_PARETO_MARKERS)] for i, s in enumerate(configs)}
-    fig, (ax,) = _figure()
-    for (series, style), s in pts.groupby(["series", "style"]):
-        label = f"{series} ({style})" if style else str(series)
-        ax.plot(s[column], s[metric], linestyle="", marker=markers[style], color=colours[str(series)], label=label)
-        for row in s.itertuples(index=False):
-            ax.annotate(
-                str(row.depth),
-                (getattr(row, column), getattr(row, metric)),
-                fontsize="x-small",
-                xytext=(3, 3),
-                textcoords="offset points",
-            )
-    front = pts[pareto_front(pts[column].to_numpy(), pts[metric].to_numpy())].sort_values(column)
-    ax.plot(front[column], front[metric], color="black", linestyle="--", linewidth=1, label="Pareto front")
-    ax.set(
-        xlabel=f"training throughput ({unit})",
-        ylabel=metric.replace("_", " ") + " (fraction)",
-        title=f"Accuracy vs throughput — {task} (seed means; labels: depth)",
-    )
-    _limit(ax, metric)
-    handles = [Line2D([], [], color=colours[k], linestyle="", marker="o", label=k) for k in sorted(set(pts["series"]))]
-    if len(markers) > 1:
-        handles += [Line2D([], [], color="0.35", linestyle="", marker=m, label=s) for s, m in markers.items()]
-    handles.append(Line2D([], [], color="black", linestyle="--", linewidth=1, label="Pareto front"))
-    fig.legend(handles=handles, loc="outside lower center", ncols=_legend_columns(fig, handles), fontsize="small",
-               frameon=False, title="colour: variant" + ("; marker: configuration" if len(markers) > 1 else ""))
+    legend(fig, colours, stats["series"], styles)
+    suptitle(fig, f"{ylabel.split(' (')[0]} at step 0 — {task}: mean over seeds, bars = {CLIP_NOTE} (≥ 0)")
     return fig
 
 
@@ -459,7 +217,7 @@ def plot_warmup(curves: pd.DataFrame, task: str | None = None,
     df = with_key(df).assign(warmup=df["warmup_steps"].fillna(0).astype(int))
     stats = mean_ci(df, ["series", "style", "warmup"], "step", "value", "loss")
     several = stats.groupby("series")["style"].nunique() > 1
-    fig, (ax,) = _figure()
+    fig, (ax,) = figure()
     for (series, style, warmup), s in stats.groupby(["series", "style", "warmup"]):
         name = f"{series} ({style})" if several[series] and style else str(series)
         label = f"{name}, warm-up {warmup} steps" if warmup > 0 else f"{name}, no warm-up"
@@ -471,36 +229,46 @@ def plot_warmup(curves: pd.DataFrame, task: str | None = None,
         ylabel="training loss (cross-entropy, nats)",
         title=f"Post-LN vs Pre-LN, with and without warm-up — {task}\nmean over seeds, band = {CLIP_NOTE} (≥ 0)",
     )
-    _limit(ax, "loss", log=True)
-    _legend(fig, colours, stats["series"], {"warm-up on": ("-", None), "warm-up off": ("--", None)})
+    limit(ax, "loss", log=True)
+    legend(fig, colours, stats["series"], {"warm-up on": ("-", None), "warm-up off": ("--", None)})
     return fig
 
 
 def make_all(results_dir: str | Path, study: str | None = None) -> list[Path]:
     """Write every figure there is data for to ``results_dir/plots/`` (``plots/<study>/`` for one study), every
-    one with the colours of one :func:`palette` of the runs' variants."""
+    one with the colours of one :func:`palette` of the runs' variants; a study with claims leads with its forest
+    plots, and its crowded curve figures put the claims' baseline in every panel."""
     frames = load_frames(results_dir, study)
     out = Path(results_dir) / "plots" / (file_name(study, "study") if study else "")
     board, curves, probes = frames.leaderboard, frames.curves, frames.probes
     colours = palette_of(board, curves, probes)
-    ok = board[board["status"] == "ok"]
+    ok = with_derived(board[board["status"] == "ok"])
     jobs: list[tuple[str, Any]] = []
+    baseline = None
+    if study:
+        _, results, _ = study_results(Path(results_dir), study, board, probes, frames.runs)
+        data = forest_data(results)
+        jobs += [(f"forest_{m}", lambda m=m: plot_forest(data, m, colours)) for m in forest_metrics(data)]
+        baseline = str(data["baseline"].mode().iloc[0]) if len(data) else None
     for task in sorted(board["task"].dropna().unique()):
         t_ok, t_curves = ok[ok["task"] == task], curves[curves["task"] == task]
         if len(t_curves):
-            jobs.append((f"curves_{task}", lambda t=task: plot_learning_curves(curves, t, colours=colours)))
+            jobs.append((f"curves_{task}", lambda t=task: plot_learning_curves(curves, t, colours=colours,
+                                                                               baseline=baseline)))
         timed = t_curves[(t_curves["metric"] == "val_loss") & t_curves["train_time_s"].notna()]
         if len(timed):
-            jobs.append((f"loss_vs_time_{task}", lambda t=task: plot_loss_vs_time(curves, t, colours=colours)))
-        with_acc = with_key(t_ok[t_ok["final_train_acc"].notna()])
-        if len(with_acc) and (with_acc.groupby("key")["depth"].nunique() > 1).any():
+            jobs.append((f"loss_vs_time_{task}", lambda t=task: plot_loss_vs_time(curves, t, colours=colours,
+                                                                                   baseline=baseline)))
+        trained = with_key(t_ok[t_ok[primary(task).train].notna()]) if primary(task).train in t_ok else t_ok.iloc[:0]
+        if len(trained) and (trained.groupby("key")["depth"].nunique() > 1).any():
             jobs.append((f"degradation_{task}", lambda t=task: plot_degradation(board, t, colours)))
         grads = probes["metric"].isin(("grad_norm", "weight_grad_norm"))
         if ((probes["task"] == task) & (probes["step"] == 0) & grads).any():
             jobs.append((f"grad_norm_init_{task}", lambda t=task: plot_grad_norm_init(probes, t, colours)))
         if t_ok[["train_samples_per_s", "peak_mem_mb"]].notna().any().any():
             jobs.append((f"cost_{task}", lambda t=task: plot_cost(board, t, colours)))
-        if (t_ok["final_val_acc"].notna() & t_ok["train_samples_per_s"].notna()).any():
+        final = primary(task).final
+        if final in t_ok and (t_ok[final].notna() & t_ok["train_samples_per_s"].notna()).any():
             jobs.append((f"pareto_{task}", lambda t=task: plot_pareto(board, t, colours=colours)))
         ln = board[(board["task"] == task) & board["variant"].map(lambda v: is_ln_transformer(str(v)) is not None)]
         if ln["warmup_steps"].fillna(0).gt(0).nunique() == 2 and len(t_curves):

@@ -15,38 +15,35 @@ from __future__ import annotations
 import gzip
 import json
 import math
-import shlex
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
-from bench.analysis.claims import Result, evaluate_claims, parse_claims
+from bench.analysis.claims import Result
+from bench.analysis.sequential import Looks
 from bench.analysis.stats import (
     CONFIG_KEY,
     MACHINE_KEY,
+    PAIRED,
+    WELCH,
     aggregate_long,
     by_configuration,
     group_keys,
     machines_of,
     several_machines,
+    with_derived,
 )
-from bench.analysis.studyfile import (
-    PLUGIN_ORIGIN,
-    StandIn,
-    find_study,
-    is_shipped,
-    read_study_file,
-    results_folder_of,
-    shipped_studies,
-)
+from bench.analysis.studyfile import StandIn, find_study, is_shipped
 from bench.reports import plots
 from bench.reports.analysis_step import report_lines
+from bench.reports.forest import study_results
 from bench.reports.markdown import MISSING, TALLY_WORDS, claim_lines, fenced, fmt_number, markdown_table, md
-from bench.runs.config import RunConfig, config_from_dict
+from bench.reports.reproduce import run_commands, study_commands
 from bench.runs.names import file_name
 from bench.runs.results import ResultsStore, atomic_write_bytes, atomic_write_text, check_writable
+from bench.runs.tasks.primary import primaries
 
 FIGURE_NOTE = (
     "Lines: mean over seeds. Bands and error bars: 95% Student-t CI of that mean, clipped to the metric's "
@@ -60,8 +57,12 @@ FIGURE_NOTE = (
 )
 CLAIMS_NOTE = (
     "Each study file declares its claims — metric, groups, expected direction, margin, paper and figure — and "
-    "they are checked by the rules of `bench.analysis.claims`. Groups are compared by the difference of their "
-    "means over seeds and its 95% Welch confidence interval [lo, hi]; a leaderboard metric counts the `ok` runs, a "
+    "they are checked by the rules of `bench.analysis.claims`. Two groups whose configurations differ in the compared "
+    "field alone and share seeds are compared **paired by seed**: a seed fixes the initialisation and the data order "
+    "for every design, so the per-seed differences are what the claim is about; their mean and its 95% t interval "
+    "[lo, hi] over the n seeds both ran (with few pairs also the exact sign-flip p, whose floor is 2/2ⁿ). Other "
+    "groups (other seeds, or a confound such as an init that comes with a variant) get the difference of their means "
+    "and its 95% Welch interval. Each verdict names its test and n. A leaderboard metric counts the `ok` runs, a "
     "probe quantity every run that recorded it. *Greater* agrees when lo > margin and disagrees when hi ≤ margin; "
     "*not greater* (non-inferiority) agrees when hi ≤ margin and disagrees when lo > margin; *similar* "
     "(equivalence) agrees only when the whole interval lies inside ±margin and disagrees when it lies wholly "
@@ -74,14 +75,29 @@ CLAIMS_NOTE = (
 )
 # The columns that always name a table row; configuration fields that differ between rows are added after them.
 ROW_COLUMNS = ("variant", "depth", "task")
-# (column, header, scale, format) of the leaderboard table.
-TABLE_METRICS: tuple[tuple[str, str, float, str], ...] = (
-    ("final_train_acc", "train acc (%)", 100.0, ".2f"),
-    ("final_val_acc", "val acc (%)", 100.0, ".2f"),
-    ("final_train_loss", "train loss", 1.0, ".4f"),
-    ("train_samples_per_s", "samples/s", 1.0, ".0f"),
-    ("peak_mem_mb", "peak MB", 1.0, ".1f"),
-)
+# (column, header, scale, format) of the leaderboard table, by the task's primary metric (bench.runs.tasks.primary):
+# a classifier's error, a language model's loss, first.
+TABLE_METRICS: dict[str, tuple[tuple[str, str, float, str], ...]] = {
+    "val_error": (
+        ("val_error", "val error (%)", 100.0, ".2f"),
+        ("train_error", "train error (%)", 100.0, ".2f"),
+        ("final_train_loss", "train loss", 1.0, ".4f"),
+        ("train_samples_per_s", "samples/s", 1.0, ".0f"),
+        ("peak_mem_mb", "peak MB", 1.0, ".1f"),
+    ),
+    "final_val_loss": (
+        ("final_val_loss", "val loss (nats)", 1.0, ".4f"),
+        ("final_train_loss", "train loss (nats)", 1.0, ".4f"),
+        ("train_tokens_per_s", "tokens/s", 1.0, ".0f"),
+        ("peak_mem_mb", "peak MB", 1.0, ".1f"),
+    ),
+}
+
+
+def table_metrics(board: pd.DataFrame) -> list[tuple[str, str, float, str]]:
+    """The leaderboard table's columns for the tasks of ``board``: each primary metric's, in order, once."""
+    out = {m[0]: m for p in primaries(board["task"]) for m in TABLE_METRICS.get(p.final, ())}
+    return list(out.values()) or list(TABLE_METRICS["val_error"])
 
 
 def _stat_cell(s: pd.Series, scale: float, fmt: str) -> str:
@@ -110,12 +126,13 @@ def leaderboard_table(board: pd.DataFrame, runs: Sequence[Mapping[str, Any]] | N
     steps-to-target column is there only when some run set a target (:func:`_targeted`); a row none of whose runs
     set one reads ``no target``.
     """
-    named, by = by_configuration(board, runs, ROW_COLUMNS)
+    columns = table_metrics(board)
+    named, by = by_configuration(with_derived(board), runs, ROW_COLUMNS)
     named = named.assign(_targeted=_targeted(named))
     with_target = bool(named["_targeted"].any())
     if several_machines(named):  # cost cells per machine: a row per configuration and machine
         named, by = named.assign(**{MACHINE_KEY: machines_of(named)}), [*by, MACHINE_KEY]
-    metrics = [m for m, *_ in TABLE_METRICS]
+    metrics = [m for m, *_ in columns]
     agg = aggregate_long(named, by=by, metrics=[*metrics, "steps_to_target"])
     keys = group_keys(agg, by)
     configs = agg.drop_duplicates(keys)
@@ -127,13 +144,13 @@ def leaderboard_table(board: pd.DataFrame, runs: Sequence[Mapping[str, Any]] | N
         first = g.iloc[0]
         runs_cell = f"{int(first['n_runs'] - first['n_failed'])}/{int(first['n_runs'])}"
         cells = [_value(first[c]) for c in shown]
-        row = [*cells, runs_cell, *(_stat_cell(g.loc[m], sc, f) for m, _, sc, f in TABLE_METRICS)]
+        row = [*cells, runs_cell, *(_stat_cell(g.loc[m], sc, f) for m, _, sc, f in columns)]
         if with_target:
             target = g.loc["steps_to_target"]
             reached = f"{fmt_number(target['median'], '.0f')} ({int(target['n'])}/{int(target['n_runs'])})"
             row.append(reached if targeted else "no target")
         rows.append(row)
-    headers = [*shown, "ok/runs", *(h for _, h, *_ in TABLE_METRICS)]
+    headers = [*shown, "ok/runs", *(h for _, h, *_ in columns)]
     return markdown_table([*headers, *(["steps→target (reached)"] if with_target else [])], rows)
 
 
@@ -170,14 +187,24 @@ def study_claims(
 ) -> tuple[Path | None, list[Result]]:
     """The study file of ``name``'s runs (None when there is none) and its leaderboard claims' verdicts on the runs
     of ``board`` in that study (the analyses' claims have their own section: :mod:`bench.reports.analysis_step`)."""
-    path = _study_path(root, name)
-    if path is None:
-        return None, []
-    claims = [c for c in parse_claims(read_study_file(path).get("claims", []), str(path)) if c.table == "leaderboard"]
-    if not claims:
-        return path, []
-    rows = board[board["study"] == name]
-    return path, evaluate_claims(claims, rows, probes[probes["run_id"].isin(rows["run_id"])], runs)
+    path, results, _ = study_results(root, name, board, probes, runs)
+    return path, results
+
+
+def _looks_lines(looks: Looks, results: Sequence[Result]) -> list[str]:
+    """What a study run ``--until-decided`` says about its looks: the rule, each round, and the look each verdict
+    was decided at."""
+    rounds = "; ".join(f"round {r['round']}: {r['runs']} run(s) to {r['seeds']} seeds, {r['open']} verdict(s) then "
+                       "open" for r in looks.rounds)
+    decided = [r for r in results if r.claim.kind == "compare" and r.test]
+    at = {k: sum(looks.look(r.compared) == k and r.verdict != "inconclusive" for r in decided)
+          for k in range(1, len(looks.seeds) + 1)}
+    return [f"This study was run with `--until-decided`: seeds added in rounds to the configurations of the claims "
+            f"still open, judged at {len(looks.seeds)} looks fixed in advance ({', '.join(map(str, looks.seeds))} "
+            f"seeds), each interval at {100 * looks.level:.4g}% (α = {looks.alpha:g} shared by the looks, Bonferroni; "
+            "`bench.analysis.sequential`). Decided at look 1, 2, ...: "
+            + ", ".join(f"{n}" for n in at.values()) + f"; {sum(r.verdict == 'inconclusive' for r in decided)} still "
+            "open." + (f" Rounds: {rounds}." if rounds else ""), ""]
 
 
 def _claims_section(
@@ -187,76 +214,22 @@ def _claims_section(
     names = [study] if study else sorted(str(s) for s in board["study"].dropna().unique())
     body: list[str] = []
     for name in names:
-        path, results = study_claims(board, probes, runs, root, name)
+        path, results, looks = study_results(root, name, board, probes, runs)
         if path is None or not results:
             continue
         tally = ", ".join(f"{sum(r.verdict == v for r in results)} {w}" for v, w in TALLY_WORDS.items())
+        tests = ", ".join(f"{sum(r.test == t for r in results)} {t}" for t in (PAIRED, WELCH)
+                          if any(r.test == t for r in results))
         # code spans: a study's name is a safe file name (bench.runs.names), so nothing in it closes the span
-        body += [f"### Study `{name}`", "", f"Claims declared in `{_shown_path(path, root)}`; verdicts: {tally}.",
-                 "", *claim_lines(results), ""]  # fmt: skip
+        body += [f"### Study `{name}`", "", f"Claims declared in `{_shown_path(path, root)}`; verdicts: {tally}"
+                 f"{f' ({tests})' if tests else ''}.", "", *(_looks_lines(looks, results) if looks else []),
+                 *claim_lines(results, looks), ""]  # fmt: skip
     return ["## Paper claims vs measured", "", CLAIMS_NOTE, "", *body] if body else []
 
 
-def _study_presets(results_dir: Path) -> dict[str, list[str | None]]:
-    """The presets each study's runs were made under (recorded in the run JSONs' configs), None (the study's full
-    grid) first, then by name: a study may hold the runs of several, e.g. frontier's two inits."""
-    presets: dict[str, dict[str | None, None]] = {}
-    for run in ResultsStore(results_dir).load_runs():
-        cfg = run.get("config", {})
-        if cfg.get("study"):
-            presets.setdefault(cfg["study"], {})[cfg.get("preset")] = None
-    return {study: sorted(p, key=lambda name: (name is not None, name or "")) for study, p in presets.items()}
-
-
-def _plugin_flags(runs: Sequence[Mapping[str, Any]]) -> list[str]:
-    """``--plugin SPEC`` for every plugin the runs recorded (as the user gave it), in order of first use; not the
-    ones a study file named (its command loads them again)."""
-    specs = dict.fromkeys(str(p["spec"]) for r in runs for p in r.get("plugins") or ()
-                          if p.get("spec") and p.get("origin") != PLUGIN_ORIGIN)
-    return [a for spec in specs for a in ("--plugin", spec)]
-
-
 def _study_command(name: str, preset: str | None, root: Path, runs: Sequence[Mapping[str, Any]]) -> str:
-    """The command that reruns a study's runs: ``reproduce NAME`` for a shipped study, else ``sweep FILE`` (the
-    copy its sweep left in the results directory) with the plugins its runs loaded."""
-    path = _study_path(root, name)
-    shipped = name in shipped_studies()
-    head = ["reproduce", name] if shipped else ["sweep", (path or root / "studies" / f"{name}.toml").as_posix()]
-    # a stored study's plugins are imported only when asked for: the command asks, where the reader sees it
-    trust = ["--trust-plugins"] if path and not shipped and results_folder_of(path) and \
-        read_study_file(path).get("plugins") else []
-    tail = [*(["--preset", preset] if preset else []), *([] if shipped else [*_plugin_flags(runs), *trust])]
-    return shlex.join(["python", "-m", "bench", *head, *tail, "--results-dir", str(root)])
-
-
-def _run_commands(board: pd.DataFrame, results_dir: Path) -> list[str]:
-    """Shell lines that reproduce the runs: one per study and preset, and a seed loop per configuration of the
-    runs outside a study, from the whole config each run recorded (so a non-default lr, length or model argument
-    is in its command, and a run without a depth is listed like any other)."""
-    runs = [r for r in ResultsStore(results_dir).load_runs() if r.get("run_id") in set(board["run_id"])]
-    presets = _study_presets(results_dir)
-    lines = []
-    for st in sorted(board["study"].dropna().unique()):
-        of_study = [r for r in runs if (r.get("config") or {}).get("study") == st]
-        lines += [_study_command(st, p, results_dir, of_study) for p in presets.get(st, [None])]
-    solo: dict[str, list[RunConfig]] = {}
-    for run in runs:
-        if not (run.get("config") or {}).get("study"):
-            fields = run.get("row") or {}
-            cfg = config_from_dict(run["config"]) if run.get("config") else RunConfig(  # a JSON without its config
-                variant=str(fields.get("variant")), depth=fields.get("depth"), task=str(fields.get("task")),
-                seed=fields["seed"])
-            solo.setdefault(fields.get("config_hash") or cfg.config_hash(), []).append(cfg)
-    for key in sorted(solo, key=lambda k: (solo[k][0].run_id, k)):
-        cfgs = solo[key]
-        seeds = " ".join(str(s) for s in sorted({c.seed for c in cfgs}))
-        argv = cfgs[0].to_argv(skip=("study", "preset", "world_size", "seed"))
-        plugins = _plugin_flags([r for r in runs if r["run_id"] in {c.run_id for c in cfgs}])
-        world = cfgs[0].world_size
-        head = f"torchrun --nproc-per-node {world} -m bench run" if world > 1 else "python -m bench run"
-        command = f"{head} {shlex.join([*argv, *plugins, '--results-dir', str(results_dir)])}"
-        lines.append(f"for seed in {seeds}; do {command} --seed $seed; done")
-    return lines
+    """The commands that rerun a study's runs made under ``preset``, one a line (:mod:`bench.reports.reproduce`)."""
+    return "\n".join(study_commands(name, preset, root, runs))
 
 
 def _provenance(board: pd.DataFrame, results_dir: Path, study: str | None) -> list[str]:
@@ -269,7 +242,7 @@ def _provenance(board: pd.DataFrame, results_dir: Path, study: str | None) -> li
         "`leaderboard.csv`. The runs (each run's full config, environment, curves and probes are in "
         "`runs/<run_id>.json`; options not shown here are the recipe defaults recorded there):",
         "",
-        *fenced(_run_commands(board, results_dir), "sh"),
+        *fenced(run_commands(board, results_dir), "sh"),
         "",
     ]
     for col, name in (("torch_version", "torch"), ("device_name", "devices"), ("machine", "machines"),

@@ -30,7 +30,7 @@ import pandas as pd
 from bench.analysis.claims import Group, Result, describe
 from bench.analysis.stats import counted_rows, mean_ci, observations, t_ci
 from bench.reports.analysis_step import Summary, summary_of
-from bench.reports.markdown import TALLY_WORDS, VERDICT_WORDS, fmt_number
+from bench.reports.markdown import TALLY_WORDS, VERDICT_WORDS, fmt_number, test_text
 from bench.reports.plotdata import Frames, frames_of, grad_norm_init_data, with_key
 from bench.reports.report import _analysis_meta, _shown_path, _study_command, _study_path, study_claims
 from bench.runs.config import config_from_dict
@@ -278,6 +278,8 @@ def _claims_html(results: Sequence[Result]) -> str:
         groups = "<br>".join(_group_html(g) for g in r.groups)
         known = math.isfinite(r.diff) and math.isfinite(r.spread)
         interval = f"{r.diff - r.spread:+.3g} … {r.diff + r.spread:+.3g}" if known else ""
+        if r.test:  # which test made the interval, on how many runs
+            interval += f"<br><small>{html.escape(test_text(r.test, r.pairs, *(g.n for g in r.groups)))}</small>"
         rows.append([f"<b>{html.escape(c.id)}</b><br>{html.escape(c.paper)}: {html.escape(c.text)}",
                      html.escape(describe(c)), html.escape(r.context), groups,
                      fmt_number(r.diff, "+.4g") if r.groups else "", interval,

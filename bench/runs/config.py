@@ -155,7 +155,8 @@ class RunConfig:
     recipe: str | None = _f(None, "named training recipe from a paper (see `bench recipes`)")
     world_size: int = _f(1, "processes of the torchrun job training this run (DDP; set from WORLD_SIZE by `bench run`)")
     study: str | None = _f(None, "name of the study this run belongs to (set by `bench sweep`)")
-    preset: str | None = _f(None, "the study's preset this run was made under, e.g. quick (set by `bench sweep`)")
+    preset: str | None = _f(None, "the study's preset that first asked for this run, e.g. quick (set by `bench sweep`; "
+                                  "not part of its identity)")
 
     def __post_init__(self) -> None:
         # One spelling per value: sequences as tuples, model arguments as (key, value) pairs sorted by key (their
@@ -215,11 +216,16 @@ class RunConfig:
     def config_hash(self) -> str:
         """Hash of the config except the seed (seeds of one config share it) and the measurement knobs.
 
-        The study and preset are part of it: the same config run in two studies is two runs, so
-        neither study's row replaces the other's.
+        The study is part of it: the same config run in two studies is two runs, so neither study's row
+        replaces the other's. The preset is not: a run's identity is what it trains, not which preset of its
+        study asked for it, so two presets that repeat a configuration share its runs (and renaming a preset
+        changes no run id). The payload holds ``preset: null`` for every config, as the ids of runs made
+        outside a preset always did: those ids are unchanged (``bench upgrade`` renames the runs recorded
+        under a preset, and keeps their old ids resolving).
         """
         payload = {k: v for k, v in self.to_dict().items()
                    if k not in NOT_HASHED and not (k in _HASHED_UNLESS_DEFAULT and v == FIELD_DEFAULTS[k])}
+        payload["preset"] = None
         blob = json.dumps(payload, sort_keys=True, default=str).encode()
         return hashlib.sha256(blob).hexdigest()[:8]
 
@@ -280,6 +286,7 @@ NOT_HASHED: tuple[str, ...] = (
     "workers", "prefetch",  # how the loader runs, not what it feeds: augmentation is seeded per sample
     "chance_band",  # how the outcome is judged, not what is trained
     "threads",  # how fast the CPU computes it
+    "preset",  # which preset of the study asked for the run, not what it trains (config_hash keeps it null)
 )  # fmt: skip
 # A run id ends in ``-<config_hash>-s<seed>`` (RunConfig.run_id): where a table lacks the hash, it is read from there.
 RUN_ID_PATTERN = re.compile(r"-([0-9a-f]{8})-s\d+$")

@@ -98,3 +98,30 @@ def changed_since(sha: str, path: Path, root: Path = REPO_ROOT) -> bool | None:
     except (OSError, subprocess.SubprocessError):
         return None
     return bool(done.stdout.strip()) if done.returncode == 0 else None
+
+
+def cpu_sample() -> tuple[float, float, float] | None:
+    """``(busy, total, own)`` CPU seconds so far: all CPUs' busy and total time (Linux ``/proc/stat``) and this
+    process's with the children it waited for; None where the kernel does not tell (not Linux)."""
+    try:
+        fields = [float(v) for v in Path("/proc/stat").read_text(encoding="ascii").split("\n", 1)[0].split()[1:]]
+    except (OSError, ValueError):
+        return None
+    tick = os.sysconf("SC_CLK_TCK")
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0.0)  # idle and waiting for I/O
+    t = os.times()
+    return (sum(fields[:8]) - idle) / tick, sum(fields[:8]) / tick, t.user + t.system + t.children_user + \
+        t.children_system
+
+
+def machine_load(before: tuple[float, float, float] | None) -> dict[str, Any]:
+    """How busy the machine was while a figure was measured, since the :func:`cpu_sample` ``before``: the 1-minute
+    load average at the end (``load_1m``), the CPUs (``cpus``) and the share of all CPUs' time that other processes
+    used meanwhile (``other_cpu``, 0-1; None without ``/proc/stat``). A throughput measured beside other work is
+    lower than the machine's: a figure records this beside it."""
+    after = cpu_sample()
+    other = None
+    if before is not None and after is not None and after[1] > before[1]:
+        other = max(0.0, (after[0] - before[0]) - (after[2] - before[2])) / (after[1] - before[1])
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
+    return {"load_1m": load, "cpus": os.cpu_count(), "other_cpu": None if other is None else min(other, 1.0)}

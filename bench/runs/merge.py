@@ -3,11 +3,13 @@
 Rows are keyed by run id. A run found in several folders with the same row and the same run JSON is one run (the
 copies are dropped); the same id with a different row or run JSON is two runs that cannot share an id, and the
 merge refuses before writing anything, with one line per such run naming both files and the fields that differ (a
-row whose run JSON is missing is refused the same way). Run JSONs (with their curves and probes) and the study
-files sweeps leave in ``studies/`` are copied. A row recorded before rows carried a ``machine`` fingerprint gets the
-one of its run JSON's environment (:func:`bench.runs.env.machine_fingerprint`), so cost figures of two machines'
-older runs are not pooled either. Merging into a folder that already holds runs keeps them: a second merge of the
-same folders changes nothing.
+row whose run JSON is missing is refused the same way). Run JSONs (with their curves and probes) and everything
+sweeps leave in ``studies/`` are copied: the study files, the content hashes of their plugins, the plugin files they
+name (at the same relative paths, so the copy of a study finds its plugins as the original did) and the looks of a
+study run ``--until-decided``; every name there a safe file name. A row recorded before rows carried a ``machine``
+fingerprint gets the one of its run JSON's environment (:func:`bench.runs.env.machine_fingerprint`), so cost figures
+of two machines' older runs are not pooled either. Merging into a folder that already holds runs keeps them: a second
+merge of the same folders changes nothing.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ class Merged:
     duplicates: int
     total: int
     studies: int
+    files: int = 0  # the other files sweeps left beside the study files: plugins, looks
 
 
 def _with_machine(row: dict[str, str], run: Mapping[str, Any] | None) -> dict[str, str]:
@@ -67,21 +70,14 @@ def _merge(sources: Sequence[str | Path], out: str | Path) -> Merged:
     rows: dict[str, dict[str, str]] = {}
     runs: dict[str, dict[str, Any]] = {}
     where: dict[str, Path] = {}  # run id -> the leaderboard it was first found in
-    studies: dict[str, tuple[bytes, Path]] = {}
+    studies: dict[str, tuple[bytes, Path]] = {}  # path under studies/ -> (bytes, where first found)
     conflicts: list[str] = []  # one line per run recorded differently, or without its run JSON
     duplicates = 0
     for folder in [Path(out), *map(Path, sources)]:
         store = ResultsStore(folder)
         if folder != Path(out) and not store.leaderboard.is_file():
             raise ValueError(f"{folder} holds no results (no {store.leaderboard.name}); pass results folders")
-        stored = folder / "studies"  # the study files and the content hashes of their plugins
-        for path in sorted([*stored.glob("*.toml"), *stored.glob("*.plugins.json")]) if stored.is_dir() else []:
-            file_name(path.name, "stored study file")  # copied under the same name into the merged folder
-            text = path.read_bytes()
-            if path.name in studies and studies[path.name][0] != text:
-                raise ValueError(f"study file {path.name} differs between {studies[path.name][1]} and {path}; "
-                                 "merge the folders of one study's version only")
-            studies.setdefault(path.name, (text, path))
+        _collect_studies(folder / "studies", studies)
         for row in store.rows():
             run_id = row["run_id"]
             json_path = store.run_path(run_id)
@@ -118,10 +114,29 @@ def _merge(sources: Sequence[str | Path], out: str | Path) -> Merged:
         if not path.exists():
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_bytes(text)
-    return Merged(len(set(rows) - set(before)), duplicates, len(rows), sum(n.endswith(".toml") for n in studies))
+    return Merged(len(set(rows) - set(before)), duplicates, len(rows), sum(n.endswith(".toml") for n in studies),
+                  len(studies) - sum(n.endswith(".toml") for n in studies))
+
+
+def _collect_studies(folder: Path, studies: dict[str, tuple[bytes, Path]]) -> None:
+    """Every file under a results folder's ``studies/`` (by its path there) into ``studies``; ValueError where a
+    file differs from the one of that path found before (two versions of a study or its plugin)."""
+    for path in sorted(p for p in folder.rglob("*") if p.is_file()) if folder.is_dir() else []:
+        name = path.relative_to(folder).as_posix()
+        if name.startswith(".") or "/." in name or "__pycache__" in name:
+            continue
+        for part in name.split("/"):  # copied under the same path into the merged folder
+            file_name(part, "stored study file")
+        text = path.read_bytes()
+        if name in studies and studies[name][0] != text:
+            what = "study file" if name.endswith(".toml") else "file"
+            raise ValueError(f"{what} studies/{name} differs between {studies[name][1]} and {path}; merge the folders "
+                             "of one study's version only")
+        studies.setdefault(name, (text, path))
 
 
 def describe(merged: Merged, out: str | Path) -> str:
     return (f"{out}: {merged.total} runs ({merged.added} added, {merged.duplicates} identical copies dropped); "
-            f"{merged.studies} study file(s)")
+            f"{merged.studies} study file(s)" + (f" and {merged.files} file(s) beside them (plugins, looks)"
+                                                 if merged.files else ""))
 

@@ -244,7 +244,12 @@ class ResultsStore:
         return pd.read_csv(io.StringIO(_csv_text(rows)), dtype={"config_hash": str})
 
     def load_run(self, run_id: str) -> dict[str, Any]:
+        """The run JSON of ``run_id``: its own file, else the run an old id moved to (:data:`ALIASES`), else the one
+        run whose id starts with it."""
         path = self.run_path(run_id)
+        moved = read_aliases(self.root).get(run_id) if not path.exists() else None
+        if moved is not None:
+            path = self.run_path(moved)
         if not path.exists():
             matches = sorted(self.runs_dir.glob(f"{run_id}*.json")) if self.runs_dir.exists() else []
             if len(matches) != 1:
@@ -258,6 +263,22 @@ class ResultsStore:
         if not self.runs_dir.exists():
             return []
         return [read_run_json(p) for p in sorted(self.runs_dir.glob("*.json"))]
+
+
+# Old run id -> the id of the run it is now (bench.runs.identity: runs renamed to their configuration's id).
+ALIASES = "aliases.json"
+
+
+def read_aliases(root: Path) -> dict[str, str]:
+    """The run ids of ``root`` that moved (old id -> id; {} where none did)."""
+    path = root / ALIASES
+    if not path.is_file():
+        return {}
+    try:
+        aliases = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"{path} cannot be read ({exc}); restore it from where it came from") from None
+    return {str(k): str(v) for k, v in aliases.items()} if isinstance(aliases, dict) else {}
 
 
 def read_run_json(path: Path) -> dict[str, Any]:

@@ -23,7 +23,7 @@ import torch
 import variants
 from bench.runs import chance, checkpoints, distributed, execution, plugins, probes, resume
 from bench.runs.config import RunConfig
-from bench.runs.env import environment, git_sha, machine_fingerprint, machine_id
+from bench.runs.env import cpu_sample, environment, git_sha, machine_fingerprint, machine_id, machine_load
 from bench.runs.results import ResultsStore, new_row
 from bench.runs.threads import run_threads
 from bench.runs.train import Diverged, Record, measure_phases, resolve_device, resolved_kwargs, setup, train
@@ -138,7 +138,10 @@ def _run_config(cfg: RunConfig, progress: bool = False, reuse: Reuse | None = No
         if state is not None:
             pass  # measured before the run was interrupted
         elif reuse is None:
+            before = cpu_sample()
             measure_phases(s, rec)
+            if cfg.measure:  # what else ran on the machine while these figures were measured
+                rec.measurements["load"] = machine_load(before)
             cost_source = cfg.run_id if cfg.measure else ""
         else:  # the figures of the first run of this model configuration (the training below is unaffected)
             rec.measurements, cost_source = copy.deepcopy(reuse.measurements), reuse.source

@@ -3,18 +3,25 @@
 Every model of the grid is built and checked first, as a sweep does (meta device, the confound guard). Then, per
 model configuration (:func:`bench.runs.measure.cost_key`: the runs that share one measure the same step), the bill
 counts the exact FLOPs of one training step at the run's batch on the meta device (``torch.utils.flop_counter``,
-split into matmuls and convolutions) and times **one** short step on the device at hand, with the threads a run of
-this sweep would get: at the run's batch, or at the largest halving of it whose FLOPs fit :data:`STEP_BUDGET`, after
-one untimed step (a first step pays one-off costs no later step does); a step over the budget even at one sample
-(GPT-2 small at 1,024 tokens) is timed once, with no warm-up. Before timing, it prints what the timing will take:
-those steps' FLOPs at the device's rate for each op class (:func:`bench.runs.measure.device_rates`, measured once).
+split into matmuls and convolutions) and times a few short steps on the device at hand (:meth:`Plan.repeats`: as
+many as fit a second, up to five; their median), with the threads a run of this sweep would get: at the run's
+batch, or at the largest halving of it whose FLOPs fit :data:`STEP_BUDGET`, after one untimed step (a first step
+pays one-off costs no later step does); a step over the budget even at one sample (GPT-2 small at 1,024 tokens) is
+timed once, with no warm-up. On a CPU the steps are timed in CPU time per thread, and so are the set-up and the
+memory probe's process start: what they take on an idle machine, however busy the machine is while it bills.
+Before timing, it prints what the timing will take: those steps' FLOPs at the device's rate for each op class
+(:func:`bench.runs.measure.device_rates`, measured once).
 
 From these (:func:`step_seconds` and :class:`Costs`): a run's step takes the timed step's time scaled by its FLOPs
 (FLOPs grow with the batch; so does a step's time, at the rate the timed step achieved); an evaluated sample costs
 the forward's share of a training sample's time; a probe call a training step's; the measurement phases of a
-configuration's first run their steps, and the memory probe a process start (:data:`PROCESS_START_S`) besides.
-Each run's wall time is then ``setup + [measurement] + steps x step + evaluations x evaluation + probes x probe``;
-the sweep's, those runs scheduled longest-first on ``--jobs`` slots. Nothing is recorded.
+configuration's first run their steps, and the memory probe a process start besides (timed once; on a GPU the
+memory is measured in the run's own process). Each run sets its task up in a process of its own: every run pays
+the slowest set-up of its task the bill saw. Each run's time is then ``setup + [measurement] + steps x step +
+evaluations x evaluation + probes x probe``; the sweep's, the study's checks plus those runs scheduled
+longest-first on ``--jobs`` slots: what it takes on an idle machine. The machine load while the bill timed its
+steps is printed with it, and what the sweep takes at that load (:func:`slowdown`: its threads and the other work
+share the CPUs). Nothing is recorded.
 
 A task whose data is not on this machine (CIFAR not downloaded) is measured on a stand-in of the same shapes
 (:data:`STAND_INS`: what a step costs depends on the shapes only), with the real dataset's size for the run length.
@@ -32,9 +39,11 @@ from __future__ import annotations
 import dataclasses
 import heapq
 import math
+import os
 import statistics
+import subprocess
+import sys
 import tempfile
-import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,6 +54,7 @@ import torch
 import variants
 from bench.runs import measure
 from bench.runs.config import RunConfig
+from bench.runs.env import cpu_sample, machine_load
 from bench.runs.tasks import TaskError, synth
 from bench.runs.tasks.tokens import DEFAULT_EVAL_TOKENS
 from bench.runs.train import StepRunner, batch_generator, setup
@@ -78,7 +88,9 @@ STAND_INS: dict[str, Callable[[RunConfig], tuple[dict[str, Any], int | None, int
 }
 STEP_BUDGET = 2e10  # FLOPs of a step timed whole here (some 0.3 s on a 2-core CPU); a larger one on fewer samples
 EVAL_SAMPLES = 64  # validation windows of the generated token shards
-PROCESS_START_S = 5.0  # the memory probe's own process: start Python, import torch, build the task and model
+PROCESS_START_S = 5.0  # the memory probe's own process where it was not timed: start Python, import torch and resbench
+TIMING_S = 1.0  # time the steps of one configuration take at most (their FLOPs at the device's rates), repeats
+MAX_REPEATS = 5  # timed steps of one configuration at most: the median of them is its step
 
 
 @dataclass(frozen=True)
@@ -99,6 +111,7 @@ class Costs:
     default_steps: int | None = None  # the task's run length when neither steps nor epochs is given
     timed_samples: int = 0  # the samples of the one timed step
     flops_by_class: Mapping[str, float] = dataclasses.field(default_factory=dict)  # of one optimiser step
+    load: Mapping[str, Any] = dataclasses.field(default_factory=dict)  # the machine's while the steps were timed
 
 
 @dataclass(frozen=True)
@@ -145,10 +158,17 @@ class Plan:
         return int(self.timed_flops <= STEP_BUDGET)
 
     def expected_s(self, rates: Mapping[str, float]) -> float:
-        """What timing it takes: its steps' FLOPs at the device's rate for each op class (a floor: overheads
-        are not FLOPs)."""
+        """What one timed step takes: its FLOPs at the device's rate for each op class (a floor: overheads are not
+        FLOPs)."""
         share = self.timed / self.cfg.batch_size
-        return (1 + self.warmup) * sum(n * share / rates[c] for c, n in self.micro.train_by_class.items() if n)
+        return sum(n * share / rates[c] for c, n in self.micro.train_by_class.items() if n)
+
+    def repeats(self, rates: Mapping[str, float]) -> int:
+        """Steps to time: as many as fit :data:`TIMING_S` (by their FLOPs), 1 to :data:`MAX_REPEATS`; the median is
+        the step (one step alone is a noisy figure on a machine that runs anything else); 1 over the budget."""
+        if not self.warmup:
+            return 1
+        return max(1, min(MAX_REPEATS, int(TIMING_S / max(self.expected_s(rates), 1e-6))))
 
 
 def step_seconds(timed_s: float, timed_samples: int, cfg: RunConfig) -> float:
@@ -175,9 +195,9 @@ def _setup(cfg: RunConfig) -> tuple[Any, int | None, str | None]:
 def plan(cfg: RunConfig, key: str) -> Plan:
     """Set up ``cfg`` (its stand-in where its data is not here), count one micro-batch's FLOPs on the meta device and
     choose the timed step: the run's batch, halved while its FLOPs exceed :data:`STEP_BUDGET` (down to one sample)."""
-    t0 = time.perf_counter()
+    t0 = cpu_clock()
     s, num_train, stand = _setup(cfg)
-    setup_s = time.perf_counter() - t0
+    setup_s = cpu_clock() - t0
     x, y = next(s.task.train_batches(1, batch_generator(s, 1)))
     b = cfg.batch_size
     micro = measure.meta_step_flops(lambda: variants.create(cfg.variant, **s.model_kwargs),
@@ -196,14 +216,21 @@ def _built(s: Any) -> Any:
     return dataclasses.replace(s, model=model.to(memory_format=torch.channels_last) if s.cfg.channels_last else model)
 
 
-def measure_costs(p: Plan, rates: Mapping[str, float]) -> Costs:
-    """One configuration's costs (module docstring) from one timed step of :func:`plan`'s choosing: the only step
-    the bill times for it (after one untimed one, for a step within the budget)."""
+def measure_costs(p: Plan, rates: Mapping[str, float], setup_s: float | None = None,
+                  start_s: float = PROCESS_START_S) -> Costs:
+    """One configuration's costs (module docstring) from the median of the steps of :func:`plan`'s choosing that it
+    times (:meth:`Plan.repeats`, after one untimed one for a step within the budget). ``setup_s``: what setting a
+    run up takes in a process of its own (default: the plan's, which may have found its data already loaded);
+    ``start_s``: what starting the memory probe's process takes."""
     cfg, s, device = p.cfg, _built(p.s), p.s.device
     runner = StepRunner(s.cfg, s, s.model, batch_generator(s, 2))
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
-    timed_s = measure.time_steps(runner, device, warmup=p.warmup, repeats=1, steps=1)[0] / 1e3
+    cpu0 = cpu_clock()
+    times = measure.time_steps(runner, device, warmup=p.warmup, repeats=p.repeats(rates), steps=1)
+    timed_s = measure.median(times) / 1e3
+    if device.type == "cpu":  # the steps' CPU time per thread: their time on idle cores, whatever else runs now
+        timed_s = min(timed_s, (cpu_clock() - cpu0) / (p.warmup + len(times)) / torch.get_num_threads())
     peak_mb = torch.cuda.max_memory_allocated(device) / 2**20 if device.type == "cuda" and p.timed == cfg.batch_size \
         else None
     micro_s = timed_s * cfg.batch_size / p.timed  # one micro-batch of the run
@@ -215,11 +242,12 @@ def measure_costs(p: Plan, rates: Mapping[str, float]) -> Costs:
     # The run's own phases: FLOPs is one forward and backward of a micro-batch, the timing phase its configured
     # warm-up and repeats of steps, the memory probe a process of its own that takes four steps.
     phase_s = {"flops": micro_s, "throughput": (cfg.timing_warmup + cfg.timing_repeats * cfg.timing_steps) * step_s,
-               "memory": PROCESS_START_S + 4 * step_s}
+               "memory": (start_s + 4 * step_s) if device.type == "cpu" else 4 * step_s}
     # an evaluated sample: the forward's share of a training sample's time
     sample_s = micro_s / cfg.batch_size * p.micro.forward / max(p.micro.train, 1)
     evaluated = STAND_INS[cfg.task](cfg)[2] if p.stand_in is not None else _evaluated(s)
-    return Costs(p.key, p.setup_s, sum(phase_s[q] for q in cfg.measure), step_s, evaluated * sample_s,
+    return Costs(p.key, p.setup_s if setup_s is None else setup_s, sum(phase_s[q] for q in cfg.measure), step_s,
+                 evaluated * sample_s,
                  micro_s if cfg.probe_every else 0.0, flops, peak_mb, mfu,
                  p.num_train if p.stand_in is not None else s.task.num_train, p.stand_in, s.task.default_steps,
                  p.timed, by_class)
@@ -262,15 +290,24 @@ def bill(configs: Sequence[RunConfig], options: SweepOptions, cost_key: Any,
                 plans[key] = plan(cfg, key)
         first = next(iter(plans.values()), None)
         rates = measure.device_rates(first.s.device, first.cfg.precision) if first else {}
-        expected = sum(p.expected_s(rates) for p in plans.values())
-        say(f"  timing one step of each of {len(plans)} model configuration{'s' if len(plans) != 1 else ''} "
-            f"({threads} thread{'s' if threads > 1 else ''}): at least {_clock(expected)} (their FLOPs at this "
-            f"device's rates: {', '.join(f'{c} {r / 1e9:.0f} GFLOP/s' for c, r in rates.items())})")
+        timed = {k: p.repeats(rates) + p.warmup for k, p in plans.items()}
+        expected = sum(p.expected_s(rates) * timed[k] for k, p in plans.items())
+        say(f"  timing {sum(timed.values())} steps of {len(plans)} model configuration{'s' if len(plans) != 1 else ''} "
+            f"({threads} thread{'s' if threads > 1 else ''}): their FLOPs alone take {_clock(expected)} at this "
+            f"device's rates ({', '.join(f'{c} {r / 1e9:.0f} GFLOP/s' for c, r in rates.items())})")
+        start_s = _probe_start() if any("memory" in p.cfg.measure and p.s.device.type == "cpu"
+                                         for p in plans.values()) else PROCESS_START_S
+        setups: dict[str, float] = {}  # each run sets its task up in a process of its own: the slowest set-up seen
+        for p in plans.values():
+            setups[p.cfg.task] = max(setups.get(p.cfg.task, 0.0), p.setup_s)
         costs = {}
+        sample = cpu_sample()
         for key, p in plans.items():
-            say(f"  timing {p.cfg.run_id}: one step of {p.timed} sample{'s' if p.timed > 1 else ''} "
-                f"({p.timed_flops:.3g} FLOPs) ...")
-            costs[key] = measure_costs(p, rates)
+            say(f"  timing {p.cfg.run_id}: {p.repeats(rates)} step{'s' if p.repeats(rates) > 1 else ''} of "
+                f"{p.timed} sample{'s' if p.timed > 1 else ''} ({p.timed_flops:.3g} FLOPs each) ...")
+            costs[key] = measure_costs(p, rates, setups[p.cfg.task], start_s)
+        load = machine_load(sample)
+        costs = {k: dataclasses.replace(c, load=load) for k, c in costs.items()}
     finally:
         torch.set_num_threads(before)
     out, seen = [], set()
@@ -287,6 +324,45 @@ def bill(configs: Sequence[RunConfig], options: SweepOptions, cost_key: Any,
     return out
 
 
+def cpu_clock() -> float:
+    """CPU seconds this process and the children it waited for have used: what a piece of work takes on an idle
+    core, however busy the machine is while the bill times it."""
+    t = os.times()
+    return t.user + t.system + t.children_user + t.children_system
+
+
+def _probe_start() -> float:
+    """What starting the memory probe's process takes here: Python, torch and resbench imported (timed once, in CPU
+    seconds)."""
+    t0 = cpu_clock()
+    subprocess.run([sys.executable, "-c", "import bench.runs.memprobe"], check=False, capture_output=True,
+                   timeout=600)
+    return cpu_clock() - t0
+
+
+def slowdown(load: Mapping[str, Any], jobs: int, threads: int, own: int = 1) -> float:
+    """How much longer a sweep takes than on an idle machine at the 1-minute load average ``load["load_1m"]`` (over
+    ``load["cpus"]`` CPUs, :func:`bench.runs.env.machine_load`), ``own`` of its threads being the measuring
+    process's: the other processes keep ``E = load_1m - own`` threads runnable, and the sweep's ``jobs`` x ``threads``
+    share the CPUs with them, ``max(1, (jobs · threads + E) / cpus)``; 1 where the load is not known."""
+    average, cpus = load.get("load_1m"), load.get("cpus")
+    if average is None or not cpus:
+        return 1.0
+    return max(1.0, (jobs * threads + max(0.0, float(average) - own)) / cpus)
+
+
+def load_line(load: Mapping[str, Any]) -> str:
+    """The machine load a bill's steps were timed under, in words; a busier machine when the runs run makes them
+    slower, an idler one faster."""
+    if not load or load.get("load_1m") is None:
+        return "machine load while timing: not known here"
+    other = load.get("other_cpu")
+    return (f"machine load while timing: 1-min load average {load['load_1m']:.1f} on {load.get('cpus')} CPUs"
+            + (f", other processes {100 * other:.0f}% of the CPU time" if other is not None else "")
+            + " (the steps were timed in CPU time: an idle machine's figures; the sweep shares the CPUs with the "
+              "other work)")
+
+
 def schedule(seconds: Sequence[float], slots: int) -> float:
     """The wall time of running jobs of ``seconds`` on ``slots`` at a time, longest first."""
     finish = [0.0] * max(1, slots)
@@ -296,6 +372,10 @@ def schedule(seconds: Sequence[float], slots: int) -> float:
 
 
 def _clock(seconds: float) -> str:
+    if seconds < 0.001:
+        return "<1 ms"
+    if seconds < 1:
+        return f"{1000 * seconds:.0f} ms"
     if seconds < 90:
         return f"{seconds:.0f} s"
     if seconds < 5400:
@@ -304,8 +384,9 @@ def _clock(seconds: float) -> str:
 
 
 def render(bills: Sequence[RunBill], options: SweepOptions, device: str,
-           accelerators: Mapping[str, float]) -> list[str]:
-    """The bill as lines: per configuration, in total, and on the accelerators of the peak table."""
+           accelerators: Mapping[str, float], checks_s: float = 0.0) -> list[str]:
+    """The bill as lines: per configuration, in total (with ``checks_s``, what checking the study took before its
+    first run, and the machine load its steps were timed under), and on the accelerators of the peak table."""
     lines = [f"{'configuration':<44} {'runs':>4} {'steps':>8} {'train FLOPs':>12} {'per run':>9} {'peak MiB':>9}"]
     by_key: dict[str, list[RunBill]] = {}
     for b in bills:
@@ -321,9 +402,15 @@ def render(bills: Sequence[RunBill], options: SweepOptions, device: str,
     total = sum(b.seconds for b in bills)
     flops = sum(b.train_flops for b in bills)
     slots = options.jobs
+    idle = checks_s + schedule([b.seconds for b in bills], slots)
     lines.append(f"total: {len(bills)} runs, {sum(b.steps for b in bills):,} steps, {flops:.3g} training FLOPs; "
-                 f"on this device ({device}): {_clock(schedule([b.seconds for b in bills], slots))} with --jobs {slots}"
-                 + (f" ({_clock(total)} one at a time)" if slots > 1 else ""))
+                 f"on this device ({device}), idle: {_clock(idle)} with --jobs {slots}"
+                 + (f" ({_clock(checks_s + total)} one at a time)" if slots > 1 else "")
+                 + (f", the study's checks ({_clock(checks_s)}) included" if checks_s else ""))
+    load = bills[0].costs.load if bills else {}
+    threads = plan_placements(slots, 0)[0].threads
+    factor = slowdown(load, slots, threads, own=threads)
+    lines.append(load_line(load) + (f": at that load, {_clock(factor * idle)} ({factor:.2f}x)" if factor > 1 else ""))
     mfus = [b.costs.mfu for b in bills if b.costs.mfu]
     mfu = statistics.median(mfus) if mfus else 0.0
     if flops and mfu > 1:

@@ -60,7 +60,8 @@ SETTLED = ("ok", "diverged", chance.STATUS)
 
 def run_sweep(configs: Sequence[RunConfig], results_dir: str | Path, executor: Executor, *, resume: bool = True,
               measure_every_run: bool = False, progress: bool = True, command: str | None = None,
-              on_record: OnRecord | None = None, requeue: bool = False, retry_failed: bool = False) -> list[str]:
+              on_record: OnRecord | None = None, requeue: bool = False, retry_failed: bool = False,
+              made_with: Mapping[str, Any] | None = None) -> list[str]:
     """Run ``configs`` on ``executor``, writing one row per run as it ends; returns the run ids written.
 
     With ``resume`` the runs whose row says ``ok`` are skipped (and their figures reused), and so are those that
@@ -72,11 +73,13 @@ def run_sweep(configs: Sequence[RunConfig], results_dir: str | Path, executor: E
     within this sweep (it continues), else :class:`RunsPreempted` at the end says how to continue it. ``command`` is
     the command line that resumes this sweep, printed after an interruption and under the summary of failed runs.
     ``on_record`` is called with each run JSON once it is written (the Python API logs it to experiment trackers
-    there).
+    there). ``made_with``: the sweep options that changed what it made (``--set``, ``--add-variant``), kept in each
+    run JSON it records, so that a report's reproduce line can name them.
     """
     store = ResultsStore(results_dir)
     store.preflight()  # a broken results directory is bad input: refused before the first run
     driver = _Driver(list(configs), store, executor, measure_every_run, progress, command, on_record, requeue)
+    driver.made_with = dict(made_with or {})
     driver.skip_recorded(resume, retry_failed)
     with _sigterm_as_interrupt():
         try:
@@ -111,6 +114,7 @@ class _Driver:
                  ) -> None:  # fmt: skip
         self.configs, self.store, self.executor, self.command = configs, store, executor, command
         self.on_record, self.requeue = on_record, requeue
+        self.made_with: dict[str, Any] = {}  # the options that changed what the sweep made (--set, --add-variant)
         self.preempted: list[tuple[int, str, int]] = []  # index, run id, the step its state was saved at
         self.measure_every_run = measure_every_run
         self.quiet = not progress  # the summary, refused and failed runs are printed all the same
@@ -334,6 +338,8 @@ class _Driver:
         else:
             run_json = unfinished_run(cfg, event.data["status"], event.data["error"], wall, last,
                                       event.data.get("placement"))
+        if self.made_with:
+            run_json = {**run_json, "made_with": self.made_with}
         stored = record(self.store, run_json)
         self.leases.release(cfg.run_id)  # its row is written: another sweep reaching it now skips it as recorded
         if self.on_record is not None:

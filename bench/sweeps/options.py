@@ -58,6 +58,11 @@ class SweepOptions:
     set: tuple[str, ...] = _o((), "set a run-config field of every run of the study, KEY=VALUE (repeatable), e.g. "
                                    "data_path=/data/imagenet: where this machine keeps the study's dataset",
                               metavar="KEY=VALUE", repeat=True)
+    until_decided: bool = _o(False, "after the grid, add seeds in rounds to the configurations whose claims are still "
+                                    "open, until every claim is decided or --max-seeds is reached; the looks are "
+                                    "fixed in advance and each reads its interval at 1 - 0.05/looks (Bonferroni)")
+    max_seeds: int = _o(10, "with --until-decided: the seeds a configuration gets at most (the last look)",
+                        metavar="N")
     dry_run: bool = _o(False, "run nothing: check the study, count each model configuration's FLOPs (meta device) "
                               "and time one of its steps on this device, and print the bill (wall time here at "
                               "--jobs, FLOPs, peak memory on CUDA, time on the accelerators of the peak-FLOP/s table)")
@@ -70,6 +75,10 @@ class SweepOptions:
             raise ValueError(f"--jobs must be >= 1, got {self.jobs}")
         if self.gpus_per_run < 0:
             raise ValueError(f"--gpus-per-run must be >= 0, got {self.gpus_per_run}")
+        if self.max_seeds < 2:
+            raise ValueError(f"--max-seeds must be >= 2, got {self.max_seeds}")
+        if self.max_seeds != 10 and not self.until_decided:
+            raise ValueError("--max-seeds is the cap of --until-decided: give --until-decided too")
         if self.cpus_per_run < 1 or self.retries < 0:
             raise ValueError(f"--cpus-per-run must be >= 1 and --retries >= 0, got {self.cpus_per_run} and "
                              f"{self.retries}")

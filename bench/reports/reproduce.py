@@ -1,0 +1,109 @@
+"""The commands that reproduce a results folder's runs, as its report prints them.
+
+A study's runs: ``reproduce NAME`` (a shipped study) or ``sweep FILE`` (the copy its sweep left), once per preset the
+runs were made under, with the plugins they loaded, and with the options that changed what the sweep made: its
+``--add-variant`` and ``--set`` options, which each run records (``made_with`` in its run JSON). Runs made with
+different such options (folders of several machines merged, one of them swept with ``--set seed=3 --set
+depth=12``) get one command each. Runs outside a study: a seed loop of ``bench run`` per configuration, from the
+whole config each recorded.
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from bench.analysis.studyfile import (
+    PLUGIN_ORIGIN,
+    StandIn,
+    find_study,
+    read_study_file,
+    results_folder_of,
+    shipped_studies,
+)
+from bench.runs.config import RunConfig, config_from_dict
+from bench.runs.results import ResultsStore
+
+
+def study_presets(runs: Sequence[Mapping[str, Any]]) -> dict[str, list[str | None]]:
+    """The presets each study's runs were made under (recorded in the run JSONs' configs), None (the study's full
+    grid) first, then by name: a study may hold the runs of several, e.g. frontier's two inits."""
+    presets: dict[str, dict[str | None, None]] = {}
+    for run in runs:
+        cfg = run.get("config") or {}
+        if cfg.get("study"):
+            presets.setdefault(cfg["study"], {})[cfg.get("preset")] = None
+    return {study: sorted(p, key=lambda name: (name is not None, name or "")) for study, p in presets.items()}
+
+
+def plugin_flags(runs: Sequence[Mapping[str, Any]]) -> list[str]:
+    """``--plugin SPEC`` for every plugin the runs recorded (as the user gave it), in order of first use; not the
+    ones a study file named (its command loads them again)."""
+    specs = dict.fromkeys(str(p["spec"]) for r in runs for p in r.get("plugins") or ()
+                          if p.get("spec") and p.get("origin") != PLUGIN_ORIGIN)
+    return [a for spec in specs for a in ("--plugin", spec)]
+
+
+def options(runs: Sequence[Mapping[str, Any]]) -> list[list[str]]:
+    """Per distinct way the runs were made: the ``--add-variant`` and ``--set`` options their sweep was given (each
+    run's ``made_with``; none for a run recorded before runs kept them); ``[[]]`` where there are none."""
+    made: dict[tuple[str, ...], None] = {}
+    for run in runs:
+        how = run.get("made_with") or {}
+        made[tuple([*(a for v in how.get("add_variants", ()) for a in ("--add-variant", str(v))),
+                    *(a for item in how.get("set", ()) for a in ("--set", str(item)))])] = None
+    return [list(argv) for argv in sorted(made, key=lambda argv: (len(argv), argv))] or [[]]
+
+
+def study_commands(name: str, preset: str | None, root: Path, runs: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The commands that rerun a study's runs made under ``preset`` (module docstring), ``runs`` being the study's
+    (any preset's)."""
+    try:
+        path: Path | None = find_study(name, root)
+    except StandIn:
+        raise
+    except ValueError:
+        path = None
+    shipped = name in shipped_studies()
+    head = ["reproduce", name] if shipped else ["sweep", (path or root / "studies" / f"{name}.toml").as_posix()]
+    mine = [r for r in runs if (r.get("config") or {}).get("preset") == preset] or list(runs)
+    # a stored study's plugins are imported only when asked for: the command asks, where the reader sees it
+    trust = ["--trust-plugins"] if path and not shipped and results_folder_of(path) and \
+        read_study_file(path).get("plugins") else []
+    plugins = [] if shipped else [*plugin_flags(mine), *trust]
+    return [shlex.join(["python", "-m", "bench", *head, *(["--preset", preset] if preset else []), *argv, *plugins,
+                        "--results-dir", str(root)]) for argv in options(mine)]
+
+
+def run_commands(board: pd.DataFrame, results_dir: Path) -> list[str]:
+    """Shell lines that reproduce the runs of ``board``: the commands of each study and preset, and a seed loop per
+    configuration of the runs outside a study, from the whole config each run recorded (so a non-default lr,
+    length or model argument is in its command, and a run without a depth is listed like any other)."""
+    runs = [r for r in ResultsStore(results_dir).load_runs() if r.get("run_id") in set(board["run_id"])]
+    presets = study_presets(runs)
+    lines = []
+    for st in sorted(board["study"].dropna().unique()):
+        of_study = [r for r in runs if (r.get("config") or {}).get("study") == st]
+        lines += [c for p in presets.get(st, [None]) for c in study_commands(st, p, results_dir, of_study)]
+    solo: dict[str, list[RunConfig]] = {}
+    for run in runs:
+        if not (run.get("config") or {}).get("study"):
+            fields = run.get("row") or {}
+            cfg = config_from_dict(run["config"]) if run.get("config") else RunConfig(  # a JSON without its config
+                variant=str(fields.get("variant")), depth=fields.get("depth"), task=str(fields.get("task")),
+                seed=fields["seed"])
+            solo.setdefault(fields.get("config_hash") or cfg.config_hash(), []).append(cfg)
+    for key in sorted(solo, key=lambda k: (solo[k][0].run_id, k)):
+        cfgs = solo[key]
+        seeds = " ".join(str(s) for s in sorted({c.seed for c in cfgs}))
+        argv = cfgs[0].to_argv(skip=("study", "preset", "world_size", "seed"))
+        plugins = plugin_flags([r for r in runs if r["run_id"] in {c.run_id for c in cfgs}])
+        world = cfgs[0].world_size
+        head = f"torchrun --nproc-per-node {world} -m bench run" if world > 1 else "python -m bench run"
+        command = f"{head} {shlex.join([*argv, *plugins, '--results-dir', str(results_dir)])}"
+        lines.append(f"for seed in {seeds}; do {command} --seed $seed; done")
+    return lines

@@ -1,0 +1,137 @@
+"""The dry run's bill against the measured sweep of the same runs, on this machine as it is: prints one Markdown row.
+
+The runs are a study's (under a preset), optionally a subset of them (``--variants``, ``--depths``, ``--seeds``): a
+study too long to sweep for a check is measured on a subset with the same machinery. The bill is
+:func:`bench.sweeps.bill.bill` (what ``--dry-run`` prints) and the sweep :func:`bench.sweeps.driver.run_sweep` on
+the local executor (what ``bench sweep`` runs), both after the same checks of the study; the wall time of each
+includes those checks. The bill times its steps in CPU time: its total is an idle machine's. The machine is not
+idle: its 1-minute load average is sampled while the bill runs and while the sweep runs, and the bill is scaled by
+each (:func:`bench.sweeps.bill.slowdown`: the sweep's threads share the CPUs with the other runnable ones); the
+row compares the bill at the sweep's load with the sweep, and a last line the CPU time billed with the CPU time
+the sweep's processes used. Nothing is written outside ``--out``.
+
+    python scripts/bill_check.py degradation --preset quick --variants plain resnet --depths 20 56 --jobs 2
+    python scripts/bill_check.py crosslayer --preset quick --variants preln hyper_connections --jobs 2
+    python scripts/bill_check.py degradation --preset quick --plugin gated_resnet.py --add-variant gated_resnet \\
+        --variants gated_resnet resnet --depths 20 --jobs 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import tempfile
+import threading
+import time
+from multiprocessing import forkserver
+from pathlib import Path
+
+from bench.analysis.studyfile import PLUGIN_ORIGIN, study_plugins
+from bench.runs import plugins
+from bench.runs.measure import cost_key
+from bench.sweeps.bill import bill, schedule, slowdown
+from bench.sweeps.driver import run_sweep
+from bench.sweeps.executors import make_executor
+from bench.sweeps.executors.local import plan_placements
+from bench.sweeps.options import SweepOptions
+from bench.sweeps.study import load_study
+
+
+def _tree_cpu(pid: int) -> float:
+    """CPU seconds of process ``pid`` and the children it reaped (Linux ``/proc``; 0 where it is gone)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return sum(int(v) for v in fields[11:15]) / os.sysconf("SC_CLK_TCK")  # utime stime cutime cstime
+
+
+class LoadAverage:
+    """The 1-minute load average sampled every few seconds while a piece of work runs (``with``): ``mean``."""
+
+    def __init__(self, every: float = 5.0) -> None:
+        self.every, self.samples, self._stop = every, [], threading.Event()
+
+    def __enter__(self) -> LoadAverage:
+        def sample() -> None:
+            while not self._stop.wait(self.every):
+                self.samples.append(os.getloadavg()[0])
+
+        self._thread = threading.Thread(target=sample, daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.samples.append(os.getloadavg()[0])
+
+    @property
+    def mean(self) -> float:
+        return sum(self.samples) / len(self.samples)
+
+
+def _row(what: str, billed: float, factor_bill: float, factor_run: float, measured: float, bill_load: float,
+         run_load: float, bill_s: float) -> str:
+    cells = [what, f"{billed / 60:.1f} min", f"{factor_bill * billed / 60:.1f} min ({factor_bill:.2f}x)",
+             f"{factor_run * billed / 60:.1f} min ({factor_run:.2f}x)", f"{measured / 60:.1f} min",
+             f"{factor_run * billed / measured:.2f}", f"{bill_load:.1f}", f"{run_load:.1f}", f"{bill_s:.0f} s"]
+    return "| " + " | ".join(cells) + " |"
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("study", help="a shipped study's name or a study file")
+    p.add_argument("--preset")
+    p.add_argument("--variants", nargs="+", help="only these variants of the grid")
+    p.add_argument("--depths", nargs="+", type=int, help="only these depths")
+    p.add_argument("--seeds", type=int, help="only the first N seeds")
+    p.add_argument("--plugin", action="append", default=[], help="a plugin file or module (repeatable)")
+    p.add_argument("--add-variant", action="append", default=[], help="as bench sweep's (repeatable)")
+    p.add_argument("--jobs", type=int, default=2)
+    p.add_argument("--out", help="results folder of the sweep (default: a temporary one, removed after)")
+    ns = p.parse_args()
+    plugins.load_plugins(ns.plugin)
+    plugins.load_plugins(study_plugins(ns.study), PLUGIN_ORIGIN)
+    options = SweepOptions(preset=ns.preset, jobs=ns.jobs, quiet=True, add_variants=tuple(ns.add_variant))
+
+    def checked() -> tuple[list, float]:
+        t0 = time.perf_counter()
+        spec = load_study(ns.study).with_variants(list(options.add_variants))
+        configs = [c for c in spec.configs(options.preset)
+                   if (not ns.variants or c.variant in ns.variants) and (not ns.depths or c.depth in ns.depths)]
+        seeds = sorted({c.seed for c in configs})[: ns.seeds or None]
+        return [c for c in configs if c.seed in seeds], time.perf_counter() - t0
+
+    configs, checks = checked()
+    t0 = time.perf_counter()
+    with LoadAverage() as bill_load:
+        bills = bill(configs, options, cost_key, say=lambda line: None)
+    billed = checks + schedule([b.seconds for b in bills], options.jobs)
+    bill_s = time.perf_counter() - t0
+    out = Path(ns.out or tempfile.mkdtemp(prefix="bill-check-"))
+    executor = make_executor(configs, options)
+    executor._context()  # the fork server its runs are forked from, started now: their CPU time is its children's
+    server = forkserver._forkserver._forkserver_pid
+    t0, mine = time.perf_counter(), _tree_cpu(os.getpid()) + _tree_cpu(server)
+    with LoadAverage() as run_load:
+        configs, checks = checked()
+        run_sweep(configs, out, executor, progress=False)
+    measured, ours = time.perf_counter() - t0, _tree_cpu(os.getpid()) + _tree_cpu(server) - mine
+    cpus = os.cpu_count() or 1
+    threads = plan_placements(options.jobs, 0)[0].threads
+    factor_bill = slowdown({"load_1m": bill_load.mean, "cpus": cpus}, options.jobs, threads, own=threads)
+    factor_run = slowdown({"load_1m": run_load.mean, "cpus": cpus}, options.jobs, threads, own=options.jobs * threads)
+    if not ns.out:
+        shutil.rmtree(out, ignore_errors=True)
+    what = f"{ns.study} {ns.preset or 'full'}" + (f", {' '.join(ns.variants)}" if ns.variants else "") + \
+        (f", depths {' '.join(map(str, ns.depths))}" if ns.depths else "") + f": {len(configs)} runs"
+    print("| runs | bill, idle | at the load while billing | at the load while running | measured | "
+          "bill at the run's load / measured | load average while billing | while running | bill took |")
+    print(_row(what, billed, factor_bill, factor_run, measured, bill_load.mean, run_load.mean, bill_s))
+    print(f"CPU time: billed {sum(b.seconds for b in bills) / 60:.1f} min one at a time; the sweep used "
+          f"{ours / 60:.1f} min")
+
+if __name__ == "__main__":
+    main()
