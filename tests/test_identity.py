@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from bench.cli import main
-from bench.runs.config import RunConfig
+from bench.runs.config import RunConfig, config_from_dict
 from bench.runs.identity import migrate
 from bench.runs.results import ALIASES, COLUMNS, ResultsStore
 
@@ -97,3 +97,11 @@ def test_every_committed_run_id_resolves() -> None:
         assert (RESULTS / "runs" / f"{run_id}.json").is_file() or aliases[run_id] in set(board["run_id"]), run_id
     run_id = sorted(aliases)[0]
     assert store.load_run(run_id)["run_id"] == aliases[run_id]
+
+
+def test_every_committed_runs_config_rebuilds_its_id() -> None:
+    """The config each committed run recorded gives, through today's RunConfig (its fields grouped, new fields at their
+    defaults), the run id it was recorded under: reading the config changes no identity."""
+    for path in sorted((RESULTS / "runs").glob("*.json")):
+        run = json.loads(path.read_text(encoding="utf-8"))
+        assert config_from_dict(run["config"]).run_id == run["run_id"] == path.stem, path.name

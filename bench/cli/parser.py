@@ -18,6 +18,7 @@ from bench.analysis.options import OPTIONS
 from bench.runs.config import (
     COMPILE_MODES,
     DEFAULT_RESULTS,
+    GROUPS,
     PLUGIN_ENTRY_POINTS,
     PLUGINS_ENV_VAR,
     RESULTS_ENV_VAR,
@@ -43,20 +44,24 @@ def parse_model_arg(text: str) -> tuple[str, Any]:
 
 
 def add_config_arguments(p: argparse.ArgumentParser) -> None:
-    """One option per RunConfig field, documented by the field's reason and default."""
-    for f in dataclasses.fields(RunConfig):
+    """One option per RunConfig field, documented by the field's reason and default, in one ``--help`` section per
+    group of the config (:data:`bench.runs.config.GROUPS`: model, data, optimisation, measurement, run)."""
+    sections = {name: p.add_argument_group(f"{name} ({(fields.__doc__ or '').split(': ', 1)[-1].rstrip('.')})")
+                for name, fields in GROUPS.items()}
+    for group, f in ((g, f) for g, fields in GROUPS.items() for f in dataclasses.fields(fields)):
         if f.name in ("study", "preset", "world_size"):  # set by sweeps, and from torchrun's WORLD_SIZE
             continue
+        add = sections[group].add_argument
         opt = "--" + f.name.replace("_", "-")
         meta, typ, accepts = f.metadata, str(f.type), CONSTRAINTS[f.name]
         accepted = f"; {accepts.describe()}" if accepts.kind in ("int", "float") else ""
         kw: dict[str, Any] = {"dest": f.name, "help": f"{meta['help']} (default: {f.default}{accepted})",
                               "default": argparse.SUPPRESS}
         if f.name == "model_args":
-            p.add_argument("--model-arg", action="append", type=parse_model_arg, metavar="KEY=VALUE", **kw)
+            add("--model-arg", action="append", type=parse_model_arg, metavar="KEY=VALUE", **kw)
             continue
         if typ == "bool":
-            p.add_argument(opt, action=argparse.BooleanOptionalAction, **kw)
+            add(opt, action=argparse.BooleanOptionalAction, **kw)
             continue
         if "choices" in meta:
             kw["choices"] = meta["choices"]
@@ -64,7 +69,7 @@ def add_config_arguments(p: argparse.ArgumentParser) -> None:
             kw["nargs"] = meta["nargs"]
         if f.name == "variant":
             kw["required"] = True
-        p.add_argument(opt, metavar=f.name.upper() if "choices" not in meta else None, **kw)
+        add(opt, metavar=f.name.upper() if "choices" not in meta else None, **kw)
 
 
 def add_sweep_options(p: argparse.ArgumentParser) -> None:

@@ -53,17 +53,64 @@ def _f(default: Any, help: str, **meta: Any) -> Any:
 
 
 @dataclass(frozen=True)
-class RunConfig:
-    """One training run of one variant on one task."""
+class ModelFields:
+    """RunConfig's model fields: what is trained: the variant, its depth and its own keyword arguments."""
+
 
     variant: str = _f("", "registered variant name (see `bench list`), or timm:<model>")
     depth: int | None = _f(None, "network depth; default: the variant's own (presets fix it)")
+    model_args: tuple[tuple[str, Any], ...] = _f((), "extra variant keyword arguments, KEY=VALUE (repeatable)")
+
+
+@dataclass(frozen=True)
+class DataFields:
+    """RunConfig's data fields: what it is trained on: the task, its data and how it is read."""
+
+
     task: str = _f("digits", "task name: digits, synthetic, cifar10, cifar100, imagefolder, text, tinytext, tokens, "
                              "copy, reverse, recall")
+    seq_len: int = _f(128, "sequence tasks: tokens per training window")
+    image_size: int = _f(32, "image side: synthetic's images, imagefolder's training and validation crops "
+                         "(ImageNet: 224)")
+    num_classes: int = _f(10, "synthetic task: number of classes")
+    random_labels: bool = _f(False, "synthetic task: labels independent of the inputs")
+    train_size: int = _f(4096, "generated tasks (synthetic, copy, reverse, recall): training samples")
+    val_size: int = _f(1024, "generated tasks: validation samples")
+    augment: bool = _f(True, "image tasks: on-device pad-and-crop and flip where the task allows it")
+    train_tokens: int | None = _f(None, "sequence tasks (text, tinytext, tokens): train on the first N tokens of the "
+                                  "training split only, the data scale a study varies (default: all of it); the "
+                                  "validation split is the same at every N")
+    vocab_size: int = _f(50257, "tokens task: the model's vocabulary; every token id must be below it (GPT-2: 50257)")
+    data_dir: str | None = _f(None, "dataset archive directory (cifar); default $RESBENCH_DATA, ~/.cache/resbench")
+    data_path: str | None = _f(None, "the data on disk: the `text` task's UTF-8 file, the `imagefolder` root (train/ "
+                               "and val/ class folders, or train-*.tar/val-*.tar shards), the `tokens` shard directory")
+    workers: int | None = _f(None, "loader tasks (imagefolder, tokens): DataLoader worker processes; 0 reads in the "
+                             "training process (default: imagefolder min(8, CPUs - 1), tokens 1)")
+    prefetch: int = _f(2, "loader tasks: batches each worker prepares ahead (DataLoader prefetch_factor)")
+    subset_per_class: int | None = _f(None, "imagefolder: only the first K images (sorted names) of each class in "
+                                      "each split, for quick runs")
+    skip_bad_images: bool = _f(False, "imagefolder: leave unreadable or truncated images out (counted in the run "
+                               "JSON) instead of refusing the dataset")
+    eval_batches: int | None = _f(None, "at most N batches per evaluation pass (validation and training error): a "
+                                  "fixed subset, the same at every evaluation (default: all of it)")
+    eval_tokens: int | None = _f(None, "tokens and text tasks: tokens per evaluation pass, in fixed windows "
+                                 "(default: tokens 1,048,576; text 8,192)")
+
+
+@dataclass(frozen=True)
+class OptimisationFields:
+    """RunConfig's optimisation fields: how it is trained: the length, the batch, the optimiser and its schedule."""
+
+
+    recipe: str | None = _f(None, "named training recipe from a paper (see `bench recipes`)")
     epochs: float | None = _f(None, "training length in passes over the train split (exclusive with --steps)")
     steps: int | None = _f(None, "optimiser steps to train (default: 30 epochs; 300 steps for sequence tasks)")
     batch_size: int = _f(128, "samples (sequences) per forward pass, over all processes; an optimiser step takes "
                               "grad_accum of them (He 2015 CIFAR used 128)")
+    grad_accum: int = _f(1, "micro-batches of --batch-size whose gradients one optimiser step sums: the global "
+                            "batch is batch_size x grad_accum (BatchNorm sees each micro-batch)")
+    global_batch_size: int | None = _f(None, "the global batch of one optimiser step: sets grad_accum to "
+                                             "global_batch_size / batch_size (which must divide)")
     optimizer: str = _f("sgd", "optimiser", choices=OPTIMIZERS)
     lr: float = _f(0.1, "peak learning rate; He 2015 CIFAR used 0.1")
     lr_base: float | None = _f(None, "peak learning rate at the global batch --lr-base-size, scaled to this run's "
@@ -87,6 +134,36 @@ class RunConfig:
     warmup_until_error: float | None = _f(None, "constant warm-up ends at the first step whose training-batch error "
                                           "is below this (He 2015 §4.2 ResNet-110: 0.8); warmup_steps is then the cap")
     grad_clip: float | None = _f(None, "clip the global gradient norm to this value (off by default)")
+
+
+@dataclass(frozen=True)
+class MeasurementFields:
+    """RunConfig's measurement fields: what is measured and judged besides training: the cost phases, evaluation,
+    probes, targets and the outcome's rules."""
+
+
+    measure: tuple[str, ...] = _f(PHASES, "measurement phases to run besides training", nargs="*", choices=PHASES)
+    timing_warmup: int = _f(3, "throughput phase: untimed warm-up steps")
+    timing_repeats: int = _f(5, "throughput phase: timed repeats (the median is reported)")
+    timing_steps: int = _f(5, "throughput phase: steps per timed repeat (a loader task's: rounded up to whole rounds "
+                              "of its workers, which deliver their batches together)")
+    eval_every: int | None = _f(None, "evaluate every N steps (default: about 10 evaluations per run)")
+    probe_every: int | None = _f(None, "run per-layer probes at init and every N steps (off during timing)")
+    target: float | None = _f(None, "validation accuracy in [0, 1] whose first reach is recorded (steps/time)")
+    target_loss: float | None = _f(None, "validation loss whose first reach is recorded (steps/time), e.g. 3.28, "
+                                         "the GPT-2-small speedrun's target; exclusive with --target")
+    diverge_factor: float = _f(10.0, "a loss above this multiple of the first-step loss counts as divergence")
+    chance_band: float = _f(0.01, "a run whose lowest final loss is not this fraction below its task's chance level "
+                            "(the loss of predicting the training targets' frequencies) is recorded as "
+                            "failed_to_learn, its numbers kept; 0: never")
+
+
+@dataclass(frozen=True)
+class RunFields:
+    """RunConfig's run fields: how and where this one run executes: its seed, the device and precision,
+    compilation, checkpoints, and the study that asked for it."""
+
+
     seed: int = _f(0, "seed of initialisation, batch order and augmentation")
     device: str = _f("auto", "where to train: auto picks cuda, then mps, then cpu", choices=DEVICES)
     precision: str = _f("fp32", "autocast precision of forward/backward (weights stay fp32)", choices=PRECISIONS)
@@ -99,45 +176,7 @@ class RunConfig:
                            choices=COMPILE_MODES)
     channels_last: bool = _f(False, "channels-last memory format for 4-D inputs and the model")
     deterministic: bool = _f(False, "deterministic kernels: bit-identical curves for a seed on one machine")
-    target: float | None = _f(None, "validation accuracy in [0, 1] whose first reach is recorded (steps/time)")
-    eval_every: int | None = _f(None, "evaluate every N steps (default: about 10 evaluations per run)")
-    probe_every: int | None = _f(None, "run per-layer probes at init and every N steps (off during timing)")
-    diverge_factor: float = _f(10.0, "a loss above this multiple of the first-step loss counts as divergence")
-    chance_band: float = _f(0.01, "a run whose lowest final loss is not this fraction below its task's chance level "
-                            "(the loss of predicting the training targets' frequencies) is recorded as "
-                            "failed_to_learn, its numbers kept; 0: never")
-    measure: tuple[str, ...] = _f(PHASES, "measurement phases to run besides training", nargs="*", choices=PHASES)
-    timing_warmup: int = _f(3, "throughput phase: untimed warm-up steps")
-    timing_repeats: int = _f(5, "throughput phase: timed repeats (the median is reported)")
-    timing_steps: int = _f(5, "throughput phase: steps per timed repeat (a loader task's: rounded up to whole rounds "
-                              "of its workers, which deliver their batches together)")
-    data_dir: str | None = _f(None, "dataset archive directory (cifar); default $RESBENCH_DATA, ~/.cache/resbench")
-    data_path: str | None = _f(None, "the data on disk: the `text` task's UTF-8 file, the `imagefolder` root (train/ "
-                               "and val/ class folders, or train-*.tar/val-*.tar shards), the `tokens` shard directory")
-    # -- data read from disk (imagefolder, tokens): the loader, the image tree, the vocabulary, evaluation caps ---
-    workers: int | None = _f(None, "loader tasks (imagefolder, tokens): DataLoader worker processes; 0 reads in the "
-                             "training process (default: imagefolder min(8, CPUs - 1), tokens 1)")
-    prefetch: int = _f(2, "loader tasks: batches each worker prepares ahead (DataLoader prefetch_factor)")
-    subset_per_class: int | None = _f(None, "imagefolder: only the first K images (sorted names) of each class in "
-                                      "each split, for quick runs")
-    skip_bad_images: bool = _f(False, "imagefolder: leave unreadable or truncated images out (counted in the run "
-                               "JSON) instead of refusing the dataset")
-    vocab_size: int = _f(50257, "tokens task: the model's vocabulary; every token id must be below it (GPT-2: 50257)")
-    eval_batches: int | None = _f(None, "at most N batches per evaluation pass (validation and training error): a "
-                                  "fixed subset, the same at every evaluation (default: all of it)")
-    eval_tokens: int | None = _f(None, "tokens and text tasks: tokens per evaluation pass, in fixed windows "
-                                 "(default: tokens 1,048,576; text 8,192)")
-    train_tokens: int | None = _f(None, "sequence tasks (text, tinytext, tokens): train on the first N tokens of the "
-                                  "training split only, the data scale a study varies (default: all of it); the "
-                                  "validation split is the same at every N")
-    seq_len: int = _f(128, "sequence tasks: tokens per training window")
-    image_size: int = _f(32, "image side: synthetic's images, imagefolder's training and validation crops "
-                         "(ImageNet: 224)")
-    num_classes: int = _f(10, "synthetic task: number of classes")
-    random_labels: bool = _f(False, "synthetic task: labels independent of the inputs")
-    train_size: int = _f(4096, "generated tasks (synthetic, copy, reverse, recall): training samples")
-    val_size: int = _f(1024, "generated tasks: validation samples")
-    augment: bool = _f(True, "image tasks: on-device pad-and-crop and flip where the task allows it")
+    world_size: int = _f(1, "processes of the torchrun job training this run (DDP; set from WORLD_SIZE by `bench run`)")
     save_checkpoint: bool = _f(False, "keep the trained weights of a run that finished (ok or failed_to_learn) as "
                                "RESULTS/checkpoints/<run_id>.pt (for `bench lesion` / `bench landscape`)")
     checkpoint_every: int | None = _f(None, "save the whole training state every N steps into "
@@ -145,18 +184,20 @@ class RunConfig:
                                             "from the newest (a SIGTERM or SIGUSR1 always saves before it stops)")
     checkpoint_minutes: float | None = _f(None, "also save the training state every M minutes of training")
     keep_checkpoints: int = _f(2, "mid-run training states kept per run (the newest ones)")
-    grad_accum: int = _f(1, "micro-batches of --batch-size whose gradients one optimiser step sums: the global "
-                            "batch is batch_size x grad_accum (BatchNorm sees each micro-batch)")
-    global_batch_size: int | None = _f(None, "the global batch of one optimiser step: sets grad_accum to "
-                                             "global_batch_size / batch_size (which must divide)")
-    target_loss: float | None = _f(None, "validation loss whose first reach is recorded (steps/time), e.g. 3.28, "
-                                         "the GPT-2-small speedrun's target; exclusive with --target")
-    model_args: tuple[tuple[str, Any], ...] = _f((), "extra variant keyword arguments, KEY=VALUE (repeatable)")
-    recipe: str | None = _f(None, "named training recipe from a paper (see `bench recipes`)")
-    world_size: int = _f(1, "processes of the torchrun job training this run (DDP; set from WORLD_SIZE by `bench run`)")
     study: str | None = _f(None, "name of the study this run belongs to (set by `bench sweep`)")
     preset: str | None = _f(None, "the study's preset that first asked for this run, e.g. quick (set by `bench sweep`; "
                                   "not part of its identity)")
+
+
+# RunConfig's groups by name, in the order of --help and of the fields: each a frozen dataclass of its fields.
+GROUPS: dict[str, type] = {"model": ModelFields, "data": DataFields, "optimisation": OptimisationFields,
+                           "measurement": MeasurementFields, "run": RunFields}
+
+
+@dataclass(frozen=True)
+class RunConfig(RunFields, MeasurementFields, OptimisationFields, DataFields, ModelFields):
+    """One training run of one variant on one task: the fields of its five groups (:data:`GROUPS`: model, data,
+    optimisation, measurement, run), one flat namespace, as the command line, study files and run JSONs spell them."""
 
     def __post_init__(self) -> None:
         # One spelling per value: sequences as tuples, model arguments as (key, value) pairs sorted by key (their

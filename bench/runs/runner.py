@@ -261,9 +261,37 @@ def _placed_device(device: torch.device, placement: Mapping[str, Any] | None) ->
 
 def build_row(cfg: RunConfig, s: Any, rec: Record, env: dict[str, Any], wall_s: float, cost_source: str = "",
               device: str | None = None) -> dict[str, Any]:
-    """The leaderboard row of a run as recorded in ``rec``; ``cost_source`` names the run that measured its costs."""
+    """The leaderboard row of a run as recorded in ``rec``, from its parts: what the config says
+    (:func:`_config_columns`), what the run learned (:func:`outcome_columns`), what a step cost
+    (:func:`cost_columns`, measured by ``cost_source``) and where and when it ran (:func:`provenance_columns`)."""
+    return new_row(
+        **{**_config_columns(cfg, s.model_kwargs, variant_axes(cfg.variant, s.model)),
+           "warmup_steps": s.warmup_steps},  # --warmup-epochs made steps on this run's task
+        params=sum(p.numel() for p in s.model.parameters()),
+        **outcome_columns(cfg, s, rec), **cost_columns(cfg, s, rec, cost_source),
+        **provenance_columns(env, device or str(s.device), wall_s, rec),
+    )
+
+
+def outcome_columns(cfg: RunConfig, s: Any, rec: Record) -> dict[str, Any]:
+    """What the run learned: its length, status, final and best metrics, when it reached its target."""
+    last = rec.eval_curve[-1] if rec.eval_curve and rec.status == "ok" else {}
+    val_accs = [p["val_acc"] for p in rec.eval_curve if p["val_acc"] is not None and math.isfinite(p["val_acc"])]
+    return {
+        "epochs": rec.steps_done * cfg.global_batch / s.task.num_train if s.task.num_train else None,
+        "steps": rec.steps_done, "status": rec.status, "error": rec.error, "chance_loss": s.task.chance_loss,
+        "final_train_loss": last.get("train_loss"), "final_train_acc": last.get("train_acc"),
+        "final_val_loss": last.get("val_loss"), "final_val_acc": last.get("val_acc"),
+        "final_val_perplexity": last.get("perplexity"), "best_val_acc": max(val_accs) if val_accs else None,
+        "steps_to_target": rec.steps_to_target, "time_to_target_s": rec.time_to_target_s,
+        "eval_time_s": rec.eval_time_s if rec.eval_curve else None,
+    }  # fmt: skip
+
+
+def cost_columns(cfg: RunConfig, s: Any, rec: Record, cost_source: str) -> dict[str, Any]:
+    """What a step cost: throughput (and where it came from), memory, FLOPs and MFU, from the measurement phases
+    (a phase that failed holds only ``{"error": ...}`` and counts as not measured)."""
     m = rec.measurements
-    # A phase that failed holds only {"error": ...}: treat it as not measured.
     thr, mem, flops = (m.get(k, {}) if "error" not in m.get(k, {}) else {} for k in ("throughput", "memory", "flops"))
     samples_per_s, step_ms, method = throughput_figures(cfg, rec, thr)
     achieved = mfu = None
@@ -272,35 +300,26 @@ def build_row(cfg: RunConfig, s: Any, rec: Record, env: dict[str, Any], wall_s: 
         if m.get("peak_flops"):
             mfu = achieved / (m["peak_flops"] * cfg.world_size)  # ... against the peak of every device that ran it
         achieved /= 1e12
-    last = rec.eval_curve[-1] if rec.eval_curve and rec.status == "ok" else {}
-    val_accs = [p["val_acc"] for p in rec.eval_curve if p["val_acc"] is not None and math.isfinite(p["val_acc"])]
-    return new_row(
-        **{**_config_columns(cfg, s.model_kwargs, variant_axes(cfg.variant, s.model)),
-           "warmup_steps": s.warmup_steps},  # --warmup-epochs made steps on this run's task
-        params=sum(p.numel() for p in s.model.parameters()),
-        epochs=rec.steps_done * cfg.global_batch / s.task.num_train if s.task.num_train else None,
-        steps=rec.steps_done, device=device or str(s.device), device_name=env["device_name"],
-        machine=machine_fingerprint(env),
-        status=rec.status, error=rec.error, chance_loss=s.task.chance_loss,
-        final_train_loss=last.get("train_loss"), final_train_acc=last.get("train_acc"),
-        final_val_loss=last.get("val_loss"), final_val_acc=last.get("val_acc"),
-        best_val_acc=max(val_accs) if val_accs else None,
-        steps_to_target=rec.steps_to_target, time_to_target_s=rec.time_to_target_s,
-        train_samples_per_s=samples_per_s,
-        train_tokens_per_s=samples_per_s * s.task.units_per_sample if samples_per_s and s.task.unit == "tokens"
-        else None,
-        step_time_ms=step_ms, throughput_method=method, peak_mem_mb=mem.get("peak_mb"), mem_method=mem.get("method"),
-        # a loader task's model step apart from its loader (bench.runs.train.model_apart), and evaluation's own time
-        model_samples_per_s=thr.get("model_samples_per_s"), input_bound_fraction=thr.get("input_bound_fraction"),
-        loader_workers=s.task.loader_workers, threads=torch.get_num_threads(),
-        eval_time_s=rec.eval_time_s if rec.eval_curve else None,
-        final_val_perplexity=last.get("perplexity"),
-        fwd_flops_per_sample=flops.get("fwd_per_sample"), train_flops_per_sample=flops.get("train_per_sample"),
-        achieved_tflops=achieved, mfu=mfu, cost_source=cost_source, wall_time_s=wall_s,
-        resumed_from_step=rec.resumed_from_step, restarts=rec.restarts,
-        torch_version=env["torch"], git_sha=env["git_sha"],
-        created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
-    )  # fmt: skip
+    tokens = samples_per_s * s.task.units_per_sample if samples_per_s and s.task.unit == "tokens" else None
+    return {
+        "train_samples_per_s": samples_per_s, "train_tokens_per_s": tokens, "step_time_ms": step_ms,
+        "throughput_method": method, "peak_mem_mb": mem.get("peak_mb"), "mem_method": mem.get("method"),
+        # a loader task's model step apart from its loader (bench.runs.train.model_apart)
+        "model_samples_per_s": thr.get("model_samples_per_s"), "input_bound_fraction": thr.get("input_bound_fraction"),
+        "loader_workers": s.task.loader_workers, "threads": torch.get_num_threads(),
+        "fwd_flops_per_sample": flops.get("fwd_per_sample"), "train_flops_per_sample": flops.get("train_per_sample"),
+        "achieved_tflops": achieved, "mfu": mfu, "cost_source": cost_source,
+    }  # fmt: skip
+
+
+def provenance_columns(env: Mapping[str, Any], device: str, wall_s: float, rec: Record) -> dict[str, Any]:
+    """Where and when the run ran: the device and machine, torch and resbench's commit, its wall time and restarts."""
+    return {
+        "device": device, "device_name": env["device_name"], "machine": machine_fingerprint(env),
+        "wall_time_s": wall_s, "resumed_from_step": rec.resumed_from_step, "restarts": rec.restarts,
+        "torch_version": env["torch"], "git_sha": env["git_sha"],
+        "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+    }  # fmt: skip
 
 
 def throughput_figures(cfg: RunConfig, rec: Record, timed: Mapping[str, Any]) -> tuple[float | None, float | None, str]:
