@@ -71,7 +71,7 @@ def test_hash_ignores_seed_and_measurement_knobs() -> None:
     assert a.config_hash() == b.config_hash() and a.run_id != b.run_id
     # the same config in two studies is two runs (neither replaces the other's row); in two presets, one run
     assert len({cfg().run_id, cfg(study="x").run_id}) == 2
-    assert cfg(study="x", preset="quick").run_id == cfg(study="x", preset="round2").run_id == cfg(study="x").run_id
+    assert cfg(study="x", preset="quick").run_id == cfg(study="x", preset="since_mhc").run_id == cfg(study="x").run_id
     assert a.run_id.endswith("-s0") and b.run_id.endswith("-s3")
     assert cfg(lr=0.05).config_hash() != a.config_hash()
     assert RunConfig(variant="timm:resnet18").run_id.startswith("timm_resnet18-digits-")

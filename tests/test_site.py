@@ -288,7 +288,8 @@ def test_the_committed_crosslayer_leaderboard_in_a_browser(browser: Any, tmp_pat
     site = build_site(committed(tmp_path / "results", "crosslayer"), tmp_path / "site").root
     p = Page(browser)
     page = p.open(site / "study" / "crosslayer.html")
-    assert p.shown() == (114, 114)  # quick 54, round2 54, round3 30 runs, less the 24 repeats of quick's Pre-LN, mHC
+    # quick 54, since_mhc 54, width_and_loops 30 runs, less the 24 repeats of quick's Pre-LN, mHC
+    assert p.shown() == (114, 114)
     page.select_option("select[data-col=depth]", "24")
     assert p.shown() == (57, 57)
     designs = sorted({path.name.split("-d")[0] for path in (tmp_path / "results" / "runs").iterdir()})

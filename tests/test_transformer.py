@@ -645,8 +645,8 @@ def test_admin_profile_by_hand() -> None:
 @pytest.mark.parametrize("depth", [2, 6, 24])
 @pytest.mark.parametrize("name", SMALL)
 def test_every_variant_builds_and_trains_a_step_at_depth(name: str, depth: int) -> None:
-    """Issue 11's floor: every Transformer of the registry builds at depths 2, 6 and 24 and passes a forward and a
-    backward with finite values and a gradient on every parameter."""
+    """The floor of the family: every Transformer of the registry builds at depths 2, 6 and 24 and passes a forward and
+    a backward with finite values and a gradient on every parameter."""
     torch.manual_seed(0)
     model = variants.create(name, **{**TINY, "depth": depth})
     idx = torch.randint(0, TINY["vocab_size"], (2, TINY["max_len"]))

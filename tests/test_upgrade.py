@@ -83,3 +83,20 @@ def test_runs_whose_task_cannot_be_rebuilt_are_left_as_recorded_saying_why(tmp_p
     assert board.loc[bare, "machine"] == machine_fingerprint(ENV)  # the fingerprint, even where the level is not
     assert board["chance_loss"].isna().tolist() == [True, True, False]
     assert pd.isna(board.loc[unknown, "machine"])  # no environment recorded: stays empty
+
+
+def test_runs_recorded_under_a_renamed_preset_are_given_its_name(tmp_path: Path) -> None:
+    """crosslayer's presets named for the order they were made in are named by what they hold: the runs' recorded
+    preset follows (their rows and ids do not: a preset is not part of a run's identity); a second pass finds none."""
+    from bench.runs.upgrade import rename_presets
+
+    store = ResultsStore(tmp_path)
+    old = record(store, 0, 1.5, study="crosslayer", preset="round3")
+    kept = record(store, 1, 1.5, study="crosslayer", preset="quick")
+    row = store.leaderboard.read_text()
+    assert rename_presets(tmp_path, dry_run=True) == {old: ("round3", "width_and_loops")}
+    assert store.load_run(old)["config"]["preset"] == "round3"  # a dry run writes nothing
+    assert rename_presets(tmp_path) == {old: ("round3", "width_and_loops")}
+    assert store.load_run(old)["config"]["preset"] == "width_and_loops"
+    assert store.load_run(kept)["config"]["preset"] == "quick" and store.leaderboard.read_text() == row
+    assert rename_presets(tmp_path) == {}

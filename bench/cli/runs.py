@@ -21,7 +21,7 @@ from bench.runs.results import ALIASES, ResultsStore
 from bench.runs.runner import measurement_failures
 from bench.runs.scalars import scalar_table
 from bench.runs.tasks.datasets import download
-from bench.runs.upgrade import upgrade
+from bench.runs.upgrade import rename_presets, upgrade
 from bench.sweeps.scaling import scaling
 
 # Said of a throughput the training loop measured (no timing phase ran): its first steps are in it.
@@ -38,6 +38,11 @@ def cmd_upgrade(ns: argparse.Namespace) -> int:
               f"every old id resolves ({ALIASES})")
         for repeat in dropped:
             print(f"  {repeat.old}: the same configuration and seed as {repeat.new}, dropped")
+    presets = rename_presets(ns.results_dir, dry_run=ns.dry_run)
+    if presets:
+        names = sorted(set(presets.values()))
+        print(f"{ns.results_dir}: {'would give' if ns.dry_run else 'gave'} {len(presets)} run(s) their preset's new "
+              f"name ({', '.join(f'{old} -> {new}' for old, new in names)})")
     changes = upgrade(ns.results_dir, dry_run=ns.dry_run)
     levels = [c for c in changes if c.chance_loss is not None]
     moved = [c for c in changes if c.status_after != c.status_before]

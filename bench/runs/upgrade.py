@@ -6,6 +6,9 @@ machine is left as recorded, and said so), and the run is judged by :func:`bench
 would be — ``failed_to_learn`` where it ended at chance, its numbers kept. The row and the run JSON change
 together, in one locked rewrite; a leaderboard in an earlier schema is rewritten in the current one (its rows
 otherwise as they were); a second upgrade changes nothing.
+
+Runs recorded under a preset since renamed (:data:`RENAMED_PRESETS`) are given its name (:func:`rename_presets`): a
+preset is not part of a run's identity, so their ids stay, and the study's reports name a preset it still has.
 """
 
 from __future__ import annotations
@@ -21,6 +24,30 @@ from bench.runs.config import config_from_dict
 from bench.runs.env import machine_fingerprint
 from bench.runs.results import COLUMNS, ResultsStore
 from bench.runs.train import task_options
+
+# Presets of the shipped studies renamed by what they hold: study -> {old name: name}. crosslayer's second and third
+# presets were first named for the order they were made in.
+RENAMED_PRESETS: dict[str, dict[str, str]] = {
+    "crosslayer": {"round2": "since_mhc", "round3": "width_and_loops"},
+}
+
+
+def rename_presets(results_dir: str | Path, *, dry_run: bool = False) -> dict[str, tuple[str, str]]:
+    """Give every run recorded under a renamed preset (:data:`RENAMED_PRESETS`) its preset's name; returns run id ->
+    (old name, name). The run JSONs change, their rows and ids do not."""
+    store = ResultsStore(results_dir)
+    renamed: dict[str, tuple[str, str]] = {}
+    updates: dict[str, tuple[dict[str, str], dict[str, Any]]] = {}
+    for row in store.rows():
+        run = store.load_run(row["run_id"])
+        cfg = run.get("config") or {}
+        name = RENAMED_PRESETS.get(str(cfg.get("study")), {}).get(str(cfg.get("preset")))
+        if name is not None:
+            renamed[row["run_id"]] = (str(cfg["preset"]), name)
+            updates[row["run_id"]] = (row, {**run, "config": {**cfg, "preset": name}})  # the row as it is
+    if updates and not dry_run:
+        store.replace(updates)
+    return renamed
 
 
 @dataclass(frozen=True)
