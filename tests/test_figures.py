@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from _studies import beats_preln_claims
 from matplotlib.collections import LineCollection
 
 from bench.analysis.claims import evaluate_claims, parse_claim
@@ -169,18 +170,7 @@ def test_a_study_with_claims_leads_with_its_forest_plot(tmp_path: Path) -> None:
     for variant in DESIGNS[:4]:
         for seed in range(3):
             add(store, variant, 6, seed)
-    claims = "".join(f'''
-[[claims]]
-id = "{d}-beats-preln"
-paper = "P"
-text = "t"
-metric = "final_val_loss"
-where = {{ variant = ["preln", "{d}"] }}
-compare = "variant"
-a = "preln"
-b = "{d}"
-expect = "less"
-''' for d in DESIGNS[1:4])
+    claims = beats_preln_claims(DESIGNS[1:4])
     (tmp_path / "studies").mkdir()
     (tmp_path / "studies" / "x.toml").write_text(f'name = "x"\n{claims}', encoding="utf-8")
     paths = plots.make_all(tmp_path, "x")

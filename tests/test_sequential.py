@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from _studies import beats_preln_claims
 
 from bench.analysis.claims import parse_claim
 from bench.analysis.sequential import Looks, looks_file, simulate
@@ -94,18 +95,8 @@ def test_rounds_add_seeds_to_the_open_claims_only_until_decided(tmp_path: Path) 
     assert [r["open"] for r in looks.rounds] == [1, 0]
     assert said[-1] == "every claim decided after round 2 (each interval at 98.33%)"
     assert json.loads(looks_file(tmp_path, "s").read_text())["seeds"] == [3, 6, 9]
-    (tmp_path / "studies" / "s.toml").write_text('name = "s"\n' + "".join(f'''
-[[claims]]
-id = "{d}-beats-preln"
-paper = "P"
-text = "t"
-metric = "final_val_loss"
-where = {{ variant = ["preln", "{d}"] }}
-compare = "variant"
-a = "preln"
-b = "{d}"
-expect = "less"
-''' for d in ("strong", "weak")), encoding="utf-8")
+    study = 'name = "s"\n' + beats_preln_claims(("strong", "weak"))
+    (tmp_path / "studies" / "s.toml").write_text(study, encoding="utf-8")
     text = write_report(tmp_path, "s").read_text()
     assert "judged at 3 looks fixed in advance (3, 6, 9 seeds), each interval at 98.33%" in text
     assert "Decided at look 1, 2, ...: 1, 1, 0; 0 still open." in text
