@@ -416,8 +416,8 @@ def step_analyses(ctx: Context) -> None:
 FULL_SCALE: tuple[tuple[str, str], ...] = (("gpt2", ""), ("imagenet", ""), ("imagenet", "short"),
                                            ("degradation", "cifar10"), ("warmup", "lm_scale"),
                                            ("degradation", "cifar10_110"))
-BILL_TOTAL = re.compile(r"^total: ([\d,]+) runs, ([\d,]+) steps, (\S+) training FLOPs; on this device \((.*?)\): "
-                        r"(\S+ \S+) with --jobs", re.MULTILINE)
+BILL_TOTAL = re.compile(r"^total: ([\d,]+) runs, ([\d,]+) steps, (\S+) training FLOPs; on this device \((.*?)\)"
+                        r"(?:, idle)?: (\S+ \S+) with --jobs", re.MULTILINE)
 TINY_STUDY = """[base]
 task = "digits"
 steps = 20

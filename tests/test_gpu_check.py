@@ -141,7 +141,7 @@ def test_timm_benchmark_output_is_read(gc):
 
 def test_a_bill_total_is_read(gc):
     out = ("configuration   runs ...\ntotal: 10 runs, 640,000 steps, 2.79e+17 training FLOPs; on this device "
-           "(NVIDIA H200): 3.2 h with --jobs 1\nat the model FLOP utilisation measured here ...\n")
+           "(NVIDIA H200), idle: 3.2 h with --jobs 1, the study's checks (77 ms) included\nmachine load while ...\n")
     assert gc.bill_total(out) == {"runs": 10, "steps": 640_000, "train_flops": 2.79e17, "device": "NVIDIA H200",
                                   "wall": "3.2 h"}
     with pytest.raises(RuntimeError, match="no bill total"):
