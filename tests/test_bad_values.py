@@ -4,6 +4,7 @@ accepts, no row written, no training started. And the other ways a command once 
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import math
 import os
@@ -168,7 +169,12 @@ def one_run(root: Path) -> str:
     return cfg.run_id
 
 
-@pytest.mark.parametrize("command", [["show", "RUN"], ["report"], ["site", "-o", "SITE"]])
+NEEDS_PLOTLY = pytest.mark.skipif(importlib.util.find_spec("plotly") is None,
+                                  reason="bench site needs plotly: pip install 'resbench[site]'")
+
+
+@pytest.mark.parametrize("command", [["show", "RUN"], ["report"],
+                                     pytest.param(["site", "-o", "SITE"], marks=NEEDS_PLOTLY)])
 def test_a_run_json_whose_curves_are_text_is_an_error_line(command: list[str], tmp_path: Path,
                                                            capsys: pytest.CaptureFixture[str]) -> None:
     root = tmp_path / "res"
@@ -182,6 +188,7 @@ def test_a_run_json_whose_curves_are_text_is_an_error_line(command: list[str], t
                                 "its leaderboard row and rerun that run\n"
 
 
+@NEEDS_PLOTLY
 def test_a_leaderboard_cell_that_is_not_a_number_names_its_line_and_column(tmp_path: Path,
                                                                           capsys: pytest.CaptureFixture[str]) -> None:
     root = tmp_path / "res"
@@ -196,6 +203,7 @@ def test_a_leaderboard_cell_that_is_not_a_number_names_its_line_and_column(tmp_p
                                       f"integer); fix or delete line 2 of {board}\n"
 
 
+@NEEDS_PLOTLY
 def test_report_and_site_into_a_folder_that_cannot_be_made(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     root = tmp_path / "res"
     one_run(root)
@@ -205,6 +213,7 @@ def test_report_and_site_into_a_folder_that_cannot_be_made(tmp_path: Path, capsy
                                       f"{tmp_path / 'file'} is a file\n"
 
 
+@NEEDS_PLOTLY
 @pytest.mark.skipif(hasattr(os, "geteuid") and os.geteuid() == 0, reason="root may write anywhere")
 def test_report_and_site_into_a_read_only_folder(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     root = tmp_path / "res"

@@ -43,6 +43,19 @@ def test_sign_flip_p_counts_sign_patterns_by_hand() -> None:
     assert math.isnan(sign_flip_p(np.ones(17)))  # beyond 16 pairs: the t test alone
 
 
+def test_the_same_difference_at_every_seed_is_exact_whatever_the_rounding() -> None:
+    """-0.03 at every seed, added to losses near 2: the differences differ in their last bits (by how the values
+    were rounded, which differs between numpy builds), and are still one difference known exactly, with no t test."""
+    base = SEED_PART
+    design = base - 0.03
+    d = design - base
+    assert d.std(ddof=1) > 0  # the rounding this test is about
+    pair = difference(design, base, np.arange(5), np.arange(5))
+    assert pair.diff == pytest.approx(-0.03) and pair.ci_diff == 0.0 and math.isnan(pair.p)
+    moved = difference(design + np.array([0, 0, 0, 0, 1e-9]), base, np.arange(5), np.arange(5))
+    assert moved.p < 1e-6 and moved.ci_diff > 0  # a spread beyond rounding is a spread: the t test is made
+
+
 @pytest.mark.parametrize(("seeds", "seeds_base", "test", "pairs"), [
     ([0, 1, 2], [0, 1, 2], "paired t", 3),
     ([0, 1, 2], [1, 2, 3], "paired t", 2),  # seeds 1 and 2 pair; the others have no partner and are left out

@@ -30,6 +30,7 @@ from scipy import stats as sps
 
 from bench.analysis.stats import MIN_RUNS, PAIRED, TwoGroups, t_ci, two_groups
 
+ROUNDING = 64 * float(np.finfo(float).eps)  # a spread of the differences below this × the values' size is rounding
 EXACT_MAX = 16  # pairs up to which the exact sign-flip p is computed (2^16 sign patterns)
 
 
@@ -70,7 +71,10 @@ def paired(x: Mapping[int, float], base: Mapping[int, float], level: float = 0.9
     out = TwoGroups(int(a["n"]), a["mean"], a["ci"], int(b["n"]), b["mean"], b["ci"], float(mean), test=PAIRED,
                     pairs=len(seeds), p_exact=sign_flip_p(d), level=level, ci_diff=float(half))
     sd = float(d.std(ddof=1))
-    if sd == 0:  # the same difference at every seed: known exactly, but there is no test to make
+    # The same difference at every seed (to within the rounding of the values subtracted, which differs between numpy
+    # builds): known exactly, but there is no test to make.
+    scale = max((abs(v) for v in (*x.values(), *base.values())), default=0.0)
+    if sd <= ROUNDING * scale:
         return dataclasses.replace(out, ci_diff=0.0)
     t = float(mean) / (sd / math.sqrt(d.size))
     dof = d.size - 1
