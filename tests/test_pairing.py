@@ -111,3 +111,24 @@ def test_a_study_with_matched_seeds_is_compared_paired_with_an_interval_no_wider
     (unpaired,) = evaluate_claims([CLAIM], board({"preln": np.zeros(2), "twostep": OFFSET[2:]},
                                                  {"preln": range(2), "twostep": range(2, 5)}))
     assert (unpaired.test, unpaired.pairs, unpaired.verdict) == ("Welch", 0, "inconclusive")
+
+
+def test_a_cost_figure_copied_into_other_seeds_rows_counts_once_and_never_pairs() -> None:
+    """A sweep measures a configuration's step once and copies the figure into its other seeds' rows (their
+    ``cost_source``): a claim on it compares the measurements, two a side here, not the four rows a side."""
+    measured = {"preln": (10.0, 10.4), "twostep": (11.0, 11.6)}
+    rows = []
+    for variant, (first, second) in measured.items():
+        for seed in range(4):
+            cfg = RunConfig(variant=variant, depth=12, seed=seed, task="tinytext")
+            source = RunConfig(variant=variant, depth=12, seed=seed - seed % 2, task="tinytext").run_id
+            rows.append({"run_id": cfg.run_id, "config_hash": cfg.config_hash(), "variant": variant, "depth": 12,
+                         "task": "tinytext", "seed": seed, "status": "ok", "cost_source": source,
+                         "step_time_ms": first if seed < 2 else second})
+    claim = parse_claim({"id": "costs-more", "paper": "P", "text": "t", "metric": "step_time_ms",
+                         "where": {"variant": ["preln", "twostep"]}, "compare": "variant", "a": "preln",
+                         "b": "twostep", "expect": "greater"})
+    (result,) = evaluate_claims([claim], pd.DataFrame(rows))
+    once = two_groups(measured["twostep"], measured["preln"])
+    assert (result.test, [g.n for g in result.groups]) == ("Welch", [2, 2])
+    assert (result.diff, result.spread) == pytest.approx((once.diff, once.ci_diff))

@@ -89,7 +89,7 @@ import pandas as pd
 from scipy import stats as sps
 
 import variants
-from bench.analysis.pairing import difference
+from bench.analysis.pairing import difference, seeded
 from bench.analysis.sequential import TESTS as _TESTS
 from bench.analysis.sequential import above, within
 from bench.analysis.stats import (
@@ -414,22 +414,15 @@ def _present(column: pd.Series) -> list[Any]:
         return sorted(values, key=str)
 
 
+def _counted_rows(rows: pd.DataFrame, claim: Claim) -> pd.DataFrame:
+    """The rows that count (module docstring: "Which runs count"): every run that recorded a probe quantity."""
+    return rows if claim.probe else counted_rows(rows, claim.metric)
+
+
 def _counted(rows: pd.DataFrame, claim: Claim) -> np.ndarray:
-    """The values that count (module docstring: "Which runs count"): a cost figure measured once and copied into
-    the other seeds' rows counts once (:func:`bench.analysis.stats.observations`)."""
-    counted = rows if claim.probe else counted_rows(rows, claim.metric)
-    return observations(counted, claim.metric, "_value")
-
-
-def _seeded(rows: pd.DataFrame, claim: Claim) -> tuple[np.ndarray, np.ndarray | None]:
-    """The counted values of ``rows`` and their seeds (None where they cannot pair: a cost figure measured once per
-    configuration, or rows that record no seed)."""
-    counted = rows if claim.probe else counted_rows(rows, claim.metric)
-    values = pd.to_numeric(counted["_value"], errors="coerce").to_numpy(dtype=float)
-    seeds = pd.to_numeric(counted["seed"], errors="coerce") if "seed" in counted else None
-    if claim.metric in COST_COLUMNS or seeds is None or seeds[np.isfinite(values)].isna().any():
-        return values, None
-    return values, seeds.to_numpy(dtype=float)
+    """The values that count: a cost figure measured once and copied into the other seeds' rows counts once
+    (:func:`bench.analysis.stats.observations`)."""
+    return observations(_counted_rows(rows, claim), claim.metric, "_value")
 
 
 def _group(label: str, rows: pd.DataFrame, claim: Claim, level: float = 0.95) -> Group:
@@ -464,7 +457,8 @@ def _compare(claim: Claim, context: str, part: pd.DataFrame, level: float = 0.95
     a, b = ({"min": present[0], "max": present[-1]}.get(v, v) if present else v for v in (claim.a, claim.b))
     ga, gb = (_group(f"{field_}={_fmt(v)}", part[_matches(part[field_], v)], claim) for v in (a, b))
     tol = claim.threshold * abs(ga.mean) if claim.relative else claim.threshold
-    (vb, sb), (va, sa) = (_seeded(part[_matches(part[field_], v)], claim) for v in (b, a))  # b: the variant
+    (vb, sb), (va, sa) = (seeded(_counted_rows(part[_matches(part[field_], v)], claim), claim.metric, "_value")
+                          for v in (b, a))  # b: the variant
     pair = difference(vb, va, sb if pairs else None, sa if pairs else None, level)
     diff, spread = pair.diff, pair.ci_diff  # the interval of the difference: diff ± spread
     done: dict[str, Any] = {"groups": (ga, gb), "diff": diff, "threshold": tol, "spread": spread, "test": pair.test,

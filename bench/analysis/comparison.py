@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from bench.analysis.pairing import difference
+from bench.analysis.pairing import difference, seeded
 from bench.analysis.stats import (
     CONFIG_KEY,
     DEFAULT_BY,
@@ -43,10 +43,8 @@ from bench.analysis.stats import (
     by_configuration,
     counted_rows,
     machines_of,
-    observations,
     with_config_hash,
 )
-from bench.runs.schema import COST_COLUMNS
 
 COLUMNS = ("metric", "n", "mean", "ci", "diff", "diff_lo", "diff_hi", "test", "pairs", "n_base", "p", "p_exact",
            "p_holm")
@@ -64,19 +62,6 @@ def holm(pvalues: Sequence[float]) -> np.ndarray:
         running = max(running, min(1.0, (m - rank) * p[i]))
         out[i] = running
     return out
-
-
-def _values(df: pd.DataFrame, metric: str) -> np.ndarray:
-    return observations(counted_rows(df, metric), metric)
-
-
-def _seeded(df: pd.DataFrame, metric: str) -> tuple[np.ndarray, np.ndarray | None]:
-    """A convergence metric's counted values and their seeds (None: a cost figure, measured once, never paired)."""
-    if metric in COST_COLUMNS or "seed" not in df.columns:
-        return _values(df, metric), None
-    rows = counted_rows(df, metric)
-    return pd.to_numeric(rows[metric], errors="coerce").to_numpy(dtype=float), \
-        pd.to_numeric(rows["seed"], errors="coerce").to_numpy(dtype=float)
 
 
 def compare_table(
@@ -126,7 +111,8 @@ def compare_table(
         if ref is None:
             found.append({})
             continue
-        (x, seeds), (base_x, base_seeds) = (_seeded(rows_of(r), row["metric"]) for r in (row, ref))
+        metric = row["metric"]
+        (x, seeds), (base_x, base_seeds) = (seeded(counted_rows(rows_of(r), metric), metric) for r in (row, ref))
         alone = all(_same(row[f], ref[f]) for f in implied)  # the variant is the one difference: its runs pair
         pair = difference(x, base_x, seeds if alone else None, base_seeds if alone else None)
         found.append({"diff": pair.diff, "diff_lo": pair.low, "diff_hi": pair.high, "test": pair.test or None,

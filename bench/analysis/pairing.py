@@ -26,9 +26,11 @@ import math
 from collections.abc import Mapping
 
 import numpy as np
+import pandas as pd
 from scipy import stats as sps
 
-from bench.analysis.stats import MIN_RUNS, PAIRED, TwoGroups, t_ci, two_groups
+from bench.analysis.stats import MIN_RUNS, PAIRED, TwoGroups, observations, t_ci, two_groups
+from bench.runs.schema import COST_COLUMNS
 
 ROUNDING = 64 * float(np.finfo(float).eps)  # a spread of the differences below this × the values' size is rounding
 EXACT_MAX = 16  # pairs up to which the exact sign-flip p is computed (2^16 sign patterns)
@@ -79,6 +81,20 @@ def paired(x: Mapping[int, float], base: Mapping[int, float], level: float = 0.9
     t = float(mean) / (sd / math.sqrt(d.size))
     dof = d.size - 1
     return dataclasses.replace(out, t=t, dof=float(dof), p=float(2 * sps.t.sf(abs(t), dof)))
+
+
+def seeded(rows: pd.DataFrame, metric: str, column: str | None = None) -> tuple[np.ndarray, np.ndarray | None]:
+    """The values of ``metric`` (read from ``column``, default the metric's own) that the counted ``rows`` give a
+    comparison, and their seeds: None where they cannot pair. A cost figure counts once per measurement
+    (:func:`~bench.analysis.stats.observations`: a sweep copies it into its other seeds' rows) and never pairs; rows
+    that do not each record a seed for their value do not pair either."""
+    if metric in COST_COLUMNS or "seed" not in rows.columns:
+        return observations(rows, metric, column), None
+    values = pd.to_numeric(rows[column or metric], errors="coerce").to_numpy(dtype=float)
+    seeds = pd.to_numeric(rows["seed"], errors="coerce").to_numpy(dtype=float)
+    if np.isnan(seeds[np.isfinite(values)]).any():
+        return values, None
+    return values, seeds
 
 
 def pairs_up(seeds: np.ndarray, seeds_base: np.ndarray) -> bool:
