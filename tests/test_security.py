@@ -105,7 +105,7 @@ def test_a_study_name_that_climbs_out_writes_nothing_outside_the_folder(tmp_path
 def test_report_of_a_study_that_climbs_out_writes_nothing_outside(tmp_path: Path,
                                                                   capsys: pytest.CaptureFixture[str]) -> None:
     root = tmp_path / "a" / "b" / "results"
-    add(ResultsStore(root), "resnet", 0, "../../../outside")
+    add(ResultsStore(root), "resnet", 0, None)
     before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
     code, _, err = cli(["report", "--results-dir", str(root), "--study", "../../../outside"], capsys)
     assert code == 2 and err.startswith("error: study '../../../outside' cannot be a file name: it holds a path")
@@ -223,9 +223,9 @@ IMG = '"><img src=x onerror=alert(2)>'
 
 def test_a_report_with_script_payloads_holds_no_raw_tag(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     store = ResultsStore(tmp_path)
-    for seed in range(3):
-        add(store, SCRIPT, seed, "xss", device_name=IMG)
-        add(store, "resnet", seed, "xss", device_name=IMG, final_train_acc=0.5)
+    for seed in range(3):  # a variant's name is a checked name; a family is a label, shown as text
+        add(store, "resnet", seed, "xss", device_name=IMG, family=SCRIPT)
+        add(store, "resnet8", seed, "xss", device_name=IMG, final_train_acc=0.5)
     write(tmp_path / "studies" / "xss.toml", f"""
         name = "xss"
         [[claims]]
@@ -233,7 +233,7 @@ def test_a_report_with_script_payloads_holds_no_raw_tag(tmp_path: Path, capsys: 
         paper = '{IMG}'
         text = "{SCRIPT}"
         metric = "final_train_acc"
-        compare = "variant"
+        compare = "family"
         a = "{SCRIPT}"
         b = "resnet"
         expect = "greater"

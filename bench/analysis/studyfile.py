@@ -21,6 +21,7 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import json
+import os
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -57,7 +58,25 @@ def shipped_study(name: str) -> Path:
 
 
 class StandIn(ValueError):
-    """A results folder's copy of a shipped study that names plugins: refused wherever it is looked up."""
+    """A results folder's study file refused wherever it is looked up: a copy of a shipped study that names plugins,
+    or a symbolic link (the study file or its ``studies/`` folder, :func:`link_in`)."""
+
+
+def link_in(path: Path, levels: int = 2) -> Path | None:
+    """The first symbolic link among ``path`` and its ``levels - 1`` parents (a stored study file and its
+    ``studies/`` folder), as written (never resolved); None when there is none. A link inside a results folder could
+    lead anywhere (a plugin elsewhere, a file of the user's): resbench follows none."""
+    for part in [path, *path.parents][:levels]:
+        if part.is_symlink():
+            return part
+    return None
+
+
+def _refuse_link(path: Path) -> None:
+    link = link_in(path)
+    if link is not None:
+        raise StandIn(f"{link} is a symbolic link inside a results folder: resbench follows no link there (it could "
+                      "lead to code or files outside the folder); replace it with the file itself")
 
 
 def find_study(ref: str | Path, results_dir: str | Path | None = None) -> Path:
@@ -67,11 +86,15 @@ def find_study(ref: str | Path, results_dir: str | Path | None = None) -> Path:
     a shipped study that names plugins (code would stand in for the shipped study's)."""
     path = Path(ref)
     if path.suffix == ".toml" or path.is_file():
+        if results_folder_of(path) is not None:
+            _refuse_link(path)
         if not path.is_file():
             raise ValueError(f"study file {path} does not exist")
         return path
     name = file_name(str(ref), "study")  # a name from a row or a command line: never a path out of the folder
     stored = Path(results_dir) / "studies" / f"{name}.toml" if results_dir is not None else None
+    if stored is not None:
+        _refuse_link(stored)
     if stored is None or not stored.is_file():
         return shipped_study(name)
     if name in shipped_studies() and _specs(read_study_file(stored)):
@@ -82,12 +105,27 @@ def find_study(ref: str | Path, results_dir: str | Path | None = None) -> Path:
 
 
 def results_folder_of(path: Path) -> Path | None:
-    """The results folder a study file is stored in (``<folder>/studies/<name>.toml``, the folder holding a
-    leaderboard or run JSONs), or None: a study file of your own, or a shipped one."""
-    folder = path.resolve().parent.parent
-    if path.resolve().parent.name != "studies" or is_shipped(path):
+    """The results folder a study file named by its path is stored in, or None: a study file of your own, or a
+    shipped one. A file ``<folder>/studies/<name>.toml`` is stored when ``<folder>`` holds a leaderboard or run JSONs
+    or a sweep recorded its plugins beside it, judged both where the path says it is and where its links lead: a link
+    never turns a stored study into one of your own. (A study found by its name in a results folder is stored
+    whatever else the folder holds: :func:`stored_in`.)"""
+    if is_shipped(path):
         return None
-    return folder if (folder / "leaderboard.csv").is_file() or (folder / "runs").is_dir() else None
+    for where in (Path(os.path.abspath(path)), path.resolve()):
+        folder = where.parent.parent
+        if where.parent.name == "studies" and any(os.path.lexists(p) for p in (
+                folder / "leaderboard.csv", folder / "runs", manifest_path(where))):
+            return folder
+    return None
+
+
+def stored_in(path: Path, results_dir: str | Path | None) -> Path | None:
+    """The results folder the study file ``path`` (as :func:`find_study` found it) is stored in: ``results_dir`` when
+    it was found there by name, always, else :func:`results_folder_of`; None for a shipped study or one of yours."""
+    if results_dir is not None and path.parent == Path(results_dir) / "studies" and not is_shipped(path):
+        return Path(results_dir)
+    return results_folder_of(path)
 
 
 def read_study_file(path: str | Path) -> dict[str, Any]:
@@ -113,7 +151,7 @@ def study_plugins(ref: str | Path, results_dir: str | Path | None = None, trust:
     study itself is validated: its variants exist only once they are loaded. [] when there is no such study (the
     command then says so itself).
 
-    A study stored in a results folder (:func:`results_folder_of`) gives its plugins only with ``trust``, each
+    A study stored in a results folder (:func:`stored_in`) gives its plugins only with ``trust``, each
     checked against the content hash its sweep recorded (ValueError when one is missing or differs); without it a
     note on stderr says what was not imported and how to import it."""
     try:
@@ -123,7 +161,7 @@ def study_plugins(ref: str | Path, results_dir: str | Path | None = None, trust:
         raise
     except ValueError:
         return []
-    folder = results_folder_of(path)
+    folder = stored_in(path, results_dir)
     if folder is None or not specs:
         return [plugin_spec(s, path) for s in specs]
     if not trust:
@@ -178,6 +216,9 @@ def _recorded_hashes(study: Path) -> dict[str, dict[str, str]]:
 def _verified(spec: str, study: Path, recorded: Mapping[str, Mapping[str, str]]) -> str:
     """The resolved ``spec`` of a stored study when its source has the recorded hash; ValueError otherwise."""
     resolved = plugin_spec(spec, study)
+    if (spec.endswith(".py") or "/" in spec) and link_in(study.parent / spec, levels=1) is not None:
+        raise ValueError(f"{study}: plugin {spec!r} is a symbolic link inside a results folder: --trust-plugins "
+                         "imports only the regular files a sweep stored; load the code you trust with --plugin FILE")
     if resolved.endswith(".py") or "/" in resolved:
         try:
             key = Path(resolved).resolve().relative_to(study.resolve().parent).as_posix()

@@ -109,7 +109,7 @@ def cmd_show(ns: argparse.Namespace) -> int:
     if ns.json:
         print(json.dumps(run, indent=1))
         return 0
-    for key, value in run["row"].items():
+    for key, value in (run.get("row") or {}).items():  # a run JSON without its row (edited by hand) shows the rest
         print(f"{key:>20}: {value}")
     evals = run.get("curves", {}).get("eval")
     if evals:

@@ -22,8 +22,8 @@ from bench.analysis.studyfile import (
     StandIn,
     find_study,
     read_study_file,
-    results_folder_of,
     shipped_studies,
+    stored_in,
 )
 from bench.runs.config import RunConfig, config_from_dict
 from bench.runs.results import ResultsStore
@@ -72,7 +72,7 @@ def study_commands(name: str, preset: str | None, root: Path, runs: Sequence[Map
     head = ["reproduce", name] if shipped else ["sweep", (path or root / "studies" / f"{name}.toml").as_posix()]
     mine = [r for r in runs if (r.get("config") or {}).get("preset") == preset] or list(runs)
     # a stored study's plugins are imported only when asked for: the command asks, where the reader sees it
-    trust = ["--trust-plugins"] if path and not shipped and results_folder_of(path) and \
+    trust = ["--trust-plugins"] if path and not shipped and stored_in(path, root) and \
         read_study_file(path).get("plugins") else []
     plugins = [] if shipped else [*plugin_flags(mine), *trust]
     return [shlex.join(["python", "-m", "bench", *head, *(["--preset", preset] if preset else []), *argv, *plugins,
@@ -93,6 +93,8 @@ def run_commands(board: pd.DataFrame, results_dir: Path) -> list[str]:
     for run in runs:
         if not (run.get("config") or {}).get("study"):
             fields = run.get("row") or {}
+            if not run.get("config") and not {"variant", "task", "seed"} <= fields.keys():
+                continue  # neither its config nor the row's: nothing to rerun it from
             cfg = config_from_dict(run["config"]) if run.get("config") else RunConfig(  # a JSON without its config
                 variant=str(fields.get("variant")), depth=fields.get("depth"), task=str(fields.get("task")),
                 seed=fields["seed"])

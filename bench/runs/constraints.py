@@ -20,12 +20,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from bench.runs.names import problem
+
 
 @dataclass(frozen=True)
 class Constraint:
-    """What one field accepts. ``kind``: "int", "float", "text", "flag", "choice", "pairs"; ``low``/``high`` bound a
-    number (``open_low``/``open_high``: the bound itself excluded); ``choices`` of a choice; ``items``: the field is a
-    sequence of such values (``length`` of them exactly, when given); ``optional``: None is accepted too."""
+    """What one field accepts. ``kind``: "int", "float", "text", "name" (text that is a safe file name,
+    :mod:`bench.runs.names`), "flag", "choice", "pairs"; ``low``/``high`` bound a number (``open_low``/``open_high``:
+    the bound itself excluded); ``choices`` of a choice; ``items``: the field is a sequence of such values (``length``
+    of them exactly, when given); ``optional``: None is accepted too."""
 
     kind: str
     low: float | None = None
@@ -51,6 +54,8 @@ class Constraint:
             return f"one of {', '.join(self.choices)}"
         if self.kind in ("text", "flag", "pairs"):
             return {"text": "text", "flag": "true or false", "pairs": "KEY=VALUE pairs"}[self.kind]
+        if self.kind == "name":
+            return "a name that can be a file name (letters, digits, '.', '_', '-', '+'; not starting with '.' or '-')"
         what = "an integer" if self.kind == "int" else "a finite number"
         low, high = _bound(self.low), _bound(self.high)
         if self.low is not None and self.high is not None:
@@ -74,6 +79,8 @@ class Constraint:
     def _accepts_one(self, value: Any) -> bool:
         if self.kind == "text":
             return isinstance(value, str)
+        if self.kind == "name":  # it names a file (studies/<study>.toml) and lands in the commands a report prints
+            return problem(value) is None
         if self.kind == "flag":
             return isinstance(value, bool)
         if self.kind == "choice":
@@ -124,6 +131,7 @@ _POSITIVE = _float(0.0, open_low=True)
 _FRACTION = _float(0.0, 1.0, open_low=True)  # (0, 1]: an accuracy, an error rate, a factor of a rate
 TEXT, FLAG = Constraint("text"), Constraint("flag")
 OPTIONAL_TEXT = Constraint("text", optional=True)
+OPTIONAL_NAME = Constraint("name", optional=True)
 MAX_DEPTH = 10_000  # Zhang et al. 2019 (Fixup) trained a 10,000-layer residual network; nothing published is deeper
 MAX_SEED = 2**32 - 1  # the range every seeded generator of resbench takes, with room for the offsets it adds
 MAX_THREADS = 1024
@@ -166,7 +174,7 @@ CONSTRAINTS: dict[str, Constraint] = {
     "checkpoint_every": _int(1, optional=True), "checkpoint_minutes": _float(0.0, open_low=True, optional=True),
     "keep_checkpoints": _int(1), "grad_accum": _int(1), "global_batch_size": _int(1, optional=True),
     "target_loss": _float(0.0, open_low=True, optional=True), "model_args": Constraint("pairs"),
-    "recipe": OPTIONAL_TEXT, "world_size": _int(1), "study": OPTIONAL_TEXT, "preset": OPTIONAL_TEXT,
+    "recipe": OPTIONAL_TEXT, "world_size": _int(1), "study": OPTIONAL_NAME, "preset": OPTIONAL_NAME,
 }  # fmt: skip
 
 

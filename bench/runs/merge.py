@@ -14,6 +14,7 @@ merge of the same folders changes nothing.
 
 from __future__ import annotations
 
+import os
 import shutil
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -119,9 +120,23 @@ def _merge(sources: Sequence[str | Path], out: str | Path) -> Merged:
 
 
 def _collect_studies(folder: Path, studies: dict[str, tuple[bytes, Path]]) -> None:
-    """Every file under a results folder's ``studies/`` (by its path there) into ``studies``; ValueError where a
-    file differs from the one of that path found before (two versions of a study or its plugin)."""
-    for path in sorted(p for p in folder.rglob("*") if p.is_file()) if folder.is_dir() else []:
+    """Every regular file under a results folder's ``studies/`` (by its path there) into ``studies``; ValueError where
+    a file differs from the one of that path found before (two versions of a study or its plugin), and where
+    ``studies/`` or anything in it is a symbolic link: a link could lead out of the folder (to a key, a home folder),
+    and the merge would copy what it leads to as a regular file."""
+    if folder.is_symlink():
+        raise _link(folder)
+    if not folder.is_dir():
+        return
+    found: list[Path] = []
+    for top, dirs, files in os.walk(folder):  # never into a linked folder: os.walk does not follow links by default
+        for entry in sorted([*dirs, *files]):
+            path = Path(top) / entry
+            if path.is_symlink():
+                raise _link(path)
+            if entry in files and path.is_file():
+                found.append(path)
+    for path in sorted(found):
         name = path.relative_to(folder).as_posix()
         if name.startswith(".") or "/." in name or "__pycache__" in name:
             continue
@@ -133,6 +148,11 @@ def _collect_studies(folder: Path, studies: dict[str, tuple[bytes, Path]]) -> No
             raise ValueError(f"{what} studies/{name} differs between {studies[name][1]} and {path}; merge the folders "
                              "of one study's version only")
         studies.setdefault(name, (text, path))
+
+
+def _link(path: Path) -> ValueError:
+    return ValueError(f"{path} is a symbolic link: a merge copies only the regular files of a results folder (a link "
+                      "could lead out of it); nothing was written. Replace the link with the file itself, or remove it")
 
 
 def describe(merged: Merged, out: str | Path) -> str:

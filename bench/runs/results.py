@@ -7,6 +7,7 @@ never lose or tear a row and an interrupted write leaves the previous file intac
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
 import json
@@ -21,8 +22,9 @@ from typing import Any
 import pandas as pd
 from filelock import FileLock
 
-from bench.runs.names import file_name, problem
+from bench.runs.names import RULE, file_name
 from bench.runs.schema import COLUMNS, INTEGER_COLUMNS, LEGACY_SCHEMAS, NUMBER_COLUMNS, STATUSES, new_row  # noqa: F401
+from bench.runs.validate import row_problem, run_problem, value_problem
 
 _noticed: set[Path] = set()  # leaderboards whose migration this process has already reported
 
@@ -72,13 +74,54 @@ def _cell(value: Any) -> str:
     return str(value)
 
 
+# A cell a spreadsheet would run as a formula starts with one of these (OWASP's list for CSV injection).
+_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+TEXT_COLUMNS = tuple(c for c in COLUMNS if c not in (*INTEGER_COLUMNS, *NUMBER_COLUMNS))
+
+
+def _formula_like(cell: str) -> bool:
+    return cell.lstrip("'").startswith(_FORMULA_START)
+
+
+def escape_cell(cell: str) -> str:
+    """A text cell as ``leaderboard.csv`` holds it: one that a spreadsheet would run as a formula (it starts with
+    ``=``, ``+``, ``-``, ``@``, a tab or a carriage return, after any quotes) gets a leading ``'``, which a
+    spreadsheet shows as text; :func:`unescape_cell` gives the cell back unchanged."""
+    return "'" + cell if _formula_like(cell) else cell
+
+
+def unescape_cell(cell: str) -> str:
+    """The text :func:`escape_cell` was given."""
+    return cell[1:] if cell.startswith("'") and _formula_like(cell) else cell
+
+
+def _row_cells(row: Mapping[str, Any]) -> dict[str, str]:
+    return {c: escape_cell(_cell(row.get(c))) if c in TEXT_COLUMNS else _cell(row.get(c)) for c in COLUMNS}
+
+
 def _csv_text(rows: Iterable[Mapping[str, Any]]) -> str:
+    """The leaderboard's text of ``rows`` (their cells as :meth:`ResultsStore.rows` gives them)."""
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
     w.writerow(COLUMNS)
     for row in rows:
-        w.writerow([_cell(row.get(c)) for c in COLUMNS])
+        w.writerow(_row_cells(row).values())
     return buf.getvalue()
+
+
+def _refuse_link(path: Path) -> None:
+    if path.is_symlink():
+        raise ValueError(f"{path} is a symbolic link: resbench reads a results folder's files only as the regular "
+                         "files it wrote (a link could lead anywhere); replace it with the file itself")
+
+
+def _checked_row(row: Mapping[str, Any]) -> None:
+    """ValueError before anything is written when ``row`` has a column outside the schema or a name that is not one
+    (:func:`bench.runs.validate.row_problem`)."""
+    new_row(**row)
+    why = row_problem(row)
+    if why is not None:
+        raise ValueError(f"a row's {why}; {RULE}")
 
 
 class ResultsStore:
@@ -90,6 +133,13 @@ class ResultsStore:
         self.runs_dir = self.root / "runs"
         self.plots_dir = self.root / "plots"
         self._lock = FileLock(str(self.root / ".leaderboard.lock"))
+
+    def _read_lock(self) -> FileLock | contextlib.nullcontext[None]:
+        """The leaderboard's lock for a read, or none where the folder may not be written (a folder someone shared
+        read-only, a download): no one can write there to tear a read, and the lock file cannot be made."""
+        if self.root.is_dir() and not os.access(self.root, os.W_OK):
+            return contextlib.nullcontext()
+        return self._lock
 
     def run_path(self, run_id: str) -> Path:
         """``runs/<run_id>.json``; a run id that is not a safe file name (:mod:`bench.runs.names`) raises."""
@@ -116,7 +166,7 @@ class ResultsStore:
 
         A leaderboard in an earlier schema is rewritten in the current one, its rows migrated.
         """
-        new_row(**row)  # refuses a column outside the schema before anything is written
+        _checked_row(row)  # refuses a column outside the schema, or a name that is not one, before anything is written
         self.root.mkdir(parents=True, exist_ok=True)
         run_path = self.run_path(row["run_id"])
         atomic_write_text(run_path, json.dumps(run_json, indent=1, default=_json_default, allow_nan=False) + "\n")
@@ -130,7 +180,7 @@ class ResultsStore:
         """Replace the rows (and run JSONs) of recorded runs, ``run_id -> (row, run JSON)``, in one locked rewrite;
         an id that has no row raises before anything is written."""
         for row, _ in updates.values():
-            new_row(**row)
+            _checked_row(row)
         with self._lock:
             rows = self._read_rows()
             missing = sorted(set(updates) - {r["run_id"] for r in rows})
@@ -145,13 +195,13 @@ class ResultsStore:
 
     def rows(self) -> list[dict[str, str]]:
         """Every row as the text the leaderboard holds, in the current schema (an earlier one mapped onto it)."""
-        with self._lock:
+        with self._read_lock():
             return self._read_rows()
 
     def write_all(self, rows: Iterable[Mapping[str, Any]], run_jsons: Mapping[str, Mapping[str, Any]]) -> None:
         """Replace the whole leaderboard with ``rows`` after writing ``run_id -> run JSON`` (``bench merge``)."""
         for row in rows:
-            new_row(**row)
+            _checked_row(row)
         self.root.mkdir(parents=True, exist_ok=True)
         for run_id, run_json in run_jsons.items():
             atomic_write_text(self.run_path(run_id),
@@ -162,15 +212,17 @@ class ResultsStore:
     def _read_rows(self) -> list[dict[str, str]]:
         """Every row, in the current schema; a foreign header or a damaged line raises ValueError (how to fix it)."""
         path = self.leaderboard
+        _refuse_link(path)
         if not path.exists():
             return []
         if not path.is_file():
             raise ValueError(f"{path} is not a file; move it away or use another --results-dir")
         header: tuple[str, ...] | None = None
         rows: list[dict[str, str]] = []
+        lines: dict[str, tuple[int, dict[str, str]]] = {}  # run id -> the line it was first found on, and its row
         start = 1
-        try:
-            with path.open(encoding="utf-8", newline="") as f:
+        try:  # utf-8-sig: a leaderboard a spreadsheet saved starts with a byte-order mark (and ends lines with CRLF)
+            with path.open(encoding="utf-8-sig", newline="") as f:
                 reader = csv.reader(f, strict=True)
                 while True:
                     start = reader.line_num + 1  # the line this record starts on (a quoted field may span lines)
@@ -184,7 +236,9 @@ class ResultsStore:
                     elif len(fields) != len(header):
                         raise self._damaged(start, len(header), f"{len(fields)} fields, not {len(header)}")
                     else:
-                        rows.append(self._checked(dict(zip(header, fields, strict=True)), start))
+                        row = self._checked(dict(zip(header, fields, strict=True)), start)
+                        if self._first(row, start, lines):
+                            rows.append(row)
         except csv.Error as exc:
             raise self._damaged(start, len(header or COLUMNS), str(exc)) from None
         except UnicodeDecodeError as exc:
@@ -208,12 +262,15 @@ class ResultsStore:
         return header
 
     def _checked(self, row: dict[str, str], line: int) -> dict[str, str]:
-        """``row`` when its run id is a safe file name (it names ``runs/<run_id>.json``) and its number columns hold
+        """``row`` with its text cells unescaped (:func:`escape_cell`) when its names are names
+        (:func:`bench.runs.validate.row_problem`: the run id names ``runs/<run_id>.json``) and its number columns hold
         numbers; else the damaged-line error naming the column and the cell."""
-        why = problem(row.get("run_id"))
+        row = {c: unescape_cell(v) if c in TEXT_COLUMNS else v for c, v in row.items()}
+        why = row_problem(row)
         if why is not None:
-            raise self._damaged(line, None, f"run_id {row.get('run_id')!r} {why}, but it names the file of the "
-                                                "run's JSON")
+            use = "it names the file of the run's JSON" if why.startswith("run_id") else \
+                "a row's names become file names and commands"
+            raise self._damaged(line, None, f"{why}, but {use}")
         for column, kind in (*((c, int) for c in INTEGER_COLUMNS), *((c, float) for c in NUMBER_COLUMNS)):
             cell = row.get(column, "")
             if cell:
@@ -223,6 +280,33 @@ class ResultsStore:
                     what = "an integer" if kind is int else "a number"
                     raise self._damaged(line, None, f"column {column} holds {cell!r}, not {what}") from None
         return row
+
+    def _first(self, row: dict[str, str], line: int, lines: dict[str, tuple[int, dict[str, str]]]) -> bool:
+        """Whether ``row`` is the first of its run id; a line repeating an earlier one exactly is said and left out
+        (one run counts once, never as two seeds), and a different row under the same id is a damaged line naming
+        both lines."""
+        first = lines.setdefault(row["run_id"], (line, row))
+        if first[0] == line:
+            return True
+        if first[1] != row:
+            raise self._damaged(line, None, f"run {row['run_id']} is also on line {first[0]}, with other values; one "
+                                            "run has one row")
+        print(f"warning: {self.leaderboard} line {line} repeats line {first[0]} (run {row['run_id']}): counted once; "
+              f"delete line {line} to silence this", file=sys.stderr)
+        return False
+
+    def _counted(self, rows: list[dict[str, str]]) -> list[dict[str, str]]:
+        """The rows whose values are as resbench writes them (:func:`bench.runs.validate.value_problem`); each other
+        row is named with its field on stderr and left out of what is computed from the leaderboard."""
+        kept = []
+        for row in rows:
+            why = value_problem(row)
+            if why is None:
+                kept.append(row)
+            else:
+                print(f"warning: {self.leaderboard}: run {row['run_id']} left out ({why}); fix or delete its row",
+                      file=sys.stderr)
+        return kept
 
     def _damaged(self, line: int, n_fields: int | None, reason: str) -> ValueError:
         rule = f" (each row must have {n_fields} comma-separated fields; a quote opened in a field must be closed)" \
@@ -237,8 +321,8 @@ class ResultsStore:
         """
         if not self.leaderboard.exists():
             return pd.DataFrame(columns=list(COLUMNS))
-        with self._lock:
-            rows = self._read_rows()
+        with self._read_lock():
+            rows = self._counted(self._read_rows())
         # pandas reads text this module wrote from validated rows: its parser errors cannot reach the user.
         # A hash is text even when its hex digits read as a number ("00012e45" is not 12e45).
         return pd.read_csv(io.StringIO(_csv_text(rows)), dtype={"config_hash": str})
@@ -260,8 +344,11 @@ class ResultsStore:
 
     def load_runs(self) -> list[dict[str, Any]]:
         """Every run JSON, sorted by run_id; a damaged one raises ValueError naming its file."""
+        _refuse_link(self.runs_dir)
         if not self.runs_dir.exists():
             return []
+        if not self.runs_dir.is_dir():
+            raise ValueError(f"{self.runs_dir} is a file, but it is where run JSONs are; move it away")
         return [read_run_json(p) for p in sorted(self.runs_dir.glob("*.json"))]
 
 
@@ -282,47 +369,27 @@ def read_aliases(root: Path) -> dict[str, str]:
 
 
 def read_run_json(path: Path) -> dict[str, Any]:
-    """One run JSON; ValueError naming the file when it is not readable JSON of a run (a truncated write by
-    another tool, a file edited by hand), with what to do."""
+    """One run JSON, checked whole (:func:`bench.runs.validate.run_problem`); ValueError naming the file and the field
+    when it is not readable JSON of a run (a truncated write by another tool, a file edited by hand, a link), with
+    what to do."""
+    _refuse_link(path)
     try:
-        run = json.loads(path.read_text(encoding="utf-8"))
+        run = json.loads(path.read_text(encoding="utf-8"), parse_constant=_no_constant)
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ValueError(f"run JSON {path} cannot be read ({exc}); restore it, or delete it and its leaderboard row "
                          "and rerun that run") from None
     if not isinstance(run, dict) or "run_id" not in run:
         raise ValueError(f"{path} is not a run JSON of resbench (no run_id); move it out of {path.parent}")
-    why = _shape_problem(run)
+    why = run_problem(run, path.stem if path.suffix == ".json" else None)
     if why is not None:
         raise ValueError(f"run JSON {path} is damaged: {why}; restore it, or delete it and its leaderboard row and "
                          "rerun that run")
     return run
 
 
-# The type of each part of a run JSON that readers index into (older runs may lack some; none may hold another type).
-_RUN_PARTS: dict[str, type | tuple[type, ...]] = {
-    "row": dict, "config": dict, "model_kwargs": dict, "env": dict, "task": dict, "measurements": dict,
-    "placement": dict, "axes": dict, "curves": dict, "probes": list, "plugins": list, "residual_scalars": list,
-    "cost_source": str, "checkpoint": str, "init": (str, type(None)), "warmup_ended_at": (int, type(None)),
-}  # fmt: skip
-
-
-def _shape_problem(run: Mapping[str, Any]) -> str | None:
-    """What in ``run`` is not shaped as resbench writes it (a part of another type, a curve that is not a list of
-    points, a run id that cannot name its file); None when nothing is."""
-    why = problem(run["run_id"])
-    if why is not None:
-        return f"its run_id {run['run_id']!r} {why}"
-    for key, kind in _RUN_PARTS.items():
-        if key in run and not isinstance(run[key], kind):
-            return f'"{key}" is a {type(run[key]).__name__}'
-    for split in ("train", "eval"):
-        points = run.get("curves", {}).get(split, [])
-        if not isinstance(points, list) or not all(isinstance(p, dict) for p in points):
-            return f'"curves"."{split}" is not a list of points'
-    for key in ("probes", "plugins"):
-        if not all(isinstance(p, dict) for p in run.get(key, [])):
-            return f'"{key}" holds an entry that is not an object'
-    return None
+def _no_constant(name: str) -> Any:
+    """JSON has no NaN or Infinity (resbench writes null): a file holding one was not written by resbench."""
+    raise json.JSONDecodeError(f"{name} is not JSON (resbench writes null for a value that is not finite)", name, 0)
 
 
 def _json_default(obj: Any) -> Any:
