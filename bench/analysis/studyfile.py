@@ -139,6 +139,9 @@ def read_study_file(path: str | Path) -> dict[str, Any]:
         raise ValueError(f"study file {path} is not valid TOML: {exc}") from None
     except UnicodeDecodeError as exc:
         raise ValueError(f"study file {path} is not UTF-8 text ({exc.reason})") from None
+    except RecursionError:  # arrays or tables nested thousands deep: no study needs more than a few levels
+        raise ValueError(f"study file {path} nests its arrays or tables too deep to read; a study needs a few "
+                         "levels") from None
 
 
 def _specs(data: Mapping[str, Any]) -> list[str]:

@@ -135,6 +135,10 @@ OPTIONAL_NAME = Constraint("name", optional=True)
 MAX_DEPTH = 10_000  # Zhang et al. 2019 (Fixup) trained a 10,000-layer residual network; nothing published is deeper
 MAX_SEED = 2**32 - 1  # the range every seeded generator of resbench takes, with room for the offsets it adds
 MAX_THREADS = 1024
+MAX_STEPS = 10**9  # a billion optimiser steps: beyond any run published; a larger count is a typo (1e15)
+MAX_LR = 100.0  # a learning rate above it makes every update diverge; 1e300 is a typo, not an experiment
+MAX_SAMPLES = 10**9  # a generated split of a billion samples: more than any generated task needs
+MAX_IMAGE_SIZE = 8192  # an image side in pixels: beyond any model the benchmark builds
 
 
 def choice(*names: str) -> Constraint:
@@ -149,8 +153,8 @@ def sequence(item: Constraint, length: int | None = None) -> Constraint:
 # The constraint of every RunConfig field (tests/test_constraints.py checks that the two name the same fields).
 CONSTRAINTS: dict[str, Constraint] = {
     "variant": TEXT, "depth": _int(1, MAX_DEPTH, optional=True), "task": TEXT,
-    "epochs": _float(0.0, open_low=True, optional=True), "steps": _int(1, optional=True),
-    "batch_size": _int(1), "optimizer": choice(*OPTIMIZERS), "lr": _POSITIVE,
+    "epochs": _float(0.0, open_low=True, optional=True), "steps": _int(1, MAX_STEPS, optional=True),
+    "batch_size": _int(1), "optimizer": choice(*OPTIMIZERS), "lr": _float(0.0, MAX_LR, open_low=True),
     "lr_base": _float(0.0, open_low=True, optional=True), "lr_base_size": _int(1), "lr_base_scale": choice(*LR_SCALES),
     "momentum": _float(0.0, 1.0, open_high=True), "weight_decay": _float(0.0),
     "betas": sequence(_float(0.0, 1.0, open_high=True), 2), "schedule": choice(*SCHEDULES),
@@ -169,8 +173,8 @@ CONSTRAINTS: dict[str, Constraint] = {
     "workers": _int(0, optional=True), "prefetch": _int(1), "subset_per_class": _int(1, optional=True),
     "skip_bad_images": FLAG, "vocab_size": _int(2), "eval_batches": _int(1, optional=True),
     "eval_tokens": _int(1, optional=True), "train_tokens": _int(2, optional=True),
-    "seq_len": _int(1), "image_size": _int(1), "num_classes": _int(1), "random_labels": FLAG,
-    "train_size": _int(1), "val_size": _int(1), "augment": FLAG, "save_checkpoint": FLAG,
+    "seq_len": _int(1), "image_size": _int(1, MAX_IMAGE_SIZE), "num_classes": _int(1), "random_labels": FLAG,
+    "train_size": _int(1, MAX_SAMPLES), "val_size": _int(1, MAX_SAMPLES), "augment": FLAG, "save_checkpoint": FLAG,
     "checkpoint_every": _int(1, optional=True), "checkpoint_minutes": _float(0.0, open_low=True, optional=True),
     "keep_checkpoints": _int(1), "grad_accum": _int(1), "global_batch_size": _int(1, optional=True),
     "target_loss": _float(0.0, open_low=True, optional=True), "model_args": Constraint("pairs"),

@@ -193,6 +193,29 @@ class ResultsStore:
                     for r in rows]
             atomic_write_text(self.leaderboard, _csv_text(rows))
 
+    def rebuild(self) -> list[str]:
+        """Give each run JSON in ``runs/`` whose run has no leaderboard row its row again, from the row the JSON holds
+        (a leaderboard emptied, cut short or replaced by hand, a driver killed between the two writes); returns the
+        run ids given back, said on stderr. A run recorded in its JSON is never one to train again. A JSON holding
+        no row is left as it is; a damaged one is refused naming it (:func:`read_run_json`)."""
+        if not self.runs_dir.is_dir() or self.runs_dir.is_symlink():
+            return []
+        with self._lock:
+            rows = self._read_rows()
+            have = {r["run_id"] for r in rows}
+            runs = [read_run_json(p) for p in sorted(self.runs_dir.glob("*.json")) if p.stem not in have]
+            lost = [{c: _cell(r["row"].get(c)) for c in COLUMNS} | {"run_id": r["run_id"]}
+                    for r in runs if r.get("row")]
+            if not lost:
+                return []
+            for row in lost:
+                _checked_row(row)
+            atomic_write_text(self.leaderboard, _csv_text([*rows, *lost]))
+        ids = [r["run_id"] for r in lost]
+        print(f"note: {self.leaderboard} had no row for {len(ids)} run(s) recorded in {self.runs_dir}: their rows were "
+              f"rebuilt from their run JSONs ({', '.join(ids[:5])}{' ...' if len(ids) > 5 else ''})", file=sys.stderr)
+        return ids
+
     def rows(self) -> list[dict[str, str]]:
         """Every row as the text the leaderboard holds, in the current schema (an earlier one mapped onto it)."""
         with self._read_lock():

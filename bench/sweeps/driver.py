@@ -78,6 +78,7 @@ def run_sweep(configs: Sequence[RunConfig], results_dir: str | Path, executor: E
     """
     store = ResultsStore(results_dir)
     store.preflight()  # a broken results directory is bad input: refused before the first run
+    store.rebuild()  # a run recorded in its JSON but missing from the leaderboard is recorded, never trained again
     driver = _Driver(list(configs), store, executor, measure_every_run, progress, command, on_record, requeue)
     driver.made_with = dict(made_with or {})
     driver.skip_recorded(resume, retry_failed)

@@ -45,6 +45,7 @@ from bench.analysis.options import check_options
 from bench.analysis.studyfile import find_study, plugin_spec, read_study_file
 from bench.runs import cost, plugins
 from bench.runs.config import FIELD_DEFAULTS, SEQUENCE_FIELDS, RunConfig, build
+from bench.runs.constraints import CONSTRAINTS, flag_of
 from bench.runs.names import RULE, problem
 from bench.runs.results import COLUMNS
 from bench.runs.tasks import TaskError
@@ -258,7 +259,7 @@ def load_study(ref: str | Path, results_dir: str | Path | None = None) -> Study:
     if unknown:
         raise ValueError(f"study file {path}: unknown top-level key(s) {sorted(unknown)}; keys: {', '.join(KEYS)}")
     for key, kind, example in (("name", str, 'name = "my_study"'), ("description", str, 'description = "..."'),
-                               ("base", dict, "[base]"), ("grid", dict, "[grid]")):
+                               ("claim", str, 'claim = "..."'), ("base", dict, "[base]"), ("grid", dict, "[grid]")):
         if key in data and not isinstance(data[key], kind):
             raise ValueError(f"study file {path}: `{key}` must be a {'table' if kind is dict else 'string'} "
                              f"({example}), got {data[key]!r}")
@@ -294,6 +295,7 @@ def load_study(ref: str | Path, results_dir: str | Path | None = None) -> Study:
     if not isinstance(specs, list) or not all(isinstance(s, str) and s.strip() for s in specs):
         raise ValueError(f"study file {path}: `plugins` must be a list of plugin files or modules, e.g. "
                          'plugins = ["my_norm.py"]')
+    _check_field_values(data, path)
     claims = parse_claims(data.get("claims", []), f"study file {path}")  # malformed claims: refused now
     _check_claim_fields(claims, data, path)
     _check_claim_values(claims, data, path)
@@ -302,6 +304,25 @@ def load_study(ref: str | Path, results_dir: str | Path | None = None) -> Study:
         grid=grid, presets=presets, vary=tuple(vary), param_tolerance=float(tol), claims=claims,
         analysis=analysis, plugins=tuple(plugin_spec(s, path) for s in specs), path=path,
     )  # fmt: skip
+
+
+def _check_field_values(data: dict[str, Any], path: Path) -> None:
+    """ValueError naming the table, the field and what it accepts where a value in ``[base]``, ``[grid]`` or any
+    preset is outside its field's constraint (:data:`bench.runs.constraints.CONSTRAINTS`): the whole file is checked
+    when it is loaded, so a preset nobody chose yet is not a mistake waiting for the day it is."""
+    tables = [("base", data.get("base", {})), ("grid", data.get("grid", {})),
+              *((f"presets.{p}", o) for p, o in data.get("presets", {}).items())]
+    for where, table in tables:
+        for key, value in table.items():
+            c = CONSTRAINTS.get(key)
+            if c is None or c.kind == "pairs":
+                continue
+            # a list is an axis of values, except a sequence field's single value (betas = [0.9, 0.99])
+            one = not isinstance(value, list) or (c.items and not any(isinstance(v, list) for v in value))
+            for v in [value] if one else value:
+                held = tuple(v) if isinstance(v, list) else v
+                if not c.accepts(held):
+                    raise ValueError(f"study file {path}: [{where}] {flag_of(key)} must be {c.describe()}, got {v!r}")
 
 
 def _check_claim_fields(claims: Sequence[Claim], data: dict[str, Any], path: Path) -> None:

@@ -9,6 +9,8 @@ and arrive through a DataLoader with workers (:mod:`bench.runs.tasks.loading`); 
 
 from __future__ import annotations
 
+import contextlib
+import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -30,6 +32,37 @@ def prior_entropy(targets: torch.Tensor | Any, ignore: int | None = None) -> flo
 
 class TaskError(ValueError):
     """Bad task input (unknown task, missing or corrupt dataset): the CLI prints it and exits 2."""
+
+
+def available_memory() -> int | None:
+    """Bytes this process may still allocate: the memory the machine has free (``/proc/meminfo``'s MemAvailable,
+    else free pages), or the address-space limit (``ulimit -v``) if lower; None where neither can be read."""
+    found: list[int] = []
+    try:
+        with open("/proc/meminfo", encoding="ascii") as f:
+            found += [int(line.split()[1]) * 1024 for line in f if line.startswith("MemAvailable:")]
+    except (OSError, ValueError, IndexError):
+        with contextlib.suppress(ValueError, OSError, AttributeError):
+            found.append(os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
+    try:
+        import resource  # POSIX only
+
+        soft = resource.getrlimit(resource.RLIMIT_AS)[0]
+        if soft != resource.RLIM_INFINITY:
+            found.append(soft)
+    except (ImportError, OSError, ValueError):
+        pass
+    return min(found) if found else None
+
+
+def check_fits(nbytes: int, what: str) -> None:
+    """TaskError before anything is allocated when ``nbytes`` (what a task is about to generate, described by
+    ``what``) is more than this process may allocate (:func:`available_memory`): an exit with the estimate, not an
+    allocator's traceback or a run recorded as out of memory."""
+    free = available_memory()
+    if free is not None and nbytes > free:
+        raise TaskError(f"{what} needs about {nbytes / 2**30:.3g} GiB of memory, more than the {free / 2**30:.3g} GiB "
+                        "this process may allocate; make it smaller")
 
 
 Batch = tuple[torch.Tensor, torch.Tensor]

@@ -26,7 +26,7 @@ import torch
 import torch.nn.functional as F
 
 from bench.runs.tasks import datasets
-from bench.runs.tasks.base import Batch, Task, TaskError, TaskOptions, prior_entropy
+from bench.runs.tasks.base import Batch, Task, TaskError, TaskOptions, check_fits, prior_entropy
 
 DIGITS_SPLIT_SEED = 0  # fixed stratified 80/20 split: 1437 train / 360 val
 DIGITS_VAL_FRACTION = 0.2
@@ -231,6 +231,10 @@ def synthetic(device: torch.device, seed: int, options: TaskOptions) -> Task:
             raise TaskError(f"synthetic: {what} must be at least 1, got {value}; pass {flag} 1 or more")
     if k < 2:
         raise TaskError(f"synthetic: num_classes must be at least 2, got {k}; pass --num-classes 2 or more")
+    n = options.train_size + options.val_size
+    # float32 inputs, drawn noise and the sum of the two, then the class templates: checked before any of it exists
+    check_fits(4 * 3 * size * size * (3 * n + k) + 16 * n, f"synthetic: --train-size {options.train_size} and "
+               f"--val-size {options.val_size} images of --image-size {size}")
     gen = torch.Generator().manual_seed(SYNTHETIC_DATA_SEED)
     # Templates upsampled from a 4×4 grid are smooth, so a 1/8-image shift or a flip keeps most of the class
     # signal and the augmented task stays learnable.
