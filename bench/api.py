@@ -264,8 +264,11 @@ def _keep_study_file(spec: Study, root: Path) -> None:
 
 
 def load(results_dir: str | Path = DEFAULT_RESULTS, study: str | None = None) -> Results:
-    """The :class:`Results` of ``results_dir`` (only ``study``'s runs with it: ValueError if it has none)."""
+    """The :class:`Results` of ``results_dir`` (only ``study``'s runs with it: ValueError if it has none); a folder
+    that does not exist is ValueError too (a mistyped path is not an empty folder)."""
     root = Path(results_dir)
+    if not root.is_dir():
+        raise ValueError(f"no results folder {root}" + (" (it is a file)" if root.exists() else ""))
     tables = {p.stem: pd.read_csv(p) for p in sorted((root / "analysis" / study).glob("*.csv"))} if study else {}
     try:
         frames = load_frames(results_dir, study)

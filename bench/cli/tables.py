@@ -21,13 +21,13 @@ from bench.runs.results import ResultsStore
 def _board(ns: argparse.Namespace, study: str | None) -> tuple[pd.DataFrame, list[Any]]:
     """The leaderboard (only ``study``'s runs when given) and the run JSONs."""
     store = ResultsStore(ns.results_dir)
-    board = store.load_leaderboard()
+    board, runs = store.load_board_and_runs()
     if study and not board.empty:
         if study not in set(board["study"].dropna()):
             studies = ", ".join(sorted(map(str, board["study"].dropna().unique()))) or "none"
             raise ValueError(f"no runs of study {study!r} in {ns.results_dir}; studies there: {studies}")
         board = board[board["study"] == study].reset_index(drop=True)
-    return board, store.load_runs()
+    return board, runs
 
 
 def _cell(mean: float, ci: float, n: float) -> str:

@@ -196,7 +196,7 @@ def probes_frame(runs: Iterable[Mapping[str, Any]]) -> pd.DataFrame:
 def load_frames(results_dir: str | Path, study: str | None = None) -> Frames:
     """Read ``results_dir``; with ``study``, keep only that study's runs (ValueError if it has none)."""
     store = ResultsStore(results_dir)
-    board, runs = store.load_leaderboard(), store.load_runs()
+    board, runs = store.load_board_and_runs()
     if study is not None:
         if not (board["study"] == study).any():
             raise ValueError(

@@ -15,7 +15,7 @@ import math
 import os
 import sys
 import tempfile
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -95,18 +95,29 @@ def unescape_cell(cell: str) -> str:
     return cell[1:] if cell.startswith("'") and _formula_like(cell) else cell
 
 
-def _row_cells(row: Mapping[str, Any]) -> dict[str, str]:
-    return {c: escape_cell(_cell(row.get(c))) if c in TEXT_COLUMNS else _cell(row.get(c)) for c in COLUMNS}
+def _file_cells(row: Mapping[str, Any]) -> list[str]:
+    """A row's cells as ``leaderboard.csv`` holds them: text a spreadsheet would run escaped (:func:`escape_cell`)."""
+    return [escape_cell(_cell(row.get(c))) if c in TEXT_COLUMNS else _cell(row.get(c)) for c in COLUMNS]
 
 
-def _csv_text(rows: Iterable[Mapping[str, Any]]) -> str:
-    """The leaderboard's text of ``rows`` (their cells as :meth:`ResultsStore.rows` gives them)."""
+def _plain_cells(row: Mapping[str, Any]) -> list[str]:
+    """A row's cells as its values are (what pandas reads in :meth:`ResultsStore.load_leaderboard`)."""
+    return [_cell(row.get(c)) for c in COLUMNS]
+
+
+def _csv_text(rows: Iterable[Mapping[str, Any]], cells: Callable[[Mapping[str, Any]], list[str]] = _file_cells) -> str:
+    """The leaderboard's text of ``rows`` (their cells as :meth:`ResultsStore.rows` gives them), each row's ``cells``
+    as the file holds them unless told otherwise."""
+    return "".join(_csv_line(line) for line in (COLUMNS, *(cells(row) for row in rows)))
+
+
+def _csv_line(cells: Iterable[str]) -> str:
+    """One line of the leaderboard. Written with CRLF as the line's end, the writer quotes a cell holding a carriage
+    return as it quotes one holding a newline (a bare CR ends a line for every reader); the line then ends with LF
+    alone, as every line of the file does."""
     buf = io.StringIO()
-    w = csv.writer(buf, lineterminator="\n")
-    w.writerow(COLUMNS)
-    for row in rows:
-        w.writerow(_row_cells(row).values())
-    return buf.getvalue()
+    csv.writer(buf, lineterminator="\r\n").writerow(cells)
+    return buf.getvalue()[:-2] + "\n"
 
 
 def _refuse_link(path: Path) -> None:
@@ -348,7 +359,18 @@ class ResultsStore:
             rows = self._counted(self._read_rows())
         # pandas reads text this module wrote from validated rows: its parser errors cannot reach the user.
         # A hash is text even when its hex digits read as a number ("00012e45" is not 12e45).
-        return pd.read_csv(io.StringIO(_csv_text(rows)), dtype={"config_hash": str})
+        return pd.read_csv(io.StringIO(_csv_text(rows, _plain_cells)), dtype={"config_hash": str})
+
+    def load_board_and_runs(self) -> tuple[pd.DataFrame, list[dict[str, Any]]]:
+        """:meth:`load_leaderboard` and :meth:`load_runs` together; a row whose run JSON is missing is named on stderr
+        (its curves, probes and configuration are then unknown: the row alone is shown)."""
+        board, runs = self.load_leaderboard(), self.load_runs()
+        missing = sorted(set(board["run_id"]) - {r["run_id"] for r in runs})
+        if missing:
+            print(f"warning: {len(missing)} row(s) of {self.leaderboard} have no run JSON in {self.runs_dir} "
+                  f"({', '.join(missing[:5])}{' ...' if len(missing) > 5 else ''}): restore them from where the "
+                  "folder came from", file=sys.stderr)
+        return board, runs
 
     def load_run(self, run_id: str) -> dict[str, Any]:
         """The run JSON of ``run_id``: its own file, else the run an old id moved to (:data:`ALIASES`), else the one
