@@ -33,6 +33,20 @@ variants.register_preset("evil_resnet", "resnet")
 """
 
 
+TINY = """
+    name = "tiny"
+    [base]
+    task = "digits"
+    steps = 1
+    batch_size = 8
+    measure = []
+    chance_band = 0
+    [grid]
+    variant = ["plain_mlp"]
+    seed = [0, 1]
+"""
+
+
 def cli(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
     code = main(args)
     out, err = capsys.readouterr()
@@ -146,6 +160,16 @@ def test_a_row_whose_study_is_not_a_name_is_a_damaged_line(tmp_path: Path) -> No
         store.rows()
 
 
+@pytest.mark.parametrize("field", ["study", "preset"])
+def test_a_sweep_refuses_to_set_its_study_or_preset(field: str, tmp_path: Path,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    """--set study=... was silently ignored: the sweep recorded its own study's name."""
+    study = write(tmp_path / "tiny.toml", TINY)
+    code, _, err = cli(["sweep", str(study), "--set", f"{field}=../../evil", "--dry-run", "--results-dir",
+                        str(tmp_path / "r")], capsys)
+    assert code == 2 and err.startswith(f"error: --set {field}=... cannot be set: a sweep records its study's name")
+
+
 # -- a run JSON checked whole ----------------------------------------------------------------------------------
 
 
@@ -194,19 +218,6 @@ def test_a_row_without_its_run_json_is_named(tmp_path: Path, capsys: pytest.Capt
 
 
 # -- a lost leaderboard is rebuilt, never retrained over --------------------------------------------------------
-
-TINY = """
-    name = "tiny"
-    [base]
-    task = "digits"
-    steps = 1
-    batch_size = 8
-    measure = []
-    chance_band = 0
-    [grid]
-    variant = ["plain_mlp"]
-    seed = [0, 1]
-"""
 
 
 @pytest.mark.parametrize("left", ["", ",".join(COLUMNS) + "\n"])
@@ -309,15 +320,16 @@ def test_loading_a_folder_that_does_not_exist_is_an_error(tmp_path: Path) -> Non
 @pytest.mark.parametrize(("text", "why"), [
     ('claim = 5\n[grid]\nvariant = ["resnet"]\n', "`claim` must be a string (claim = \"...\"), got 5"),
     ('[grid]\nvariant = ["resnet"]\n[presets.unused]\nsteps = -3\n',
-     "[presets.unused] --steps must be an integer in [1, 1000000000], got -3"),
+     "--steps must be an integer in [1, 1000000000], got -3 (in [presets.unused] of {path})"),
     ('[grid]\nvariant = ["resnet"]\nlr = [0.1, 1e300]\n',
-     "[grid] --lr must be a finite number in (0, 100], got 1e+300"),
+     "--lr must be a finite number in (0, 100], got 1e+300 (in [grid] of {path})"),
 ])  # fmt: skip
 def test_a_study_file_is_checked_whole_when_it_is_loaded(text: str, why: str, tmp_path: Path) -> None:
     path = write(tmp_path / "s.toml", text)
     with pytest.raises(ValueError) as caught:
         load_study(path)
-    assert str(caught.value) == f"study file {path}: {why}"
+    head = f"study file {path}: " if why.startswith("`") else "study 's': "
+    assert str(caught.value) == head + why.format(path=path)
 
 
 def test_a_study_file_nested_too_deep_is_refused(tmp_path: Path) -> None:
@@ -345,3 +357,13 @@ def test_a_dataset_larger_than_memory_is_refused_with_its_estimate(tmp_path: Pat
     assert code == 2 and not (tmp_path / "r").exists(), err
     assert err.startswith("error: synthetic: --train-size 1000 and --val-size 1024 images of --image-size 32 needs "
                           "about 0.0696 GiB of memory, more than the 0.000977 GiB this process may allocate")
+
+
+def test_a_model_larger_than_memory_is_refused_with_its_estimate(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    """A Pre-LN Transformer of depth 10000 (1,982,769,408 parameters) once failed in the allocator."""
+    monkeypatch.setattr(task_base, "available_memory", lambda: 2**20)
+    code, _, err = cli(["run", "--variant", "resnet20", "--steps", "1", "--results-dir", str(tmp_path / "r")], capsys)
+    assert code == 2 and not (tmp_path / "r").exists(), err
+    assert err.startswith("error: resnet20 with 269,434 parameters (4-byte weights, gradients and two optimiser states "
+                          "each) needs about 0.00401 GiB of memory, more than the 0.000977 GiB this process may")

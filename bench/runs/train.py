@@ -26,6 +26,7 @@ from bench.runs.progress import Progress
 from bench.runs.scalars import learned_scalars
 from bench.runs.tasks import Task, TaskError, TaskOptions
 from bench.runs.tasks import get as get_task
+from bench.runs.tasks.base import check_fits
 
 # Which model keywords a task must be able to set, by task kind: a variant that lacks them
 # cannot fit the task's data (e.g. a Transformer on images).
@@ -151,7 +152,12 @@ def setup(cfg: RunConfig) -> Setup:
         raise TaskError(f"{batch} exceeds the {task.num_train} training samples of task {task.name!r}; use a smaller "
                         f"batch{more}")
     kw = model_kwargs(cfg, task)
-    torch.manual_seed(cfg.seed)
+    if device.type == "cpu":  # before the weights exist: a model too large for the machine is bad input, not an OOM
+        with torch.device("meta"):
+            params = sum(p.numel() for p in variants.create(cfg.variant, **kw).parameters())
+        check_fits(16 * params, f"{cfg.variant} with {params:,} parameters (4-byte weights, gradients and two "
+                                "optimiser states each)")
+    torch.manual_seed(cfg.seed)  # after the count: the model drawn is the same with and without it
     model = variants.create(cfg.variant, **kw).to(device)
     if cfg.channels_last:
         model = model.to(memory_format=torch.channels_last)

@@ -96,6 +96,10 @@ class SweepOptions:
             key, sep, raw = item.partition("=")
             if not sep or not key.isidentifier():
                 raise ValueError(f"--set takes KEY=VALUE, got {item!r}")
+            if key in ("study", "preset"):  # the sweep sets them to the study's name and preset: never silently lost
+                raise ValueError(f"--set {key}=... cannot be set: a sweep records its study's name and the preset it "
+                                 f"ran as each run's {key}" + (" (choose a preset with --preset)" if key == "preset"
+                                                               else ""))
             try:
                 out[key] = ast.literal_eval(raw)
             except (ValueError, SyntaxError):

@@ -45,7 +45,7 @@ from bench.analysis.options import check_options
 from bench.analysis.studyfile import find_study, plugin_spec, read_study_file
 from bench.runs import cost, plugins
 from bench.runs.config import FIELD_DEFAULTS, SEQUENCE_FIELDS, RunConfig, build
-from bench.runs.constraints import CONSTRAINTS, flag_of
+from bench.runs.constraints import CONSTRAINTS, errors
 from bench.runs.names import RULE, problem
 from bench.runs.results import COLUMNS
 from bench.runs.tasks import TaskError
@@ -310,6 +310,7 @@ def _check_field_values(data: dict[str, Any], path: Path) -> None:
     """ValueError naming the table, the field and what it accepts where a value in ``[base]``, ``[grid]`` or any
     preset is outside its field's constraint (:data:`bench.runs.constraints.CONSTRAINTS`): the whole file is checked
     when it is loaded, so a preset nobody chose yet is not a mistake waiting for the day it is."""
+    name = data.get("name", path.stem)
     tables = [("base", data.get("base", {})), ("grid", data.get("grid", {})),
               *((f"presets.{p}", o) for p, o in data.get("presets", {}).items())]
     for where, table in tables:
@@ -320,9 +321,9 @@ def _check_field_values(data: dict[str, Any], path: Path) -> None:
             # a list is an axis of values, except a sequence field's single value (betas = [0.9, 0.99])
             one = not isinstance(value, list) or (c.items and not any(isinstance(v, list) for v in value))
             for v in [value] if one else value:
-                held = tuple(v) if isinstance(v, list) else v
-                if not c.accepts(held):
-                    raise ValueError(f"study file {path}: [{where}] {flag_of(key)} must be {c.describe()}, got {v!r}")
+                wrong = errors(CONSTRAINTS, {key: tuple(v) if isinstance(v, list) else v})
+                if wrong:
+                    raise ValueError(f"study {name!r}: {wrong[0]} (in [{where}] of {path})")
 
 
 def _check_claim_fields(claims: Sequence[Claim], data: dict[str, Any], path: Path) -> None:
