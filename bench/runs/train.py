@@ -153,8 +153,11 @@ def setup(cfg: RunConfig) -> Setup:
                         f"batch{more}")
     kw = model_kwargs(cfg, task)
     if device.type == "cpu":  # before the weights exist: a model too large for the machine is bad input, not an OOM
-        with torch.device("meta"):
-            params = sum(p.numel() for p in variants.create(cfg.variant, **kw).parameters())
+        try:
+            with torch.device("meta"):
+                params = sum(p.numel() for p in variants.create(cfg.variant, **kw).parameters())
+        except (RuntimeError, NotImplementedError):  # a plugin's model that needs real tensors to be built
+            params = 0
         check_fits(16 * params, f"{cfg.variant} with {params:,} parameters (4-byte weights, gradients and two "
                                 "optimiser states each)")
     torch.manual_seed(cfg.seed)  # after the count: the model drawn is the same with and without it
