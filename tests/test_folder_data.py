@@ -217,6 +217,18 @@ def test_a_row_without_its_run_json_is_named(tmp_path: Path, capsys: pytest.Capt
             f"({ids[0]})" in err, err
 
 
+def test_a_runs_entry_that_is_a_file_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A file where runs/ should be once read as a folder of no runs: the report went on without a word."""
+    store = ResultsStore(tmp_path)
+    add(store, 0)
+    for json_file in store.runs_dir.iterdir():
+        json_file.unlink()
+    store.runs_dir.rmdir()
+    store.runs_dir.write_text("not a folder\n")
+    code, _, err = cli(["report", "--results-dir", str(tmp_path)], capsys)
+    assert code == 2 and err == f"error: {store.runs_dir} is a file, but it is where run JSONs are; move it away\n"
+
+
 # -- a lost leaderboard is rebuilt, never retrained over --------------------------------------------------------
 
 

@@ -89,6 +89,8 @@ def upgrade(results_dir: str | Path, *, dry_run: bool = False) -> list[Change]:
     (module docstring); returns one :class:`Change` per run that lacked either. With ``dry_run`` nothing is written."""
     store = ResultsStore(results_dir)
     store.preflight()
+    if not dry_run:
+        store.rebuild()  # the rows a lost leaderboard no longer holds, from their run JSONs (said on stderr)
     board = store.load_leaderboard()
     cache: dict[tuple[Any, ...], float | None] = {}
     changes: list[Change] = []
