@@ -16,6 +16,7 @@ import bench
 from bench.analysis.studyfile import read_study_file
 from bench.cli import main
 from bench.runs import results
+from bench.runs.cells import csv_text
 from bench.runs.config import RunConfig
 from bench.runs.results import COLUMNS, ResultsStore
 from bench.runs.tasks import base as task_base
@@ -280,7 +281,7 @@ def test_a_row_out_of_range_is_left_out_with_a_warning(column: str, cell: str, w
     ids = [add(store, seed) for seed in range(2)]
     rows = store.rows()
     rows[0][column] = cell
-    results.atomic_write_text(store.leaderboard, results._csv_text(rows))
+    results.atomic_write_text(store.leaderboard, csv_text(rows))
     board = store.load_leaderboard()
     assert list(board["run_id"]) == ids[1:]
     assert f"warning: {store.leaderboard}: run {ids[0]} left out ({why})" in capsys.readouterr().err

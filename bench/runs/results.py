@@ -11,17 +11,17 @@ import contextlib
 import csv
 import io
 import json
-import math
 import os
 import sys
 import tempfile
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 from filelock import FileLock
 
+from bench.runs.cells import TEXT_COLUMNS, cell_text, csv_text, plain_cells, unescape_cell
 from bench.runs.names import RULE, file_name
 from bench.runs.schema import COLUMNS, INTEGER_COLUMNS, LEGACY_SCHEMAS, NUMBER_COLUMNS, STATUSES, new_row  # noqa: F401
 from bench.runs.validate import row_problem, run_problem, value_problem
@@ -64,60 +64,6 @@ def check_writable(folder: Path, what: str, option: str) -> None:
             raise ValueError(f"{what} {existing} is not writable; pass another {option}")
     except OSError as exc:  # e.g. a parent directory that may not be searched
         raise ValueError(f"cannot use {what} {folder}: {exc.strerror or exc}") from None
-
-
-def _cell(value: Any) -> str:
-    if value is None or (isinstance(value, float) and not math.isfinite(value)):  # as the run JSON: null
-        return ""
-    if isinstance(value, float):
-        return repr(value)
-    return str(value)
-
-
-# A cell a spreadsheet would run as a formula starts with one of these (OWASP's list for CSV injection).
-_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
-TEXT_COLUMNS = tuple(c for c in COLUMNS if c not in (*INTEGER_COLUMNS, *NUMBER_COLUMNS))
-
-
-def _formula_like(cell: str) -> bool:
-    return cell.lstrip("'").startswith(_FORMULA_START)
-
-
-def escape_cell(cell: str) -> str:
-    """A text cell as ``leaderboard.csv`` holds it: one that a spreadsheet would run as a formula (it starts with
-    ``=``, ``+``, ``-``, ``@``, a tab or a carriage return, after any quotes) gets a leading ``'``, which a
-    spreadsheet shows as text; :func:`unescape_cell` gives the cell back unchanged."""
-    return "'" + cell if _formula_like(cell) else cell
-
-
-def unescape_cell(cell: str) -> str:
-    """The text :func:`escape_cell` was given."""
-    return cell[1:] if cell.startswith("'") and _formula_like(cell) else cell
-
-
-def _file_cells(row: Mapping[str, Any]) -> list[str]:
-    """A row's cells as ``leaderboard.csv`` holds them: text a spreadsheet would run escaped (:func:`escape_cell`)."""
-    return [escape_cell(_cell(row.get(c))) if c in TEXT_COLUMNS else _cell(row.get(c)) for c in COLUMNS]
-
-
-def _plain_cells(row: Mapping[str, Any]) -> list[str]:
-    """A row's cells as its values are (what pandas reads in :meth:`ResultsStore.load_leaderboard`)."""
-    return [_cell(row.get(c)) for c in COLUMNS]
-
-
-def _csv_text(rows: Iterable[Mapping[str, Any]], cells: Callable[[Mapping[str, Any]], list[str]] = _file_cells) -> str:
-    """The leaderboard's text of ``rows`` (their cells as :meth:`ResultsStore.rows` gives them), each row's ``cells``
-    as the file holds them unless told otherwise."""
-    return "".join(_csv_line(line) for line in (COLUMNS, *(cells(row) for row in rows)))
-
-
-def _csv_line(cells: Iterable[str]) -> str:
-    """One line of the leaderboard. Written with CRLF as the line's end, the writer quotes a cell holding a carriage
-    return as it quotes one holding a newline (a bare CR ends a line for every reader); the line then ends with LF
-    alone, as every line of the file does."""
-    buf = io.StringIO()
-    csv.writer(buf, lineterminator="\r\n").writerow(cells)
-    return buf.getvalue()[:-2] + "\n"
 
 
 def _refuse_link(path: Path) -> None:
@@ -183,8 +129,8 @@ class ResultsStore:
         atomic_write_text(run_path, json.dumps(run_json, indent=1, default=_json_default, allow_nan=False) + "\n")
         with self._lock:
             rows = [r for r in self._read_rows() if r["run_id"] != row["run_id"]]
-            rows.append({c: _cell(row.get(c)) for c in COLUMNS})
-            atomic_write_text(self.leaderboard, _csv_text(rows))
+            rows.append({c: cell_text(row.get(c)) for c in COLUMNS})
+            atomic_write_text(self.leaderboard, csv_text(rows))
         return run_path
 
     def replace(self, updates: Mapping[str, tuple[Mapping[str, Any], Mapping[str, Any]]]) -> None:
@@ -200,9 +146,9 @@ class ResultsStore:
             for run_id, (_, run_json) in updates.items():
                 atomic_write_text(self.run_path(run_id),
                                   json.dumps(run_json, indent=1, default=_json_default, allow_nan=False) + "\n")
-            rows = [{c: _cell(updates[r["run_id"]][0].get(c)) for c in COLUMNS} if r["run_id"] in updates else r
+            rows = [{c: cell_text(updates[r["run_id"]][0].get(c)) for c in COLUMNS} if r["run_id"] in updates else r
                     for r in rows]
-            atomic_write_text(self.leaderboard, _csv_text(rows))
+            atomic_write_text(self.leaderboard, csv_text(rows))
 
     def rebuild(self) -> list[str]:
         """Give each run JSON in ``runs/`` whose run has no leaderboard row its row again, from the row the JSON holds
@@ -215,13 +161,13 @@ class ResultsStore:
             rows = self._read_rows()
             have = {r["run_id"] for r in rows}
             runs = [read_run_json(p) for p in sorted(self.runs_dir.glob("*.json")) if p.stem not in have]
-            lost = [{c: _cell(r["row"].get(c)) for c in COLUMNS} | {"run_id": r["run_id"]}
+            lost = [{c: cell_text(r["row"].get(c)) for c in COLUMNS} | {"run_id": r["run_id"]}
                     for r in runs if r.get("row")]
             if not lost:
                 return []
             for row in lost:
                 _checked_row(row)
-            atomic_write_text(self.leaderboard, _csv_text([*rows, *lost]))
+            atomic_write_text(self.leaderboard, csv_text([*rows, *lost]))
         ids = [r["run_id"] for r in lost]
         print(f"note: {self.leaderboard} had no row for {len(ids)} run(s) recorded in {self.runs_dir}: their rows were "
               f"rebuilt from their run JSONs ({', '.join(ids[:5])}{' ...' if len(ids) > 5 else ''})", file=sys.stderr)
@@ -241,7 +187,7 @@ class ResultsStore:
             atomic_write_text(self.run_path(run_id),
                               json.dumps(run_json, indent=1, default=_json_default, allow_nan=False) + "\n")
         with self._lock:
-            atomic_write_text(self.leaderboard, _csv_text({c: _cell(r.get(c)) for c in COLUMNS} for r in rows))
+            atomic_write_text(self.leaderboard, csv_text({c: cell_text(r.get(c)) for c in COLUMNS} for r in rows))
 
     def _read_rows(self) -> list[dict[str, str]]:
         """Every row, in the current schema; a foreign header or a damaged line raises ValueError (how to fix it)."""
@@ -296,7 +242,7 @@ class ResultsStore:
         return header
 
     def _checked(self, row: dict[str, str], line: int) -> dict[str, str]:
-        """``row`` with its text cells unescaped (:func:`escape_cell`) when its names are names
+        """``row`` with its text cells unescaped (:func:`bench.runs.cells.escape_cell`) when its names are names
         (:func:`bench.runs.validate.row_problem`: the run id names ``runs/<run_id>.json``) and its number columns hold
         numbers; else the damaged-line error naming the column and the cell."""
         row = {c: unescape_cell(v) if c in TEXT_COLUMNS else v for c, v in row.items()}
@@ -359,7 +305,7 @@ class ResultsStore:
             rows = self._counted(self._read_rows())
         # pandas reads text this module wrote from validated rows: its parser errors cannot reach the user.
         # A hash is text even when its hex digits read as a number ("00012e45" is not 12e45).
-        return pd.read_csv(io.StringIO(_csv_text(rows, _plain_cells)), dtype={"config_hash": str})
+        return pd.read_csv(io.StringIO(csv_text(rows, plain_cells)), dtype={"config_hash": str})
 
     def load_board_and_runs(self) -> tuple[pd.DataFrame, list[dict[str, Any]]]:
         """:meth:`load_leaderboard` and :meth:`load_runs` together; a row whose run JSON is missing is named on stderr
