@@ -59,7 +59,7 @@ def test_list_whole_registry_and_no_match(capsys: pytest.CaptureFixture[str]) ->
         (["--variant", "resnet21"], "error: unknown variant 'resnet21'; did you mean"),
         (["--variant", "resnet", "--depth", "21"], "error: CIFAR ResNet depth must be 6n+2"),
         (["--variant", "resnet20", "--task", "imagenet"], "error: unknown task 'imagenet'; choose one of:"),
-        (["--variant", "resnet20", "--lr", "-1"], "error: --lr must be a finite number in (0, 100], got -1.0"),
+        (["--variant", "resnet20", "--lr", "-1"], "error: --lr must be a finite number in (0, 1000000], got -1.0"),
         (["--variant", "resnet20", "--recipe", "vaswani"], "error: unknown recipe 'vaswani'"),
         # --lr at its default value is still an --lr given: never silently replaced by --lr-base's scaled one
         (["--variant", "resnet20", "--lr", "0.1", "--lr-base", "0.05"], "error: give --lr (the peak lr itself, 0.1)"),

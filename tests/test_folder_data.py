@@ -179,7 +179,7 @@ def test_a_sweep_refuses_to_set_its_study_or_preset(field: str, tmp_path: Path,
     (lambda r: r["curves"].update(eval=[{"step": 1, "val_acc": "0.5"}]), '"curves"."eval"[0]."val_acc" is \'0.5\', '
                                                                           "not a number"),
     (lambda r: r.update(probes=[{"step": 0, "layer": 1, "value": 1.0}]), '"probes"[0] has no "metric"'),
-    (lambda r: r["config"].update(lr="abc"), '"config"."lr" is \'abc\'; it must be a finite number in (0, 100]'),
+    (lambda r: r["config"].update(lr="abc"), '"config"."lr" is \'abc\'; it must be a finite number in (0, 1000000]'),
     (lambda r: r["config"].update(depth=-5), '"config"."depth" is -5; it must be an integer in [1, 10000]'),
     (lambda r: r["config"].update(preset="../../evil"), '"config"."preset" \'../../evil\' holds a path separator'),
     (lambda r: r.update(run_id="other-run"), "its run_id 'other-run' is not its file's name"),
@@ -335,7 +335,7 @@ def test_loading_a_folder_that_does_not_exist_is_an_error(tmp_path: Path) -> Non
     ('[grid]\nvariant = ["resnet"]\n[presets.unused]\nsteps = -3\n',
      "--steps must be an integer in [1, 1000000000], got -3 (in [presets.unused] of {path})"),
     ('[grid]\nvariant = ["resnet"]\nlr = [0.1, 1e300]\n',
-     "--lr must be a finite number in (0, 100], got 1e+300 (in [grid] of {path})"),
+     "--lr must be a finite number in (0, 1000000], got 1e+300 (in [grid] of {path})"),
 ])  # fmt: skip
 def test_a_study_file_is_checked_whole_when_it_is_loaded(text: str, why: str, tmp_path: Path) -> None:
     path = write(tmp_path / "s.toml", text)
@@ -353,7 +353,7 @@ def test_a_study_file_nested_too_deep_is_refused(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(("argv", "error"), [
     (["--steps", "1000000000000000"], "error: --steps must be an integer in [1, 1000000000], got 1000000000000000"),
-    (["--lr", "1e300"], "error: --lr must be a finite number in (0, 100], got 1e+300"),
+    (["--lr", "1e300"], "error: --lr must be a finite number in (0, 1000000], got 1e+300"),
     (["--task", "synthetic", "--image-size", "1000000"], "error: --image-size must be an integer in [1, 8192]"),
 ])  # fmt: skip
 def test_absurd_values_are_refused_before_compute(argv: list[str], error: str, tmp_path: Path,
