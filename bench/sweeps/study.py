@@ -50,6 +50,7 @@ from bench.runs.results import COLUMNS
 from bench.runs.tasks import TaskError
 from bench.runs.tasks import get as get_task
 from bench.runs.train import model_kwargs, task_options
+from bench.sweeps.budgets import budget_steps
 from bench.sweeps.fairness import DEFAULT_PARAM_TOLERANCE, check_grid
 
 # The analyses of a study that trains nothing, each with the option that lists its models.
@@ -160,6 +161,7 @@ class Study:
                 raise ValueError(f"study {self.name!r}{f' (preset {preset})' if preset else ''}: {exc}") from None
         _check_variants(out)
         self._check_fair(out)
+        budget_steps(out, self.name)  # a budget under one step of some design: refused before any run
         return out
 
     def _check_models(self, preset: str | None) -> None:
