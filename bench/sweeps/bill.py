@@ -180,7 +180,8 @@ def step_seconds(timed_s: float, timed_samples: int, cfg: RunConfig) -> float:
 def _setup(cfg: RunConfig) -> tuple[Any, int | None, str | None]:
     """``cfg`` set up as it is when its task loads here, else on the stand-in of the same shapes (:data:`STAND_INS`):
     the setup, the real dataset's training samples (stand-ins only) and the stand-in's name."""
-    cfg = dataclasses.replace(cfg, grad_accum=1, global_batch_size=None, steps=1, epochs=None, measure=())
+    cfg = dataclasses.replace(cfg, grad_accum=1, global_batch_size=None, steps=1, epochs=None, measure=(),
+                              budget_flops=None, budget_samples=None)
     try:
         return setup(cfg), None, None
     except TaskError:
