@@ -592,22 +592,23 @@ def evaluate_claims(
     named = {f for c in claims for f in (*c.where, c.for_each, c.compare, c.x)}
     frame = claim_frame(board, runs, [a for a in AXES if a in named])
     fields = [c for c in config_table(frame, runs).columns if c not in AXES]
-    return [r for claim in claims for r in (_multiplier(claim, frame, runs or []) if claim.kind == "multiplier"
+    return [r for claim in claims for r in (_multiplier(claim, frame, board, runs or []) if claim.kind == "multiplier"
                                             else _evaluate(claim, frame, fields, probes, level))]
 
 
-def _multiplier(claim: Claim, frame: pd.DataFrame, runs: Sequence[Mapping[str, Any]]) -> list[Result]:
+def _multiplier(claim: Claim, frame: pd.DataFrame, board: pd.DataFrame, runs: Sequence[Mapping[str, Any]]
+                ) -> list[Result]:
     """A multiplier claim: design ``b``'s ``quantity`` against baseline ``a`` from their scaling fits
     (:mod:`bench.analysis.multiplier`, E held at the task's floor where known), one verdict per size of ``b`` (the
     exponent difference: one); its bootstrap interval inside ``expect_range`` agrees, wholly outside disagrees."""
     df = frame
     for key, value in claim.where.items():
         df = df[_matches(df[key], value)] if key in df else df.iloc[:0]
-    df = df[df["variant"].isin([claim.a, claim.b])]
-    ids = set(df["run_id"])
+    ids = set(df.loc[df["variant"].isin([claim.a, claim.b]), "run_id"])
     mine = [r for r in runs if r.get("run_id") in ids]
-    try:
-        fit = fit_ladders(ladders_from(df, mine, claim.metric), str(claim.a), floor_of(mine))
+    try:  # the leaderboard's own rows: the frame's config fields replace its columns (a budget run's steps: None)
+        fit = fit_ladders(ladders_from(board[board["run_id"].isin(ids)], mine, claim.metric), str(claim.a),
+                          floor_of(mine))
     except ValueError as exc:
         return [Result(claim, "", "inconclusive", note=str(exc))]
     if str(claim.b) not in fit.ladders:
