@@ -108,7 +108,7 @@ def fit_ladders(ladders: Mapping[str, Ladder], baseline: str, e_fixed: float | N
     if baseline not in ladders:
         raise ValueError(f"scaling fit: the baseline {baseline!r} has no runs here; designs: {sorted(ladders)}")
     for d, lad in ladders.items():
-        scaling.check_ladder(d, lad.compute)
+        scaling.check_ladder(d, lad.compute.tolist())
     n_seeds = next(iter(ladders.values())).loss.shape[1]
     idx = scaling.resample(n_seeds, draws, np.random.default_rng(seed))
     params = {d: scaling.fit_batch(lad.compute, scaling.seed_means(lad.loss, idx), e_fixed)
@@ -154,16 +154,20 @@ def size_labels(keys: Sequence[str]) -> dict[str, str]:
             for k, d in dicts.items()}
     fields = sorted({f for d in flat.values() for f in d})
     varying = [f for f in fields if len({json.dumps(d.get(f), default=str) for d in flat.values()}) > 1]
-    return {k: " ".join(f"{f}={d.get(f)}" for f in varying) or "one size" for k, d in flat.items()}
+    return {k: " ".join(f"{f}={_short(d.get(f))}" for f in varying) or "one size" for k, d in flat.items()}
+
+
+def _short(value: Any) -> str:
+    """A value as a size label shows it: numbers in their shortest form (``2e+09``, ``64``)."""
+    return f"{value:g}" if isinstance(value, (int, float)) and not isinstance(value, bool) else str(value)
 
 
 def floor_of(records: Sequence[Mapping[str, Any]]) -> float | None:
     """The known irreducible loss (nats) of the runs' task where every run's task records one (``tinytext``: the
     entropy rate of its generating process, ``entropy_floor_bpc`` bits per byte), else None."""
     floors = {(r.get("task") or {}).get("entropy_floor_bpc") for r in records}
-    if len(floors) != 1 or None in floors:
-        return None
-    return float(floors.pop()) * math.log(2)
+    floor = floors.pop() if len(floors) == 1 else None
+    return None if floor is None else float(floor) * math.log(2)
 
 
 def ladders_from(board: pd.DataFrame, records: Sequence[Mapping[str, Any]], metric: str) -> dict[str, Ladder]:

@@ -32,7 +32,7 @@ def fits_table(fit: ScalingFit) -> pd.DataFrame:
         "design": f["design"], "sizes": f["sizes"], "seeds": f["seeds"], "E": e,
         "A": [_cell(*r) for r in zip(f["A"], f["A_lo"], f["A_hi"], strict=True)],
         "alpha": [_cell(*r) for r in zip(f["alpha"], f["alpha_lo"], f["alpha_hi"], strict=True)],
-        f"alpha - alpha({fit.baseline})": [MISSING if d == fit.baseline else _cell(*r, digits=2) for d, *r in
+        f"alpha - alpha({fit.baseline})": [MISSING if d == fit.baseline else _cell(v, lo, hi, 2) for d, v, lo, hi in
                                            zip(f["design"], f["alpha_diff"], f["alpha_diff_lo"], f["alpha_diff_hi"],
                                                strict=True)],
     })
