@@ -66,7 +66,8 @@ class ScalingFit:
             for name, col in (("E", p[:, 0]), ("A", np.exp(p[:, 1])), ("alpha", p[:, 2]),
                               ("alpha_diff", p[:, 2] - base[:, 2])):
                 row[name] = float(col[0])
-                row[f"{name}_lo"], row[f"{name}_hi"] = scaling.interval(col[0], col[1:], self.n_seeds)
+                row[f"{name}_lo"], row[f"{name}_hi"] = scaling.interval(col[0], col[1:], self.n_seeds,
+                                                                        positive=name in ("E", "A"))
             rows.append(row)
         return pd.DataFrame(rows)
 
@@ -84,9 +85,11 @@ class ScalingFit:
                 ratio = _steps_ratio(base_ladder, lad, size, self.resamples)
                 row = {"design": d, "size": size, "compute": c, "loss": float(np.nanmean(lad.loss[i])),
                        "fitted_loss": float(own[0]), "multiplier": float(mult[0])}
-                row["multiplier_lo"], row["multiplier_hi"] = scaling.interval(mult[0], mult[1:], self.n_seeds)
+                row["multiplier_lo"], row["multiplier_hi"] = scaling.interval(mult[0], mult[1:], self.n_seeds,
+                                                                              positive=True)
                 row["steps_ratio"] = float(ratio[0])
-                row["steps_ratio_lo"], row["steps_ratio_hi"] = scaling.interval(ratio[0], ratio[1:], self.n_seeds)
+                row["steps_ratio_lo"], row["steps_ratio_hi"] = scaling.interval(ratio[0], ratio[1:], self.n_seeds,
+                                                                                positive=True)
                 rows.append(row)
         return pd.DataFrame(rows)
 

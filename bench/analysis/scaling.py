@@ -25,8 +25,9 @@ on a ladder spanning one or two decades is gone. The price: a wrong E bends ever
 
 **Intervals.** The seeds are resampled with replacement (the same seeds for every design, so designs that share
 seeds stay paired), the ladder refitted on each resample, and the 2.5 % and 97.5 % percentiles of a parameter's
-fits around the point fit widened by sqrt(n / (n − 1)) for n seeds: the bootstrap's spread of a mean over n seeds
-is the plug-in one, which underestimates the spread by that factor.
+fits around the point fit widened by sqrt(n / (n − 1)) · t(n − 1) / z for n seeds (:func:`widening`): the
+bootstrap's spread of a mean over n seeds is the plug-in one, too narrow by the first factor, and the spread is
+itself estimated from n seeds (Student's t over the normal quantile).
 """
 
 from __future__ import annotations
@@ -164,18 +165,24 @@ def seed_means(loss: np.ndarray, idx: np.ndarray) -> np.ndarray:
         return np.where(counts > 0, total / np.maximum(counts, 1), np.nan).T
 
 
-def interval(point: np.ndarray | float, draws: np.ndarray, n_seeds: int, level: float = LEVEL) -> tuple[float, float]:
-    """The percentile interval of ``draws`` (NaN left out) around ``point``, widened by sqrt(n / (n − 1)) (module
+def interval(point: np.ndarray | float, draws: np.ndarray, n_seeds: int, level: float = LEVEL,
+             positive: bool = False) -> tuple[float, float]:
+    """The percentile interval of ``draws`` (NaN left out) around ``point``, widened by :func:`widening` (module
     docstring); (NaN, NaN) with fewer than 10 finite draws. Infinite draws (a loss the baseline never reaches)
-    count as beyond every finite one."""
+    count as beyond every finite one. ``positive``: a quantity above 0 (A, E, a multiplier, a ratio) is widened on
+    the log scale, so its interval stays above 0."""
     d = np.asarray(draws, dtype=float)
     d = d[~np.isnan(d)]
     if len(d) < 10 or not np.isfinite(point):
         return math.nan, math.nan
-    lo, hi = np.quantile(d, [(1 - level) / 2, (1 + level) / 2])
+    lo, hi = (float(v) for v in np.quantile(d, [(1 - level) / 2, (1 + level) / 2]))
     widen = widening(n_seeds, level)
     p = float(point)
-    return p - widen * (p - float(lo)), p + widen * (float(hi) - p)
+    if positive and p > 0 and lo > 0:
+        with np.errstate(over="ignore"):
+            return (float(np.exp(math.log(p) - widen * (math.log(p) - math.log(lo)))),
+                    float(np.exp(math.log(p) + widen * (np.log(hi) - math.log(p)))))
+    return p - widen * (p - lo), p + widen * (hi - p)
 
 
 def widening(n_seeds: int, level: float = LEVEL) -> float:
