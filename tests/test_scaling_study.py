@@ -114,3 +114,42 @@ def test_a_malformed_multiplier_claim_is_refused(fields: dict, message: str) -> 
 def test_describe_a_multiplier_claim() -> None:
     claim = parse_claim({**CLAIM, "expect_range": [1.8, 2.4]})
     assert describe(claim) == "multiplier of hc vs preln (final_val_loss): 95% interval in [1.8, 2.4]"
+
+
+def test_the_report_section_of_a_study_with_a_multiplier_claim(tmp_path: Path) -> None:
+    from test_scaling import COMPUTE, curve
+
+    from bench.reports.scaling import figure_data, report_lines
+
+    root = _results(tmp_path / "r")
+    (root / "studies").mkdir()
+    (root / "studies" / "ladder.toml").write_text(
+        'name = "ladder"\n[[claims]]\nid = "m"\nkind = "multiplier"\npaper = "p"\ntext = "t"\n'
+        'metric = "final_val_loss"\na = "preln"\nb = "hc"\nexpect_range = [1.5, 2.5]\n')
+    store = ResultsStore(root)
+    lines = report_lines(root, "ladder", store.load_leaderboard(), store.load_runs())
+    assert lines[0] == "## Scaling fit" and "![scaling](plots/ladder/scaling.png)" in lines
+    assert (root / "plots" / "ladder" / "scaling.png").stat().st_size > 0
+    assert "\n| hc | d_model=16 | 1e+12 |" in "\n".join(lines)
+    fit = load_fit(root)
+    dots, curves = figure_data(fit, points=5)
+    preln = dots[dots["design"] == "preln"]
+    assert preln["loss"].to_numpy() == pytest.approx(curve(COMPUTE[:4]))  # seeds at -1 %, 0, +1 %: their mean
+    assert (preln["low"] < preln["loss"]).all() and (preln["loss"] < preln["high"]).all()
+    assert len(curves) == 10 and curves["compute"].min() == pytest.approx(COMPUTE[0])
+
+
+def load_fit(root: Path):  # type: ignore[no-untyped-def]
+    import bench
+
+    return bench.scaling_fit(bench.load(root), "preln", draws=50)
+
+
+def test_a_study_without_a_multiplier_claim_has_no_scaling_section(tmp_path: Path) -> None:
+    from bench.reports.scaling import report_lines
+
+    root = _results(tmp_path / "r")
+    (root / "studies").mkdir()
+    (root / "studies" / "ladder.toml").write_text('name = "ladder"\n')
+    store = ResultsStore(root)
+    assert report_lines(root, "ladder", store.load_leaderboard(), store.load_runs()) == []
