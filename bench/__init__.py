@@ -1,6 +1,6 @@
 """resbench harness: `python -m bench`, and from Python the functions of :mod:`bench.api` (``bench.run``,
-``bench.sweep``, ``bench.load``, ``bench.compare``, ``bench.track``, ``bench.cost``; documented there and in the
-README).
+``bench.sweep``, ``bench.load``, ``bench.compare``, ``bench.scaling_fit``, ``bench.track``, ``bench.cost``;
+documented there and in the README).
 
 The harness is layered, imports pointing only down (``docs/architecture.md``): ``bench.cli`` and ``bench.api`` (the
 interface) -> ``bench.sweeps`` and ``bench.reports`` -> ``bench.analysis`` -> ``bench.runs`` (one run) -> the
@@ -16,7 +16,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-__all__ = ["Results", "Run", "compare", "cost", "load", "run", "sweep", "track"]
+__all__ = ["Results", "Run", "compare", "cost", "load", "run", "scaling_fit", "sweep", "track"]
 
 
 def __getattr__(name: str) -> Any:

@@ -31,6 +31,8 @@ from typing import Any
 import pandas as pd
 
 from bench.analysis.comparison import compare_table
+from bench.analysis.multiplier import ScalingFit, check_metric, fit_ladders, floor_of, ladders_from
+from bench.analysis.scaling import BOOTSTRAP
 from bench.analysis.stats import aggregate, by_configuration, headline_metrics, primary_metrics, with_derived
 from bench.analysis.studyfile import PLUGIN_ORIGIN, manifest_path, record_plugins, study_plugins
 from bench.reports.analysis_step import for_study
@@ -310,6 +312,24 @@ def compare(results: Results, baseline: str, metrics: Sequence[str] | None = Non
     where the runs pair, else Welch's; column ``test``), p and Holm's correction over the table."""
     board = with_derived(results.runs.drop(columns=["config"], errors="ignore"))
     return compare_table(board, results.records, baseline, list(metrics or primary_metrics(board)))
+
+
+def scaling_fit(results: Results, baseline: str, metric: str = "final_val_loss", *, fix_floor: bool = True,
+                draws: int = BOOTSTRAP, where: Mapping[str, Any] | None = None) -> ScalingFit:
+    """Each design's fitted L(C) = E + A·C^(−α) over its ladder of sizes and the compute multiplier against
+    ``baseline`` — ``bench scaling-fit`` (:mod:`bench.analysis.multiplier`): ``.fits()`` (E, A, α, α − α_baseline
+    with 95% bootstrap intervals over seeds) and ``.multipliers()`` (per design and size). E is held at the task's
+    known floor where every run records one (``tinytext``'s entropy rate) unless ``fix_floor`` is False.
+    ``where``: only runs with these leaderboard values. ValueError for a metric that is not a loss, a design with
+    fewer than 3 sizes or sizes equal in compute, a baseline without runs."""
+    check_metric(metric)
+    board = results.runs
+    for key, value in (where or {}).items():
+        if key not in board.columns:
+            raise ValueError(f"where: {key!r} is not a leaderboard column")
+        board = board[board[key].astype(str) == str(value)]
+    ladders = ladders_from(board, results.records, metric)
+    return fit_ladders(ladders, baseline, floor_of(results.records) if fix_floor else None, draws=draws)
 
 
 def cost(designs: Sequence[str], shape: str = "gpt2_small", *, measure_time: bool = True,

@@ -23,8 +23,8 @@ def test_public_names_are_the_functions_even_after_every_submodule_is_imported()
     for mod in pkgutil.iter_modules(bench.__path__):
         if not mod.name.startswith("_"):  # __main__ would run the CLI
             importlib.import_module(f"bench.{mod.name}")
-    assert bench.__all__ == ["Results", "Run", "compare", "cost", "load", "run", "sweep", "track"]
-    for name in ("compare", "cost", "load", "run", "sweep", "track"):
+    assert bench.__all__ == ["Results", "Run", "compare", "cost", "load", "run", "scaling_fit", "sweep", "track"]
+    for name in ("compare", "cost", "load", "run", "scaling_fit", "sweep", "track"):
         assert callable(getattr(bench, name)), name
 
 

@@ -370,8 +370,8 @@ def test_a_leaderboard_before_the_data_columns_reads_them_empty(tmp_path: Path, 
     assert df["grad_accum"].tolist() == [4] and df["restarts"].tolist() == [2]
     assert df[list(schema.DATA_COLUMNS)].isna().all().all()
     assert ("(final_val_perplexity, eval_time_s, model_samples_per_s, input_bound_fraction, loader_workers left empty; "
-            "chance_loss left empty; machine left empty; throughput_method and threads left empty)"
-            ) in capsys.readouterr().err
+            "chance_loss left empty; machine left empty; throughput_method and threads left empty; "
+            f"{schema.V10_MAPPING})") in capsys.readouterr().err
 
 
 def test_a_leaderboard_before_the_chance_level_reads_it_empty_and_keeps_each_status(
@@ -384,7 +384,8 @@ def test_a_leaderboard_before_the_chance_level_reads_it_empty_and_keeps_each_sta
     df = ResultsStore(tmp_path).load_leaderboard()
     assert list(df.columns) == list(COLUMNS) and df["chance_loss"].isna().all() and df["status"].tolist() == ["ok"]
     err = capsys.readouterr().err
-    assert "(chance_loss left empty; machine left empty; throughput_method and threads left empty)" in err
+    assert ("(chance_loss left empty; machine left empty; throughput_method and threads left empty; "
+            f"{schema.V10_MAPPING})") in err
 
 
 def test_a_leaderboard_before_the_machine_fingerprint_reads_it_empty(
@@ -398,13 +399,14 @@ def test_a_leaderboard_before_the_machine_fingerprint_reads_it_empty(
     df = ResultsStore(tmp_path).load_leaderboard()
     assert list(df.columns) == list(COLUMNS) and df["machine"].isna().all()
     assert df[["chance_loss", "device_name"]].values.tolist() == [[5.5, "AMD EPYC"]]
-    assert "(machine left empty; throughput_method and threads left empty)" in capsys.readouterr().err
+    assert f"(machine left empty; throughput_method and threads left empty; {schema.V10_MAPPING})" \
+        in capsys.readouterr().err
 
 
 def test_a_leaderboard_before_the_throughput_method_and_threads_reads_them_empty(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.setattr(results, "_noticed", set())
-    old = [c for c in COLUMNS if c not in ("throughput_method", "threads")]
+    old = [c for c in schema.COLUMNS_V10 if c not in ("throughput_method", "threads")]
     assert tuple(old) == schema.COLUMNS_V9
     (tmp_path / "leaderboard.csv").write_text(",".join(old) + "\n" + ",".join(
         {"run_id": "a", "status": "ok", "machine": "9275ebfd", "chance_loss": "2.3",
@@ -412,7 +414,7 @@ def test_a_leaderboard_before_the_throughput_method_and_threads_reads_them_empty
     df = ResultsStore(tmp_path).load_leaderboard()
     assert list(df.columns) == list(COLUMNS) and df[["throughput_method", "threads"]].isna().all().all()
     assert df["train_samples_per_s"].tolist() == [98.7] and df["machine"].tolist() == ["9275ebfd"]
-    assert "(throughput_method and threads left empty)" in capsys.readouterr().err
+    assert "(throughput_method and threads left empty; budget_flops" in capsys.readouterr().err
     from bench.runs.upgrade import upgrade
 
     assert upgrade(tmp_path) == []  # nothing to fill: the file is only rewritten in the current columns

@@ -29,6 +29,12 @@ groups compared are filters on recorded fields. Fields of a claim:
   against log(x) over the runs.
 - ``value``: one group's mean against the constant ``threshold``; ``expect`` as for ``compare``; with ``similar``
   (a published figure reproduced), ``tolerance`` is how far from it still counts as the same figure.
+- ``multiplier``: variant ``b`` against the baseline variant ``a`` on their scaling fits of the loss ``metric``
+  (:mod:`bench.analysis.multiplier`: each variant's runs over its ladder of sizes; E held at the task's floor
+  where known): ``quantity`` ``multiplier`` (default: the compute multiplier, one verdict per size of ``b``),
+  ``steps_ratio`` (``a``'s steps to the target loss over ``b``'s, per size) or ``alpha_diff`` (α_b − α_a, one
+  verdict), and ``expect_range = [low, high]``: the bootstrap interval inside the range agrees, wholly outside it
+  disagrees, else (or where the fit is refused: fewer than 3 sizes ...) inconclusive.
 
 Rules of the verdicts (``agrees`` / ``disagrees`` / ``inconclusive``):
 
@@ -89,6 +95,7 @@ import pandas as pd
 from scipy import stats as sps
 
 import variants
+from bench.analysis.multiplier import LOSSES, fit_ladders, floor_of, ladders_from
 from bench.analysis.pairing import difference, seeded
 from bench.analysis.sequential import TESTS as _TESTS
 from bench.analysis.sequential import above, within
@@ -109,7 +116,8 @@ from bench.analysis.stats import (
 from bench.runs.results import COLUMNS
 from bench.runs.schema import COST_COLUMNS
 
-KINDS = ("compare", "slope", "value")
+KINDS = ("compare", "slope", "value", "multiplier")
+QUANTITIES = ("multiplier", "steps_ratio", "alpha_diff")  # what a multiplier claim reads of the scaling fit
 EXPECTS = ("greater", "less", "not_greater", "not_less", "similar")
 POSITIONS = ("first", "last", "last_over_first")
 AXES = ("family", "combinator", "placement", "body", "norm")
@@ -126,8 +134,10 @@ _FIELDS = {
     "compare": (*_COMMON, "compare", "a", "b", "expect", "threshold", "relative"),
     "slope": (*_COMMON, "x", "expect_range"),
     "value": (*_COMMON, "expect", "threshold", "tolerance"),
+    "multiplier": ("id", "paper", "text", "kind", "metric", "where", "a", "b", "quantity", "expect_range"),
 }
 _REQUIRED = {
+    "multiplier": ("a", "b", "expect_range"),
     "compare": ("compare", "a", "b", "expect"),
     "slope": ("x", "expect_range"),
     "value": ("expect", "threshold"),
@@ -157,6 +167,7 @@ class Claim:
     x: str | None = None
     expect_range: tuple[float, float] | None = None
     table: str = "leaderboard"  # or the summary table of an analysis (TABLES)
+    quantity: str = "multiplier"  # multiplier: what it reads of the scaling fit (QUANTITIES)
 
     @property
     def probe(self) -> tuple[str, str, str] | None:
@@ -238,6 +249,10 @@ def _errors(t: Mapping[str, Any]) -> Iterable[str]:
             yield f'{name} must be a single value (or "min"/"max"), got {t[name]!r}'
     if "a" in t and t.get("a") == t.get("b"):
         yield f"a and b are the same value {t['a']!r}"
+    if t.get("kind") == "multiplier" and t.get("quantity", "multiplier") not in QUANTITIES:
+        yield f"unknown quantity {t['quantity']!r}; quantities: {', '.join(QUANTITIES)}"
+    if t.get("kind") == "multiplier" and t.get("metric") not in LOSSES:
+        yield f"a multiplier claim fits a loss: metric must be {' or '.join(LOSSES)}, got {t.get('metric')!r}"
     if "expect_range" in t:
         r = t["expect_range"]
         if not (isinstance(r, list) and len(r) == 2 and all(_number(v) for v in r) and r[0] < r[1]):
@@ -577,7 +592,44 @@ def evaluate_claims(
     named = {f for c in claims for f in (*c.where, c.for_each, c.compare, c.x)}
     frame = claim_frame(board, runs, [a for a in AXES if a in named])
     fields = [c for c in config_table(frame, runs).columns if c not in AXES]
-    return [r for claim in claims for r in _evaluate(claim, frame, fields, probes, level)]
+    return [r for claim in claims for r in (_multiplier(claim, frame, board, runs or []) if claim.kind == "multiplier"
+                                            else _evaluate(claim, frame, fields, probes, level))]
+
+
+def _multiplier(claim: Claim, frame: pd.DataFrame, board: pd.DataFrame, runs: Sequence[Mapping[str, Any]]
+                ) -> list[Result]:
+    """A multiplier claim: design ``b``'s ``quantity`` against baseline ``a`` from their scaling fits
+    (:mod:`bench.analysis.multiplier`, E held at the task's floor where known), one verdict per size of ``b`` (the
+    exponent difference: one); its bootstrap interval inside ``expect_range`` agrees, wholly outside disagrees."""
+    df = frame
+    for key, value in claim.where.items():
+        df = df[_matches(df[key], value)] if key in df else df.iloc[:0]
+    ids = set(df.loc[df["variant"].isin([claim.a, claim.b]), "run_id"])
+    mine = [r for r in runs if r.get("run_id") in ids]
+    try:  # the leaderboard's own rows: the frame's config fields replace its columns (a budget run's steps: None)
+        fit = fit_ladders(ladders_from(board[board["run_id"].isin(ids)], mine, claim.metric), str(claim.a),
+                          floor_of(mine))
+    except ValueError as exc:
+        return [Result(claim, "", "inconclusive", note=str(exc))]
+    if str(claim.b) not in fit.ladders:
+        return [Result(claim, "", "inconclusive", note=f"{_NO_RUNS}{claim.b}")]
+    low, high = claim.expect_range or (-math.inf, math.inf)
+    if claim.quantity == "alpha_diff":
+        f = fit.fits().set_index("design").loc[str(claim.b)]
+        rows = [("", f["alpha_diff"], f["alpha_diff_lo"], f["alpha_diff_hi"])]
+    else:
+        m = fit.multipliers().query("design == @claim.b")
+        rows = [(f"size {s}", v, lo, hi) for s, v, lo, hi in
+                zip(m["size"], m[claim.quantity], m[f"{claim.quantity}_lo"], m[f"{claim.quantity}_hi"], strict=True)]
+    out = []
+    for context, value, lo, hi in rows:
+        known = not (math.isnan(lo) or math.isnan(hi))
+        verdict = "inconclusive" if not known else "agrees" if low <= lo and hi <= high else \
+            "disagrees" if hi < low or lo > high else "inconclusive"
+        note = (f"{claim.quantity} {value:.3g} [{lo:.3g}, {hi:.3g}], 95% bootstrap over {fit.n_seeds} seed(s)" if known
+                else f"{claim.quantity} {value:.3g}, no interval") + f"; expected in [{low:g}, {high:g}]"
+        out.append(Result(claim, context, verdict, diff=float(value), note=note))
+    return out
 
 
 def _evaluate(claim: Claim, frame: pd.DataFrame, fields: Sequence[str], probes: pd.DataFrame | None,
@@ -635,6 +687,9 @@ def describe(claim: Claim) -> str:
     if claim.kind == "slope":
         low, high = claim.expect_range or (math.nan, math.nan)
         return f"log-log slope of {metric} vs {claim.x}{scope}: in [{low:g}, {high:g}]"
+    if claim.kind == "multiplier":
+        low, high = claim.expect_range or (math.nan, math.nan)
+        return f"{claim.quantity} of {claim.b} vs {claim.a} ({metric}{scope}): 95% interval in [{low:g}, {high:g}]"
     if claim.kind == "value" and claim.expect == "similar":
         return f"{metric}{scope}: mean {claim.threshold:g} ± {claim.tolerance:g}, its whole 95% CI"
     if claim.kind == "value":

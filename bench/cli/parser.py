@@ -183,6 +183,24 @@ def _compare(sub: Sub) -> None:
     _handler(q, "tables:cmd_compare")
 
 
+def _scaling_fit(sub: Sub) -> None:
+    q = sub.add_parser("scaling-fit", help="fit each design's loss against training compute, L(C) = E + A*C^-alpha, "
+                       "over its ladder of sizes, and its compute multiplier against a baseline (95%% bootstrap "
+                       "intervals over seeds)")
+    _results(q)
+    q.add_argument("--baseline", required=True, help="the design every other is compared with, e.g. preln")
+    q.add_argument("--metric", default="final_val_loss", help="the loss to fit: final_val_loss (default) or "
+                   "final_train_loss")
+    q.add_argument("--study", help="only the runs of this study")
+    q.add_argument("--where", action="append", metavar="COL=VALUE", help="only runs with this value (repeatable)")
+    q.add_argument("--free-floor", action="store_true", help="fit E too where the task's floor is known "
+                   "(tinytext's entropy rate); by default it is held there")
+    q.add_argument("--draws", type=_positive(int), default=400, help="bootstrap resamples of the seeds "
+                   "(default: 400)")
+    q.add_argument("--format", choices=("markdown", "csv"), default="markdown", help="(default: markdown)")
+    _handler(q, "scaling:cmd_scaling_fit")
+
+
 def _show(sub: Sub) -> None:
     q = sub.add_parser("show", help="one run: its row and evaluation curve")
     q.add_argument("run_id", help="run id, or a unique prefix of one")
@@ -464,7 +482,8 @@ def _recipes(sub: Sub) -> None:
 
 
 COMMANDS = (_list, _show_variant, _run, _leaderboard, _compare, _show, _upgrade, _probe, _diff, _plot_and_report,
-            _site, _merge, _sweeps, _track, _data, _perf, _analyses, _cost, _recipes)  # fmt: skip
+            _site, _merge, _sweeps, _track, _data, _perf, _analyses, _cost, _recipes,
+            _scaling_fit)  # fmt: skip
 
 
 def build_parser() -> argparse.ArgumentParser:

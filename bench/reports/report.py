@@ -37,6 +37,7 @@ from bench.analysis.stats import (
 )
 from bench.analysis.studyfile import StandIn, find_study, is_shipped
 from bench.reports import plots
+from bench.reports import scaling as scaling_report
 from bench.reports.analysis_step import report_lines
 from bench.reports.forest import study_results
 from bench.reports.markdown import MISSING, TALLY_WORDS, claim_lines, fenced, fmt_number, markdown_table, md
@@ -325,6 +326,8 @@ def write_report(results_dir: str | Path, study: str | None = None) -> Path:
         lines += [f"Per-layer probes of these runs, as a tidy table (run_id, step, layer, metric, value ...): "
                   f"[{probes_csv.name}]({probes_csv.name}).", ""]
     lines += _claims_section(board, frames.probes, runs, root, study)
+    if study:  # a study with a multiplier claim: its scaling fit, tables and figure
+        lines += scaling_report.report_lines(root, study, board, runs)
     if study:
         lines += report_lines(root, study, runs)
     path = root / f"REPORT{suffix}.md"

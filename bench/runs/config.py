@@ -105,6 +105,13 @@ class OptimisationFields:
     recipe: str | None = _f(None, "named training recipe from a paper (see `bench recipes`)")
     epochs: float | None = _f(None, "training length in passes over the train split (exclusive with --steps)")
     steps: int | None = _f(None, "optimiser steps to train (default: 30 epochs; 300 steps for sequence tasks)")
+    budget_flops: float | None = _f(None, "training length as a compute budget: as many optimiser steps as fit this "
+                                          "many training FLOPs (forward + backward of the design, counted on the "
+                                          "meta device), so a costlier design takes fewer; exclusive with --steps, "
+                                          "--epochs and --budget-samples")
+    budget_samples: int | None = _f(None, "training length as samples seen (sequences; tokens = samples x seq_len): "
+                                          "steps = this / the global batch, rounded down; exclusive with --steps, "
+                                          "--epochs and --budget-flops")
     batch_size: int = _f(128, "samples (sequences) per forward pass, over all processes; an optimiser step takes "
                               "grad_accum of them (He 2015 CIFAR used 128)")
     grad_accum: int = _f(1, "micro-batches of --batch-size whose gradients one optimiser step sums: the global "
@@ -232,6 +239,7 @@ class RunConfig(RunFields, MeasurementFields, OptimisationFields, DataFields, Mo
                    f"the run's files but {why}")
         if self.epochs is not None and self.steps is not None:
             yield "give --epochs or --steps, not both"
+        yield from self._budget_errors()
         if self.lr_base is not None and self.lr != FIELD_DEFAULTS["lr"]:
             yield (f"give --lr (the peak lr itself, {self.lr}) or --lr-base (scaled from a reference batch), "
                    "not both")
@@ -249,6 +257,17 @@ class RunConfig(RunFields, MeasurementFields, OptimisationFields, DataFields, Mo
         if self.warmup_until_error is not None and (self.warmup_kind != "constant" or self.warmup_steps < 1):
             yield ("--warmup-until-error ends a constant warm-up early: it needs --warmup-kind constant and "
                    f"--warmup-steps >= 1 as its cap (got {self.warmup_kind!r}, {self.warmup_steps})")
+
+    def _budget_errors(self) -> Any:
+        """A budget is the run's length: one at most, instead of steps or epochs, and at least one step's worth
+        (a FLOP budget's step is known once the model is counted: :func:`bench.runs.budget.budget_steps`)."""
+        given = [f"--{n.replace('_', '-')}" for n in ("steps", "epochs", "budget_flops", "budget_samples")
+                 if getattr(self, n) is not None]
+        if len(given) > 1 and any(g.startswith("--budget") for g in given):
+            yield f"give one training length: {' or '.join(given)}, not both"
+        elif self.budget_samples is not None and self.budget_samples < self.global_batch:
+            yield (f"--budget-samples {self.budget_samples} is less than one optimiser step, which takes the global "
+                   f"batch of {self.global_batch} samples: give at least {self.global_batch}")
 
     # -- identity ---------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
@@ -336,7 +355,7 @@ SEQUENCE_FIELDS = ("betas", "milestones", "measure")
 _HASHED_UNLESS_DEFAULT = frozenset({
     "lr_base", "lr_base_size", "lr_base_scale", "warmup_epochs", "warmup_until_error", "world_size", "grad_accum",
     "target_loss", "subset_per_class", "skip_bad_images", "compile_mode",
-    "vocab_size", "eval_batches", "eval_tokens", "train_tokens",
+    "vocab_size", "eval_batches", "eval_tokens", "train_tokens", "budget_flops", "budget_samples",
 })  # fmt: skip
 # Every field's default (every RunConfig field has a plain one): what a run JSON written before a field existed used.
 FIELD_DEFAULTS = {f.name: f.default for f in dataclasses.fields(RunConfig)}
@@ -399,7 +418,7 @@ TASK_RECIPES: dict[str, str] = {"imagefolder": "he2015_imagenet"}
 # Fields of which a recipe sets one and the user the other: the user's replaces the recipe's (lr for lr_base ...).
 RECIPE_ALTERNATIVES: tuple[tuple[tuple[str, ...], tuple[str, ...]], ...] = (
     (("lr",), ("lr_base", "lr_base_size", "lr_base_scale")),
-    (("epochs",), ("steps",)),
+    (("epochs", "budget_flops", "budget_samples"), ("steps",)),
     (("warmup_steps",), ("warmup_epochs",)),
 )
 

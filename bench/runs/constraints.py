@@ -179,6 +179,7 @@ CONSTRAINTS: dict[str, Constraint] = {
     "keep_checkpoints": _int(1), "grad_accum": _int(1), "global_batch_size": _int(1, optional=True),
     "target_loss": _float(0.0, open_low=True, optional=True), "model_args": Constraint("pairs"),
     "recipe": OPTIONAL_TEXT, "world_size": _int(1), "study": OPTIONAL_NAME, "preset": OPTIONAL_NAME,
+    "budget_flops": _float(0.0, open_low=True, optional=True), "budget_samples": _int(1, optional=True),
 }  # fmt: skip
 
 

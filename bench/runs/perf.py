@@ -39,7 +39,8 @@ from bench.runs.train import (
 def overhead(cfg: RunConfig, steps: int = 30, repeats: int = 7) -> dict[str, Any]:
     if steps < 1 or repeats < 1:
         raise ValueError("--timed-steps and --repeats must be >= 1")
-    cfg = dataclasses.replace(cfg, steps=steps, epochs=None, measure=(), probe_every=None, schedule="constant")
+    cfg = dataclasses.replace(cfg, steps=steps, epochs=None, budget_flops=None, budget_samples=None, measure=(),
+                              probe_every=None, schedule="constant")
     s = setup(cfg)
     s.eval_every = steps  # one evaluation, after the timed steps (train() excludes it from train_time_s)
     reference = copy.deepcopy(s.model)

@@ -21,7 +21,7 @@ from typing import Any
 import torch
 
 import variants
-from bench.runs import chance, checkpoints, distributed, execution, plugins, probes, resume
+from bench.runs import budget, chance, checkpoints, distributed, execution, plugins, probes, resume
 from bench.runs.config import RunConfig
 from bench.runs.env import cpu_sample, environment, git_sha, machine_fingerprint, machine_id, machine_load
 from bench.runs.results import ResultsStore, new_row
@@ -238,6 +238,7 @@ def _config_columns(cfg: RunConfig, model_kwargs: Mapping[str, Any], axes: Mappi
         "schedule": cfg.schedule,
         "warmup_steps": cfg.warmup_steps, "world_size": cfg.world_size, "precision": cfg.precision,
         "target_acc": cfg.target, "target_loss": cfg.target_loss, "study": cfg.study,
+        "budget_flops": cfg.budget_flops, "budget_samples": cfg.budget_samples,
     }  # fmt: skip
 
 
@@ -270,7 +271,17 @@ def build_row(cfg: RunConfig, s: Any, rec: Record, env: dict[str, Any], wall_s: 
         params=sum(p.numel() for p in s.model.parameters()),
         **outcome_columns(cfg, s, rec), **cost_columns(cfg, s, rec, cost_source),
         **provenance_columns(env, device or str(s.device), wall_s, rec),
+        train_flops=spent_flops(cfg, s, rec),
     )
+
+
+def spent_flops(cfg: RunConfig, s: Any, rec: Record) -> float | None:
+    """The training FLOPs the run spent: its steps times one optimiser step's FLOPs (counted for its budget, else
+    measured by the flops phase); None where neither counted them."""
+    per_step = getattr(s, "step_flops", None)
+    if per_step is None:
+        per_step = (rec.measurements.get("flops") or {}).get("per_step")
+    return budget.spent(rec.steps_done, per_step)
 
 
 def outcome_columns(cfg: RunConfig, s: Any, rec: Record) -> dict[str, Any]:

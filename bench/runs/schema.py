@@ -22,14 +22,22 @@ COLUMNS: tuple[str, ...] = (
     "train_samples_per_s", "train_tokens_per_s", "step_time_ms", "throughput_method", "model_samples_per_s",
     "input_bound_fraction", "loader_workers", "threads", "peak_mem_mb", "mem_method",
     "fwd_flops_per_sample", "train_flops_per_sample", "achieved_tflops", "mfu", "cost_source", "wall_time_s",
-    "resumed_from_step", "restarts", "study", "torch_version", "git_sha", "created_at",
+    "resumed_from_step", "restarts", "budget_flops", "budget_samples", "train_flops", "study", "torch_version",
+    "git_sha", "created_at",
 )  # fmt: skip
+
+# The header before budget_flops, budget_samples (a run's length given as a compute or data budget,
+# bench.runs.budget) and train_flops (the training FLOPs a run spent) were columns: every run counted steps or
+# epochs; train_flops is left empty (steps x batch_size x grad_accum x train_flops_per_sample says it).
+BUDGET_COLUMNS: tuple[str, ...] = ("budget_flops", "budget_samples", "train_flops")
+COLUMNS_V10: tuple[str, ...] = tuple(c for c in COLUMNS if c not in BUDGET_COLUMNS)
+V10_MAPPING = "budget_flops, budget_samples and train_flops left empty"
 
 # The header before throughput_method (where a row's throughput came from: the timing phase, or the training loop's
 # own average when no timing phase ran) and threads (the CPU threads of torch's operators in the run) were columns:
 # both are left empty, which says nothing of where such a row's throughput (and mfu) came from.
-COLUMNS_V9: tuple[str, ...] = tuple(c for c in COLUMNS if c not in ("throughput_method", "threads"))
-V9_MAPPING = "throughput_method and threads left empty"
+COLUMNS_V9: tuple[str, ...] = tuple(c for c in COLUMNS_V10 if c not in ("throughput_method", "threads"))
+V9_MAPPING = f"throughput_method and threads left empty; {V10_MAPPING}"
 
 # The header before machine (the fingerprint of the hardware and software a run's cost figures were measured on,
 # bench.runs.env.machine_fingerprint) was a column: it is left empty (`bench merge` fills it from each run JSON's
@@ -119,6 +127,7 @@ LEGACY_SCHEMAS: dict[tuple[str, ...], tuple[str, Callable[[dict[str, str]], dict
     COLUMNS_V7: (V7_MAPPING, _from_v6),
     COLUMNS_V8: (V8_MAPPING, _from_v6),
     COLUMNS_V9: (V9_MAPPING, _from_v6),
+    COLUMNS_V10: (V10_MAPPING, _from_v6),
 }
 # "killed": the run's process was ended by a signal (a user's kill, a scheduler's) before it could return its row.
 # "failed_to_learn": it trained to the end, at the task's chance level (bench.runs.chance); its numbers are kept.
@@ -148,11 +157,12 @@ HEADLINE_METRICS: tuple[str, ...] = ("final_train_acc", "final_val_acc", "best_v
 # (read with the line and column named, never half-read).
 INTEGER_COLUMNS: tuple[str, ...] = (
     "depth", "params", "seed", "steps", "batch_size", "grad_accum", "warmup_steps", "world_size", "steps_to_target",
-    "loader_workers", "resumed_from_step", "restarts", "threads",
+    "loader_workers", "resumed_from_step", "restarts", "threads", "budget_samples",
 )  # fmt: skip
 NUMBER_COLUMNS: tuple[str, ...] = (
     "epochs", "lr", "chance_loss", "final_train_loss", "final_train_acc", "final_val_loss", "final_val_acc",
     "final_val_perplexity", "best_val_acc", "target_acc", "target_loss", "time_to_target_s", "eval_time_s",
     "train_samples_per_s", "train_tokens_per_s", "step_time_ms", "model_samples_per_s", "input_bound_fraction",
     "peak_mem_mb", "fwd_flops_per_sample", "train_flops_per_sample", "achieved_tflops", "mfu", "wall_time_s",
+    "budget_flops", "train_flops",
 )  # fmt: skip

@@ -20,7 +20,7 @@ from typing import Any
 import torch
 
 import variants
-from bench.runs import distributed, execution, measure, plugins, resume
+from bench.runs import budget, distributed, execution, measure, plugins, resume
 from bench.runs.config import RunConfig, lr_factor
 from bench.runs.progress import Progress
 from bench.runs.scalars import learned_scalars
@@ -116,6 +116,7 @@ class Setup:
     world: distributed.World | None = None  # this rank's place in a torchrun job (bench.runs.distributed), if any
     ddp: torch.nn.Module | None = None  # the model wrapped in DistributedDataParallel: what a training step runs
     warmup_steps: int = 0  # the learning-rate warm-up in steps (--warmup-epochs made steps on this task)
+    step_flops: float | None = None  # training FLOPs of one optimiser step, where a FLOP budget counted them
 
 
 def _world(cfg: RunConfig) -> distributed.World | None:
@@ -164,7 +165,10 @@ def setup(cfg: RunConfig) -> Setup:
     model = variants.create(cfg.variant, **kw).to(device)
     if cfg.channels_last:
         model = model.to(memory_format=torch.channels_last)
-    if cfg.steps is not None:
+    step_flops = budget.step_flops(cfg, task, kw) if cfg.budget_flops is not None else None
+    if cfg.budget_flops is not None or cfg.budget_samples is not None:
+        total = budget.budget_steps(cfg, step_flops)  # fewer for a costlier design; ValueError under one step
+    elif cfg.steps is not None:
         total = cfg.steps
     elif cfg.epochs is None and task.default_steps is not None:
         total = task.default_steps
@@ -178,7 +182,8 @@ def setup(cfg: RunConfig) -> Setup:
     if world is not None:  # one wrapper for every step of the run: it broadcasts rank 0's weights as it wraps
         ddp = torch.nn.parallel.DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda"
                                                         else None)
-    return Setup(cfg, device, task, model, kw, total, eval_every, world, ddp, warmup_steps=warmup)
+    return Setup(cfg, device, task, model, kw, total, eval_every, world, ddp, warmup_steps=warmup,
+                 step_flops=step_flops)
 
 
 def seed_everything(seed: int, deterministic: bool) -> None:

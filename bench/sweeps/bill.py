@@ -52,7 +52,7 @@ from typing import Any
 import torch
 
 import variants
-from bench.runs import measure
+from bench.runs import budget, measure
 from bench.runs.config import RunConfig
 from bench.runs.env import cpu_sample, machine_load
 from bench.runs.tasks import TaskError, synth
@@ -180,7 +180,8 @@ def step_seconds(timed_s: float, timed_samples: int, cfg: RunConfig) -> float:
 def _setup(cfg: RunConfig) -> tuple[Any, int | None, str | None]:
     """``cfg`` set up as it is when its task loads here, else on the stand-in of the same shapes (:data:`STAND_INS`):
     the setup, the real dataset's training samples (stand-ins only) and the stand-in's name."""
-    cfg = dataclasses.replace(cfg, grad_accum=1, global_batch_size=None, steps=1, epochs=None, measure=())
+    cfg = dataclasses.replace(cfg, grad_accum=1, global_batch_size=None, steps=1, epochs=None, measure=(),
+                              budget_flops=None, budget_samples=None)
     try:
         return setup(cfg), None, None
     except TaskError:
@@ -260,7 +261,9 @@ def _evaluated(s: Any) -> int:
 
 def _steps(cfg: RunConfig, costs: Costs) -> int:
     """The optimiser steps of ``cfg`` as bench.runs.train.setup decides them: ``steps``, else the task's default
-    run length, else epochs (30 by default) of its training split."""
+    run length, else epochs (30 by default) of its training split; a budget's steps where it has one."""
+    if cfg.budget_flops is not None or cfg.budget_samples is not None:
+        return budget.budget_steps(cfg, costs.flops_per_step)
     if cfg.steps is not None:
         return cfg.steps
     if cfg.epochs is None and costs.default_steps is not None:

@@ -18,7 +18,9 @@ confound a ranking. This module finds such differences without knowing any varia
   differ only along the axes the study declares in ``vary``, and in parameter count by at most
   ``param_tolerance`` (relative). Anything else is refused, naming the field and the two variants. A study
   that varies only values (:data:`VALUE_CONFOUNDS`: init, dropout, drop-path rate) must also compare models
-  of one structure; the first differing unit is named with both op sequences.
+  of one structure; the first differing unit is named with both op sequences. A grid at equal compute
+  (``budget_flops``) groups its designs by the budget, which their configurations share: they differ in steps by
+  construction (a costlier step, fewer of them, :mod:`bench.runs.budget`), and the steps are never compared.
 
 Joins, gates and residual scalars are found by what modules declare (:mod:`variants.roles`), never by class.
 """

@@ -61,7 +61,8 @@ def scaling(cfg: RunConfig, nprocs: Sequence[int], keep: str | Path | None = Non
     bad = [n for n in counts if cfg.batch_size % n]
     if bad:
         raise ValueError(f"--batch-size {cfg.batch_size} (the global batch) does not divide over {bad} processes")
-    cfg = dataclasses.replace(cfg, steps=1, epochs=None, measure=("throughput",), probe_every=None, eval_every=None)
+    cfg = dataclasses.replace(cfg, steps=1, epochs=None, budget_flops=None, budget_samples=None,
+                              measure=("throughput",), probe_every=None, eval_every=None)
     cores = os.cpu_count() or 1
     with tempfile.TemporaryDirectory(prefix="resbench-scaling-") as tmp:
         root = Path(keep) if keep else Path(tmp)

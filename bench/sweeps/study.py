@@ -51,12 +51,13 @@ from bench.runs.results import COLUMNS
 from bench.runs.tasks import TaskError
 from bench.runs.tasks import get as get_task
 from bench.runs.train import model_kwargs, task_options
+from bench.sweeps.budgets import budget_steps
 from bench.sweeps.fairness import DEFAULT_PARAM_TOLERANCE, check_grid
 
 # The analyses of a study that trains nothing, each with the option that lists its models.
 UNTRAINED = {"gradcorr": "variants", "cost": "designs"}
 KEYS = ("name", "description", "claim", "base", "grid", "presets", "vary", "param_tolerance", "claims", "analysis",
-        "plugins")  # fmt: skip
+        "plugins", "zip")  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -68,6 +69,7 @@ class Study:
     presets: dict[str, dict[str, Any]] = field(default_factory=dict)
     vary: tuple[str, ...] = ()
     param_tolerance: float = DEFAULT_PARAM_TOLERANCE
+    together: tuple[str, ...] = ()  # the `zip` key: grid keys whose lists step together instead of being crossed
     claims: list[Claim] = field(default_factory=list)  # validated when the file was loaded
     added: tuple[str, ...] = ()  # variants appended to the grid by the user (--add-variant), not by the file
     analysis: dict[str, Any] = field(default_factory=dict)  # what runs after the grid (bench.analysis), if anything
@@ -152,16 +154,31 @@ class Study:
                              '= ["plain", "resnet"], depth = [20, 56], seed = [0, 1, 2]')
         grid = {k: v for k, v in grid.items() if k not in (fields or {})}
         out = []
-        keys = list(grid)
-        for values in itertools.product(*(grid[k] for k in keys)):
-            kw = {**base, **dict(zip(keys, values, strict=False)), "study": self.name, "preset": preset}
+        keys, steps = self._steps_together(grid)
+        for values in itertools.product(*(grid[k] for k in keys), steps):
+            kw = {**base, **dict(zip(keys, values, strict=False)), **values[-1], "study": self.name, "preset": preset}
             try:
                 out.append(build(kw))
             except (TypeError, ValueError) as exc:
                 raise ValueError(f"study {self.name!r}{f' (preset {preset})' if preset else ''}: {exc}") from None
         _check_variants(out)
         self._check_fair(out)
+        budget_steps(out, self.name)  # a budget under one step of some design: refused before any run
         return out
+
+    def _steps_together(self, grid: dict[str, list[Any]]) -> tuple[list[str], list[dict[str, Any]]]:
+        """The grid's keys to cross, and the rows of its ``zip`` keys, which step together (the i-th value of each:
+        a ladder's sizes, each with its own budget) instead of being crossed; ValueError where they differ in
+        length or one is not a grid list."""
+        together = [k for k in self.together if k in grid]
+        if not together:
+            return list(grid), [{}]
+        if len(together) != len(self.together) or len({len(grid[k]) for k in together}) != 1:
+            lengths = {k: len(grid[k]) if k in grid else "not in the grid" for k in self.together}
+            raise ValueError(f"study {self.name!r}: `zip` steps its grid lists together, so each must be a grid list "
+                             f"of one length; got {lengths}")
+        return [k for k in grid if k not in together], [dict(zip(together, row, strict=True))
+                                                        for row in zip(*(grid[k] for k in together), strict=True)]
 
     def _check_models(self, preset: str | None) -> None:
         """The models a study without runs measures pass the checks of a grid's: ``gradcorr``'s variants x depths
@@ -274,6 +291,10 @@ def load_study(ref: str | Path, results_dir: str | Path | None = None) -> Study:
     vary = data.get("vary", [])
     if not isinstance(vary, list) or not all(isinstance(v, str) for v in vary):
         raise ValueError(f"study file {path}: `vary` must be a list of axis names, e.g. vary = [\"placement\"]")
+    together = data.get("zip", [])
+    if not isinstance(together, list) or len(together) == 1 or not all(isinstance(v, str) for v in together):
+        raise ValueError(f"study file {path}: `zip` must list two or more grid keys whose lists step together, e.g. "
+                         'zip = ["model_args", "budget_flops"]')
     tol = data.get("param_tolerance", DEFAULT_PARAM_TOLERANCE)
     if isinstance(tol, bool) or not isinstance(tol, (int, float)) or not 0 <= tol < 1:
         raise ValueError(f"study file {path}: `param_tolerance` must be a fraction in [0, 1), got {tol!r}")
@@ -301,7 +322,8 @@ def load_study(ref: str | Path, results_dir: str | Path | None = None) -> Study:
     _check_claim_values(claims, data, path)
     return Study(
         name=name, description=data.get("description", ""), base=data.get("base", {}),
-        grid=grid, presets=presets, vary=tuple(vary), param_tolerance=float(tol), claims=claims,
+        grid=grid, presets=presets, vary=tuple(vary), param_tolerance=float(tol), together=tuple(together),
+        claims=claims,
         analysis=analysis, plugins=tuple(plugin_spec(s, path) for s in specs), path=path,
     )  # fmt: skip
 
@@ -360,8 +382,9 @@ def _check_claim_values(claims: Sequence[Claim], data: dict[str, Any], path: Pat
         if claim.table in TABLES:
             continue
         named = {f: v if isinstance(v, list) else [v] for f, v in claim.where.items()}
-        if claim.compare:
-            named.setdefault(claim.compare, []).extend(v for v in (claim.a, claim.b) if v not in (None, "min", "max"))
+        if claim.compare or claim.kind == "multiplier":  # a multiplier claim compares two variants' scaling fits
+            named.setdefault(claim.compare or "variant", []).extend(v for v in (claim.a, claim.b)
+                                                                   if v not in (None, "min", "max"))
         for field_name, values in named.items():
             runs = [t[field_name] for t in tables if field_name in t]
             if not runs:

@@ -1,0 +1,204 @@
+"""What a design is worth in compute: each design's fitted L(C) (:mod:`bench.analysis.scaling`) against a baseline's.
+
+- **The compute multiplier** of a design at one size: the compute the baseline needs, on its fitted curve, to reach
+  the loss the design's fitted curve has at the design's compute, divided by the design's compute,
+  ``C_b(L_d(C_d)) / C_d``; above 1 the design is worth more compute than it spends (MUDDFormer's "the performance
+  of Transformers trained with ~1.8x-2.4x compute", Xiao et al. 2025). Infinite where the design's loss is below
+  the baseline's fitted floor E (the baseline never reaches it).
+- **The exponent difference** α_d − α_b: whether the multiplier grows (> 0) or shrinks with scale.
+- **The steps-to-target ratio** at each size both ran: the baseline's mean steps to the target loss ÷ the
+  design's (Hyper-Connections' "converges 1.8 times faster", Zhu et al. 2025); NaN where a run never reached it.
+
+Every interval comes from one bootstrap over seeds shared by all designs: the same resampled seeds refit every
+design's curve, so a design and the baseline that share seeds are compared pair by pair.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from bench.analysis import scaling
+from bench.runs.config import NOT_HASHED
+
+# Columns of a leaderboard that are a loss a scaling fit can model (a quantity that falls toward a floor with compute).
+LOSSES = ("final_val_loss", "final_train_loss")
+FITTED = ("ok", "failed_to_learn")  # statuses whose final loss is an outcome of the budget (a diverged run has none)
+_NOT_SIZE = {"variant", "seed", "study", "preset", *NOT_HASHED}  # config fields that are not a point of a ladder
+
+
+@dataclass(frozen=True)
+class Ladder:
+    """One design's runs: per size (a key shared by the designs' runs of one size) its training compute and the
+    final loss and steps to target of each seed (columns: the common seed list; NaN where a run is missing)."""
+
+    design: str
+    sizes: tuple[str, ...]
+    compute: np.ndarray  # (sizes,) FLOPs
+    loss: np.ndarray  # (sizes, seeds)
+    steps_to_target: np.ndarray  # (sizes, seeds)
+
+
+@dataclass(frozen=True)
+class ScalingFit:
+    """The fits of every design, the multipliers against ``baseline`` and the bootstrap draws behind them."""
+
+    baseline: str
+    e_fixed: float | None
+    n_seeds: int
+    ladders: Mapping[str, Ladder]
+    params: Mapping[str, np.ndarray]  # design -> (draws, 3) of (E, log A, α); row 0: the point fit
+    resamples: np.ndarray  # (draws, seeds): the seed indices of each draw, shared by every design
+
+    def fits(self) -> pd.DataFrame:
+        """Per design: E, A, α with their intervals, and α − α_baseline with its interval."""
+        rows = []
+        base = self.params[self.baseline]
+        for d, p in self.params.items():
+            row: dict[str, Any] = {"design": d, "sizes": len(self.ladders[d].sizes), "seeds": self.n_seeds,
+                                   "E_fixed": self.e_fixed is not None}
+            for name, col in (("E", p[:, 0]), ("A", np.exp(p[:, 1])), ("alpha", p[:, 2]),
+                              ("alpha_diff", p[:, 2] - base[:, 2])):
+                row[name] = float(col[0])
+                row[f"{name}_lo"], row[f"{name}_hi"] = scaling.interval(col[0], col[1:], self.n_seeds,
+                                                                        positive=name in ("E", "A"))
+            rows.append(row)
+        return pd.DataFrame(rows)
+
+    def multipliers(self) -> pd.DataFrame:
+        """Per design and size: its compute and mean loss, the compute multiplier against the baseline and the
+        steps-to-target ratio, each with its interval."""
+        base, rows = self.params[self.baseline], []
+        base_ladder = self.ladders[self.baseline]
+        for d, p in self.params.items():
+            lad = self.ladders[d]
+            for i, size in enumerate(lad.sizes):
+                c = lad.compute[i]
+                own = p[:, 0] + np.exp(p[:, 1] - p[:, 2] * math.log(c))  # the design's fitted loss at its compute
+                mult = scaling.compute_for(base[:, 0], base[:, 1], base[:, 2], own) / c
+                ratio = _steps_ratio(base_ladder, lad, size, self.resamples)
+                row = {"design": d, "size": size, "compute": c, "loss": float(np.nanmean(lad.loss[i])),
+                       "fitted_loss": float(own[0]), "multiplier": float(mult[0])}
+                row["multiplier_lo"], row["multiplier_hi"] = scaling.interval(mult[0], mult[1:], self.n_seeds,
+                                                                              positive=True)
+                row["steps_ratio"] = float(ratio[0])
+                row["steps_ratio_lo"], row["steps_ratio_hi"] = scaling.interval(ratio[0], ratio[1:], self.n_seeds,
+                                                                                positive=True)
+                rows.append(row)
+        return pd.DataFrame(rows)
+
+
+def _steps_ratio(base: Ladder, lad: Ladder, size: str, idx: np.ndarray) -> np.ndarray:
+    """Per resample: the baseline's mean steps to target ÷ the design's at ``size`` (NaN where either did not run
+    it, or a run of the resample never reached the target)."""
+    if size not in base.sizes:
+        return np.full(len(idx), np.nan)
+    b, d = base.steps_to_target[base.sizes.index(size)][idx], lad.steps_to_target[lad.sizes.index(size)][idx]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.asarray(b.mean(axis=1) / d.mean(axis=1))
+
+
+def fit_ladders(ladders: Mapping[str, Ladder], baseline: str, e_fixed: float | None = None,
+                draws: int = scaling.BOOTSTRAP, seed: int = 0) -> ScalingFit:
+    """Fit every ladder, each on the same ``draws`` resamples of the seeds (row 0: all of them, the point fit).
+    ValueError for an unknown baseline, a ladder of fewer than 3 sizes or of sizes equal in compute."""
+    if baseline not in ladders:
+        raise ValueError(f"scaling fit: the baseline {baseline!r} has no runs here; designs: {sorted(ladders)}")
+    for d, lad in ladders.items():
+        scaling.check_ladder(d, lad.compute.tolist())
+    n_seeds = next(iter(ladders.values())).loss.shape[1]
+    idx = scaling.resample(n_seeds, draws, np.random.default_rng(seed))
+    params = {d: scaling.fit_batch(lad.compute, scaling.seed_means(lad.loss, idx), e_fixed)
+              for d, lad in ladders.items()}
+    if not np.isfinite(params[baseline][0]).all():
+        raise ValueError(f"scaling fit: the baseline {baseline!r}'s curve could not be fitted (a mean loss at or "
+                         f"below the fixed floor E = {e_fixed}?)")
+    return ScalingFit(baseline, e_fixed, n_seeds, dict(ladders), params, idx)
+
+
+def check_metric(metric: str) -> None:
+    """A scaling fit models a loss: ValueError naming ``metric`` otherwise."""
+    if metric not in LOSSES:
+        raise ValueError(f"--metric {metric}: a scaling fit models a loss that falls toward an irreducible floor as "
+                         f"compute grows, and {metric} is not one; choose {' or '.join(LOSSES)}")
+
+
+def run_compute(board: pd.DataFrame) -> pd.Series:
+    """Training FLOPs each run spent: ``train_flops`` where recorded, else steps × global batch × training FLOPs per
+    sample."""
+    derived = (pd.to_numeric(board["steps"], errors="coerce") * pd.to_numeric(board["batch_size"], errors="coerce")
+               * pd.to_numeric(board["grad_accum"], errors="coerce").fillna(1)
+               * pd.to_numeric(board["train_flops_per_sample"], errors="coerce"))
+    if "train_flops" in board.columns:
+        return pd.to_numeric(board["train_flops"], errors="coerce").fillna(derived)
+    return derived
+
+
+def size_keys(records: Sequence[Mapping[str, Any]]) -> dict[str, str]:
+    """Per run id, the key of its size: its configuration without the variant, seed, study and the fields that do
+    not change what is trained. Runs of two designs with one key are the same size."""
+    out = {}
+    for r in records:
+        cfg = {k: v for k, v in (r.get("config") or {}).items() if k not in _NOT_SIZE}
+        out[str(r.get("run_id"))] = json.dumps(cfg, sort_keys=True, default=str)
+    return out
+
+
+def size_labels(keys: Sequence[str]) -> dict[str, str]:
+    """A short label per size key: the fields whose values differ between the keys (``d_model=64 depth=6``)."""
+    dicts = {k: json.loads(k) for k in keys}
+    flat = {k: {**{f: v for f, v in d.items() if f != "model_args"}, **dict(d.get("model_args") or [])}
+            for k, d in dicts.items()}
+    fields = sorted({f for d in flat.values() for f in d})
+    varying = [f for f in fields if len({json.dumps(d.get(f), default=str) for d in flat.values()}) > 1]
+    return {k: " ".join(f"{f}={_short(d.get(f))}" for f in varying) or "one size" for k, d in flat.items()}
+
+
+def _short(value: Any) -> str:
+    """A value as a size label shows it: numbers in their shortest form (``2e+09``, ``64``)."""
+    return f"{value:g}" if isinstance(value, (int, float)) and not isinstance(value, bool) else str(value)
+
+
+def floor_of(records: Sequence[Mapping[str, Any]]) -> float | None:
+    """The known irreducible loss (nats) of the runs' task where every run's task records one (``tinytext``: the
+    entropy rate of its generating process, ``entropy_floor_bpc`` bits per byte), else None."""
+    floors = {(r.get("task") or {}).get("entropy_floor_bpc") for r in records}
+    floor = floors.pop() if len(floors) == 1 else None
+    return None if floor is None else float(floor) * math.log(2)
+
+
+def ladders_from(board: pd.DataFrame, records: Sequence[Mapping[str, Any]], metric: str) -> dict[str, Ladder]:
+    """The ladder of every variant of ``board`` (its runs with a finite ``metric`` and status ok or
+    failed_to_learn), seeds aligned across designs."""
+    check_metric(metric)
+    keys = size_keys(records)
+    runs = board[board["status"].isin(FITTED)].assign(
+        _loss=lambda f: pd.to_numeric(f[metric], errors="coerce"), _compute=run_compute,
+        _size=lambda f: f["run_id"].map(keys),
+        _steps=lambda f: pd.to_numeric(f["steps_to_target"], errors="coerce"))
+    runs = runs[np.isfinite(runs["_loss"]) & runs["_size"].notna()]
+    if runs.empty:
+        raise ValueError(f"scaling fit: no finished run has a {metric} to fit")
+    if not np.isfinite(runs["_compute"]).all():
+        bad = runs.loc[~np.isfinite(runs["_compute"]), "run_id"].iloc[0]
+        raise ValueError(f"scaling fit: run {bad} recorded no training FLOPs (train_flops_per_sample is empty: it "
+                         "ran without the flops measurement phase), so its compute is not known")
+    seeds = sorted(runs["seed"].astype(int).unique())
+    labels = size_labels(sorted(runs["_size"].unique()))
+    out = {}
+    for design, g in runs.groupby("variant", sort=False):
+        sizes = sorted(g["_size"].unique(), key=lambda s: g.loc[g["_size"] == s, "_compute"].mean())
+        loss, steps = np.full((len(sizes), len(seeds)), np.nan), np.full((len(sizes), len(seeds)), np.nan)
+        for i, s in enumerate(sizes):
+            for _, r in g[g["_size"] == s].iterrows():
+                loss[i, seeds.index(int(r["seed"]))] = r["_loss"]
+                steps[i, seeds.index(int(r["seed"]))] = r["_steps"]
+        compute = np.array([g.loc[g["_size"] == s, "_compute"].mean() for s in sizes])
+        out[str(design)] = Ladder(str(design), tuple(labels[s] for s in sizes), compute, loss, steps)
+    return out

@@ -1,0 +1,150 @@
+"""The scaling fit as text and as a figure: per design its fitted L(C) = E + A·C^(−α), then per design and size its
+compute multiplier against the baseline (:mod:`bench.analysis.multiplier`); ``bench scaling-fit`` prints the
+tables, and the REPORT of a study that declares a multiplier claim gains them with a log-log figure."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from matplotlib.figure import Figure
+
+from bench.analysis.claims import parse_claims
+from bench.analysis.multiplier import ScalingFit, fit_ladders, floor_of, ladders_from
+from bench.analysis.scaling import interval
+from bench.analysis.studyfile import find_study, read_study_file
+from bench.reports.drawing import figure, legend
+from bench.reports.markdown import MISSING, md
+from bench.reports.plotdata import palette
+from bench.runs.names import file_name
+
+
+def _cell(value: float, lo: float, hi: float, digits: int = 3) -> str:
+    """``value [lo, hi]``; the value alone where the interval is not known; ``inf`` spelled ``never``."""
+    def num(v: float) -> str:
+        return "never" if v == math.inf else f"{v:.{digits}g}"
+
+    if not math.isfinite(value) and value != math.inf:
+        return MISSING
+    if math.isnan(lo) or math.isnan(hi):
+        return num(value)
+    return f"{num(value)} [{num(lo)}, {num(hi)}]"
+
+
+def fits_table(fit: ScalingFit) -> pd.DataFrame:
+    """One row per design: its ladder, E (``fixed`` where held at the task's floor), A, α and α − α_baseline."""
+    f = fit.fits()
+    e = [f"{v:.4g} (fixed)" for v in f["E"]] if fit.e_fixed is not None else \
+        [_cell(*r) for r in zip(f["E"], f["E_lo"], f["E_hi"], strict=True)]
+    return pd.DataFrame({
+        "design": f["design"], "sizes": f["sizes"], "seeds": f["seeds"], "E": e,
+        "A": [_cell(*r) for r in zip(f["A"], f["A_lo"], f["A_hi"], strict=True)],
+        "alpha": [_cell(*r) for r in zip(f["alpha"], f["alpha_lo"], f["alpha_hi"], strict=True)],
+        f"alpha - alpha({fit.baseline})": [MISSING if d == fit.baseline else _cell(v, lo, hi, 2) for d, v, lo, hi in
+                                           zip(f["design"], f["alpha_diff"], f["alpha_diff_lo"], f["alpha_diff_hi"],
+                                               strict=True)],
+    })
+
+
+def multipliers_table(fit: ScalingFit) -> pd.DataFrame:
+    """One row per design and size: compute, mean loss, the compute multiplier and the steps-to-target ratio."""
+    m = fit.multipliers()
+    return pd.DataFrame({
+        "design": m["design"], "size": m["size"], "train FLOPs": [f"{c:.3g}" for c in m["compute"]],
+        "loss": [f"{v:.4g}" for v in m["loss"]],
+        "compute multiplier": [_cell(*r) for r in zip(m["multiplier"], m["multiplier_lo"], m["multiplier_hi"],
+                                                      strict=True)],
+        "steps-to-target ratio": [_cell(*r) for r in zip(m["steps_ratio"], m["steps_ratio_lo"],
+                                                         m["steps_ratio_hi"], strict=True)],
+    })
+
+
+def _markdown(df: pd.DataFrame) -> str:
+    cols = list(df.columns)
+    lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    lines += ["| " + " | ".join(str(v).replace("|", "\\|") for v in row) + " |" for row in df.itertuples(index=False)]
+    return "\n".join(lines)
+
+
+def render_scaling(fit: ScalingFit, fmt: str = "markdown") -> str:
+    """Both tables, as markdown (with a line saying how E was treated and what a multiplier is) or CSV (the numbers
+    with their interval bounds, fits then multipliers)."""
+    if fmt == "csv":
+        return fit.fits().to_csv(index=False) + "\n" + fit.multipliers().to_csv(index=False)
+    floor = (f"E held at the task's known floor, {fit.e_fixed:.4g} nats" if fit.e_fixed is not None else
+             "E fitted")
+    return "\n\n".join([
+        f"L(C) = E + A*C^-alpha per design, least squares on log L; {floor}; 95% bootstrap intervals over "
+        f"{fit.n_seeds} seed(s)",
+        _markdown(fits_table(fit)),
+        f"compute multiplier: the compute {fit.baseline} needs on its fitted curve to reach the design's fitted "
+        "loss at its compute, / the design's compute (> 1: the design is worth more compute than it spends)",
+        _markdown(multipliers_table(fit)),
+    ]) + "\n"
+
+
+def figure_data(fit: ScalingFit, points: int = 50) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """What the log-log figure draws: per design and size its mean loss over seeds with the interval of that mean
+    (``design, compute, loss, low, high``), and per design its fitted curve over its ladder's span (``design,
+    compute, loss``)."""
+    dots, lines = [], []
+    for d, lad in fit.ladders.items():
+        draws = np.stack([np.nanmean(lad.loss[:, idx], axis=1) for idx in fit.resamples])  # (draws, sizes)
+        for i, c in enumerate(lad.compute):
+            low, high = interval(draws[0, i], draws[1:, i], fit.n_seeds, positive=True)
+            dots.append({"design": d, "compute": c, "loss": draws[0, i], "low": low, "high": high})
+        e, log_a, alpha = fit.params[d][0]
+        grid = np.geomspace(lad.compute.min(), lad.compute.max(), points)
+        lines += [{"design": d, "compute": c, "loss": e + math.exp(log_a - alpha * math.log(c))} for c in grid]
+    return pd.DataFrame(dots), pd.DataFrame(lines)
+
+
+def scaling_figure(fit: ScalingFit, metric: str) -> Figure:
+    """Loss against training FLOPs, both axes logarithmic: each design's points (mean over seeds, its bootstrap
+    interval) and its fitted curve, one colour per design."""
+    dots, lines = figure_data(fit)
+    colours = palette(fit.ladders)
+    fig, (ax,) = figure()
+    for d in fit.ladders:
+        p, c = dots[dots["design"] == d], lines[lines["design"] == d]
+        ax.plot(c["compute"], c["loss"], color=colours[d], linewidth=1.5)
+        ax.errorbar(p["compute"], p["loss"], yerr=[p["loss"] - p["low"], p["high"] - p["loss"]], fmt="o",
+                    color=colours[d], markersize=4, capsize=2)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("training FLOPs")
+    ax.set_ylabel(metric)
+    floor = f", E held at {fit.e_fixed:.3g}" if fit.e_fixed is not None else ""
+    ax.set_title(f"L(C) = E + A·C^-α per design{floor}")
+    legend(fig, colours, list(fit.ladders))
+    return fig
+
+
+def report_lines(root: Path, study: str, board: pd.DataFrame, runs: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The REPORT section of a study that declares a multiplier claim: its scaling fit against the baseline of the
+    first such claim (its tables, and the figure written to ``plots/<study>/scaling.png``); [] for any other study,
+    and the reason in one line where the fit is refused."""
+    try:
+        claims = parse_claims(read_study_file(find_study(study, root)).get("claims", []))
+    except ValueError:
+        return []
+    mine = [c for c in claims if c.kind == "multiplier"]
+    if not mine:
+        return []
+    baseline, metric = str(mine[0].a), mine[0].metric
+    head = ["## Scaling fit", ""]
+    try:
+        fit = fit_ladders(ladders_from(board, runs, metric), baseline, floor_of(runs))
+    except ValueError as exc:
+        return [*head, f"No fit: {md(str(exc))}.", ""]
+    path = root / "plots" / file_name(study, "study") / "scaling.png"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    scaling_figure(fit, metric).savefig(path, dpi=120, bbox_inches="tight")
+    shown = path.relative_to(root).as_posix()
+    return [*head, f"The same tables: `python -m bench scaling-fit --study {study} --baseline {baseline}`; the fit, "
+            "its intervals and the multiplier are explained in resbench's docs/methodology.md.", "",
+            render_scaling(fit).rstrip(), "", f"![scaling]({shown})", ""]
