@@ -88,7 +88,6 @@ import numpy as np
 import pandas as pd
 from scipy import stats as sps
 
-import variants
 from bench.analysis.pairing import difference, seeded
 from bench.analysis.sequential import TESTS as _TESTS
 from bench.analysis.sequential import above, within
@@ -106,6 +105,7 @@ from bench.analysis.stats import (
     t_ci,
     with_config_hash,
 )
+from bench.runs import registry_index
 from bench.runs.results import COLUMNS
 from bench.runs.schema import COST_COLUMNS
 
@@ -328,10 +328,14 @@ class Result:
 
 @functools.cache
 def _registry_axes(variant: str) -> dict[str, Any]:
-    """The axes ``variants.describe`` derives now: only for runs recorded before run JSONs kept their own."""
+    """The axes ``variants.describe`` derives now (its static index where the registry is not imported,
+    :mod:`bench.runs.registry_index`): only for runs recorded before run JSONs kept their own."""
+    registry = registry_index.loaded_registry()
     try:
-        info = variants.describe(variant)
+        info = registry.describe(variant) if registry is not None else registry_index.entry(variant)
     except ValueError:  # not registered in this process (a plugin not loaded): its axes are unknown
+        return {}
+    if info is None:
         return {}
     return {"family": info.get("family"), **info.get("axes", {})}
 

@@ -51,7 +51,7 @@ from scipy import stats as sps
 
 from bench.runs.config import FIELD_DEFAULTS, NOT_HASHED, RUN_ID_PATTERN
 from bench.runs.schema import COST_COLUMNS
-from bench.runs.tasks.primary import primaries
+from bench.runs.primary import primaries
 
 DEFAULT_BY: tuple[str, ...] = ("variant", "depth", "task")
 DEFAULT_METRICS: tuple[str, ...] = (
@@ -113,7 +113,7 @@ def with_derived(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def primary_metrics(df: pd.DataFrame) -> list[str]:
-    """The primary metrics of the tasks of ``df``'s runs (:mod:`bench.runs.tasks.primary`), in order of first
+    """The primary metrics of the tasks of ``df``'s runs (:mod:`bench.runs.primary`), in order of first
     appearance, those ``df`` holds values of (``with_derived``'s error columns included): ``bench compare``'s
     default; the validation loss where it holds none of them."""
     found = [p.final for p in primaries(df["task"])] if "task" in df.columns else []

@@ -270,7 +270,7 @@ def _track(sub: Sub) -> None:
     q.add_argument("--study", help="only the runs of this study")
     q.add_argument("--quiet", action="store_true", help="no progress bar")
     _trackers(q, required=True)
-    _handler(q, "tables:cmd_track")
+    _handler(q, "runs:cmd_track")
 
 
 def _data(sub: Sub) -> None:

@@ -1,4 +1,5 @@
-"""Commands that read a results directory: ``leaderboard``, ``compare``, ``plot``, ``report``, ``site``, ``track``."""
+"""Commands that read a results directory: ``leaderboard``, ``compare``, ``plot``, ``report``, ``site`` (none of them
+imports torch or the variant modules, :mod:`bench.runs.registry_index`; ``track`` is in :mod:`bench.cli.runs`)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,6 @@ from typing import Any
 
 import pandas as pd
 
-from bench import api
 from bench.analysis.comparison import compare_table
 from bench.analysis.stats import aggregate, by_configuration, headline_metrics, primary_metrics, with_derived
 from bench.reports.markdown import MISSING, render_comparison
@@ -122,12 +122,3 @@ def cmd_site(ns: argparse.Namespace) -> int:
     site = build_site(ns.results_dir, ns.out)
     print(f"{site.root / 'index.html'}: {site.pages} pages, {site.bytes / 1e6:.1f} MB")
     return 0
-
-
-def cmd_track(ns: argparse.Namespace) -> int:
-    logged, failed = api.track(ns.results_dir, tracker=ns.tracker or [], tracker_uri=ns.tracker_uri or [],
-                               study=ns.study, progress=not ns.quiet)
-    where = ", ".join(ns.tracker or [])
-    print(f"{logged} runs of {ns.results_dir} logged to {where}" + (f"; {failed} failed (warnings above)"
-                                                                     if failed else ""))
-    return 1 if failed else 0

@@ -19,16 +19,18 @@ from typing import Any
 import pandas as pd
 import seaborn as sns
 
-import variants
 from bench.analysis.stats import DOMAINS, config_table, differing_fields, domain, mean_ci  # noqa: F401  (re-exported for the figures)
+from bench.runs import registry_index
 from bench.runs.results import ResultsStore
 
 _NOT_METRICS = ("step", "epoch", "wall_s", "train_time_s", "lr")  # curve columns that are axes, not metrics
 _META = ("run_id", "variant", "family", "depth", "task", "seed", "warmup_steps", "status", "study")
 def _registered(name: str) -> dict[str, Any] | None:
-    """``variants.describe(name)``, or None for a name the registry does not know (a plugin not loaded now)."""
+    """``variants.describe(name)``, or None for a name the registry does not know (a plugin not loaded now); only
+    where the registry is imported (:func:`bench.runs.registry_index.loaded_registry`)."""
+    registry = registry_index.loaded_registry()
     try:
-        return variants.describe(name)
+        return None if registry is None else registry.describe(name)
     except ValueError:
         return None
 
@@ -41,7 +43,8 @@ def _base_of(info: Mapping[str, Any]) -> tuple[str, list[tuple[str, Any]]] | Non
     """
     fixed, defaults = info["fixed"], info["defaults"]
     best: tuple[int, str, list[tuple[str, Any]]] | None = None
-    for name in variants.list_variants(family=info["family"]):
+    registry = registry_index.loaded_registry()
+    for name in registry.list_variants(family=info["family"]) if registry is not None else ():
         other = _registered(name)
         if (
             other is None
@@ -67,7 +70,13 @@ def variant_key(variant: str, depth: Any = None) -> str:
     ``densenet (bc=True)``). Any other name — one that does not pin depth, a preset without a base, a name the
     registry does not know (a plugin not loaded now) — is its own series. ``depth`` is accepted for callers of
     the earlier signature; the key does not depend on it.
+
+    Where the registry is not imported (a command that only reads), the series comes from its static index
+    (:mod:`bench.runs.registry_index`, written by :func:`registry_entries`).
     """
+    if registry_index.loaded_registry() is None:
+        indexed = registry_index.entry(variant)
+        return str(indexed["series"]) if indexed is not None else variant
     info = _registered(variant)
     found = _base_of(info) if info is not None and "depth" in info.get("fixed", {}) else None
     if found is None:
@@ -83,12 +92,26 @@ def is_ln_transformer(variant: str) -> str | None:
     ``attention``, and the placement is exactly ``"post"`` or ``"pre"``; so DeepNorm (scaled shortcut),
     ReZero (no norm) and Mix-LN (mixed placement) are None, as is a name the registry does not know.
     """
-    info = _registered(variant)
+    info = _registered(variant) if registry_index.loaded_registry() is not None else registry_index.entry(variant)
     axes = info.get("axes", {}) if info else {}
     if axes.get("combinator") != "add" or "attention" not in str(axes.get("body", "")):
         return None
     placement = axes.get("placement")
     return placement if placement in ("post", "pre") else None
+
+
+def registry_entries() -> dict[str, dict[str, Any]]:
+    """What :mod:`bench.runs.registry_index` holds of each registered variant, asked of the imported registry:
+    family, paper, axes and :func:`variant_key`."""
+    registry = registry_index.loaded_registry()
+    if registry is None:
+        raise RuntimeError("import variants first: the index is written from the registry itself")
+    out = {}
+    for name in registry.list_variants():
+        info = registry.describe(name)
+        out[name] = {"family": info["family"], "paper": info.get("paper"), "axes": dict(info.get("axes", {})),
+                     "series": variant_key(name)}
+    return out
 
 
 def with_key(df: pd.DataFrame) -> pd.DataFrame:

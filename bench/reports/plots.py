@@ -3,7 +3,7 @@
 - a forest plot of each compared design's difference from its baseline, the first figure of a study with claims
   (:mod:`bench.reports.forest`);
 - learning curves with seed confidence bands: the training loss and the task's primary evaluation metric
-  (validation loss for a language model, validation error for a classifier: :mod:`bench.runs.tasks.primary`),
+  (validation loss for a language model, validation error for a classifier: :mod:`bench.runs.primary`),
   faceted where one axis would hold more than a handful of lines (:mod:`bench.reports.facets`);
 - the degradation plot — the final training figure vs depth: training error for a classifier (He et al. 2015,
   "Deep Residual Learning for Image Recognition", Fig. 1 and 6; Srivastava et al. 2015, "Training Very Deep
@@ -67,7 +67,7 @@ from bench.reports.plotdata import (
     with_key,
 )
 from bench.runs.names import file_name, slug
-from bench.runs.tasks.primary import primary
+from bench.runs.primary import primary
 
 __all__ = [
     "Colour", "Frames", "curves_frame", "grad_norm_init_data", "is_ln_transformer", "line_styles", "load_frames",
@@ -157,7 +157,7 @@ def plot_loss_vs_time(curves: pd.DataFrame, task: str | None = None, metric: str
 
 def degradation_data(leaderboard: pd.DataFrame, task: str | None = None) -> tuple[pd.DataFrame, str, str]:
     """The degradation figure's statistics, per series, configuration and depth, of the task's training figure
-    (:attr:`bench.runs.tasks.primary.Primary.train`: training error for a classifier, training loss for a
+    (:attr:`bench.runs.primary.Primary.train`: training error for a classifier, training loss for a
     language model) over its ok runs; with that metric and the task."""
     df, task = one_task(leaderboard[leaderboard["status"] == "ok"], task)
     metric = primary(task).train

@@ -37,13 +37,13 @@ from bench.analysis.stats import (
 )
 from bench.analysis.studyfile import StandIn, find_study, is_shipped
 from bench.reports import plots
-from bench.reports.analysis_step import report_lines
+from bench.reports.analysis_summary import report_lines
 from bench.reports.forest import study_results
 from bench.reports.markdown import MISSING, TALLY_WORDS, claim_lines, fenced, fmt_number, markdown_table, md
 from bench.reports.reproduce import run_commands, study_commands
 from bench.runs.names import file_name
 from bench.runs.results import ResultsStore, atomic_write_bytes, atomic_write_text, check_writable
-from bench.runs.tasks.primary import primaries
+from bench.runs.primary import primaries
 
 FIGURE_NOTE = (
     "Lines: mean over seeds. Bands and error bars: 95% Student-t CI of that mean, clipped to the metric's "
@@ -75,7 +75,7 @@ CLAIMS_NOTE = (
 )
 # The columns that always name a table row; configuration fields that differ between rows are added after them.
 ROW_COLUMNS = ("variant", "depth", "task")
-# (column, header, scale, format) of the leaderboard table, by the task's primary metric (bench.runs.tasks.primary):
+# (column, header, scale, format) of the leaderboard table, by the task's primary metric (bench.runs.primary):
 # a classifier's error, a language model's loss, first.
 TABLE_METRICS: dict[str, tuple[tuple[str, str, float, str], ...]] = {
     "val_error": (

@@ -29,7 +29,7 @@ import pandas as pd
 
 from bench.analysis.claims import Group, Result, describe
 from bench.analysis.stats import counted_rows, mean_ci, observations, t_ci
-from bench.reports.analysis_step import Summary, summary_of
+from bench.reports.analysis_summary import Summary, summary_of
 from bench.reports.markdown import TALLY_WORDS, VERDICT_WORDS, fmt_number, test_text
 from bench.reports.plotdata import Frames, frames_of, grad_norm_init_data, with_key
 from bench.reports.report import _analysis_meta, _shown_path, _study_command, _study_path, study_claims
