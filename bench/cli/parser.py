@@ -228,11 +228,11 @@ def _plot_and_report(sub: Sub) -> None:
     q = sub.add_parser("plot", help="write the seaborn figures of a results directory to DIR/plots/")
     _results(q)
     q.add_argument("--study", help="only the runs of this study (figures go to DIR/plots/STUDY/)")
-    _handler(q, "tables:cmd_plot")
+    _handler(q, "figures:cmd_plot")
     q = sub.add_parser("report", help="write DIR/REPORT.md: aggregated tables, figures, paper claims vs measured")
     _results(q)
     q.add_argument("--study", help="only the runs of this study")
-    _handler(q, "tables:cmd_report")
+    _handler(q, "figures:cmd_report")
 
 
 def _merge(sub: Sub) -> None:
@@ -249,7 +249,7 @@ def _site(sub: Sub) -> None:
                        "claims' verdicts, sortable leaderboards, interactive figures, a page per run")
     _results(q)
     q.add_argument("-o", "--out", required=True, metavar="SITE", help="the folder the site is written to")
-    _handler(q, "tables:cmd_site")
+    _handler(q, "figures:cmd_site")
 
 
 def _sweeps(sub: Sub) -> None:

@@ -1,5 +1,5 @@
-"""Commands that read a results directory: ``leaderboard``, ``compare``, ``plot``, ``report``, ``site`` (none of them
-imports torch or the variant modules, :mod:`bench.runs.registry_index`; ``track`` is in :mod:`bench.cli.runs`)."""
+"""The tables of a results directory: ``leaderboard`` and ``compare`` (neither imports torch, the variant modules or
+matplotlib: :mod:`bench.runs.registry_index`; the figures and the report are :mod:`bench.cli.figures`)."""
 
 from __future__ import annotations
 
@@ -12,14 +12,12 @@ import pandas as pd
 from bench.analysis.comparison import compare_table
 from bench.analysis.stats import aggregate, by_configuration, headline_metrics, primary_metrics, with_derived
 from bench.reports.markdown import MISSING, render_comparison
-from bench.reports.plots import make_all
-from bench.reports.report import write_report
-from bench.reports.site import build_site  # plotly, the site extra, is imported by build_site alone
+from bench.runs.reading import read_heads
 from bench.runs.results import ResultsStore
 
 
 def _board(ns: argparse.Namespace, study: str | None) -> tuple[pd.DataFrame, list[Any]]:
-    """The leaderboard (only ``study``'s runs when given) and the run JSONs."""
+    """The leaderboard (only ``study``'s runs when given) and the run JSONs' heads (no curves, no probes)."""
     store = ResultsStore(ns.results_dir)
     board = store.load_leaderboard()
     if study and not board.empty:
@@ -27,7 +25,7 @@ def _board(ns: argparse.Namespace, study: str | None) -> tuple[pd.DataFrame, lis
             studies = ", ".join(sorted(map(str, board["study"].dropna().unique()))) or "none"
             raise ValueError(f"no runs of study {study!r} in {ns.results_dir}; studies there: {studies}")
         board = board[board["study"] == study].reset_index(drop=True)
-    return board, store.load_runs()
+    return board, read_heads(ns.results_dir)  # the tables read configurations, never curves
 
 
 def _cell(mean: float, ci: float, n: float) -> str:
@@ -101,24 +99,4 @@ def cmd_compare(ns: argparse.Namespace) -> int:
     table = compare_table(df, runs, ns.baseline, ns.metrics or primary_metrics(df),
                           ignore=("study", "preset") if pairs_across else ())
     print(render_comparison(table, ns.format), end="" if ns.format == "csv" else "\n")
-    return 0
-
-
-def cmd_plot(ns: argparse.Namespace) -> int:
-    paths = make_all(ns.results_dir, ns.study)
-    if not paths:
-        print(f"nothing to plot in {ns.results_dir} (no runs yet)")
-    for p in paths:
-        print(p)
-    return 0
-
-
-def cmd_report(ns: argparse.Namespace) -> int:
-    print(write_report(ns.results_dir, ns.study))
-    return 0
-
-
-def cmd_site(ns: argparse.Namespace) -> int:
-    site = build_site(ns.results_dir, ns.out)
-    print(f"{site.root / 'index.html'}: {site.pages} pages, {site.bytes / 1e6:.1f} MB")
     return 0

@@ -21,6 +21,7 @@ import seaborn as sns
 
 from bench.analysis.stats import DOMAINS, config_table, differing_fields, domain, mean_ci  # noqa: F401  (re-exported for the figures)
 from bench.runs import registry_index
+from bench.runs.reading import read_runs
 from bench.runs.results import ResultsStore
 
 _NOT_METRICS = ("step", "epoch", "wall_s", "train_time_s", "lr")  # curve columns that are axes, not metrics
@@ -219,7 +220,7 @@ def probes_frame(runs: Iterable[Mapping[str, Any]]) -> pd.DataFrame:
 def load_frames(results_dir: str | Path, study: str | None = None) -> Frames:
     """Read ``results_dir``; with ``study``, keep only that study's runs (ValueError if it has none)."""
     store = ResultsStore(results_dir)
-    board, runs = store.load_leaderboard(), store.load_runs()
+    board, runs = store.load_leaderboard(), read_runs(results_dir)
     if study is not None:
         if not (board["study"] == study).any():
             raise ValueError(
@@ -227,7 +228,8 @@ def load_frames(results_dir: str | Path, study: str | None = None) -> Frames:
                 f"studies: {sorted(board['study'].dropna().unique().tolist())}"
             )
         board = board[board["study"] == study].reset_index(drop=True)
-        runs = [r for r in runs if r["run_id"] in set(board["run_id"])]
+        ids = set(board["run_id"])
+        runs = [r for r in runs if r["run_id"] in ids]
     return frames_of(board, runs)
 
 

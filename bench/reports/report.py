@@ -42,8 +42,9 @@ from bench.reports.forest import study_results
 from bench.reports.markdown import MISSING, TALLY_WORDS, claim_lines, fenced, fmt_number, markdown_table, md
 from bench.reports.reproduce import run_commands, study_commands
 from bench.runs.names import file_name
-from bench.runs.results import ResultsStore, atomic_write_bytes, atomic_write_text, check_writable
 from bench.runs.primary import primaries
+from bench.runs.reading import read_runs
+from bench.runs.results import atomic_write_bytes, atomic_write_text, check_writable
 
 FIGURE_NOTE = (
     "Lines: mean over seeds. Bands and error bars: 95% Student-t CI of that mean, clipped to the metric's "
@@ -295,7 +296,7 @@ def write_report(results_dir: str | Path, study: str | None = None) -> Path:
     if board.empty:
         return _analysis_only_report(root, study)
     ids = set(board["run_id"])
-    runs = [r for r in ResultsStore(root).load_runs() if r.get("run_id") in ids]
+    runs = read_runs(root, ids)
     figures = plots.make_all(root, study)
     title = f"# resbench report{f' — study {study}' if study else ''}"
     lines = [

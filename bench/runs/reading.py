@@ -1,0 +1,108 @@
+"""Reading a results folder's run JSONs as fast as the data allows, every file still read through
+:func:`bench.runs.results.read_run_json` (the one place a run JSON is parsed and checked).
+
+- :func:`once`: within it (a command that reads results: ``leaderboard``, ``compare``, ``plot``, ``report``,
+  ``site``), each run JSON is parsed once, however many figures and tables read it; a file rewritten meanwhile (its
+  size or modification time changed) is parsed again. The runs handed out are shared: read them, never change
+  them. Outside it, every read parses afresh, as before.
+- :func:`read_heads`: every run JSON without its curves and probes (nine tenths of its bytes), what the tables
+  read, from a cache in the results folder (``.cache/run-heads.json``). The cache is keyed by each run JSON's name,
+  size and modification time and is never trusted over them: a run JSON added, removed or changed since is read
+  again, and a cache that cannot be read (damaged, truncated, another format) is rebuilt from the run JSONs, never
+  read. A folder that cannot be written is read without one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import json
+from collections.abc import Collection, Iterator
+from pathlib import Path
+from typing import Any
+
+from bench.runs.results import ResultsStore, atomic_write_text, read_run_json
+
+HEADS_CACHE = Path(".cache") / "run-heads.json"  # under the results folder
+HEADS_FORMAT = "resbench-run-heads/1"
+BODY = ("curves", "probes")  # what a head leaves out
+
+Stamp = tuple[int, int]  # a file's size and modification time (ns): what a cached parse is keyed by
+_PARSED: contextvars.ContextVar[dict[Path, tuple[Stamp, dict[str, Any]]] | None] = \
+    contextvars.ContextVar("parsed_runs", default=None)
+
+
+@contextlib.contextmanager
+def once() -> Iterator[None]:
+    """Parse each run JSON once within this block (see the module's docstring)."""
+    token = _PARSED.set({} if _PARSED.get() is None else _PARSED.get())
+    try:
+        yield
+    finally:
+        _PARSED.reset(token)
+
+
+def _stamp(path: Path) -> Stamp:
+    st = path.stat()
+    return st.st_size, st.st_mtime_ns
+
+
+def _run_files(results_dir: str | Path) -> list[Path]:
+    runs_dir = ResultsStore(results_dir).runs_dir
+    return sorted(runs_dir.glob("*.json")) if runs_dir.exists() else []
+
+
+def read_run(path: Path) -> dict[str, Any]:
+    """The run JSON at ``path`` (:func:`read_run_json`), parsed once within :func:`once`."""
+    memo = _PARSED.get()
+    if memo is None:
+        return read_run_json(path)
+    stamp = _stamp(path)
+    hit = memo.get(path)
+    if hit is None or hit[0] != stamp:
+        hit = memo[path] = (stamp, read_run_json(path))
+    return hit[1]
+
+
+def read_runs(results_dir: str | Path, run_ids: Collection[str] | None = None) -> list[dict[str, Any]]:
+    """Every run JSON of ``results_dir`` sorted by file name (as :meth:`ResultsStore.load_runs`), or only those whose
+    ``run_id`` is in ``run_ids``; a damaged one raises ValueError naming its file."""
+    runs = [read_run(p) for p in _run_files(results_dir)]
+    return runs if run_ids is None else [r for r in runs if r.get("run_id") in run_ids]
+
+
+def head(run: dict[str, Any]) -> dict[str, Any]:
+    """A run JSON without its curves and probes."""
+    return {k: v for k, v in run.items() if k not in BODY}
+
+
+def read_heads(results_dir: str | Path) -> list[dict[str, Any]]:
+    """Every run JSON of ``results_dir`` without its curves and probes (:func:`head`), sorted by file name, through
+    the folder's cache (see the module's docstring); a damaged run JSON raises ValueError naming its file."""
+    root = Path(results_dir)
+    files = _run_files(root)
+    cached = _cached_heads(root / HEADS_CACHE)
+    entries: dict[str, list[Any]] = {}
+    for path in files:
+        stamp = list(_stamp(path))
+        hit = cached.get(path.name)
+        entries[path.name] = hit if hit is not None and hit[:2] == stamp else [*stamp, head(read_run(path))]
+    if entries != cached:
+        with contextlib.suppress(OSError):  # a folder one may only read is read without a cache
+            atomic_write_text(root / HEADS_CACHE, json.dumps({"format": HEADS_FORMAT, "files": entries}))
+    return [entries[p.name][2] for p in files]
+
+
+def _cached_heads(path: Path) -> dict[str, list[Any]]:
+    """The cache's entries (file name -> [size, mtime_ns, head]), {} where there is none or it cannot be trusted to
+    be one (then it is rebuilt)."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError):
+        return {}
+    files = data.get("files") if isinstance(data, dict) and data.get("format") == HEADS_FORMAT else None
+    if not isinstance(files, dict):
+        return {}
+    good = all(isinstance(e, list) and len(e) == 3 and all(isinstance(x, int) for x in e[:2])
+               and isinstance(e[2], dict) and "run_id" in e[2] for e in files.values())
+    return files if good else {}
