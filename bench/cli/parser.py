@@ -228,11 +228,29 @@ def _plot_and_report(sub: Sub) -> None:
     q = sub.add_parser("plot", help="write the seaborn figures of a results directory to DIR/plots/")
     _results(q)
     q.add_argument("--study", help="only the runs of this study (figures go to DIR/plots/STUDY/)")
+    _jobs(q)
     _handler(q, "figures:cmd_plot")
     q = sub.add_parser("report", help="write DIR/REPORT.md: aggregated tables, figures, paper claims vs measured")
     _results(q)
     q.add_argument("--study", help="only the runs of this study")
+    _jobs(q)
     _handler(q, "figures:cmd_report")
+
+
+def _jobs(q: argparse.ArgumentParser) -> None:
+    q.add_argument("--jobs", type=_positive_int, metavar="N",
+                   help="processes drawing the figures (default: the cores free now, as --threads picks; the "
+                        "figures are the same files whatever N)")
+
+
+def _positive_int(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"a whole number of processes, 1 or more; got {text!r}")
+    return n
 
 
 def _merge(sub: Sub) -> None:
