@@ -124,13 +124,20 @@ def with_key(df: pd.DataFrame) -> pd.DataFrame:
     - ``style``: the rest of the row's configuration, ``depth 56`` and/or its ``config`` label, what line style and
       marker show (``""`` when there is neither).
     """
-    keys = {v: variant_key(str(v)) for v in df["variant"].unique()}
-    series = df["variant"].map(keys).astype(object)
+    # Each text is made once per distinct value and mapped onto the rows (a probe table has millions of them).
+    series = _mapped(df["variant"], lambda v: variant_key(str(v)))
     config = df["config"].fillna("").astype(str) if "config" in df.columns else pd.Series("", index=df.index)
-    depth = df["depth"] if "depth" in df.columns else pd.Series(math.nan, index=df.index)
-    style = [", ".join(p for p in (_depth_text(d), c) if p) for d, c in zip(depth, config, strict=True)]
-    key = series + config.map(lambda c: f" ({c})" if c else "")
-    return df.assign(series=series, key=key, style=pd.Series(style, index=df.index, dtype=object))
+    depth = _mapped(df["depth"], _depth_text) if "depth" in df.columns else pd.Series("", index=df.index)
+    depth = depth.astype(object)
+    style = depth.where(config == "", depth + ", " + config).where(depth != "", config)
+    key = series + _mapped(config, lambda c: f" ({c})" if c else "").astype(config.dtype)  # str where pandas has it
+    return df.assign(series=series, key=key, style=style.astype(object))
+
+
+def _mapped(values: pd.Series, text: Any) -> pd.Series:
+    """``text(v)`` of each of ``values``, called once per distinct value (missing values included)."""
+    codes, uniques = pd.factorize(values, use_na_sentinel=False)
+    return pd.Series([text(u) for u in uniques], dtype=object).take(codes).set_axis(values.index)
 
 
 def _depth_text(depth: Any) -> str:
@@ -162,7 +169,7 @@ def palette(variants: Iterable[str]) -> dict[str, Colour]:
 def palette_of(*frames: pd.DataFrame) -> dict[str, Colour]:
     """:func:`palette` of the variant series of every row of ``frames`` (any task): what a figure drawn on its own
     uses when it is not given the study's mapping."""
-    return palette(s for df in frames if len(df) for s in with_key(df)["series"])
+    return palette(variant_key(str(v)) for df in frames if len(df) for v in df["variant"].unique())
 
 
 @dataclass
