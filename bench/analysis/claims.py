@@ -548,12 +548,12 @@ def _splits(part: pd.DataFrame, side: str | None, fields: Sequence[str]) -> list
     only), or says that a group still spans several configurations: a difference no recorded field shows."""
     keys = part[side].map(_fmt) if side else pd.Series("", index=part.index)
 
-    def varies(col: str) -> bool:
-        return bool((part[col].groupby(keys, dropna=False).nunique(dropna=False) > 1).any())
-
-    varying = [f for f in fields if f != side and varies(f)]
+    # Which columns take several values inside one group: one grouping for all of them.
+    columns = list(dict.fromkeys([*(f for f in fields if f != side), *([CONFIG_KEY] if CONFIG_KEY in part else [])]))
+    varies = (part[columns].groupby(keys, dropna=False).nunique(dropna=False) > 1).any() if columns else {}
+    varying = [f for f in fields if f != side and varies[f]]
     if not varying:
-        if CONFIG_KEY in part and varies(CONFIG_KEY):
+        if CONFIG_KEY in part and varies[CONFIG_KEY]:
             return [("", part, "a group spans several configurations (config_hash) that differ in no recorded "
                      "field; their seeds cannot be pooled (the run JSONs name the difference)")]  # fmt: skip
         confounds = [f for f in fields if f not in (side, "variant") and part[f].nunique(dropna=False) > 1]

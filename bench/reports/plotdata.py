@@ -21,7 +21,7 @@ import seaborn as sns
 
 from bench.analysis.stats import DOMAINS, config_table, differing_fields, domain, mean_ci  # noqa: F401  (re-exported for the figures)
 from bench.runs import registry_index
-from bench.runs.reading import read_runs
+from bench.runs.reading import read_runs, remembered
 from bench.runs.results import ResultsStore
 
 _NOT_METRICS = ("step", "epoch", "wall_s", "train_time_s", "lr")  # curve columns that are axes, not metrics
@@ -225,19 +225,23 @@ def probes_frame(runs: Iterable[Mapping[str, Any]]) -> pd.DataFrame:
 
 
 def load_frames(results_dir: str | Path, study: str | None = None) -> Frames:
-    """Read ``results_dir``; with ``study``, keep only that study's runs (ValueError if it has none)."""
+    """Read ``results_dir``; with ``study``, keep only that study's runs (ValueError if it has none). Made once per
+    command (:func:`bench.runs.reading.remembered`): the report and its figures read the same frames."""
+    return remembered(("frames", str(Path(results_dir).resolve()), study), lambda: _load_frames(results_dir, study))
+
+
+def _load_frames(results_dir: str | Path, study: str | None) -> Frames:
     store = ResultsStore(results_dir)
-    board, runs = store.load_leaderboard(), read_runs(results_dir)
-    if study is not None:
-        if not (board["study"] == study).any():
-            raise ValueError(
-                f"no runs of study {study!r} in {results_dir}; "
-                f"studies: {sorted(board['study'].dropna().unique().tolist())}"
-            )
-        board = board[board["study"] == study].reset_index(drop=True)
-        ids = set(board["run_id"])
-        runs = [r for r in runs if r["run_id"] in ids]
-    return frames_of(board, runs)
+    board = store.load_leaderboard()
+    if study is None:
+        return frames_of(board, read_runs(results_dir))
+    if not (board["study"] == study).any():
+        raise ValueError(
+            f"no runs of study {study!r} in {results_dir}; "
+            f"studies: {sorted(board['study'].dropna().unique().tolist())}"
+        )
+    board = board[board["study"] == study].reset_index(drop=True)
+    return frames_of(board, read_runs(results_dir, set(board["run_id"])))  # the study's run JSONs alone parsed
 
 
 def frames_of(board: pd.DataFrame, runs: Sequence[Mapping[str, Any]]) -> Frames:

@@ -6,7 +6,8 @@
   size or modification time changed) is parsed again. The runs handed out are shared: read them, never change
   them. Outside it, every read parses afresh, as before.
 - :func:`read_heads`: every run JSON without its curves and probes (nine tenths of its bytes), what the tables
-  read, from a cache in the results folder (``.cache/run-heads.json``). The cache is keyed by each run JSON's name,
+  read and how :func:`read_runs` finds the files of some runs without parsing the others, from a cache in the
+  results folder (``.cache/run-heads.json``). The cache is keyed by each run JSON's name,
   size and modification time and is never trusted over them: a run JSON added, removed or changed since is read
   again, and a cache that cannot be read (damaged, truncated, another format) is rebuilt from the run JSONs, never
   read. A folder that cannot be written is read without one.
@@ -17,9 +18,10 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import json
-from collections.abc import Collection, Iterator
+from collections.abc import Callable, Collection, Iterator, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from bench.runs.results import ResultsStore, atomic_write_text, read_run_json
 
@@ -28,18 +30,41 @@ HEADS_FORMAT = "resbench-run-heads/1"
 BODY = ("curves", "probes")  # what a head leaves out
 
 Stamp = tuple[int, int]  # a file's size and modification time (ns): what a cached parse is keyed by
-_PARSED: contextvars.ContextVar[dict[Path, tuple[Stamp, dict[str, Any]]] | None] = \
-    contextvars.ContextVar("parsed_runs", default=None)
+T = TypeVar("T")
+
+
+@dataclass
+class _Command:
+    """What one command has read and made: each run JSON parsed (by path, with its stamp), and what it computed
+    from them more than once (:func:`remembered`)."""
+
+    parsed: dict[Path, tuple[Stamp, dict[str, Any]]] = field(default_factory=dict)
+    made: dict[tuple[Any, ...], Any] = field(default_factory=dict)
+
+
+_COMMAND: contextvars.ContextVar[_Command | None] = contextvars.ContextVar("reading_command", default=None)
 
 
 @contextlib.contextmanager
 def once() -> Iterator[None]:
     """Parse each run JSON once within this block (see the module's docstring)."""
-    token = _PARSED.set({} if _PARSED.get() is None else _PARSED.get())
+    token = _COMMAND.set(_COMMAND.get() or _Command())
     try:
         yield
     finally:
-        _PARSED.reset(token)
+        _COMMAND.reset(token)
+
+
+def remembered(key: tuple[Any, ...], make: Callable[[], T]) -> T:
+    """``make()``, once per ``key`` within :func:`once` (what a command computes from the runs it read and needs
+    in several places: a study's frames, its claims' verdicts); afresh each time outside it. Shared like the runs:
+    read it, never change it."""
+    command = _COMMAND.get()
+    if command is None:
+        return make()
+    if key not in command.made:
+        command.made[key] = make()
+    return command.made[key]
 
 
 def _stamp(path: Path) -> Stamp:
@@ -54,9 +79,10 @@ def _run_files(results_dir: str | Path) -> list[Path]:
 
 def read_run(path: Path) -> dict[str, Any]:
     """The run JSON at ``path`` (:func:`read_run_json`), parsed once within :func:`once`."""
-    memo = _PARSED.get()
-    if memo is None:
+    command = _COMMAND.get()
+    if command is None:
         return read_run_json(path)
+    memo = command.parsed
     stamp = _stamp(path)
     hit = memo.get(path)
     if hit is None or hit[0] != stamp:
@@ -66,9 +92,13 @@ def read_run(path: Path) -> dict[str, Any]:
 
 def read_runs(results_dir: str | Path, run_ids: Collection[str] | None = None) -> list[dict[str, Any]]:
     """Every run JSON of ``results_dir`` sorted by file name (as :meth:`ResultsStore.load_runs`), or only those whose
-    ``run_id`` is in ``run_ids``; a damaged one raises ValueError naming its file."""
-    runs = [read_run(p) for p in _run_files(results_dir)]
-    return runs if run_ids is None else [r for r in runs if r.get("run_id") in run_ids]
+    ``run_id`` is in ``run_ids`` (found by their heads, :func:`read_heads`: the others are not parsed); a damaged
+    one raises ValueError naming its file."""
+    files = _run_files(results_dir)
+    if run_ids is not None:
+        wanted = {name for name, h in _heads(Path(results_dir), files).items() if h.get("run_id") in run_ids}
+        files = [p for p in files if p.name in wanted]
+    return [read_run(p) for p in files]
 
 
 def head(run: dict[str, Any]) -> dict[str, Any]:
@@ -81,6 +111,13 @@ def read_heads(results_dir: str | Path) -> list[dict[str, Any]]:
     the folder's cache (see the module's docstring); a damaged run JSON raises ValueError naming its file."""
     root = Path(results_dir)
     files = _run_files(root)
+    heads = _heads(root, files)
+    return [heads[p.name] for p in files]
+
+
+def _heads(root: Path, files: Sequence[Path]) -> dict[str, dict[str, Any]]:
+    """File name -> head of each of ``files`` (run JSONs of ``root``), through the cache, which is brought up to
+    date."""
     cached = _cached_heads(root / HEADS_CACHE)
     entries: dict[str, list[Any]] = {}
     for path in files:
@@ -90,7 +127,7 @@ def read_heads(results_dir: str | Path) -> list[dict[str, Any]]:
     if entries != cached:
         with contextlib.suppress(OSError):  # a folder one may only read is read without a cache
             atomic_write_text(root / HEADS_CACHE, json.dumps({"format": HEADS_FORMAT, "files": entries}))
-    return [entries[p.name][2] for p in files]
+    return {name: entry[2] for name, entry in entries.items()}
 
 
 def _cached_heads(path: Path) -> dict[str, list[Any]]:
