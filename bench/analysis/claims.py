@@ -548,9 +548,8 @@ def _splits(part: pd.DataFrame, side: str | None, fields: Sequence[str]) -> list
     only), or says that a group still spans several configurations: a difference no recorded field shows."""
     keys = part[side].map(_fmt) if side else pd.Series("", index=part.index)
 
-    # Which columns take several values inside one group: one grouping for all of them.
     columns = list(dict.fromkeys([*(f for f in fields if f != side), *([CONFIG_KEY] if CONFIG_KEY in part else [])]))
-    varies = (part[columns].groupby(keys, dropna=False).nunique(dropna=False) > 1).any() if columns else {}
+    varies = _varies_within(part[columns], keys)
     varying = [f for f in fields if f != side and varies[f]]
     if not varying:
         if CONFIG_KEY in part and varies[CONFIG_KEY]:
@@ -563,6 +562,19 @@ def _splits(part: pd.DataFrame, side: str | None, fields: Sequence[str]) -> list
         values = values if isinstance(values, tuple) else (values,)
         label = ", ".join(f"{f}={_fmt(v)}" for f, v in zip(varying, values, strict=True))
         out += [(", ".join(filter(None, [label, inner])), s, n) for inner, s, n in _splits(sub, side, fields)]
+    return out
+
+
+def _varies_within(frame: pd.DataFrame, keys: pd.Series) -> dict[str, bool]:
+    """Per column of ``frame``: whether it takes several values inside one group of ``keys`` (a missing value is a
+    value), as ``groupby(keys).nunique(dropna=False) > 1`` says, counted on integer codes (a claim's frame has a
+    column per configuration field)."""
+    group = pd.factorize(keys, use_na_sentinel=False)[0].astype(np.int64)
+    groups = len(np.unique(group))
+    out = {}
+    for column in frame.columns:
+        values = pd.factorize(frame[column], use_na_sentinel=False)[0].astype(np.int64)
+        out[column] = len(np.unique(group * (int(values.max(initial=0)) + 1) + values)) > groups
     return out
 
 
