@@ -6,6 +6,12 @@ compare the two files (``--check OLD.json`` exits 1 naming every variant whose f
 
     python scripts/pin_variants.py --out before.json          # on the old commit
     python scripts/pin_variants.py --check before.json        # on the new one
+
+It also writes the registry's static index, what the commands that only read results know of each variant (family,
+paper, axes, figure series) without importing torch (:mod:`bench.runs.registry_index`); rewrite it after changing
+a variant's registration, and a test says when it is stale:
+
+    python scripts/pin_variants.py --index                     # rewrites bench/runs/registry_index.json
 """
 
 from __future__ import annotations
@@ -18,6 +24,8 @@ import sys
 import torch
 
 import variants
+from bench.reports.plotdata import registry_entries
+from bench.runs import registry_index
 
 # Too big to build and run on a CPU in seconds: compared by parameter names and shapes only (meta device).
 SHAPES_ONLY_ABOVE = 30_000_000
@@ -71,7 +79,12 @@ def main() -> int:
     p.add_argument("--out", help="write the fingerprints to this JSON file")
     p.add_argument("--check", help="compare against fingerprints written earlier; exit 1 on any change")
     p.add_argument("--only", nargs="*", help="these variants only")
+    p.add_argument("--index", action="store_true", help=f"write the registry's static index ({registry_index.INDEX})")
     args = p.parse_args()
+    if args.index:
+        registry_index.INDEX.write_text(registry_index.render(registry_entries()), encoding="utf-8")
+        print(f"{registry_index.INDEX} written")
+        return 0
     torch.use_deterministic_algorithms(True)
     names = args.only or variants.list_variants()
     prints = {n: fingerprint(n) for n in names}

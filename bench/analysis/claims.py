@@ -94,7 +94,6 @@ import numpy as np
 import pandas as pd
 from scipy import stats as sps
 
-import variants
 from bench.analysis.multiplier import LOSSES, fit_ladders, floor_of, ladders_from
 from bench.analysis.pairing import difference, seeded
 from bench.analysis.sequential import TESTS as _TESTS
@@ -113,6 +112,7 @@ from bench.analysis.stats import (
     t_ci,
     with_config_hash,
 )
+from bench.runs import registry_index
 from bench.runs.results import COLUMNS
 from bench.runs.schema import COST_COLUMNS
 
@@ -343,10 +343,14 @@ class Result:
 
 @functools.cache
 def _registry_axes(variant: str) -> dict[str, Any]:
-    """The axes ``variants.describe`` derives now: only for runs recorded before run JSONs kept their own."""
+    """The axes ``variants.describe`` derives now (its static index where the registry is not imported,
+    :mod:`bench.runs.registry_index`): only for runs recorded before run JSONs kept their own."""
+    registry = registry_index.loaded_registry()
     try:
-        info = variants.describe(variant)
+        info = registry.describe(variant) if registry is not None else registry_index.entry(variant)
     except ValueError:  # not registered in this process (a plugin not loaded): its axes are unknown
+        return {}
+    if info is None:
         return {}
     return {"family": info.get("family"), **info.get("axes", {})}
 
@@ -559,12 +563,11 @@ def _splits(part: pd.DataFrame, side: str | None, fields: Sequence[str]) -> list
     only), or says that a group still spans several configurations: a difference no recorded field shows."""
     keys = part[side].map(_fmt) if side else pd.Series("", index=part.index)
 
-    def varies(col: str) -> bool:
-        return bool((part[col].groupby(keys, dropna=False).nunique(dropna=False) > 1).any())
-
-    varying = [f for f in fields if f != side and varies(f)]
+    columns = list(dict.fromkeys([*(f for f in fields if f != side), *([CONFIG_KEY] if CONFIG_KEY in part else [])]))
+    varies = _varies_within(part[columns], keys)
+    varying = [f for f in fields if f != side and varies[f]]
     if not varying:
-        if CONFIG_KEY in part and varies(CONFIG_KEY):
+        if CONFIG_KEY in part and varies[CONFIG_KEY]:
             return [("", part, "a group spans several configurations (config_hash) that differ in no recorded "
                      "field; their seeds cannot be pooled (the run JSONs name the difference)")]  # fmt: skip
         confounds = [f for f in fields if f not in (side, "variant") and part[f].nunique(dropna=False) > 1]
@@ -574,6 +577,19 @@ def _splits(part: pd.DataFrame, side: str | None, fields: Sequence[str]) -> list
         values = values if isinstance(values, tuple) else (values,)
         label = ", ".join(f"{f}={_fmt(v)}" for f, v in zip(varying, values, strict=True))
         out += [(", ".join(filter(None, [label, inner])), s, n) for inner, s, n in _splits(sub, side, fields)]
+    return out
+
+
+def _varies_within(frame: pd.DataFrame, keys: pd.Series) -> dict[str, bool]:
+    """Per column of ``frame``: whether it takes several values inside one group of ``keys`` (a missing value is a
+    value), as ``groupby(keys).nunique(dropna=False) > 1`` says, counted on integer codes (a claim's frame has a
+    column per configuration field)."""
+    group = pd.factorize(keys, use_na_sentinel=False)[0].astype(np.int64)
+    groups = len(np.unique(group))
+    out = {}
+    for column in frame.columns:
+        values = pd.factorize(frame[column], use_na_sentinel=False)[0].astype(np.int64)
+        out[column] = len(np.unique(group * (int(values.max(initial=0)) + 1) + values)) > groups
     return out
 
 

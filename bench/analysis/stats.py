@@ -50,8 +50,8 @@ import pandas as pd
 from scipy import stats as sps
 
 from bench.runs.config import FIELD_DEFAULTS, NOT_HASHED, RUN_ID_PATTERN
+from bench.runs.primary import primaries
 from bench.runs.schema import COST_COLUMNS
-from bench.runs.tasks.primary import primaries
 
 DEFAULT_BY: tuple[str, ...] = ("variant", "depth", "task")
 DEFAULT_METRICS: tuple[str, ...] = (
@@ -113,7 +113,7 @@ def with_derived(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def primary_metrics(df: pd.DataFrame) -> list[str]:
-    """The primary metrics of the tasks of ``df``'s runs (:mod:`bench.runs.tasks.primary`), in order of first
+    """The primary metrics of the tasks of ``df``'s runs (:mod:`bench.runs.primary`), in order of first
     appearance, those ``df`` holds values of (``with_derived``'s error columns included): ``bench compare``'s
     default; the validation loss where it holds none of them."""
     found = [p.final for p in primaries(df["task"])] if "task" in df.columns else []
@@ -482,7 +482,8 @@ def config_table(board: pd.DataFrame, runs: Sequence[Mapping[str, Any]] | None =
     table = pd.DataFrame({c: board[c].map(_plain) for c in columns}, index=board.index)
     if not runs or "run_id" not in board.columns:
         return table
-    configs = {r.get("run_id"): _flat_config(r.get("config") or {}) for r in runs}
+    wanted = set(board["run_id"])  # a study's table of a folder of many studies flattens its own runs only
+    configs = {r.get("run_id"): _flat_config(r.get("config") or {}) for r in runs if r.get("run_id") in wanted}
     flat = [configs.get(run_id, {}) for run_id in board["run_id"]]
     for key in dict.fromkeys(k for f in flat for k in f):
         from_json = pd.Series([f.get(key) for f in flat], index=board.index, dtype=object)

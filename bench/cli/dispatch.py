@@ -5,27 +5,33 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.metadata
+import os
 import sys
 import traceback
 from pathlib import Path
+from types import ModuleType
 
-import variants
 from bench.analysis.studyfile import PLUGIN_ORIGIN, study_plugins
-from bench.runs import plugins
-from bench.runs.resume import EXIT_PREEMPTED, Preempted
-from bench.sweeps.driver import RunsPreempted, RunsRefused
+from bench.runs.config import PLUGIN_ENTRY_POINTS, PLUGINS_ENV_VAR
+from bench.runs.stops import EXIT_PREEMPTED, Preempted, RunsPreempted, RunsRefused
 
 EXIT_USAGE = 2
-_OWN = (Path(variants.__file__).resolve().parent, Path(__file__).resolve().parent.parent)  # variants/, bench/
+PLUGINS_MODULE = "bench.runs.plugins"  # it loads torch and the registry: imported only when there is one to load
+_BENCH = Path(__file__).resolve().parent.parent
+_OWN = (_BENCH.parent / "variants", _BENCH)  # variants/ (beside bench/: not imported by a command that only reads)
 
 
 def dispatch(ns: argparse.Namespace) -> int:
     module, _, name = str(ns.handler).partition(":")
     handler = getattr(importlib.import_module(f"bench.cli.{module}"), name)
-    before = plugins.loaded()
+    before = _loaded_plugins()
     try:
-        plugins.load_all(getattr(ns, "plugins", None) or [])
-        plugins.load_plugins(study_plugins_of(ns), PLUGIN_ORIGIN)
+        specs = list(getattr(ns, "plugins", None) or [])
+        if specs or os.environ.get(PLUGINS_ENV_VAR) or importlib.metadata.entry_points(group=PLUGIN_ENTRY_POINTS):
+            _plugins().load_all(specs)
+        if study_specs := study_plugins_of(ns):
+            _plugins().load_plugins(study_specs, PLUGIN_ORIGIN)
         return int(handler(ns))
     except RunsRefused as exc:  # some runs were recorded, others refused as bad input: not "nothing written"
         print(f"error: {exc}", file=sys.stderr)
@@ -46,9 +52,22 @@ def dispatch(ns: argparse.Namespace) -> int:
         print("interrupted: nothing half-written was left (writes are atomic)", file=sys.stderr)
         return 130
     finally:  # what this command loaded goes with it (main called twice in one process starts afresh)
-        for plugin in plugins.loaded():
+        for plugin in _loaded_plugins():
             if plugin not in before:
-                plugins.unload(plugin)
+                _plugins().unload(plugin)
+
+
+def _plugins() -> ModuleType:
+    """:mod:`bench.runs.plugins`, imported on first need: a command that reads results and loads no plugin never
+    imports torch or the variant modules (the figures read the registry's static index,
+    :mod:`bench.analysis.registry_index`)."""
+    return importlib.import_module(PLUGINS_MODULE)
+
+
+def _loaded_plugins() -> list:
+    """The plugins loaded in this process (none while :mod:`bench.runs.plugins` was never imported)."""
+    module = sys.modules.get(PLUGINS_MODULE)
+    return module.loaded() if module is not None else []
 
 
 def study_plugins_of(ns: argparse.Namespace) -> list[str]:
@@ -71,7 +90,7 @@ def is_bad_input(exc: BaseException) -> bool:
     if not frames:
         return True
     raised_in = Path(frames[-1].filename).resolve()
-    plugin_files = {Path(p.file).resolve() for p in plugins.loaded()}
+    plugin_files = {Path(p.file).resolve() for p in _loaded_plugins()}
     return raised_in in plugin_files or any(raised_in.is_relative_to(root) for root in _OWN)
 
 
@@ -79,7 +98,7 @@ def _plugin_hint(exc: ValueError) -> str:
     """For an unknown variant: which plugins are loaded, and how to load the one that registers it."""
     if not str(exc).startswith("unknown variant"):
         return ""
-    loaded = ", ".join(p.spec for p in plugins.loaded()) or "none"
+    loaded = ", ".join(p.spec for p in _loaded_plugins()) or "none"
     return (f" (plugins loaded: {loaded}; a variant of your own is registered by its plugin: give --plugin FILE.py, "
-            f"set {plugins.ENV_VAR}, or name it in the study file's plugins = [...]; a study stored in a results "
+            f"set {PLUGINS_ENV_VAR}, or name it in the study file's plugins = [...]; a study stored in a results "
             "folder has its plugins imported only with --trust-plugins)")

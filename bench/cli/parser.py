@@ -246,11 +246,29 @@ def _plot_and_report(sub: Sub) -> None:
     q = sub.add_parser("plot", help="write the seaborn figures of a results directory to DIR/plots/")
     _results(q)
     q.add_argument("--study", help="only the runs of this study (figures go to DIR/plots/STUDY/)")
-    _handler(q, "tables:cmd_plot")
+    _jobs(q)
+    _handler(q, "figures:cmd_plot")
     q = sub.add_parser("report", help="write DIR/REPORT.md: aggregated tables, figures, paper claims vs measured")
     _results(q)
     q.add_argument("--study", help="only the runs of this study")
-    _handler(q, "tables:cmd_report")
+    _jobs(q)
+    _handler(q, "figures:cmd_report")
+
+
+def _jobs(q: argparse.ArgumentParser) -> None:
+    q.add_argument("--jobs", type=_positive_int, metavar="N",
+                   help="processes drawing the figures (default: the cores free now, as --threads picks; the "
+                        "figures are the same files whatever N)")
+
+
+def _positive_int(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"a whole number of processes, 1 or more; got {text!r}")
+    return n
 
 
 def _merge(sub: Sub) -> None:
@@ -267,7 +285,7 @@ def _site(sub: Sub) -> None:
                        "claims' verdicts, sortable leaderboards, interactive figures, a page per run")
     _results(q)
     q.add_argument("-o", "--out", required=True, metavar="SITE", help="the folder the site is written to")
-    _handler(q, "tables:cmd_site")
+    _handler(q, "figures:cmd_site")
 
 
 def _sweeps(sub: Sub) -> None:
@@ -288,7 +306,7 @@ def _track(sub: Sub) -> None:
     q.add_argument("--study", help="only the runs of this study")
     q.add_argument("--quiet", action="store_true", help="no progress bar")
     _trackers(q, required=True)
-    _handler(q, "tables:cmd_track")
+    _handler(q, "runs:cmd_track")
 
 
 def _data(sub: Sub) -> None:

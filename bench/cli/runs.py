@@ -1,5 +1,5 @@
 """Commands about single runs: ``run``, ``show``, ``upgrade``, ``merge``, ``data download``, ``perf overhead``,
-``perf scaling``."""
+``perf scaling``, ``track``."""
 
 from __future__ import annotations
 
@@ -148,3 +148,12 @@ def cmd_scaling(ns: argparse.Namespace) -> int:
           "(each measured in its own torchrun; cores split evenly on the CPU)")
     print(df.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
     return 0
+
+
+def cmd_track(ns: argparse.Namespace) -> int:
+    logged, failed = api.track(ns.results_dir, tracker=ns.tracker or [], tracker_uri=ns.tracker_uri or [],
+                               study=ns.study, progress=not ns.quiet)
+    where = ", ".join(ns.tracker or [])
+    print(f"{logged} runs of {ns.results_dir} logged to {where}" + (f"; {failed} failed (warnings above)"
+                                                                     if failed else ""))
+    return 1 if failed else 0

@@ -1,4 +1,5 @@
-"""Commands that read a results directory: ``leaderboard``, ``compare``, ``plot``, ``report``, ``site``, ``track``."""
+"""The tables of a results directory: ``leaderboard`` and ``compare`` (neither imports torch, the variant modules or
+matplotlib: :mod:`bench.runs.registry_index`; the figures and the report are :mod:`bench.cli.figures`)."""
 
 from __future__ import annotations
 
@@ -8,26 +9,24 @@ from typing import Any
 
 import pandas as pd
 
-from bench import api
 from bench.analysis.comparison import compare_table
 from bench.analysis.stats import aggregate, by_configuration, headline_metrics, primary_metrics, with_derived
 from bench.reports.markdown import MISSING, render_comparison
-from bench.reports.plots import make_all
-from bench.reports.report import write_report
-from bench.reports.site import build_site  # plotly, the site extra, is imported by build_site alone
+from bench.runs.reading import read_heads
 from bench.runs.results import ResultsStore
 
 
 def _board(ns: argparse.Namespace, study: str | None) -> tuple[pd.DataFrame, list[Any]]:
-    """The leaderboard (only ``study``'s runs when given) and the run JSONs."""
+    """The leaderboard (only ``study``'s runs when given) and the run JSONs' heads (no curves, no probes)."""
     store = ResultsStore(ns.results_dir)
-    board, runs = store.load_board_and_runs()
+    board, heads = store.load_leaderboard(), read_heads(ns.results_dir)  # the tables read configurations, never curves
+    store.warn_missing(board, heads)
     if study and not board.empty:
         if study not in set(board["study"].dropna()):
             studies = ", ".join(sorted(map(str, board["study"].dropna().unique()))) or "none"
             raise ValueError(f"no runs of study {study!r} in {ns.results_dir}; studies there: {studies}")
         board = board[board["study"] == study].reset_index(drop=True)
-    return board, runs
+    return board, heads
 
 
 def _cell(mean: float, ci: float, n: float) -> str:
@@ -102,32 +101,3 @@ def cmd_compare(ns: argparse.Namespace) -> int:
                           ignore=("study", "preset") if pairs_across else ())
     print(render_comparison(table, ns.format), end="" if ns.format == "csv" else "\n")
     return 0
-
-
-def cmd_plot(ns: argparse.Namespace) -> int:
-    paths = make_all(ns.results_dir, ns.study)
-    if not paths:
-        print(f"nothing to plot in {ns.results_dir} (no runs yet)")
-    for p in paths:
-        print(p)
-    return 0
-
-
-def cmd_report(ns: argparse.Namespace) -> int:
-    print(write_report(ns.results_dir, ns.study))
-    return 0
-
-
-def cmd_site(ns: argparse.Namespace) -> int:
-    site = build_site(ns.results_dir, ns.out)
-    print(f"{site.root / 'index.html'}: {site.pages} pages, {site.bytes / 1e6:.1f} MB")
-    return 0
-
-
-def cmd_track(ns: argparse.Namespace) -> int:
-    logged, failed = api.track(ns.results_dir, tracker=ns.tracker or [], tracker_uri=ns.tracker_uri or [],
-                               study=ns.study, progress=not ns.quiet)
-    where = ", ".join(ns.tracker or [])
-    print(f"{logged} runs of {ns.results_dir} logged to {where}" + (f"; {failed} failed (warnings above)"
-                                                                     if failed else ""))
-    return 1 if failed else 0

@@ -2,7 +2,8 @@
 the study's runs, its tables written, its figure drawn (:mod:`bench.reports.analysis_figures`), and the report's
 "Analysis" section with the verdicts of the claims about it.
 
-The ``lesion``, ``gradcorr`` and ``landscape`` commands write and draw through the same :func:`draw`.
+The ``lesion``, ``gradcorr`` and ``landscape`` commands write and draw through the same :func:`draw`; what the report
+and the site say of an analysis that has run is read by :mod:`bench.reports.analysis_summary` (without torch).
 """
 
 from __future__ import annotations
@@ -10,7 +11,6 @@ from __future__ import annotations
 import datetime
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -19,16 +19,12 @@ import torch
 
 from bench.analysis import analyses
 from bench.analysis.analyses import Output, label
-from bench.analysis.claims import TABLES, Result, evaluate_claims, parse_claims
 from bench.analysis.options import check_options
-from bench.analysis.stats import t_ci
-from bench.analysis.studyfile import find_study, read_study_file
 from bench.reports.analysis_figures import plot_cost, plot_gradcorr, plot_landscape, plot_lesion
-from bench.reports.markdown import claim_lines, markdown_table, md
 from bench.reports.plotdata import variant_key
 from bench.reports.plots import Colour, palette_of
 from bench.runs.env import environment
-from bench.runs.names import file_name, problem
+from bench.runs.names import file_name
 from bench.runs.results import ResultsStore, atomic_write_text
 
 
@@ -111,65 +107,3 @@ def _meta(preset: str | None) -> dict[str, Any]:
     training run records: resbench's commit, torch, the CPU model, threads, ...) — the analyses run on the CPU."""
     return {"preset": preset, **environment(torch.device("cpu")),
             "created_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
-
-
-@dataclass(frozen=True)
-class Summary:
-    """A study's analysis as its report and its site page show it: the rows of ``<kind>-summary.csv`` per model
-    (mean ± 95% CI half-width over seeds, as text), its figures, and the verdicts of the claims about it."""
-
-    kind: str
-    source: str  # the summary CSV, relative to the results folder
-    headers: list[str]
-    rows: list[list[Any]]
-    figures: list[Path]
-    results: list[Result]
-
-
-def summary_of(results_dir: str | Path, study: str, runs: Sequence[dict[str, Any]] = ()) -> Summary | None:
-    """The :class:`Summary` of ``study``'s analysis, None if it declares none or it has not run."""
-    root = Path(results_dir)
-    if problem(study) is not None:  # a study name no file of this folder can have
-        return None
-    try:
-        path: Path | None = find_study(study, root)
-    except ValueError:
-        path = None
-    data = read_study_file(path) if path else {}
-    kind = data.get("analysis", {}).get("kind")
-    summary_csv = root / "analysis" / study / f"{kind}-summary.csv"
-    if not kind or not summary_csv.is_file():
-        return None
-    summary = pd.read_csv(summary_csv)
-    metrics = TABLES[kind]
-    by = [c for c in ("variant", "depth", "dims", "k", "shape", "mode") if c in summary]
-    rows = []
-    for key, g in summary.groupby(by, sort=True):
-        cells = []
-        for m in metrics:
-            s = t_ci(g[m].to_numpy(dtype=float))
-            cells.append("n/a" if s["n"] == 0 else f"{s['mean']:.4g}" + (f" ± {s['ci']:.2g}" if s["n"] > 1 else ""))
-        rows.append([*(key if isinstance(key, tuple) else (key,)), *cells, len(g)])
-    claims = [c for c in parse_claims(data.get("claims", []), str(path)) if c.table == kind]
-    return Summary(kind, summary_csv.relative_to(root).as_posix(), [*by, *metrics, "n"], rows,
-                   sorted((root / "plots" / study).glob(f"{kind}*.png")),
-                   evaluate_claims(claims, summary, None, list(runs)) if claims else [])
-
-
-def report_lines(results_dir: str | Path, study: str, runs: Sequence[dict[str, Any]] = ()) -> list[str]:
-    """The report section of a study's analysis (none if it has none or it has not run): the summary over seeds,
-    the figures, and the claims about it with their verdicts."""
-    root = Path(results_dir)
-    made = summary_of(root, study, runs)
-    if made is None:
-        return []
-    over = ("over the timed rounds (n = rounds; each overhead a fraction of the baseline's, timed beside it in the "
-            "same round)" if made.kind == "cost" else "over seeds (n = models). Every evaluation is in the other "
-            f"CSVs of `analysis/{study}/`")
-    lines = [f"## Analysis: {made.kind}", "", f"Rows of `{made.source}`, mean ± 95% CI half-width {over}.", "",
-             markdown_table(made.headers, made.rows), ""]
-    lines += [f"![{md(fig.stem)}]({md(fig.relative_to(root).as_posix())})" for fig in made.figures]
-    lines.append("")
-    if made.results:
-        lines += [f"### Claims about the {made.kind} analysis", "", *claim_lines(made.results), ""]
-    return lines

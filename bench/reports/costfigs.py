@@ -33,7 +33,7 @@ from bench.reports.drawing import (
     throughput_column,
 )
 from bench.reports.plotdata import Colour, mean_ci, one_task, palette_of, with_key
-from bench.runs.tasks.primary import primary
+from bench.runs.primary import primary
 
 _PARETO_MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
 
@@ -109,7 +109,7 @@ def pareto_front(x: np.ndarray, y: np.ndarray) -> np.ndarray:
 def pareto_points(leaderboard: pd.DataFrame, task: str | None = None, metric: str | None = None
                   ) -> tuple[pd.DataFrame, str, str, str]:
     """The points of the Pareto figure: per (variant, configuration, depth) the seed mean of ``metric`` (default:
-    the task's primary metric, :mod:`bench.runs.tasks.primary`) and the configuration's throughput (measured once),
+    the task's primary metric, :mod:`bench.runs.primary`) and the configuration's throughput (measured once),
     and ``front``, whether no other point has both a higher throughput and a better value (lower for a loss or an
     error, higher for an accuracy); with the throughput column, its unit and the task."""
     df, task = one_task(leaderboard[leaderboard["status"] == "ok"], task)

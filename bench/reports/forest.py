@@ -28,6 +28,7 @@ from bench.analysis.claims import AXES, Result, evaluate_claims, parse_claims
 from bench.analysis.sequential import Looks, read_looks
 from bench.analysis.studyfile import find_study, read_study_file
 from bench.reports.plotdata import Colour, palette_of
+from bench.runs.reading import remembered
 
 MIN_ROWS = 3  # designs compared on one metric below which a study gets no forest plot
 DESIGN_FIELDS = ("variant", *AXES)  # a claim that compares these compares designs (not depths, rates, ...)
@@ -50,7 +51,11 @@ def study_results(root: Path, study: str, board: pd.DataFrame, probes: pd.DataFr
         return path, [], looks
     rows = board[board["study"] == study]
     chosen = probes[probes["run_id"].isin(rows["run_id"])] if len(probes) else probes
-    return path, evaluate_claims(claims, rows, chosen, runs, looks.level if looks else 0.95), looks
+    # Evaluated once per command (the report's claims section, its forest plots and the site read the same verdicts)
+    key = ("claims", str(root.resolve()), study, tuple(sorted(map(str, rows["run_id"]))), tuple(rows.columns),
+           len(chosen))
+    results = remembered(key, lambda: evaluate_claims(claims, rows, chosen, runs, looks.level if looks else 0.95))
+    return path, results, looks
 
 
 def forest_data(results: Sequence[Result]) -> pd.DataFrame:

@@ -19,16 +19,19 @@ from typing import Any
 import pandas as pd
 import seaborn as sns
 
-import variants
 from bench.analysis.stats import DOMAINS, config_table, differing_fields, domain, mean_ci  # noqa: F401  (re-exported for the figures)
+from bench.runs import registry_index
+from bench.runs.reading import read_runs, remembered
 from bench.runs.results import ResultsStore
 
 _NOT_METRICS = ("step", "epoch", "wall_s", "train_time_s", "lr")  # curve columns that are axes, not metrics
 _META = ("run_id", "variant", "family", "depth", "task", "seed", "warmup_steps", "status", "study")
 def _registered(name: str) -> dict[str, Any] | None:
-    """``variants.describe(name)``, or None for a name the registry does not know (a plugin not loaded now)."""
+    """``variants.describe(name)``, or None for a name the registry does not know (a plugin not loaded now); only
+    where the registry is imported (:func:`bench.runs.registry_index.loaded_registry`)."""
+    registry = registry_index.loaded_registry()
     try:
-        return variants.describe(name)
+        return None if registry is None else registry.describe(name)
     except ValueError:
         return None
 
@@ -41,7 +44,8 @@ def _base_of(info: Mapping[str, Any]) -> tuple[str, list[tuple[str, Any]]] | Non
     """
     fixed, defaults = info["fixed"], info["defaults"]
     best: tuple[int, str, list[tuple[str, Any]]] | None = None
-    for name in variants.list_variants(family=info["family"]):
+    registry = registry_index.loaded_registry()
+    for name in registry.list_variants(family=info["family"]) if registry is not None else ():
         other = _registered(name)
         if (
             other is None
@@ -67,7 +71,13 @@ def variant_key(variant: str, depth: Any = None) -> str:
     ``densenet (bc=True)``). Any other name — one that does not pin depth, a preset without a base, a name the
     registry does not know (a plugin not loaded now) — is its own series. ``depth`` is accepted for callers of
     the earlier signature; the key does not depend on it.
+
+    Where the registry is not imported (a command that only reads), the series comes from its static index
+    (:mod:`bench.runs.registry_index`, written by :func:`registry_entries`).
     """
+    if registry_index.loaded_registry() is None:
+        indexed = registry_index.entry(variant)
+        return str(indexed["series"]) if indexed is not None else variant
     info = _registered(variant)
     found = _base_of(info) if info is not None and "depth" in info.get("fixed", {}) else None
     if found is None:
@@ -83,12 +93,26 @@ def is_ln_transformer(variant: str) -> str | None:
     ``attention``, and the placement is exactly ``"post"`` or ``"pre"``; so DeepNorm (scaled shortcut),
     ReZero (no norm) and Mix-LN (mixed placement) are None, as is a name the registry does not know.
     """
-    info = _registered(variant)
+    info = _registered(variant) if registry_index.loaded_registry() is not None else registry_index.entry(variant)
     axes = info.get("axes", {}) if info else {}
     if axes.get("combinator") != "add" or "attention" not in str(axes.get("body", "")):
         return None
     placement = axes.get("placement")
     return placement if placement in ("post", "pre") else None
+
+
+def registry_entries() -> dict[str, dict[str, Any]]:
+    """What :mod:`bench.runs.registry_index` holds of each registered variant, asked of the imported registry:
+    family, paper, axes and :func:`variant_key`."""
+    registry = registry_index.loaded_registry()
+    if registry is None:
+        raise RuntimeError("import variants first: the index is written from the registry itself")
+    out = {}
+    for name in registry.list_variants():
+        info = registry.describe(name)
+        out[name] = {"family": info["family"], "paper": info.get("paper"), "axes": dict(info.get("axes", {})),
+                     "series": variant_key(name)}
+    return out
 
 
 def with_key(df: pd.DataFrame) -> pd.DataFrame:
@@ -100,13 +124,20 @@ def with_key(df: pd.DataFrame) -> pd.DataFrame:
     - ``style``: the rest of the row's configuration, ``depth 56`` and/or its ``config`` label, what line style and
       marker show (``""`` when there is neither).
     """
-    keys = {v: variant_key(str(v)) for v in df["variant"].unique()}
-    series = df["variant"].map(keys).astype(object)
+    # Each text is made once per distinct value and mapped onto the rows (a probe table has millions of them).
+    series = _mapped(df["variant"], lambda v: variant_key(str(v)))
     config = df["config"].fillna("").astype(str) if "config" in df.columns else pd.Series("", index=df.index)
-    depth = df["depth"] if "depth" in df.columns else pd.Series(math.nan, index=df.index)
-    style = [", ".join(p for p in (_depth_text(d), c) if p) for d, c in zip(depth, config, strict=True)]
-    key = series + config.map(lambda c: f" ({c})" if c else "")
-    return df.assign(series=series, key=key, style=pd.Series(style, index=df.index, dtype=object))
+    depth = _mapped(df["depth"], _depth_text) if "depth" in df.columns else pd.Series("", index=df.index)
+    depth = depth.astype(object)
+    style = depth.where(config == "", depth + ", " + config).where(depth != "", config)
+    key = series + _mapped(config, lambda c: f" ({c})" if c else "").astype(config.dtype)  # str where pandas has it
+    return df.assign(series=series, key=key, style=style.astype(object))
+
+
+def _mapped(values: pd.Series, text: Any) -> pd.Series:
+    """``text(v)`` of each of ``values``, called once per distinct value (missing values included)."""
+    codes, uniques = pd.factorize(values, use_na_sentinel=False)
+    return pd.Series([text(u) for u in uniques], dtype=object).take(codes).set_axis(values.index)
 
 
 def _depth_text(depth: Any) -> str:
@@ -138,7 +169,7 @@ def palette(variants: Iterable[str]) -> dict[str, Colour]:
 def palette_of(*frames: pd.DataFrame) -> dict[str, Colour]:
     """:func:`palette` of the variant series of every row of ``frames`` (any task): what a figure drawn on its own
     uses when it is not given the study's mapping."""
-    return palette(s for df in frames if len(df) for s in with_key(df)["series"])
+    return palette(variant_key(str(v)) for df in frames if len(df) for v in df["variant"].unique())
 
 
 @dataclass
@@ -194,17 +225,26 @@ def probes_frame(runs: Iterable[Mapping[str, Any]]) -> pd.DataFrame:
 
 
 def load_frames(results_dir: str | Path, study: str | None = None) -> Frames:
-    """Read ``results_dir``; with ``study``, keep only that study's runs (ValueError if it has none)."""
+    """Read ``results_dir``; with ``study``, keep only that study's runs (ValueError if it has none). Made once per
+    command (:func:`bench.runs.reading.remembered`): the report and its figures read the same frames."""
+    return remembered(("frames", str(Path(results_dir).resolve()), study), lambda: _load_frames(results_dir, study))
+
+
+def _load_frames(results_dir: str | Path, study: str | None) -> Frames:
     store = ResultsStore(results_dir)
-    board, runs = store.load_board_and_runs()
-    if study is not None:
-        if not (board["study"] == study).any():
-            raise ValueError(
-                f"no runs of study {study!r} in {results_dir}; "
-                f"studies: {sorted(board['study'].dropna().unique().tolist())}"
-            )
-        board = board[board["study"] == study].reset_index(drop=True)
-        runs = [r for r in runs if r["run_id"] in set(board["run_id"])]
+    board = store.load_leaderboard()
+    if study is None:
+        runs = read_runs(results_dir)
+        store.warn_missing(board, runs)
+        return frames_of(board, runs)
+    if not (board["study"] == study).any():
+        raise ValueError(
+            f"no runs of study {study!r} in {results_dir}; "
+            f"studies: {sorted(board['study'].dropna().unique().tolist())}"
+        )
+    board = board[board["study"] == study].reset_index(drop=True)
+    runs = read_runs(results_dir, set(board["run_id"]))  # the study's run JSONs alone parsed
+    store.warn_missing(board, runs)
     return frames_of(board, runs)
 
 

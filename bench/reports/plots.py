@@ -3,7 +3,7 @@
 - a forest plot of each compared design's difference from its baseline, the first figure of a study with claims
   (:mod:`bench.reports.forest`);
 - learning curves with seed confidence bands: the training loss and the task's primary evaluation metric
-  (validation loss for a language model, validation error for a classifier: :mod:`bench.runs.tasks.primary`),
+  (validation loss for a language model, validation error for a classifier: :mod:`bench.runs.primary`),
   faceted where one axis would hold more than a handful of lines (:mod:`bench.reports.facets`);
 - the degradation plot — the final training figure vs depth: training error for a classifier (He et al. 2015,
   "Deep Residual Learning for Image Recognition", Fig. 1 and 6; Srivastava et al. 2015, "Training Very Deep
@@ -51,6 +51,7 @@ from bench.reports.drawing import (
 )
 from bench.reports.facets import Row, crowded, faceted
 from bench.reports.forest import forest_data, forest_metrics, plot_forest, study_results
+from bench.reports.parallel import draw_all
 from bench.reports.plotdata import (
     Colour,
     Frames,
@@ -67,7 +68,7 @@ from bench.reports.plotdata import (
     with_key,
 )
 from bench.runs.names import file_name, slug
-from bench.runs.tasks.primary import primary
+from bench.runs.primary import primary
 
 __all__ = [
     "Colour", "Frames", "curves_frame", "grad_norm_init_data", "is_ln_transformer", "line_styles", "load_frames",
@@ -157,7 +158,7 @@ def plot_loss_vs_time(curves: pd.DataFrame, task: str | None = None, metric: str
 
 def degradation_data(leaderboard: pd.DataFrame, task: str | None = None) -> tuple[pd.DataFrame, str, str]:
     """The degradation figure's statistics, per series, configuration and depth, of the task's training figure
-    (:attr:`bench.runs.tasks.primary.Primary.train`: training error for a classifier, training loss for a
+    (:attr:`bench.runs.primary.Primary.train`: training error for a classifier, training loss for a
     language model) over its ok runs; with that metric and the task."""
     df, task = one_task(leaderboard[leaderboard["status"] == "ok"], task)
     metric = primary(task).train
@@ -234,10 +235,11 @@ def plot_warmup(curves: pd.DataFrame, task: str | None = None,
     return fig
 
 
-def make_all(results_dir: str | Path, study: str | None = None) -> list[Path]:
+def make_all(results_dir: str | Path, study: str | None = None, workers: int = 1) -> list[Path]:
     """Write every figure there is data for to ``results_dir/plots/`` (``plots/<study>/`` for one study), every
     one with the colours of one :func:`palette` of the runs' variants; a study with claims leads with its forest
-    plots, and its crowded curve figures put the claims' baseline in every panel."""
+    plots, and its crowded curve figures put the claims' baseline in every panel. ``workers`` processes draw them
+    (:func:`bench.reports.parallel.draw_all`: the same files as one)."""
     frames = load_frames(results_dir, study)
     out = Path(results_dir) / "plots" / (file_name(study, "study") if study else "")
     board, curves, probes = frames.leaderboard, frames.curves, frames.probes
@@ -273,10 +275,6 @@ def make_all(results_dir: str | Path, study: str | None = None) -> list[Path]:
         ln = board[(board["task"] == task) & board["variant"].map(lambda v: is_ln_transformer(str(v)) is not None)]
         if ln["warmup_steps"].fillna(0).gt(0).nunique() == 2 and len(t_curves):
             jobs.append((f"warmup_{task}", lambda t=task: plot_warmup(curves, t, colours)))
-    paths = []
-    for name, make in jobs:
-        path = out / f"{slug(name)}.png"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        make().savefig(path, dpi=120, bbox_inches="tight")  # whatever the layout left outside the figure
-        paths.append(path)
-    return paths
+    todo = [(out / f"{slug(name)}.png", make) for name, make in jobs]
+    draw_all(todo, workers)
+    return [path for path, _ in todo]

@@ -38,13 +38,14 @@ from bench.analysis.stats import (
 from bench.analysis.studyfile import StandIn, find_study, is_shipped
 from bench.reports import plots
 from bench.reports import scaling as scaling_report
-from bench.reports.analysis_step import report_lines
+from bench.reports.analysis_summary import report_lines
 from bench.reports.forest import study_results
 from bench.reports.markdown import MISSING, TALLY_WORDS, claim_lines, fenced, fmt_number, markdown_table, md
 from bench.reports.reproduce import run_commands, study_commands
 from bench.runs.names import file_name
-from bench.runs.results import ResultsStore, atomic_write_bytes, atomic_write_text, check_writable
-from bench.runs.tasks.primary import primaries
+from bench.runs.primary import primaries
+from bench.runs.reading import read_runs
+from bench.runs.results import atomic_write_bytes, atomic_write_text, check_writable
 
 FIGURE_NOTE = (
     "Lines: mean over seeds. Bands and error bars: 95% Student-t CI of that mean, clipped to the metric's "
@@ -76,7 +77,7 @@ CLAIMS_NOTE = (
 )
 # The columns that always name a table row; configuration fields that differ between rows are added after them.
 ROW_COLUMNS = ("variant", "depth", "task")
-# (column, header, scale, format) of the leaderboard table, by the task's primary metric (bench.runs.tasks.primary):
+# (column, header, scale, format) of the leaderboard table, by the task's primary metric (bench.runs.primary):
 # a classifier's error, a language model's loss, first.
 TABLE_METRICS: dict[str, tuple[tuple[str, str, float, str], ...]] = {
     "val_error": (
@@ -276,11 +277,12 @@ def _measured_at(runs: list[dict[str, Any]]) -> str:
             "weighs more than at a paper's width; `python -m bench cost` measures a design's cost at a paper's shape.")
 
 
-def write_report(results_dir: str | Path, study: str | None = None) -> Path:
+def write_report(results_dir: str | Path, study: str | None = None, workers: int = 1) -> Path:
     """Write ``results_dir/REPORT.md`` (figures under ``plots/``) and the tidy probe table ``probes.csv.gz``.
 
     With ``study``, only that study's runs: ``REPORT-<study>.md``, ``plots/<study>/`` and
-    ``probes-<study>.csv.gz``, so several studies can share one results directory.
+    ``probes-<study>.csv.gz``, so several studies can share one results directory. ``workers`` processes draw the
+    figures (:func:`bench.reports.plots.make_all`).
     """
     root = Path(results_dir)
     if study is not None:
@@ -296,8 +298,8 @@ def write_report(results_dir: str | Path, study: str | None = None) -> Path:
     if board.empty:
         return _analysis_only_report(root, study)
     ids = set(board["run_id"])
-    runs = [r for r in ResultsStore(root).load_runs() if r.get("run_id") in ids]
-    figures = plots.make_all(root, study)
+    runs = read_runs(root, ids)
+    figures = plots.make_all(root, study, workers)
     title = f"# resbench report{f' — study {study}' if study else ''}"
     lines = [
         title,

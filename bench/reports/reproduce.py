@@ -26,7 +26,7 @@ from bench.analysis.studyfile import (
     stored_in,
 )
 from bench.runs.config import RunConfig, config_from_dict
-from bench.runs.results import ResultsStore
+from bench.runs.reading import read_runs
 
 
 def study_presets(runs: Sequence[Mapping[str, Any]]) -> dict[str, list[str | None]]:
@@ -83,7 +83,7 @@ def run_commands(board: pd.DataFrame, results_dir: Path) -> list[str]:
     """Shell lines that reproduce the runs of ``board``: the commands of each study and preset, and a seed loop per
     configuration of the runs outside a study, from the whole config each run recorded (so a non-default lr,
     length or model argument is in its command, and a run without a depth is listed like any other)."""
-    runs = [r for r in ResultsStore(results_dir).load_runs() if r.get("run_id") in set(board["run_id"])]
+    runs = read_runs(results_dir, set(board["run_id"]))
     presets = study_presets(runs)
     lines = []
     for st in sorted(board["study"].dropna().unique()):

@@ -29,12 +29,13 @@ import pandas as pd
 
 from bench.analysis.claims import Group, Result, describe
 from bench.analysis.stats import counted_rows, mean_ci, observations, t_ci
-from bench.reports.analysis_step import Summary, summary_of
+from bench.reports.analysis_summary import Summary, summary_of
 from bench.reports.markdown import TALLY_WORDS, VERDICT_WORDS, fmt_number, test_text
 from bench.reports.plotdata import Frames, frames_of, grad_norm_init_data, with_key
 from bench.reports.report import _analysis_meta, _shown_path, _study_command, _study_path, study_claims
 from bench.runs.config import config_from_dict
 from bench.runs.names import slug
+from bench.runs.reading import read_runs
 from bench.runs.results import ResultsStore, check_writable
 
 ASSETS = Path(__file__).resolve().parent / "site_assets"
@@ -508,7 +509,7 @@ def build_site(results_dir: str | Path, out: str | Path) -> Site:
     if board.empty:
         raise ValueError(f"no runs in {root}: nothing to show (run `python -m bench run ...` or "
                          "`python -m bench reproduce ...` first)")
-    runs = {r["run_id"]: r for r in store.load_runs()}
+    runs = {r["run_id"]: r for r in read_runs(root)}
     board = board.assign(study=board["study"].astype(object).where(board["study"].notna(), NO_STUDY))
     studies: list[_Study] = []
     pages = 0

@@ -14,7 +14,7 @@ import json
 import os
 import sys
 import tempfile
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -311,12 +311,17 @@ class ResultsStore:
         """:meth:`load_leaderboard` and :meth:`load_runs` together; a row whose run JSON is missing is named on stderr
         (its curves, probes and configuration are then unknown: the row alone is shown)."""
         board, runs = self.load_leaderboard(), self.load_runs()
+        self.warn_missing(board, runs)
+        return board, runs
+
+    def warn_missing(self, board: pd.DataFrame, runs: Sequence[Mapping[str, Any]]) -> None:
+        """Name on stderr the rows of ``board`` that have no run JSON among ``runs`` (their curves, probes and
+        configuration are then unknown: the row alone is shown)."""
         missing = sorted(set(board["run_id"]) - {r["run_id"] for r in runs})
         if missing:
             print(f"warning: {len(missing)} row(s) of {self.leaderboard} have no run JSON in {self.runs_dir} "
                   f"({', '.join(missing[:5])}{' ...' if len(missing) > 5 else ''}): restore them from where the "
                   "folder came from", file=sys.stderr)
-        return board, runs
 
     def load_run(self, run_id: str) -> dict[str, Any]:
         """The run JSON of ``run_id``: its own file, else the run an old id moved to (:data:`ALIASES`), else the one
@@ -333,14 +338,18 @@ class ResultsStore:
             path = matches[0]
         return read_run_json(path)
 
-    def load_runs(self) -> list[dict[str, Any]]:
-        """Every run JSON, sorted by run_id; a damaged one raises ValueError naming its file."""
+    def run_files(self) -> list[Path]:
+        """The run JSON files, sorted; ValueError where ``runs/`` is a link or a file."""
         _refuse_link(self.runs_dir)
         if not self.runs_dir.exists():
             return []
         if not self.runs_dir.is_dir():
             raise ValueError(f"{self.runs_dir} is a file, but it is where run JSONs are; move it away")
-        return [read_run_json(p) for p in sorted(self.runs_dir.glob("*.json"))]
+        return sorted(self.runs_dir.glob("*.json"))
+
+    def load_runs(self) -> list[dict[str, Any]]:
+        """Every run JSON, sorted by run_id; a damaged one raises ValueError naming its file."""
+        return [read_run_json(p) for p in self.run_files()]
 
 
 # Old run id -> the id of the run it is now (bench.runs.identity: runs renamed to their configuration's id).

@@ -35,19 +35,10 @@ import torch
 
 from bench.runs.config import RunConfig
 from bench.runs.results import atomic_write_bytes
+from bench.runs.stops import EXIT_PREEMPTED, Preempted  # noqa: F401  (raised here; importers read them here too)
 
 FORMAT = "resbench-training-state/1"
 PREEMPT_SIGNALS = ("SIGTERM", "SIGUSR1")
-EXIT_PREEMPTED = 75  # EX_TEMPFAIL: the run is not done; rerunning the same command continues it
-
-
-class Preempted(Exception):
-    """The run was asked to stop (a preemption signal) and saved its state at step ``step``."""
-
-    def __init__(self, step: int, path: Path | None, signal_name: str) -> None:
-        where = f"its state is in {path}" if path is not None else "no checkpoint directory: nothing was saved"
-        super().__init__(f"stopped by {signal_name} at step {step}; {where}")
-        self.step, self.path, self.signal_name = step, path, signal_name
 
 
 def directory(results_dir: str | Path, run_id: str) -> Path:

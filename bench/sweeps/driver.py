@@ -36,19 +36,9 @@ from bench.runs.measure import complete, cost_key
 from bench.runs.progress import LiveLine
 from bench.runs.results import ResultsStore
 from bench.runs.runner import Reuse, measurement_failures, record, unfinished_run
+from bench.runs.stops import RunsPreempted, RunsRefused
 from bench.sweeps.executors import Event, Executor, Job
 from bench.sweeps.leases import Leases
-
-
-class RunsRefused(Exception):
-    """Some runs of a sweep were refused as bad input (a dataset not on this machine), after the others were
-    recorded: not "nothing written", so not the ValueError of bad input."""
-
-
-class RunsPreempted(Exception):
-    """Some runs of a sweep were stopped by a preemption signal after saving their state: rerunning the sweep
-    continues them."""
-
 
 # Called with each run JSON as the driver records it (e.g. to log it to an experiment tracker).
 OnRecord = Callable[[Mapping[str, Any]], Any]
