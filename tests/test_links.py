@@ -180,7 +180,7 @@ def test_what_a_join_cannot_read_is_named() -> None:
         model(IDX)
     with pytest.raises(ValueError, match=r"sublayer 0 reads F\(blocks\.0\.ffn\): call its layer with the forward's"):
         model.blocks[0](torch.zeros(1, 2, 16))
-    with pytest.raises(ValueError, match=r"out\(blocks\.1\.ffn\) is not available to read: no join declared it"):
+    with pytest.raises(ValueError, match=r"out\(blocks\.1\.ffn\) is not available to read: no module declared it"):
         Past(torch.zeros(1), keep=()).read([Source("output", 3)])
     with pytest.raises(ValueError, match=r"a sublayer index is a non-negative integer .*got -1"):
         variants.branch(-1)
