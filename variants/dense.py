@@ -43,7 +43,7 @@ from . import axes
 from .blocks import NormFactory, PreNorm, ResidualUnit
 from .checks import positive_int
 from .combinators import Add, Combinator
-from .links import EMBEDDINGS, Past, Source, branch, needs_past, output, own
+from .links import EMBEDDINGS, Past, Source, branch, needs_past, output, own, reads
 from .norms import LN_EPS
 from .registry import register, register_preset
 from .transformer import Block, CausalSelfAttention, Design, TransformerLM, TransformerSpec, build_transformer
@@ -344,7 +344,7 @@ class AttnResUnit(ResidualUnit):
         self.n_closed = len(closed_blocks(index, starts))
 
     def forward(self, h: torch.Tensor, past: Past | None = None) -> torch.Tensor:  # type: ignore[override]
-        x0, *earlier = needs_past(self, past).read(self.combine.reads)
+        x0, *earlier = needs_past(self, past).read(reads(self.combine))
         n = self.n_closed
         blocks, scales, partial = (x0, *earlier[:n]), (inv_rms(x0), *earlier[n:2 * n]), earlier[2 * n:]
         v = self.drop_path(self.body(self.norm_in(h)))

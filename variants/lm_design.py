@@ -51,12 +51,12 @@ class Stream(nn.Module):
     """What the blocks hand each other. This base class is the one residual stream; a design that keeps several
     (ResiDual's two) widens the embeddings into its state in :meth:`begin` and folds the state back to one
     d_model vector per token in :meth:`end`, before the final norm and the head. A stream whose end reads an earlier
-    value (the speedrun's backout) declares it in ``reads`` and gets it after the state."""
+    value (the speedrun's backout) declares it in ``reads`` and takes it after the state: ``end(state, *earlier)``."""
 
     def begin(self, x: torch.Tensor) -> Any:
         return x
 
-    def end(self, state: Any, *earlier: torch.Tensor) -> torch.Tensor:
+    def end(self, state: Any) -> torch.Tensor:
         return cast(torch.Tensor, state)
 
 

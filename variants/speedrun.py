@@ -45,7 +45,16 @@ from .blocks import NormFactory, ResidualUnit
 from .combinators import COMBINATORS, Combinator
 from .links import EMBEDDINGS, Past, needs_past, output, reads
 from .registry import register
-from .transformer import Block, CausalSelfAttention, Design, Stream, TransformerLM, TransformerSpec, check_token_ids
+from .transformer import (
+    Block,
+    CausalSelfAttention,
+    Design,
+    Stream,
+    TransformerLM,
+    TransformerSpec,
+    check_token_ids,
+    end_of,
+)
 
 axes.ship("combinator", ["speedrun"])
 SPEEDRUN_PAPER = ("Jordan et al. 2024-26, modded-nanogpt speedrun records (github.com/KellerJordan/modded-nanogpt, "
@@ -169,7 +178,7 @@ class EmbeddingStream(Stream):
     def begin(self, x: torch.Tensor) -> State:
         return State(x, ())
 
-    def end(self, state: State, *earlier: torch.Tensor) -> torch.Tensor:
+    def end(self, state: State) -> torch.Tensor:
         return state.x
 
 
@@ -182,8 +191,8 @@ class Backout(EmbeddingStream):
         self.backout = nn.Parameter(torch.tensor(BACKOUT_LAMBDA))
         self.reads = (output(2 * k + 1),)
 
-    def end(self, state: State, *earlier: torch.Tensor) -> torch.Tensor:
-        (x_k,) = earlier
+    def end(self, state: State, x_k: torch.Tensor | None = None) -> torch.Tensor:
+        assert x_k is not None, "the model hands backout the stream it reads (its `reads`)"
         return state.x - self.backout * x_k
 
 
@@ -206,7 +215,7 @@ class SpeedrunLM(TransformerLM):
         state = cast(State, self.stream.begin(x))._replace(values=tuple(table(idx) for table in self.value_embeds))
         for block in self.blocks:
             state = block(state, past)
-        return F.linear(self.norm(self.stream.end(state, *past.read(reads(self.stream)))), self.tok_emb.weight)
+        return F.linear(self.norm(end_of(self.stream, state, past)), self.tok_emb.weight)
 
 
 @register("speedrun", family="transformer", paper=SPEEDRUN_PAPER, spec=TransformerSpec())

@@ -199,7 +199,13 @@ class TransformerLM(nn.Module):
             state = block(state, past)
             if self.dwa is not None:
                 state = self.dwa[i](*past.read(reads(self.dwa[i])))
-        return F.linear(self.norm(self.stream.end(state, *past.read(reads(self.stream)))), self.tok_emb.weight)
+        return F.linear(self.norm(end_of(self.stream, state, past)), self.tok_emb.weight)
+
+
+def end_of(stream: Stream, state: Any, past: Past) -> torch.Tensor:
+    """The stream's :meth:`~Stream.end`, handed the earlier values it declares it reads (backout's) after the state."""
+    earlier = past.read(reads(stream))
+    return stream.end(state, *earlier) if earlier else stream.end(state)
 
 
 def check_token_ids(idx: torch.Tensor, max_len: int) -> int:
