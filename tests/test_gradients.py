@@ -128,6 +128,17 @@ def _speedrun_layer(layer: nn.Module, state: Any, past: Any) -> Any:
     return layer.ffn(layer.attn(state, past), past)
 
 
+def _gpas_layer(b: nn.Module, x: torch.Tensor, past: Any = None) -> torch.Tensor:
+    """Two Pre-LN sublayers, each add followed by GPAS with the layer's one α: ``s − SiLU(α)·sg(s)``."""
+    alpha = b.attn.combine.alpha
+
+    def join(x: torch.Tensor, fx: torch.Tensor) -> torch.Tensor:
+        return (x + fx) - F.silu(alpha) * (x + fx).detach()
+
+    h = join(x, b.attn.body(b.attn.norm_in(x)))
+    return join(h, b.ffn.body(b.ffn.norm_in(h)))
+
+
 def _with_residual(ways: torch.Tensor) -> torch.Tensor:
     return torch.cat((ways, ways[..., :1, :]), dim=-2) if ways.shape[-2] == 3 else ways[..., 0, :]
 
@@ -294,7 +305,9 @@ CASES: dict[str, Case] = {
         lambda: _lm("sandwich"),
         lambda b, x, past=None: (h := x + b.attn.norm_branch(b.attn.body(b.attn.norm_in(x))))
         + b.ffn.norm_branch(b.ffn.body(b.ffn.norm_in(h)))),
-    "variants.lm_blocks.NoNorm": Case(  # ReZero: x + α·F(x), one α per layer
+    "variants.lm_blocks.NoNorm": Case(lambda: _lm("t_fixup"), lambda b, x, past=None: (h := x + b.attn.body(x))
+                                      + b.ffn.body(h)),
+    "variants.lm_blocks.ReZero": Case(  # x + α·F(x), one α per layer
         lambda: _lm("rezero_lm"),
         lambda b, x, past=None: (h := x + b.attn.combine.beta * b.attn.body(x)) + b.attn.combine.beta * b.ffn.body(h)),
     "variants.lm_blocks.B2T": Case(
@@ -311,6 +324,9 @@ CASES: dict[str, Case] = {
         lambda b, x, past: (h := x + b.attn.body(b.attn.norm_in(x), past)) + b.ffn.body(b.ffn.norm_in(h))),
     "variants.dense.DcaLayer": Case(lambda: _lm("dca"), _dca_layer),
     "variants.speedrun.SpeedrunLayer": Case(lambda: _lm("speedrun", depth=6), _speedrun_layer),
+    "variants.speedrun.UnetSkipLayer": Case(lambda: _lm("preln_unet", depth=6), _speedrun_layer),
+    "variants.speedrun.BackoutLayer": Case(lambda: _lm("preln_backout", depth=6), _speedrun_layer),
+    "variants.gpas.GpasLayer": Case(lambda: _lm("gpas"), _gpas_layer, stop_gradient=True),  # its joins' sg
     "variants.ngpt.Layer": Case(lambda: _lm("ngpt"), lambda b, h: b.ffn(b.attn(h))),
     "variants.densenet.DenseLayer": Case(
         lambda: _net("densenet", depth=10, growth_rate=2),

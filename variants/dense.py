@@ -43,7 +43,7 @@ from . import axes
 from .blocks import NormFactory, PreNorm, ResidualUnit
 from .checks import positive_int
 from .combinators import Add, Combinator
-from .links import EMBEDDINGS, Past, Source, branch, needs_past, output, own, reads
+from .links import EMBEDDINGS, Past, Source, SublayerSpec, branch, needs_past, output, own, reads
 from .norms import LN_EPS
 from .registry import register, register_preset
 from .transformer import Block, CausalSelfAttention, Design, TransformerLM, TransformerSpec, build_transformer
@@ -263,7 +263,8 @@ class DepthAttention(Combinator):
 
 
 class MuddLayer(Block):
-    """MUDDFormer (§2.2–2.3), layer i and its dense connections to the next::
+    """``X_{i+1} = FFN(Attn(X̄ᵢ))``, then ``X̄_{i+1} = connect(X₀ .. X_{i+1})``: MUDDFormer (§2.2–2.3), layer i and its
+    dense connections to the next::
 
         X_{i+1} = FFN(Attn(X̄ᵢ))                       (Pre-LN sublayers; X̄ᵢ the four ways, X₀ for layer 0)
         X̄_{i+1} = Σⱼ (aⱼ + [W₂·GELU(W₁·RMSNorm(X_{i+1}))]ⱼ)·Xⱼ   over X₀ .. X_{i+1}  (:class:`MultiwayDenseConnection`)
@@ -276,6 +277,14 @@ class MuddLayer(Block):
         self.connect = connect
         self.out = output(2 * index + 1)
 
+    @classmethod
+    def make(cls, attn: ResidualUnit, ffn: ResidualUnit, at: SublayerSpec) -> Block:
+        """Layer ``at.layer`` with its connection over X₀ .. X_{i+1} (the R way only after the last layer)."""
+        i = at.layer
+        history = (EMBEDDINGS, *(output(2 * j + 1) for j in range(i)))  # X₀ .. Xᵢ; Xᵢ₊₁ is this layer's own
+        ways = 1 if i == at.depth - 1 else MUDD_WAYS
+        return cls(attn, ffn, MultiwayDenseConnection(at.d_model, i + 2, ways, history), i)
+
     def forward(self, x: torch.Tensor, past: Past | None = None) -> torch.Tensor:
         past = needs_past(self, past)
         x_next = self.ffn(self.attn(x))
@@ -285,7 +294,8 @@ class MuddLayer(Block):
 
 
 class DcaLayer(Block):
-    """DeepCrossAttention (§3), layer i::
+    """``x_R + a + f``, ``a = Attn(x̄_Q, x̄_K, x̄_V)``, ``f = FFN(norm(x_R + a))``, ``x_R = x̄_Q``: DeepCrossAttention
+    (§3), layer i, and the next layer's inputs::
 
         a = Attn(x̄_Q, x̄_K, x̄_V),  f = FFN(norm(x_R + a)),  x_R = x̄_Q       (the layer's update: a + f)
         x̄ᶜ = Σⱼ (bᶜⱼ + ReLU(wᶜᵀ·RMSNorm(xⱼ))) ⊙ xⱼ   over x₀ and every update so far  (:class:`GeneralizedResidual`)
@@ -300,6 +310,15 @@ class DcaLayer(Block):
         self.read_in = read_in
         self.connect = connect
         self.update = update_of(index)
+
+    @classmethod
+    def make(cls, attn: ResidualUnit, ffn: ResidualUnit, at: SublayerSpec) -> Block:
+        """Layer ``at.layer`` with its GRN over x₀ and the updates so far (one way after the last layer); layer 0 also
+        with its read-in from the embeddings."""
+        i, d = at.layer, at.d_model
+        read_in = GeneralizedResidual(d, 1, 3, (EMBEDDINGS,)) if i == 0 else None
+        updates = (EMBEDDINGS, *(update_of(j) for j in range(i)))  # x₀ and each earlier layer's update
+        return cls(attn, ffn, GeneralizedResidual(d, i + 2, 1 if i == at.depth - 1 else 3, updates), i, read_in)
 
     def forward(self, x: torch.Tensor, past: Past | None = None) -> torch.Tensor:
         past = needs_past(self, past)
@@ -322,7 +341,7 @@ def with_residual(ways: torch.Tensor) -> torch.Tensor:
 
 
 class AttnResUnit(ResidualUnit):
-    """Attention Residuals (§3), sublayer l::
+    """``vₗ = F(norm(hₗ))``, ``h_{l+1} = Σᵢ softmaxᵢ(wₗᵀ·RMSNorm(sᵢ))·sᵢ``: Attention Residuals (§3), sublayer l::
 
         vₗ = F(norm(hₗ))
         h_{l+1} = Σᵢ softmaxᵢ(wₗᵀ·RMSNorm(sᵢ))·sᵢ    over s = (v₀, the completed blocks' sums, this block's sum so far)
@@ -387,33 +406,20 @@ def _add(depth: int, d_model: int) -> Combinator:
     return Add()
 
 
-def _mudd_design(depth: int, d_model: int) -> Design:
-    def unit(index: int, placement: str, body: nn.Module, combine: Combinator, norm: NormFactory) -> ResidualUnit:
-        if index % 2 == 0 and index > 0:
-            return MultiInputPreNorm(body, combine, norm)
-        return PreNorm(body, combine, norm)
-
-    def layer(i: int, attn: ResidualUnit, ffn: ResidualUnit) -> Block:
-        history = (EMBEDDINGS, *(output(2 * j + 1) for j in range(i)))  # X₀ .. Xᵢ; Xᵢ₊₁ is this layer's own
-        return MuddLayer(attn, ffn, MultiwayDenseConnection(d_model, i + 2, 1 if i == depth - 1 else MUDD_WAYS,
-                                                            history), i)
-
-    return Design(MUDD_PAPER, lambda d: ["pre"] * d, _add, attention=CrossLayerAttention, unit=unit, layer=layer,
-                  final_norm=True)
+def _mudd_unit(index: int, placement: str, body: nn.Module, combine: Combinator, norm: NormFactory) -> ResidualUnit:
+    """Layer 0 reads X₀; every later attention reads the four ways."""
+    return MultiInputPreNorm(body, combine, norm) if index % 2 == 0 and index > 0 else PreNorm(body, combine, norm)
 
 
-def _dca_design(depth: int, d_model: int) -> Design:
-    def layer(i: int, attn: ResidualUnit, ffn: ResidualUnit) -> Block:
-        read_in = GeneralizedResidual(d_model, 1, 3, (EMBEDDINGS,)) if i == 0 else None
-        updates = (EMBEDDINGS, *(update_of(j) for j in range(i)))  # x₀ and each earlier layer's update
-        return DcaLayer(attn, ffn, GeneralizedResidual(d_model, i + 2, 1 if i == depth - 1 else 3, updates), i,
-                        read_in)
+def _dca_unit(index: int, placement: str, body: nn.Module, combine: Combinator, norm: NormFactory) -> ResidualUnit:
+    """Every attention reads its Q, K, V inputs and its residual (the read-in builds layer 0's)."""
+    return MultiInputPreNorm(body, combine, norm) if index % 2 == 0 else PreNorm(body, combine, norm)
 
-    def unit(index: int, placement: str, body: nn.Module, combine: Combinator, norm: NormFactory) -> ResidualUnit:
-        return MultiInputPreNorm(body, combine, norm) if index % 2 == 0 else PreNorm(body, combine, norm)
 
-    return Design(DCA_PAPER, lambda d: ["pre"] * d, _add, attention=CrossLayerAttention, unit=unit, layer=layer,
-                  final_norm=True)
+MUDD = Design(MUDD_PAPER, lambda d: ["pre"] * d, _add, attention=CrossLayerAttention, unit=_mudd_unit, block=MuddLayer,
+              final_norm=True)
+DCA = Design(DCA_PAPER, lambda d: ["pre"] * d, _add, attention=CrossLayerAttention, unit=_dca_unit, block=DcaLayer,
+             final_norm=True)
 
 
 def block_starts(n_sublayers: int, n_blocks: int | None) -> list[int]:
@@ -443,13 +449,13 @@ def _attn_res_design(depth: int, d_model: int, n_blocks: int | None) -> Design:
 @register("mudd", family="transformer", paper=MUDD_PAPER, spec=TransformerSpec())
 def mudd(spec: TransformerSpec) -> TransformerLM:
     """MUDDFormer: Pre-LN layers joined by :class:`MultiwayDenseConnection` (Q, K, V, R ways) after every layer."""
-    return build_transformer(_mudd_design(spec.depth, spec.d_model), spec)
+    return build_transformer(MUDD, spec)
 
 
 @register("dca", family="transformer", paper=DCA_PAPER, spec=TransformerSpec())
 def dca(spec: TransformerSpec) -> TransformerLM:
     """DeepCrossAttention: a :class:`GeneralizedResidual` per attention input before every layer, one at the end."""
-    return build_transformer(_dca_design(spec.depth, spec.d_model), spec)
+    return build_transformer(DCA, spec)
 
 
 @register("attn_res", family="transformer", paper=ATTN_RES_PAPER, spec=TransformerSpec())

@@ -23,7 +23,7 @@ from .attention import CausalSelfAttention, QKVNormAttention, ValueResidualAtten
 from .blocks import NormFactory, PostNorm, ResidualUnit
 from .combinators import COMBINATORS, Combinator, Scaled
 from .links import EMBEDDINGS, Source, SublayerSpec, output
-from .lm_blocks import B2T, PLACEMENTS, Block
+from .lm_blocks import B2T, PLACEMENTS, Block, ReZero
 from .lm_inits import deepnorm_alpha_beta
 
 
@@ -84,24 +84,21 @@ class Design:
     - ``init`` pins a scheme only where the paper *is* an initialisation (DeepNet, T-Fixup), else the family default
       :data:`DEFAULT_INIT` applies.
 
-    The other fields are for the designs that need them: the layer class (``block``, B2T's), one scale shared by a
-    layer's two joins (ReZero), DenseFormer's averages, another attention, units and layers of a design's own, the
-    state the layers hand each other (``stream``) and whether a final norm closes the stack."""
+    The other fields are for the designs that need them: the layer class (``block``: B2T's, ReZero's one scale per
+    layer, a cross-layer design's connection, built by its ``make(attn, ffn, at)``), another attention, DenseFormer's
+    averages, units of a design's own, the state the layers hand each other (``stream``: several streams, or the
+    end backout reads) and whether a final norm closes the stack."""
 
     paper: str
     placements: str | Callable[[int], Sequence[str | tuple[str, str]]]
     combinator: JoinFactory | Callable[[int, int], Combinator] = field(default=lambda at: COMBINATORS["add"]())
     init: str | None = None
-    one_scale_per_layer: bool = False  # ReZero: both sublayers of a layer share one learnable α
     block: type[Block] | None = None  # the layer around two units (None: the one written for their placements)
     dense: bool = False  # DenseFormer: a depth-weighted average of all earlier outputs after every block
     attention: type[CausalSelfAttention] = CausalSelfAttention  # HybridNorm's QKV-Norm, ResFormer's values
     unit: UnitFactory | None = None  # units of the design's own (None: a Sublayer of the placement)
     stream: Callable[[NormFactory], Stream] = field(default=lambda norm: Stream())  # ResiDual: two streams
     final_norm: bool | None = None  # None: when the last sublayer leaves the stream un-normalised (pre/sandwich)
-    # A layer that needs to know where it sits (a cross-layer design's connection to the layers before it):
-    # layer(i, attn, ffn) for layer i; None: block(attn, ffn).
-    layer: Callable[[int, ResidualUnit, ResidualUnit], Block] | None = None
 
     def layouts(self, depth: int) -> list[tuple[str, str]]:
         """The (attention, feed-forward) placements of each of ``depth`` layers."""
@@ -182,7 +179,7 @@ DESIGNS: dict[str, Design] = {
     "rezero_lm": Design(
         "Bachlechner et al. 2020, ReZero is All You Need: Fast Convergence at Large Depth", "none",
         lambda at: COMBINATORS["scaled"](alpha=1.0, beta=0.0, learnable_beta=True),
-        one_scale_per_layer=True,  # the paper's "single additional learned parameter per layer"
+        block=ReZero,  # the paper's "single additional learned parameter per layer"
     ),
     "b2t": Design(
         "Takase et al. 2023, B2T Connection: Serving Stability and Performance in Deep Transformers, Fig. 1(c)",

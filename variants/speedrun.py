@@ -43,7 +43,7 @@ from torch import nn
 from . import axes
 from .blocks import NormFactory, ResidualUnit
 from .combinators import COMBINATORS, Combinator
-from .links import EMBEDDINGS, Past, needs_past, output, reads
+from .links import EMBEDDINGS, Past, SublayerSpec, needs_past, output, reads
 from .registry import register
 from .transformer import (
     Block,
@@ -159,6 +159,18 @@ class SpeedrunLayer(Block):
             self.skip_gate = nn.Linear(gate_features, 1, bias=False)
             nn.init.zeros_(self.skip_gate.weight)
 
+    has_skip, has_backout = True, True  # the tricks of this layer class: the speedrun's both
+
+    @classmethod
+    def make(cls, attn: ResidualUnit, ffn: ResidualUnit, at: SublayerSpec) -> Block:
+        """Layer ``at.layer`` with the skip and backout marks of :func:`positions` at ``at.depth`` (the skip dropped
+        where it would not go forward)."""
+        pos, i = positions(at.depth), at.layer
+        skips = cls.has_skip and pos["skip_in"] < pos["skip_out"]
+        return cls(attn, ffn, index=i, skip_in=skips and i == pos["skip_in"], skip_out=skips and i == pos["skip_out"],
+                   backout=cls.has_backout and i == pos["backout"], gate_features=min(GATE_FEATURES, at.d_model),
+                   skip_from=pos["skip_in"])
+
     def forward(self, state: State, past: Past | None = None) -> State:  # type: ignore[override]
         past = needs_past(self, past)
         if self.skip_lambda is not None and self.reads:
@@ -169,6 +181,20 @@ class SpeedrunLayer(Block):
         state = self.ffn(self.attn(state, past), past)
         past.put(self.out, state.x)
         return state
+
+
+class UnetSkipLayer(SpeedrunLayer):
+    """``x ← ffn(attn(x + σ(λ_skip)·2σ(W_s·x₀[:12])·x_skip))`` where the U-net skip lands (else ``ffn(attn(x))``):
+    :class:`SpeedrunLayer` with the skip alone (``preln_unet``)."""
+
+    has_backout = False
+
+
+class BackoutLayer(SpeedrunLayer):
+    """``x ← ffn(attn(x))``, its output left in the Past for backout at the end: :class:`SpeedrunLayer` without the
+    skip (``preln_backout``)."""
+
+    has_skip = False
 
 
 class EmbeddingStream(Stream):
@@ -237,14 +263,8 @@ def speedrun(spec: TransformerSpec, *, n_value_embeds: int = 3) -> TransformerLM
             body.gate = None  # type: ignore[assignment]  # no value embedding in this layer: no gate
         return SpeedrunUnit(body, combine, norm, table)
 
-    def layer(i: int, attn: ResidualUnit, ffn_unit: ResidualUnit) -> Block:
-        skips = at["skip_in"] < at["skip_out"]
-        return SpeedrunLayer(attn, ffn_unit, index=i, skip_in=skips and i == at["skip_in"],
-                             skip_out=skips and i == at["skip_out"], backout=i == at["backout"],
-                             gate_features=min(GATE_FEATURES, d_model), skip_from=at["skip_in"])
-
     design = Design(SPEEDRUN_PAPER, lambda d: ["pre"] * d, lambda depth, d: SkipToEmbedding(),
-                    attention=ValueEmbeddingAttention, unit=unit, layer=layer,
+                    attention=ValueEmbeddingAttention, unit=unit, block=SpeedrunLayer,
                     stream=lambda norm: Backout(at["backout"]), final_norm=True)
     model = SpeedrunLM(design, spec)
     model.value_embeds = nn.ModuleList(nn.Embedding(spec.vocab_size, d_model) for _ in range(tables))
@@ -306,32 +326,20 @@ def preln_x0(spec: TransformerSpec) -> TransformerLM:
 
 @register("preln_unet", family="transformer", paper=UNET_PAPER, spec=TransformerSpec(), axes={"stream": "unet"})
 def preln_unet(spec: TransformerSpec) -> TransformerLM:
-    """Pre-LN with the speedrun's gated U-net skip (:class:`SpeedrunLayer`, at :func:`positions`; none where the stack
+    """Pre-LN with the speedrun's gated U-net skip (:class:`UnetSkipLayer`, at :func:`positions`; none where the stack
     is too shallow for it to go forward)."""
-    at = positions(spec.depth)
-    skips = at["skip_in"] < at["skip_out"]
-
-    def layer(i: int, attn: ResidualUnit, ffn: ResidualUnit) -> Block:
-        return SpeedrunLayer(attn, ffn, index=i, skip_in=skips and i == at["skip_in"],
-                             skip_out=skips and i == at["skip_out"],
-                             backout=False, gate_features=min(GATE_FEATURES, spec.d_model), skip_from=at["skip_in"])
-
-    design = Design(UNET_PAPER, _pre, _add, unit=_state_unit, layer=layer, stream=lambda norm: EmbeddingStream(),
-                    final_norm=True)
+    design = Design(UNET_PAPER, _pre, _add, unit=_state_unit, block=UnetSkipLayer,
+                    stream=lambda norm: EmbeddingStream(), final_norm=True)
     return TransformerLM(design, spec)
 
 
 @register("preln_backout", family="transformer", paper=BACKOUT_PAPER, spec=TransformerSpec(),
           axes={"stream": "backout"})
 def preln_backout(spec: TransformerSpec) -> TransformerLM:
-    """Pre-LN with the speedrun's backout: the stream after layer ⌊2L/3⌋ saved (:class:`SpeedrunLayer`), λ_b of it
-    subtracted before the final norm (:class:`Backout`)."""
+    """Pre-LN with the speedrun's backout: λ_b of the stream after layer ⌊2L/3⌋ (:class:`BackoutLayer`, read from the
+    forward's Past) subtracted before the final norm (:class:`Backout`)."""
     at = positions(spec.depth)
-
-    def layer(i: int, attn: ResidualUnit, ffn: ResidualUnit) -> Block:
-        return SpeedrunLayer(attn, ffn, index=i, skip_in=False, skip_out=False, backout=i == at["backout"])
-
-    design = Design(BACKOUT_PAPER, _pre, _add, unit=_state_unit, layer=layer,
+    design = Design(BACKOUT_PAPER, _pre, _add, unit=_state_unit, block=BackoutLayer,
                     stream=lambda norm: Backout(at["backout"]), final_norm=True)
     return TransformerLM(design, spec)
 

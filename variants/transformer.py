@@ -156,19 +156,12 @@ class TransformerLM(nn.Module):
             units = (unit(2 * i, p_attn, attn, make_join(SublayerSpec.of(2 * i, depth, d_model))),
                      unit(2 * i + 1, p_ffn, make_ffn(d_model, spec.d_ff, dropout, bias),
                           make_join(SublayerSpec.of(2 * i + 1, depth, d_model))))
-            if design.layer is not None:
-                layers.append(design.layer(i, *units))
-            else:
-                block = design.block or (Block if design.unit is not None else layer_for(p_attn, p_ffn))
-                layers.append(block(*units))
+            block = design.block or (Block if design.unit is not None else layer_for(p_attn, p_ffn))
+            layers.append(block.make(*units, at=SublayerSpec.of(2 * i, depth, d_model)))
         self.blocks = nn.ModuleList(layers)
         self.stream = design.stream(make_norm)
         # DenseFormer's averages: one after each block, over the embeddings and every block output so far.
         self.dwa = nn.ModuleList(DepthWeightedAverage(i) for i in range(depth)) if design.dense else None
-        if design.one_scale_per_layer:
-            for blk in self.blocks:  # two Scaled modules (probes see both joins), one parameter
-                assert isinstance(blk, Block)
-                blk.ffn.combine.beta = blk.attn.combine.beta
         # What the forward's Past keeps: every earlier value a module (a join, a layer, an attention, a DenseFormer
         # average, the stream's end) declared it reads.
         self.links = frozenset(s for m in self.modules() for s in reads(m))
