@@ -113,8 +113,9 @@ def _delta(m: nn.Module, x: torch.Tensor, fx: torch.Tensor, h: torch.Tensor) -> 
 def _attn_res_unit(u: nn.Module, h: torch.Tensor, past: Any) -> torch.Tensor:
     """Attention over (v₀, the completed blocks' sums, this block's sum so far + F(norm(h))), each read from the Past
     (a sublayer's scales are its sources' own: the formula recomputes them)."""
-    x0, *earlier = past.read(u.combine.reads)
-    closed, rest = earlier[:u.n_closed], earlier[2 * u.n_closed:]
+    x0, *earlier = [v for s, v in zip(u.combine.reads, past.read(u.combine.reads), strict=True)
+                    if not s.what.startswith("rms")]  # the sources, without their scales
+    closed, rest = earlier[:u.n_closed], earlier[u.n_closed:]
     v = u.body(u.norm_in(h))
     return _depth_attention(u.combine, (x0, *closed), rest[0] + v if rest else v)
 

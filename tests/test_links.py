@@ -110,7 +110,7 @@ def test_bench_diff_names_what_each_sublayer_of_the_plugin_reads(two_step: Path,
     ("denseformer", "reads dwa.1", "-", "embeddings, out(blocks.0.ffn), out(blocks.1.ffn)"),
     ("mudd", "reads blocks.1", "-", "x, embeddings, out(blocks.0.ffn)"),  # a layer holding its connection: one unit
     # each source with the RMS scale its writer computed once (rms(...)); DCA's history is each layer's update
-    ("attn_res", "reads blocks.0.ffn", "x", "x, embeddings, F(blocks.0.attn), rms(blocks.0.attn)"),
+    ("attn_res", "reads blocks.0.ffn", "x", "x, embeddings, rms(embeddings), F(blocks.0.attn), rms(blocks.0.attn)"),
     ("dca", "reads blocks.1", "-", "x, embeddings, update(blocks.0.ffn)"),
 ])
 def test_bench_diff_names_the_sources_of_the_shipped_cross_layer_designs(name: str, key: str, ours: str,

@@ -361,20 +361,29 @@ class AttnResUnit(ResidualUnit):
         self.ends_block = index == len(starts) - 1 or starts[index + 1] == index + 1
         self.sum = block_sum(index, starts)
         self.n_closed = len(closed_blocks(index, starts))
+        self.first = index == 0
 
     def forward(self, h: torch.Tensor, past: Past | None = None) -> torch.Tensor:  # type: ignore[override]
-        x0, *earlier = needs_past(self, past).read(reads(self.combine))
+        past = needs_past(self, past)
+        x0, *earlier = past.read(reads(self.combine))
+        if self.first:  # the embeddings' RMS scale, computed once for every sublayer
+            x0_scale = inv_rms(x0)
+            past.put(EMBEDDINGS_RMS, x0_scale)
+        else:
+            x0_scale, *earlier = earlier
         n = self.n_closed
-        blocks, scales, partial = (x0, *earlier[:n]), (inv_rms(x0), *earlier[n:2 * n]), earlier[2 * n:]
+        blocks, scales, partial = (x0, *earlier[:n]), (x0_scale, *earlier[n:2 * n]), earlier[2 * n:]
         v = self.drop_path(self.body(self.norm_in(h)))
         v = partial[0] + v if partial else v
         scale = inv_rms(v)
         h_next = self.combine(blocks, v, scales=torch.stack((*scales, scale), dim=-2))
-        assert past is not None
         past.put(self.sum, v)
         if self.ends_block:
             past.put(own("rms", self.sum.sublayer), scale)
         return h_next
+
+
+EMBEDDINGS_RMS = Source("rms(embeddings)")  # inv_rms of the embeddings, v₀'s scale in every sublayer's read
 
 
 def closed_blocks(index: int, starts: list[int]) -> list[int]:
@@ -387,7 +396,9 @@ def attn_res_reads(index: int, starts: list[int]) -> tuple[Source, ...]:
     scales, and its own block's sum so far (where it is not the block's first sublayer)."""
     closed = closed_blocks(index, starts)
     open_block = (block_sum(index - 1, starts),) if starts[index] < index else ()
-    return (EMBEDDINGS, *(block_sum(k, starts) for k in closed), *(own("rms", k) for k in closed), *open_block)
+    scale = (EMBEDDINGS_RMS,) if index > 0 else ()  # sublayer 0 computes it
+    return (EMBEDDINGS, *scale, *(block_sum(k, starts) for k in closed), *(own("rms", k) for k in closed),
+            *open_block)
 
 
 def block_sum(index: int, starts: list[int]) -> Source:

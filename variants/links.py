@@ -61,9 +61,10 @@ class Source(NamedTuple):
     sublayer: int = -1
 
     def __str__(self) -> str:
-        """Named by the sublayer's module path in the family's stack (``blocks.{j // 2}.{attn|ffn}``)."""
-        if self.what == "embeddings":
-            return "embeddings"
+        """Named by the sublayer's module path in the family's stack (``blocks.{j // 2}.{attn|ffn}``); a value of no
+        sublayer (the embeddings) by its name."""
+        if self.sublayer < 0:
+            return self.what
         where = f"blocks.{self.sublayer // 2}.{KINDS[self.sublayer % 2]}"
         return f"{SHORT.get(self.what, self.what)}({where})"
 
