@@ -1,9 +1,11 @@
 """Cross-layer residuals: each layer reads a learned combination of the outputs of the layers before it.
 
 Three designs of 2025–26 that replace the one residual stream by the whole history of layer outputs (DenseFormer,
-``variants.transformer``, is their static ancestor). Every sublayer body is the family's (attention, feed-forward),
+``variants.lm_design``, is their static ancestor). Every sublayer body is the family's (attention, feed-forward),
 every norm the family's norm type; the joins are :class:`~variants.combinators.Combinator` subclasses, so probes
-see them and ``describe()`` names them.
+see them and ``describe()`` names them. The history is the forward's :class:`~variants.links.Past`: each join
+declares the earlier values it reads (``reads``), its layer or unit reads them from the Past and leaves its own there
+(``past.put``); the layers hand each other the stream (the next layer's input or inputs) and nothing else.
 
 - ``mudd``: Xiao, Zhang, Xiao, Gu & Li 2025, "MUDDFormer: Breaking Residual Bottlenecks in Transformers via
   Multiway Dynamic Dense Connections" (ICML 2025, arXiv 2502.12170). The history holds the embeddings X₀ and every
