@@ -31,6 +31,11 @@ defaults with :func:`build_transformer` and :class:`TransformerSpec`.
 - ``mixln``: Post-LN in the first ⌊N/4⌋ layers, Pre-LN after — Li et al. 2024, "Mix-LN: Unleashing the
   Power of Deeper Layers by Combining Pre-LN and Post-LN" (trained there with ``init=normal``).
 
+The family is in files a reader can hold: this one is the model (:class:`TransformerLM`), its trunk spec and
+builder; the attention bodies are ``variants.attention``, the feed-forward bodies ``variants.ffn``, the init schemes
+``variants.lm_inits``, :class:`Design` and the table of shipped designs ``variants.lm_design``, the layers
+``variants.lm_blocks``, and how a layer reads the past ``variants.links``. Every name is importable from here.
+
 Embeddings are initialised the GPT-2 way (token N(0, 0.02), position N(0, 0.01), no √d scaling) in
 every variant: with a tied head, larger embeddings make a freshly initialised model predict its own
 input token (loss far above ln V), an artifact that would confound the placement comparison.
