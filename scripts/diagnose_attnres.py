@@ -92,7 +92,10 @@ def after(s) -> str:
     hooks = [s.model.norm.register_forward_hook(lambda m, a, o: seen.setdefault("final", a[0]))]
     units = [m for m in s.model.modules() if isinstance(m, AttnResUnit)]
     if units:
-        hooks.append(units[-1].register_forward_hook(lambda m, a, o: seen.setdefault("sources", o[0])))
+        def sources(module: torch.nn.Module, args: tuple) -> None:  # the last read's: (earlier ones, the newest)
+            seen.setdefault("sources", (*args[0], args[1]))
+
+        hooks.append(units[-1].combine.register_forward_pre_hook(sources))
     with torch.no_grad():
         s.model(x)
     for h in hooks:

@@ -110,34 +110,52 @@ def _delta(m: nn.Module, x: torch.Tensor, fx: torch.Tensor, h: torch.Tensor) -> 
     return x + beta * k * (v - (k * x).sum(-1, keepdim=True))
 
 
-def _attn_res_unit(u: nn.Module, state: tuple[Any, ...]) -> tuple[Any, ...]:
-    blocks_, scales, partial, h = state
+def _attn_res_unit(u: nn.Module, h: torch.Tensor, past: Any) -> torch.Tensor:
+    """Attention over (v₀, the completed blocks' sums, this block's sum so far + F(norm(h))), each read from the Past
+    (a sublayer's scales are its sources' own: the formula recomputes them)."""
+    x0, *earlier = [v for s, v in zip(u.combine.reads, past.read(u.combine.reads), strict=True)
+                    if not s.what.startswith("rms")]  # the sources, without their scales
+    closed, rest = earlier[:u.n_closed], earlier[u.n_closed:]
     v = u.body(u.norm_in(h))
-    partial = v if partial is None else partial + v
-    h_next = _depth_attention(u.combine, blocks_, partial)
-    if u.ends_block:
-        return (*blocks_, partial), (*scales, torch.rsqrt(partial.pow(2).mean(-1, keepdim=True) + LN_EPS)), None, h_next
-    return blocks_, scales, partial, h_next
+    return _depth_attention(u.combine, (x0, *closed), rest[0] + v if rest else v)
 
 
-def _speedrun_layer(layer: nn.Module, state: Any, past: Any = None) -> Any:
-    if layer.skip_lambda is not None and state.skip is not None:
-        gate = torch.sigmoid(layer.skip_lambda) * 2 * torch.sigmoid(layer.skip_gate(state.x0[..., :layer.skip_gate
-                                                                                            .in_features]))
-        state = state._replace(x=state.x + gate * state.skip)
-    state = layer.ffn(layer.attn(state))
-    return state._replace(skip=state.x if layer.skip_in else state.skip,
-                          backout=state.x if layer.backout else state.backout)
+def _speedrun_layer(layer: nn.Module, state: Any, past: Any) -> Any:
+    if layer.skip_lambda is not None:
+        x0, skip = past.read(layer.reads)
+        gate = torch.sigmoid(layer.skip_lambda) * 2 * torch.sigmoid(layer.skip_gate(x0[..., :layer.skip_gate
+                                                                                       .in_features]))
+        state = state._replace(x=state.x + gate * skip)
+    return layer.ffn(layer.attn(state, past), past)
 
 
-def _dca_layer(layer: nn.Module, state: Any, past: Any = None) -> Any:
-    history, inputs = state
+def _gpas_layer(b: nn.Module, x: torch.Tensor, past: Any = None) -> torch.Tensor:
+    """Two Pre-LN sublayers, each add followed by GPAS with the layer's one α: ``s − SiLU(α)·sg(s)``."""
+    alpha = b.attn.combine.alpha
+
+    def join(x: torch.Tensor, fx: torch.Tensor) -> torch.Tensor:
+        return (x + fx) - F.silu(alpha) * (x + fx).detach()
+
+    h = join(x, b.attn.body(b.attn.norm_in(x)))
+    return join(h, b.ffn.body(b.ffn.norm_in(h)))
+
+
+def _with_residual(ways: torch.Tensor) -> torch.Tensor:
+    return torch.cat((ways, ways[..., :1, :]), dim=-2) if ways.shape[-2] == 3 else ways[..., 0, :]
+
+
+def _dca_layer(layer: nn.Module, x: torch.Tensor, past: Any) -> Any:
+    """x̄ of the next layer: a GRN over x₀ and every update so far (read from the Past) and this layer's a + f."""
     if layer.read_in is not None:
-        ways = layer.read_in((), history[0])
-        inputs = torch.cat((ways, ways[..., :1, :]), dim=-2)
-    update = layer.ffn(layer.attn(inputs)) - inputs[..., 3, :]
-    ways = layer.connect(history, update)
-    return (*history, update), (torch.cat((ways, ways[..., :1, :]), dim=-2) if ways.shape[-2] == 3 else ways)
+        x = _with_residual(layer.read_in((), *past.read(layer.read_in.reads)))
+    update = layer.ffn(layer.attn(x)) - x[..., 3, :]
+    return _with_residual(layer.connect(past.read(layer.connect.reads), update))
+
+
+def _mudd_layer(b: nn.Module, x: torch.Tensor, past: Any) -> torch.Tensor:
+    """X̄ of the next layer: the dense connection over X₀ .. Xᵢ (read from the Past) and X_{i+1} = FFN(Attn(X̄ᵢ))."""
+    ways = b.connect(past.read(b.connect.reads), b.ffn(b.attn(x)))
+    return ways[..., 0, :] if ways.shape[-2] == 1 else ways
 
 
 def _ordering() -> tuple[nn.Module, torch.Tensor]:
@@ -250,7 +268,7 @@ CASES: dict[str, Case] = {
         lambda: _net("resnext", depth=11, width=4, cardinality=2, bottleneck_width=2), _post_activation),
     "variants.wrn.WideBasic": Case(lambda: _net("wrn", depth=10, width=4, widen_factor=1), _preact),
     "variants.ngpt.HypersphereUnit": Case(lambda: _lm("ngpt"), lambda u, h: u.combine(h, u.body(h))),
-    "variants.dense.AttnResUnit": Case(lambda: _lm("attn_res"), _attn_res_unit),
+    "variants.dense.AttnResUnit": Case(lambda: _lm("attn_res", depth=3), _attn_res_unit),
     "variants.dense.MultiInputPreNorm": Case(
         lambda: _lm("dca"),
         lambda u, x: u.combine(x[..., 3, :], u.body(_stack_last(u.norm_q(x[..., 0, :]), u.norm_k(x[..., 1, :]),
@@ -262,12 +280,13 @@ CASES: dict[str, Case] = {
     "variants.lm_norms.LayerNormScaling": Case(lambda: _lm("lns"),
                                                lambda u, x: u.combine(x, u.body(u.norm_in(x) / math.sqrt(u.layer)))),
     "variants.speedrun.StatePreNorm": Case(lambda: _lm("preln_unet", depth=4),
-                                           lambda u, s: s._replace(x=_pre(u, s.x))),
+                                           lambda u, s, past=None: s._replace(x=_pre(u, s.x))),
     "variants.speedrun.SpeedrunUnit": Case(
         lambda: _lm("speedrun", depth=4),
-        lambda u, s: s._replace(x=u.combine(s.x, u.body(u.norm_in(s.x)) if u.value_table is None else
-                                            u.body(u.norm_in(s.x), s.values[u.value_table]), s.x0))),
-    "variants.transformer.DualPostNorm": Case(
+        lambda u, s, past: s._replace(x=u.combine(s.x, u.body(u.norm_in(s.x)) if u.value_table is None else
+                                                  u.body(u.norm_in(s.x), s.values[u.value_table]),
+                                                  *past.read(u.combine.reads)))),
+    "variants.lm_design.DualPostNorm": Case(
         lambda: _lm("resi_dual"),
         lambda u, s: (u.norm_out(s[0] + u.body(s[0])), s[1] + u.body(s[0]))),
     "variants.updates.DeltaPreNorm": Case(lambda: _lm("deep_delta"),
@@ -287,7 +306,9 @@ CASES: dict[str, Case] = {
         lambda: _lm("sandwich"),
         lambda b, x, past=None: (h := x + b.attn.norm_branch(b.attn.body(b.attn.norm_in(x))))
         + b.ffn.norm_branch(b.ffn.body(b.ffn.norm_in(h)))),
-    "variants.lm_blocks.NoNorm": Case(  # ReZero: x + α·F(x), one α per layer
+    "variants.lm_blocks.NoNorm": Case(lambda: _lm("t_fixup"), lambda b, x, past=None: (h := x + b.attn.body(x))
+                                      + b.ffn.body(h)),
+    "variants.lm_blocks.ReZero": Case(  # x + α·F(x), one α per layer
         lambda: _lm("rezero_lm"),
         lambda b, x, past=None: (h := x + b.attn.combine.beta * b.attn.body(x)) + b.attn.combine.beta * b.ffn.body(h)),
     "variants.lm_blocks.B2T": Case(
@@ -296,11 +317,17 @@ CASES: dict[str, Case] = {
     "variants.lm_blocks.HybridNorm": Case(
         lambda: _lm("hybridnorm"),
         lambda b, x, past=None: (h := b.attn.norm_out(x + b.attn.body(x))) + b.ffn.body(h)),
-    "variants.dense.MuddLayer": Case(
-        lambda: _lm("mudd", depth=3),
-        lambda b, s, past=None: ((*s[0], x := b.ffn(b.attn(s[1]))), b.connect(s[0], x))),
+    "variants.dense.MuddLayer": Case(lambda: _lm("mudd", depth=3), _mudd_layer),
+    "variants.dense.AttnResLayer": Case(lambda: _lm("attn_res", depth=3, n_blocks=2),
+                                        lambda b, x, past: b.ffn(b.attn(x, past), past)),
+    "variants.attention.ValueResidualPreLN": Case(  # layer 0: its attention leaves V_1 in the Past
+        lambda: _lm("value_residual"),
+        lambda b, x, past: (h := x + b.attn.body(b.attn.norm_in(x), past)) + b.ffn.body(b.ffn.norm_in(h))),
     "variants.dense.DcaLayer": Case(lambda: _lm("dca"), _dca_layer),
     "variants.speedrun.SpeedrunLayer": Case(lambda: _lm("speedrun", depth=6), _speedrun_layer),
+    "variants.speedrun.UnetSkipLayer": Case(lambda: _lm("preln_unet", depth=6), _speedrun_layer),
+    "variants.speedrun.BackoutLayer": Case(lambda: _lm("preln_backout", depth=6), _speedrun_layer),
+    "variants.gpas.GpasLayer": Case(lambda: _lm("gpas"), _gpas_layer, stop_gradient=True),  # its joins' sg
     "variants.ngpt.Layer": Case(lambda: _lm("ngpt"), lambda b, h: b.ffn(b.attn(h))),
     "variants.densenet.DenseLayer": Case(
         lambda: _net("densenet", depth=10, growth_rate=2),

@@ -109,7 +109,9 @@ def test_bench_diff_names_what_each_sublayer_of_the_plugin_reads(two_step: Path,
     ("mhc", "reads blocks.1.ffn", "x", "x (4 streams)"),  # every sublayer reads the four streams of H
     ("denseformer", "reads dwa.1", "-", "embeddings, out(blocks.0.ffn), out(blocks.1.ffn)"),
     ("mudd", "reads blocks.1", "-", "x, embeddings, out(blocks.0.ffn)"),  # a layer holding its connection: one unit
-    ("attn_res", "reads blocks.0.ffn", "x", "x, embeddings, F(blocks.0.attn)"),
+    # each source with the RMS scale its writer computed once (rms(...)); DCA's history is each layer's update
+    ("attn_res", "reads blocks.0.ffn", "x", "x, embeddings, rms(embeddings), F(blocks.0.attn), rms(blocks.0.attn)"),
+    ("dca", "reads blocks.1", "-", "x, embeddings, update(blocks.0.ffn)"),
 ])
 def test_bench_diff_names_the_sources_of_the_shipped_cross_layer_designs(name: str, key: str, ours: str,
                                                                         theirs: str) -> None:
@@ -180,7 +182,7 @@ def test_what_a_join_cannot_read_is_named() -> None:
         model(IDX)
     with pytest.raises(ValueError, match=r"sublayer 0 reads F\(blocks\.0\.ffn\): call its layer with the forward's"):
         model.blocks[0](torch.zeros(1, 2, 16))
-    with pytest.raises(ValueError, match=r"out\(blocks\.1\.ffn\) is not available to read: no join declared it"):
+    with pytest.raises(ValueError, match=r"out\(blocks\.1\.ffn\) is not available to read: no module declared it"):
         Past(torch.zeros(1), keep=()).read([Source("output", 3)])
     with pytest.raises(ValueError, match=r"a sublayer index is a non-negative integer .*got -1"):
         variants.branch(-1)

@@ -121,13 +121,12 @@ RULES = {
     "b2t": ["post", "b2t"],  # the FFN's norm also takes the layer's input
     # HybridNorm regrouped: N(x + Attn_QKVNorm(x)), then a + FFN(a) (the QKV norms are in the body: own test below)
     "hybridnorm": ["post", "none"],
-    "value_residual": ["pre", "pre"],  # layer 1's body reads layer 0's values (own test below)
     "t_fixup": ["none", "none"],
     "laurel": ["laurel", "laurel"],
     "admin": ["admin", "admin"],
 }
 FINAL_NORM = {"postln": False, "preln": True, "sandwich": True, "deepnorm": False, "rezero_lm": False, "mixln": True,
-              "llama_like": True, "b2t": False, "hybridnorm": True, "value_residual": True, "t_fixup": False,
+              "llama_like": True, "b2t": False, "hybridnorm": True, "t_fixup": False,
               "laurel": True, "admin": False}
 # Variants whose whole-model formula is tested on its own (more than one stream, or an average across layers).
 OWN_FORMULA_TEST = {"denseformer", "resi_dual", "hyper_connections", "mhc", "mhc_lite",  # these: tests/test_hyper.py
@@ -139,7 +138,8 @@ OWN_FORMULA_TEST = {"denseformer", "resi_dual", "hyper_connections", "mhc", "mhc
                     "preln_backout", "preln_unet", "preln_x0", "preln_xsa",
                     "gpas",  # tests/test_gpas.py
                     "go_mhc",  # tests/test_go_mhc.py
-                    "vwn", "vwn_1_5x", "hyperloop"}  # tests/test_vwn.py, tests/test_hyperloop.py
+                    "vwn", "vwn_1_5x", "hyperloop",  # tests/test_vwn.py, tests/test_hyperloop.py
+                    "value_residual"}  # its attention reads layer 0's values from the forward's Past (own test below)
 
 
 def test_every_variant_has_a_formula_test() -> None:
@@ -519,7 +519,7 @@ def test_value_residual_mixes_the_first_layers_values() -> None:
         x = x + y
         x = x + block.ffn.body(ln(block.ffn.norm_in, x))
     torch.testing.assert_close(model(idx), ln(model.norm, x) @ model.tok_emb.weight.T)
-    assert model.blocks[0].attn.body.values is None  # dropped once the last layer has read it: no graph kept
+    assert [b.attn.body.reads for b in model.blocks] == [(), (variants.links.values(0),), (variants.links.values(0),)]
 
 
 def test_value_residual_survives_a_forward_that_raised_mid_way() -> None:
@@ -538,7 +538,6 @@ def test_value_residual_survives_a_forward_that_raised_mid_way() -> None:
         model(idx)
     hook.remove()
     torch.testing.assert_close(model(idx), expected)
-    assert model.blocks[0].attn.body.values is None
 
 
 def test_value_residual_at_depth_1_is_preln() -> None:

@@ -87,8 +87,8 @@ def test_the_norm_type_is_located_too() -> None:
     dyt = variants.formula("dyt")["norm"]
     assert [e["class"] for e in dyt] == ["variants.norms.DyT"] and "def forward" in _line(dyt[0])
     assert "``DyT(x) = γ ⊙ tanh(α·x) + β``" in dyt[0]["formula"]
-    assert [e["class"] for e in variants.formula("dyt")["body"]] == ["variants.transformer.CausalSelfAttention",
-                                                                       "variants.transformer.FeedForward"]
+    assert [e["class"] for e in variants.formula("dyt")["body"]] == ["variants.attention.CausalSelfAttention",
+                                                                       "variants.ffn.FeedForward"]
     ln = variants.formula("preln")["norm"][0]
     assert ln["class"] == "torch.nn.modules.normalization.LayerNorm" and ln["package"] == "torch"
     assert ln["file"] == "torch/nn/modules/normalization.py"
@@ -103,8 +103,8 @@ def test_the_norm_type_is_located_too() -> None:
     ("sandwich", "variants.lm_blocks.PeriLN", "variants.lm_blocks.Sublayer", "variants.combinators.Add"),
     ("b2t", "variants.lm_blocks.B2T", "variants.lm_blocks.Sublayer", "variants.combinators.Add"),
     ("hybridnorm", "variants.lm_blocks.HybridNorm", "variants.lm_blocks.Sublayer", "variants.combinators.Add"),
-    ("rezero_lm", "variants.lm_blocks.NoNorm", "variants.lm_blocks.Sublayer", "variants.combinators.Scaled"),
-    ("resi_dual", "variants.lm_blocks.Block", "variants.transformer.DualPostNorm", "variants.combinators.Add"),
+    ("rezero_lm", "variants.lm_blocks.ReZero", "variants.lm_blocks.Sublayer", "variants.combinators.Scaled"),
+    ("resi_dual", "variants.lm_blocks.Block", "variants.lm_design.DualPostNorm", "variants.combinators.Add"),
     ("mixln", "variants.lm_blocks.PostLN, variants.lm_blocks.PreLN", "variants.lm_blocks.Sublayer",
      "variants.combinators.Add"),
     ("ngpt", "variants.ngpt.Layer", "variants.ngpt.HypersphereUnit", "variants.ngpt.NLerp"),

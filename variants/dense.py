@@ -1,9 +1,11 @@
 """Cross-layer residuals: each layer reads a learned combination of the outputs of the layers before it.
 
 Three designs of 2025–26 that replace the one residual stream by the whole history of layer outputs (DenseFormer,
-``variants.transformer``, is their static ancestor). Every sublayer body is the family's (attention, feed-forward),
+``variants.lm_design``, is their static ancestor). Every sublayer body is the family's (attention, feed-forward),
 every norm the family's norm type; the joins are :class:`~variants.combinators.Combinator` subclasses, so probes
-see them and ``describe()`` names them.
+see them and ``describe()`` names them. The history is the forward's :class:`~variants.links.Past`: each join
+declares the earlier values it reads (``reads``), its layer or unit reads them from the Past and leaves its own there
+(``past.put``); the layers hand each other the stream (the next layer's input or inputs) and nothing else.
 
 - ``mudd``: Xiao, Zhang, Xiao, Gu & Li 2025, "MUDDFormer: Breaking Residual Bottlenecks in Transformers via
   Multiway Dynamic Dense Connections" (ICML 2025, arXiv 2502.12170). The history holds the embeddings X₀ and every
@@ -34,7 +36,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -44,10 +45,10 @@ from . import axes
 from .blocks import NormFactory, PreNorm, ResidualUnit
 from .checks import positive_int
 from .combinators import Add, Combinator
-from .links import EMBEDDINGS, Past, Source, branch, output
+from .links import EMBEDDINGS, Past, Source, SublayerSpec, branch, needs_past, output, own, reads
 from .norms import LN_EPS
 from .registry import register, register_preset
-from .transformer import Block, CausalSelfAttention, Design, Stream, TransformerLM, TransformerSpec, build_transformer
+from .transformer import Block, CausalSelfAttention, Design, TransformerLM, TransformerSpec, build_transformer
 
 axes.ship("combinator", ["mudd", "dca", "attnres"])
 MUDD_PAPER = ("Xiao et al. 2025, MUDDFormer: Breaking Residual Bottlenecks in Transformers via Multiway Dynamic Dense "
@@ -264,130 +265,181 @@ class DepthAttention(Combinator):
 
 
 class MuddLayer(Block):
-    """``X_{i+1} = ffn(attn(X̄ᵢ))``, then ``X̄_{i+1} = connect(X₀..X_{i+1})``: a MUDDFormer layer and its dense
-    connections to the next (X̄ the four ways, or X₀ for layer 0)."""
+    """``X_{i+1} = FFN(Attn(X̄ᵢ))``, then ``X̄_{i+1} = connect(X₀ .. X_{i+1})``: MUDDFormer (§2.2–2.3), layer i and its
+    dense connections to the next::
 
-    def __init__(self, attn: ResidualUnit, ffn: ResidualUnit, connect: MultiwayDenseConnection) -> None:
+        X_{i+1} = FFN(Attn(X̄ᵢ))                       (Pre-LN sublayers; X̄ᵢ the four ways, X₀ for layer 0)
+        X̄_{i+1} = Σⱼ (aⱼ + [W₂·GELU(W₁·RMSNorm(X_{i+1}))]ⱼ)·Xⱼ   over X₀ .. X_{i+1}  (:class:`MultiwayDenseConnection`)
+
+    X₀ .. Xᵢ are read from the forward's :class:`~variants.links.Past` (the connection's ``reads``), X_{i+1} is left
+    there as ``out(blocks.i.ffn)``; the last layer's connection has the R way only, the stream the final norm reads."""
+
+    def __init__(self, attn: ResidualUnit, ffn: ResidualUnit, connect: MultiwayDenseConnection, index: int) -> None:
         super().__init__(attn, ffn)
         self.connect = connect
+        self.out = output(2 * index + 1)
 
-    def forward(  # type: ignore[override]
-        self, state: tuple[tuple[torch.Tensor, ...], torch.Tensor], past: Past | None = None
-    ) -> Any:
-        history, inputs = state
-        x = self.ffn(self.attn(inputs))
-        return (*history, x), self.connect(history, x)
+    @classmethod
+    def make(cls, attn: ResidualUnit, ffn: ResidualUnit, at: SublayerSpec) -> Block:
+        """Layer ``at.layer`` with its connection over X₀ .. X_{i+1} (the R way only after the last layer)."""
+        i = at.layer
+        history = (EMBEDDINGS, *(output(2 * j + 1) for j in range(i)))  # X₀ .. Xᵢ; Xᵢ₊₁ is this layer's own
+        ways = 1 if i == at.depth - 1 else MUDD_WAYS
+        return cls(attn, ffn, MultiwayDenseConnection(at.d_model, i + 2, ways, history), i)
+
+    def forward(self, x: torch.Tensor, past: Past | None = None) -> torch.Tensor:
+        past = needs_past(self, past)
+        x_next = self.ffn(self.attn(x))
+        past.put(self.out, x_next)
+        ways = self.connect(past.read(self.connect.reads), x_next)
+        return ways[..., 0, :] if self.connect.ways == 1 else ways
 
 
 class DcaLayer(Block):
-    """``x_R + a + f``, with ``a = Attn(x̄_Q, x̄_K, x̄_V)``, ``f = FFN(norm(x_R + a))`` and ``x_R = x̄_Q``; the update
-    ``a + f`` joins the history and ``x̄ = connect(x₀, updates)`` feeds the next layer (DCA, §3).
+    """``x_R + a + f``, ``a = Attn(x̄_Q, x̄_K, x̄_V)``, ``f = FFN(norm(x_R + a))``, ``x_R = x̄_Q``: DeepCrossAttention
+    (§3), layer i, and the next layer's inputs::
 
-    Layer 0 builds its own inputs from the embeddings alone (``read_in``, a GRN over one source)."""
+        a = Attn(x̄_Q, x̄_K, x̄_V),  f = FFN(norm(x_R + a)),  x_R = x̄_Q       (the layer's update: a + f)
+        x̄ᶜ = Σⱼ (bᶜⱼ + ReLU(wᶜᵀ·RMSNorm(xⱼ))) ⊙ xⱼ   over x₀ and every update so far  (:class:`GeneralizedResidual`)
 
-    def __init__(self, attn: ResidualUnit, ffn: ResidualUnit, connect: GeneralizedResidual,
+    The embeddings and the earlier updates are read from the forward's :class:`~variants.links.Past` (the
+    connection's ``reads``), this layer's update left there; layer 0 builds its inputs from the embeddings alone
+    (``read_in``, a GRN over one source), the last layer's connection is the model's output."""
+
+    def __init__(self, attn: ResidualUnit, ffn: ResidualUnit, connect: GeneralizedResidual, index: int,
                  read_in: GeneralizedResidual | None = None) -> None:
         super().__init__(attn, ffn)
         self.read_in = read_in
         self.connect = connect
+        self.update = update_of(index)
 
-    def forward(  # type: ignore[override]
-        self, state: tuple[tuple[torch.Tensor, ...], torch.Tensor], past: Past | None = None
-    ) -> Any:
-        history, inputs = state
+    @classmethod
+    def make(cls, attn: ResidualUnit, ffn: ResidualUnit, at: SublayerSpec) -> Block:
+        """Layer ``at.layer`` with its GRN over x₀ and the updates so far (one way after the last layer); layer 0 also
+        with its read-in from the embeddings."""
+        i, d = at.layer, at.d_model
+        read_in = GeneralizedResidual(d, 1, 3, (EMBEDDINGS,)) if i == 0 else None
+        updates = (EMBEDDINGS, *(update_of(j) for j in range(i)))  # x₀ and each earlier layer's update
+        return cls(attn, ffn, GeneralizedResidual(d, i + 2, 1 if i == at.depth - 1 else 3, updates), i, read_in)
+
+    def forward(self, x: torch.Tensor, past: Past | None = None) -> torch.Tensor:
+        past = needs_past(self, past)
         if self.read_in is not None:
-            x0 = history[0]
-            inputs = with_residual(self.read_in((), x0))
-        update = self.ffn(self.attn(inputs)) - inputs[..., 3, :]
-        return (*history, update), with_residual(self.connect(history, update))
+            x = with_residual(self.read_in((), *past.read(self.read_in.reads)))
+        update = self.ffn(self.attn(x)) - x[..., 3, :]
+        past.put(self.update, update)
+        ways = self.connect(past.read(self.connect.reads), update)
+        return with_residual(ways) if ways.shape[-2] == 3 else ways[..., 0, :]
+
+
+def update_of(layer: int) -> Source:
+    """DCA's update of ``layer`` (its attention plus feed-forward output), as the forward's Past keeps it."""
+    return own("update", 2 * layer + 1)
 
 
 def with_residual(ways: torch.Tensor) -> torch.Tensor:
-    """DCA's three inputs (Q, K, V) and its residual, the query input: (..., 3, d) -> (..., 4, d); one way stays."""
-    return torch.cat((ways, ways[..., :1, :]), dim=-2) if ways.shape[-2] == 3 else ways
-
-
-class HistoryStream(Stream):
-    """The state of a cross-layer stack: (the history of outputs, the next layer's input(s)); it starts as
-    ((x₀,), x₀) and ends as the one remaining way of the last connection."""
-
-    def begin(self, x: torch.Tensor) -> Any:
-        return (x,), x
-
-    def end(self, state: Any) -> torch.Tensor:
-        inputs = state[1]
-        return inputs if inputs.dim() == 3 else inputs[..., 0, :]
+    """DCA's three inputs (Q, K, V) and its residual, the query input: (..., 3, d) -> (..., 4, d)."""
+    return torch.cat((ways, ways[..., :1, :]), dim=-2)
 
 
 class AttnResUnit(ResidualUnit):
-    """``vₗ = F(norm(hₗ))``, ``h_{l+1} = combine(V, vₗ)``: a Pre-norm sublayer of Attention Residuals (§3).
+    """``vₗ = F(norm(hₗ))``, ``h_{l+1} = Σᵢ softmaxᵢ(wₗᵀ·RMSNorm(sᵢ))·sᵢ``: Attention Residuals (§3), sublayer l::
 
-    Its output joins the sources V (summed into the open block first, Block AttnRes) and the next input is the
-    attention over them; state = (completed sources, their RMS scales (:func:`inv_rms`), open block sum or None,
-    hₗ)."""
+        vₗ = F(norm(hₗ))
+        h_{l+1} = Σᵢ softmaxᵢ(wₗᵀ·RMSNorm(sᵢ))·sᵢ    over s = (v₀, the completed blocks' sums, this block's sum so far)
+
+    (:class:`DepthAttention`; Full AttnRes: every block one sublayer, s = (v₀, v₁ .. vₗ)). The embeddings, the
+    completed blocks' sums with their RMS scales and the open block's sum are read from the forward's
+    :class:`~variants.links.Past` (``reads``); this sublayer's sum (and its scale, where it closes its block) is left
+    there. A block's sum is ``F(sublayer)`` where it has one sublayer so far, else ``block(sublayer)``."""
 
     placement = "pre"
 
-    def __init__(self, body: nn.Module, combine: DepthAttention, norm: NormFactory, ends_block: bool, *,
+    def __init__(self, body: nn.Module, combine: DepthAttention, norm: NormFactory, index: int, starts: list[int], *,
                  drop_path: float = 0.0) -> None:
+        """Sublayer ``index``; ``starts[k]`` is the first sublayer of sublayer k's block."""
         super().__init__(body, combine, drop_path=drop_path)
         self.norm_in = norm()
-        self.ends_block = ends_block
+        self.ends_block = index == len(starts) - 1 or starts[index + 1] == index + 1
+        self.sum = block_sum(index, starts)
+        self.n_closed = len(closed_blocks(index, starts))
+        self.first = index == 0
 
-    def forward(  # type: ignore[override]
-        self, state: tuple[tuple[torch.Tensor, ...], tuple[torch.Tensor, ...], torch.Tensor | None, torch.Tensor]
-    ) -> Any:
-        blocks, scales, partial, h = state
+    def forward(self, h: torch.Tensor, past: Past | None = None) -> torch.Tensor:  # type: ignore[override]
+        past = needs_past(self, past)
+        x0, *earlier = past.read(reads(self.combine))
+        if self.first:  # the embeddings' RMS scale, computed once for every sublayer
+            x0_scale = inv_rms(x0)
+            past.put(EMBEDDINGS_RMS, x0_scale)
+        else:
+            x0_scale, *earlier = earlier
+        n = self.n_closed
+        blocks, scales, partial = (x0, *earlier[:n]), (x0_scale, *earlier[n:2 * n]), earlier[2 * n:]
         v = self.drop_path(self.body(self.norm_in(h)))
-        partial = v if partial is None else partial + v
-        scales_now = (*scales, inv_rms(partial))
-        h_next = self.combine(blocks, partial, scales=torch.stack(scales_now, dim=-2))
+        v = partial[0] + v if partial else v
+        scale = inv_rms(v)
+        h_next = self.combine(blocks, v, scales=torch.stack((*scales, scale), dim=-2))
+        past.put(self.sum, v)
         if self.ends_block:
-            return (*blocks, partial), scales_now, None, h_next
-        return blocks, scales, partial, h_next
+            past.put(own("rms", self.sum.sublayer), scale)
+        return h_next
 
 
-class SourceStream(Stream):
-    """Attention Residuals' state: ((v₀,), (inv_rms(v₀),), None, v₀) at the start, the last aggregated input at
-    the end."""
+EMBEDDINGS_RMS = Source("rms(embeddings)")  # inv_rms of the embeddings, v₀'s scale in every sublayer's read
 
-    def begin(self, x: torch.Tensor) -> Any:
-        return (x,), (inv_rms(x),), None, x
 
-    def end(self, state: Any) -> torch.Tensor:
-        return state[3]
+def closed_blocks(index: int, starts: list[int]) -> list[int]:
+    """The last sublayer of every block before sublayer ``index``'s."""
+    return [k for k in range(starts[index]) if starts[k + 1] == k + 1]
+
+
+def attn_res_reads(index: int, starts: list[int]) -> tuple[Source, ...]:
+    """What sublayer ``index`` of Attention Residuals reads: the embeddings, the completed blocks' sums, their RMS
+    scales, and its own block's sum so far (where it is not the block's first sublayer)."""
+    closed = closed_blocks(index, starts)
+    open_block = (block_sum(index - 1, starts),) if starts[index] < index else ()
+    scale = (EMBEDDINGS_RMS,) if index > 0 else ()  # sublayer 0 computes it
+    return (EMBEDDINGS, *scale, *(block_sum(k, starts) for k in closed), *(own("rms", k) for k in closed),
+            *open_block)
+
+
+def block_sum(index: int, starts: list[int]) -> Source:
+    """The sum of sublayer ``index``'s block up to it: ``F(index)`` where the block starts there, else its own name."""
+    return branch(index) if starts[index] == index else own("block", index)
+
+
+class AttnResLayer(Block):
+    """``h ← ffn(attn(h))``: a layer of two :class:`AttnResUnit`, handed the forward's Past."""
+
+    def forward(self, x: torch.Tensor, past: Past | None = None) -> torch.Tensor:
+        return self.ffn(self.attn(x, past), past)
 
 
 def _add(depth: int, d_model: int) -> Combinator:
     return Add()
 
 
-def _mudd_design(depth: int, d_model: int) -> Design:
-    def unit(index: int, placement: str, body: nn.Module, combine: Combinator, norm: NormFactory) -> ResidualUnit:
-        if index % 2 == 0 and index > 0:
-            return MultiInputPreNorm(body, combine, norm)
-        return PreNorm(body, combine, norm)
-
-    def layer(i: int, attn: ResidualUnit, ffn: ResidualUnit) -> Block:
-        history = (EMBEDDINGS, *(output(2 * j + 1) for j in range(i)))  # X₀ .. Xᵢ; Xᵢ₊₁ is this layer's own
-        return MuddLayer(attn, ffn, MultiwayDenseConnection(d_model, i + 2, 1 if i == depth - 1 else MUDD_WAYS,
-                                                            history))
-
-    return Design(MUDD_PAPER, lambda d: ["pre"] * d, _add, attention=CrossLayerAttention, unit=unit, layer=layer,
-                  stream=lambda norm: HistoryStream(), final_norm=True)
+def _mudd_unit(index: int, placement: str, body: nn.Module, combine: Combinator, norm: NormFactory) -> ResidualUnit:
+    """Layer 0 reads X₀; every later attention reads the four ways."""
+    return MultiInputPreNorm(body, combine, norm) if index % 2 == 0 and index > 0 else PreNorm(body, combine, norm)
 
 
-def _dca_design(depth: int, d_model: int) -> Design:
-    def layer(i: int, attn: ResidualUnit, ffn: ResidualUnit) -> Block:
-        read_in = GeneralizedResidual(d_model, 1, 3, (EMBEDDINGS,)) if i == 0 else None
-        updates = (EMBEDDINGS, *(branch(j) for j in range(2 * i)))  # x₀ and each earlier layer's two branches, summed
-        return DcaLayer(attn, ffn, GeneralizedResidual(d_model, i + 2, 1 if i == depth - 1 else 3, updates), read_in)
+def _dca_unit(index: int, placement: str, body: nn.Module, combine: Combinator, norm: NormFactory) -> ResidualUnit:
+    """Every attention reads its Q, K, V inputs and its residual (the read-in builds layer 0's)."""
+    return MultiInputPreNorm(body, combine, norm) if index % 2 == 0 else PreNorm(body, combine, norm)
 
-    def unit(index: int, placement: str, body: nn.Module, combine: Combinator, norm: NormFactory) -> ResidualUnit:
-        return MultiInputPreNorm(body, combine, norm) if index % 2 == 0 else PreNorm(body, combine, norm)
 
-    return Design(DCA_PAPER, lambda d: ["pre"] * d, _add, attention=CrossLayerAttention, unit=unit, layer=layer,
-                  stream=lambda norm: HistoryStream(), final_norm=True)
+MUDD = Design(MUDD_PAPER, lambda d: ["pre"] * d, _add, attention=CrossLayerAttention, unit=_mudd_unit, block=MuddLayer,
+              final_norm=True)
+DCA = Design(DCA_PAPER, lambda d: ["pre"] * d, _add, attention=CrossLayerAttention, unit=_dca_unit, block=DcaLayer,
+             final_norm=True)
+
+
+def block_starts(n_sublayers: int, n_blocks: int | None) -> list[int]:
+    """The first sublayer of each sublayer's block: itself (Full AttnRes, ``n_blocks`` None) or the last multiple of
+    ⌈n_sublayers/n_blocks⌉ at or before it (Block AttnRes)."""
+    size = 1 if n_blocks is None else math.ceil(n_sublayers / n_blocks)
+    return [k - k % size for k in range(n_sublayers)]
 
 
 def block_ends(n_sublayers: int, n_blocks: int | None) -> list[bool]:
@@ -398,26 +450,25 @@ def block_ends(n_sublayers: int, n_blocks: int | None) -> list[bool]:
 
 
 def _attn_res_design(depth: int, d_model: int, n_blocks: int | None) -> Design:
-    ends = block_ends(2 * depth, n_blocks)
+    starts = block_starts(2 * depth, n_blocks)
 
     def unit(index: int, placement: str, body: nn.Module, combine: Combinator, norm: NormFactory) -> ResidualUnit:
-        earlier = (EMBEDDINGS, *(branch(j) for j in range(index)))  # v₀ and every earlier output (in block sums)
-        return AttnResUnit(body, DepthAttention(d_model, earlier), norm, ends[index])
+        return AttnResUnit(body, DepthAttention(d_model, attn_res_reads(index, starts)), norm, index, starts)
 
     return Design(ATTN_RES_PAPER if n_blocks is None else BLOCK_ATTN_RES_PAPER, lambda d: ["pre"] * d, _add,
-                  unit=unit, stream=lambda norm: SourceStream(), final_norm=True)
+                  unit=unit, block=AttnResLayer, final_norm=True)
 
 
 @register("mudd", family="transformer", paper=MUDD_PAPER, spec=TransformerSpec())
 def mudd(spec: TransformerSpec) -> TransformerLM:
     """MUDDFormer: Pre-LN layers joined by :class:`MultiwayDenseConnection` (Q, K, V, R ways) after every layer."""
-    return build_transformer(_mudd_design(spec.depth, spec.d_model), spec)
+    return build_transformer(MUDD, spec)
 
 
 @register("dca", family="transformer", paper=DCA_PAPER, spec=TransformerSpec())
 def dca(spec: TransformerSpec) -> TransformerLM:
     """DeepCrossAttention: a :class:`GeneralizedResidual` per attention input before every layer, one at the end."""
-    return build_transformer(_dca_design(spec.depth, spec.d_model), spec)
+    return build_transformer(DCA, spec)
 
 
 @register("attn_res", family="transformer", paper=ATTN_RES_PAPER, spec=TransformerSpec())

@@ -15,7 +15,10 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from torch import nn
+
 from . import registry
+from .links import reads
 
 # The checkout (or install prefix) that holds the ``variants`` package: source files are given relative to it.
 ROOT = Path(__file__).resolve().parent.parent
@@ -75,6 +78,26 @@ def entry(cls: type) -> dict[str, Any]:
     inherited_file, inherited_line = _where(forward, owner.__module__)
     return {**out, "file": file, "line": line,
             "forward": f"{registry.qualified_name(owner)} ({inherited_file}:{inherited_line})"}
+
+
+def readers(model: nn.Module) -> list[dict[str, Any]]:
+    """Where ``model`` reads earlier values of its forward (:mod:`variants.links`): one dict per class of its modules
+    that declares ``reads``, in module order: ``class``, ``method`` (its ``forward``, or a stream's ``end``), and the
+    ``file``/``line`` of that method (where a class inherits it, the class that defines it: ``owner``)."""
+    out: dict[type, dict[str, Any]] = {}
+    for module in model.modules():
+        cls = type(module)
+        if cls in out or not reads(module):
+            continue
+        found = next(((m, c) for m in ("forward", "end") for c in cls.__mro__
+                      if m in c.__dict__ and not c.__module__.startswith("torch.")), None)
+        if found is None:
+            continue
+        method, owner = found
+        file, line = _where(inspect.unwrap(owner.__dict__[method]), owner.__module__)
+        out[cls] = {"class": registry.qualified_name(cls), "method": method, "file": file, "line": line,
+                    "owner": None if owner is cls else registry.qualified_name(owner)}
+    return list(out.values())
 
 
 # What each role of formula() is, outermost first; the placement is the unit's, the body what the unit wraps.

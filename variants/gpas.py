@@ -47,16 +47,19 @@ class GradientPreservingAdd(Combinator):
         return s - F.silu(self.alpha) * s.detach()
 
 
-def _gpas_layer(i: int, attn: ResidualUnit, ffn: ResidualUnit) -> Block:
-    """One layer, its two joins sharing one α (the authors' one GPASBlock per decoder layer)."""
-    assert isinstance(attn.combine, GradientPreservingAdd) and isinstance(ffn.combine, GradientPreservingAdd)
-    ffn.combine.alpha = attn.combine.alpha
-    return Block(attn, ffn)
+class GpasLayer(Block):
+    """``x = ffn(attn(x))``, each sublayer Pre-LN joined by :class:`GradientPreservingAdd`, the two joins sharing one
+    α (the authors' one GPASBlock per decoder layer)."""
+
+    def __init__(self, attn: ResidualUnit, ffn: ResidualUnit) -> None:
+        super().__init__(attn, ffn)
+        assert isinstance(attn.combine, GradientPreservingAdd) and isinstance(ffn.combine, GradientPreservingAdd)
+        ffn.combine.alpha = attn.combine.alpha
 
 
 @register("gpas", family="transformer", paper=GPAS_PAPER, spec=TransformerSpec())
 def gpas(spec: TransformerSpec) -> TransformerLM:
     """Pre-LN with every residual add followed by GPAS (:class:`GradientPreservingAdd`), one α per layer."""
     design = Design(GPAS_PAPER, lambda depth: ["pre"] * depth, lambda depth, d: GradientPreservingAdd(),
-                    layer=_gpas_layer)
+                    block=GpasLayer)
     return TransformerLM(design, spec)

@@ -8,13 +8,16 @@ Three parts, each small:
   stack's ``depth`` (layers) and ``d_model``. A :class:`~variants.transformer.Design`'s join factory receives it,
   so a join knows where it sits without a counter in a closure.
 - :class:`Source` names an earlier value: the embeddings (:data:`EMBEDDINGS`), the branch output ``F_j`` of
-  sublayer ``j`` (:func:`branch`) or the residual stream sublayer ``j`` left (:func:`output`). A join declares what
-  it reads in its ``reads`` attribute, a tuple of sources, set when it is built; a join that reads nothing earlier
-  declares nothing.
-- :class:`Past` is what the blocks pass along: it keeps, during one forward, exactly the values some join declared,
-  and hands each join the sources it declared, in order, after ``x`` and ``F(x)``: ``join(x, fx, *sources)``. No
-  module keeps state between forwards, and what a join reads is what it declared, so ``bench diff`` and the fairness
-  guard see every link (:func:`reads`).
+  sublayer ``j`` (:func:`branch`), the residual stream sublayer ``j`` left (:func:`output`), the values ``V`` of
+  attention sublayer ``j`` (:func:`values`) or a value of a design's own that sublayer ``j`` computed (:func:`own`:
+  Attention Residuals' block sums). A module declares what it reads in its ``reads`` attribute, a tuple of sources,
+  set when it is built; a module that reads nothing earlier declares nothing.
+- :class:`Past` is what the blocks pass along: it keeps, during one forward, exactly the values some module
+  declared, and hands each the sources it declared, in order. A :class:`~variants.lm_blocks.Sublayer`'s join gets
+  them after ``x`` and ``F(x)``: ``join(x, fx, *sources)``; a layer, unit or attention of a design's own reads them
+  with :meth:`Past.read` and leaves what it computed with :meth:`Past.put`. No module keeps a tensor between
+  sublayers or forwards, and what a module reads is what it declared, so ``bench diff`` and the fairness guard see
+  every link (:func:`reads`).
 """
 
 from __future__ import annotations
@@ -50,21 +53,24 @@ class SublayerSpec:
 
 
 class Source(NamedTuple):
-    """An earlier value a join may read: ``what`` is ``"embeddings"``, ``"branch"`` (``F_j``, the branch output of
-    sublayer ``j``) or ``"output"`` (the residual stream after sublayer ``j``), ``j`` = ``sublayer``."""
+    """An earlier value a module may read: ``what`` is ``"embeddings"``, ``"branch"`` (``F_j``, the branch output of
+    sublayer ``j``), ``"output"`` (the residual stream after sublayer ``j``), ``"values"`` (the attention values of
+    sublayer ``j``) or a name of a design's own (:func:`own`), ``j`` = ``sublayer``."""
 
     what: str
     sublayer: int = -1
 
     def __str__(self) -> str:
-        """Named by the sublayer's module path in the family's stack (``blocks.{j // 2}.{attn|ffn}``)."""
-        if self.what == "embeddings":
-            return "embeddings"
+        """Named by the sublayer's module path in the family's stack (``blocks.{j // 2}.{attn|ffn}``); a value of no
+        sublayer (the embeddings) by its name."""
+        if self.sublayer < 0:
+            return self.what
         where = f"blocks.{self.sublayer // 2}.{KINDS[self.sublayer % 2]}"
-        return f"F({where})" if self.what == "branch" else f"out({where})"
+        return f"{SHORT.get(self.what, self.what)}({where})"
 
 
 EMBEDDINGS = Source("embeddings")
+SHORT = {"branch": "F", "output": "out", "values": "V"}  # how a source is printed (bench diff's reads rows)
 
 
 def branch(index: int) -> Source:
@@ -75,6 +81,16 @@ def branch(index: int) -> Source:
 def output(index: int) -> Source:
     """The residual stream after sublayer ``index`` (what its join returned)."""
     return Source("output", _index(index))
+
+
+def values(index: int) -> Source:
+    """``V_index``: the values (batch, heads, seq, d_head) attention sublayer ``index`` attended over."""
+    return Source("values", _index(index))
+
+
+def own(what: str, index: int) -> Source:
+    """A value named ``what`` of a design's own that sublayer ``index`` computed (Attention Residuals' block sum)."""
+    return Source(what, _index(index))
 
 
 def _index(index: int) -> int:
@@ -107,12 +123,25 @@ class Past:
             if source in self.keep:
                 self.kept[source] = value
 
+    def put(self, source: Source, value: torch.Tensor) -> None:
+        """Keep ``value`` as ``source`` where some module declared it reads it (else drop it)."""
+        if source in self.keep:
+            self.kept[source] = value
+
     def read(self, sources: Iterable[Source]) -> tuple[torch.Tensor, ...]:
         """The values of ``sources``, in order; ValueError names one not computed yet or not declared."""
         out = []
         for source in sources:
             if source not in self.kept:
-                why = "no join declared it (its `reads`)" if source not in self.keep else "it comes later in the stack"
+                why = "it comes later in the stack" if source in self.keep else "no module declared it (its `reads`)"
                 raise ValueError(f"{source} is not available to read: {why}")
             out.append(self.kept[source])
         return tuple(out)
+
+
+def needs_past(module: nn.Module, past: Past | None) -> Past:
+    """``past``; a ValueError where a layer that reads earlier values was called without the forward's Past."""
+    if past is None:
+        raise ValueError(f"{type(module).__name__} reads earlier values: call it with the forward's Past "
+                         "(layer(x, past))")
+    return past

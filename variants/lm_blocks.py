@@ -11,7 +11,8 @@ layer               ``forward``                                                 
 :class:`PreLN`      ``h = x + Attn(LN(x))``, ``y = h + FFN(LN(h))``              Xiong et al. 2020; GPT-2
 :class:`PostLN`     ``h = LN(x + Attn(x))``, ``y = LN(h + FFN(h))``              Vaswani et al. 2017
 :class:`PeriLN`     ``h = x + LN(Attn(LN(x)))``, ``y = h + LN(FFN(LN(h)))``      Ding et al. 2021; Kim et al. 2025
-:class:`NoNorm`     ``h = x + Attn(x)``, ``y = h + FFN(h)``                      ReZero, T-Fixup (no LayerNorm)
+:class:`NoNorm`     ``h = x + Attn(x)``, ``y = h + FFN(h)``                      T-Fixup (no LayerNorm)
+:class:`ReZero`     ``h = x + α·Attn(x)``, ``y = h + α·FFN(h)``, one α            Bachlechner et al. 2020
 :class:`B2T`        ``h = LN(x + Attn(x))``, ``y = LN(h + FFN(h) + x)``          Takase et al. 2023
 :class:`HybridNorm` ``h = LN(x + Attn(x))``, ``y = h + FFN(h)``                  Zhuo et al. 2025
 ==================  ===========================================================  =====================================
@@ -96,6 +97,13 @@ class Block(nn.Module):
         self.attn = attn
         self.ffn = ffn
 
+    @classmethod
+    def make(cls, attn: ResidualUnit, ffn: ResidualUnit, at: SublayerSpec) -> Block:
+        """The layer ``at.layer`` of the stack (``at``: its attention sublayer's spec, the stack's depth and width).
+        A layer that needs to know where it sits (a cross-layer design's connection to the layers before it)
+        overrides this; the others are ``cls(attn, ffn)``."""
+        return cls(attn, ffn)
+
     def forward(self, x: torch.Tensor, past: Past | None = None) -> torch.Tensor:
         return self.ffn(self.attn(x))
 
@@ -162,6 +170,15 @@ class NoNorm(Layer):
         a, f = self.attn, self.ffn
         h = a.join(x, a.body(x), past)
         return f.join(h, f.body(h), past)
+
+
+class ReZero(NoNorm):
+    """ReZero, Bachlechner et al. 2020: ``h = x + α·Attn(x)``, ``y = h + α·FFN(h)``, one α per layer (the paper's
+    "single additional learned parameter per layer", shared by the layer's two joins, as in the authors' code)."""
+
+    def __init__(self, attn: Sublayer, ffn: Sublayer) -> None:
+        super().__init__(attn, ffn)
+        ffn.combine.beta = attn.combine.beta  # two joins (probes see both), one parameter
 
 
 class B2T(PostLN):

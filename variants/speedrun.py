@@ -43,9 +43,18 @@ from torch import nn
 from . import axes
 from .blocks import NormFactory, ResidualUnit
 from .combinators import COMBINATORS, Combinator
-from .links import EMBEDDINGS, Past, output
+from .links import EMBEDDINGS, Past, SublayerSpec, needs_past, output, reads
 from .registry import register
-from .transformer import Block, CausalSelfAttention, Design, Stream, TransformerLM, TransformerSpec, check_token_ids
+from .transformer import (
+    Block,
+    CausalSelfAttention,
+    Design,
+    Stream,
+    TransformerLM,
+    TransformerSpec,
+    check_token_ids,
+    end_of,
+)
 
 axes.ship("combinator", ["speedrun"])
 SPEEDRUN_PAPER = ("Jordan et al. 2024-26, modded-nanogpt speedrun records (github.com/KellerJordan/modded-nanogpt, "
@@ -56,13 +65,12 @@ XSA_ALPHA = 1.0  # Zhai 2026: the whole component along the token's own value is
 
 
 class State(NamedTuple):
-    """What the speedrun's layers hand each other."""
+    """What the speedrun's layers hand each other: the stream and the value embeddings of this forward's tokens (an
+    input, like the token embeddings). The embeddings x₀ and the streams the U-net skip and backout read are earlier
+    values: they come from the forward's :class:`~variants.links.Past`."""
 
     x: torch.Tensor  # the stream
-    x0: torch.Tensor  # the embeddings
     values: tuple[torch.Tensor, ...]  # the value-embedding tables looked up at the tokens, (B, T, d) each
-    skip: torch.Tensor | None  # the stream saved for the U-net skip
-    backout: torch.Tensor | None  # the stream saved for backout
 
 
 class SkipToEmbedding(Combinator):
@@ -120,26 +128,29 @@ class StatePreNorm(ResidualUnit):
         fx = self.body(h) if self.value_table is None else self.body(h, state.values[self.value_table])
         return cast(torch.Tensor, self.drop_path(fx))
 
-    def forward(self, state: State) -> State:  # type: ignore[override]
+    def forward(self, state: State, past: Past | None = None) -> State:  # type: ignore[override]
         return state._replace(x=self.combine(state.x, self.branch(state)))
 
 
 class SpeedrunUnit(StatePreNorm):
     """``x ← λ_res·x + λ_post·F(norm(x)) + λ₀·x₀``: a Pre-LN sublayer of the speedrun, joined by
-    :class:`SkipToEmbedding`."""
+    :class:`SkipToEmbedding`, x₀ read from the forward's Past."""
 
-    def forward(self, state: State) -> State:  # type: ignore[override]
-        return state._replace(x=self.combine(state.x, self.branch(state), state.x0))
+    def forward(self, state: State, past: Past | None = None) -> State:  # type: ignore[override]
+        (x0,) = needs_past(self, past).read(reads(self.combine))
+        return state._replace(x=self.combine(state.x, self.branch(state), x0))
 
 
 class SpeedrunLayer(Block):
-    """``x ← ffn(attn(x + σ(λ_skip)·2σ(W_s·x₀[:12])·x_skip))`` where the U-net skip lands (else ``ffn(attn(x))``);
-    the layer the skip leaves from saves its output, so does the backout layer."""
+    """``x ← ffn(attn(x + σ(λ_skip)·2σ(W_s·x₀[:12])·x_skip))`` where the U-net skip lands (else ``ffn(attn(x))``),
+    x₀ and x_skip (the stream after layer ``skip_from``) read from the forward's Past (``reads``); every layer leaves
+    its output there (kept where a later module reads it: the skip's ``skip_in`` layer, the ``backout`` layer)."""
 
-    def __init__(self, attn: ResidualUnit, ffn: ResidualUnit, *, skip_in: bool, skip_out: bool, backout: bool,
-                 gate_features: int = GATE_FEATURES, skip_from: int | None = None) -> None:
+    def __init__(self, attn: ResidualUnit, ffn: ResidualUnit, *, index: int, skip_in: bool, skip_out: bool,
+                 backout: bool, gate_features: int = GATE_FEATURES, skip_from: int | None = None) -> None:
         super().__init__(attn, ffn)
-        self.skip_in, self.backout = skip_in, backout
+        self.skip_in, self.backout = skip_in, backout  # what later modules read of this layer (its output)
+        self.out = output(2 * index + 1)
         self.skip_lambda: nn.Parameter | None = None
         # where the skip lands: it reads x₀ (its gate) and the stream after layer skip_from (variants.links)
         self.reads = (EMBEDDINGS, output(2 * skip_from + 1)) if skip_out and skip_from is not None else ()
@@ -148,25 +159,50 @@ class SpeedrunLayer(Block):
             self.skip_gate = nn.Linear(gate_features, 1, bias=False)
             nn.init.zeros_(self.skip_gate.weight)
 
+    has_skip, has_backout = True, True  # the tricks of this layer class: the speedrun's both
+
+    @classmethod
+    def make(cls, attn: ResidualUnit, ffn: ResidualUnit, at: SublayerSpec) -> Block:
+        """Layer ``at.layer`` with the skip and backout marks of :func:`positions` at ``at.depth`` (the skip dropped
+        where it would not go forward)."""
+        pos, i = positions(at.depth), at.layer
+        skips = cls.has_skip and pos["skip_in"] < pos["skip_out"]
+        return cls(attn, ffn, index=i, skip_in=skips and i == pos["skip_in"], skip_out=skips and i == pos["skip_out"],
+                   backout=cls.has_backout and i == pos["backout"], gate_features=min(GATE_FEATURES, at.d_model),
+                   skip_from=pos["skip_in"])
+
     def forward(self, state: State, past: Past | None = None) -> State:  # type: ignore[override]
-        if self.skip_lambda is not None and state.skip is not None:
-            x0 = state.x0[..., :self.skip_gate.in_features]
+        past = needs_past(self, past)
+        if self.skip_lambda is not None and self.reads:
+            x0, skip = past.read(self.reads)
+            x0 = x0[..., :self.skip_gate.in_features]
             gate = torch.sigmoid(self.skip_lambda) * 2 * torch.sigmoid(self.skip_gate(x0))
-            state = state._replace(x=state.x + gate * state.skip)
-        state = self.ffn(self.attn(state))
-        if self.skip_in:
-            state = state._replace(skip=state.x)
-        if self.backout:
-            state = state._replace(backout=state.x)
+            state = state._replace(x=state.x + gate * skip)
+        state = self.ffn(self.attn(state, past), past)
+        past.put(self.out, state.x)
         return state
 
 
+class UnetSkipLayer(SpeedrunLayer):
+    """``x ← ffn(attn(x + σ(λ_skip)·2σ(W_s·x₀[:12])·x_skip))`` where the U-net skip lands (else ``ffn(attn(x))``):
+    :class:`SpeedrunLayer` with the skip alone (``preln_unet``)."""
+
+    has_backout = False
+
+
+class BackoutLayer(SpeedrunLayer):
+    """``x ← ffn(attn(x))``, its output left in the Past for backout at the end: :class:`SpeedrunLayer` without the
+    skip (``preln_backout``)."""
+
+    has_skip = False
+
+
 class EmbeddingStream(Stream):
-    """``State(x, x₀ = x)``: the stream with the embeddings kept beside it for every layer (and the streams the
-    U-net skip and backout save); its output is the stream ``x``."""
+    """``State(x, values = ())``: the stream with the value embeddings beside it (:class:`SpeedrunLM` looks them
+    up); its output is the stream ``x``."""
 
     def begin(self, x: torch.Tensor) -> State:
-        return State(x, x, (), None, None)
+        return State(x, ())
 
     def end(self, state: State) -> torch.Tensor:
         return state.x
@@ -174,14 +210,16 @@ class EmbeddingStream(Stream):
 
 class Backout(EmbeddingStream):
     """``y = x − λ_b·x_k``: the speedrun's backout before the final norm (λ_b = 0.5 at init), x_k the stream after
-    the layer that saved it."""
+    layer ``k``, read from the forward's Past (``reads``)."""
 
-    def __init__(self) -> None:
+    def __init__(self, k: int) -> None:
         super().__init__()
         self.backout = nn.Parameter(torch.tensor(BACKOUT_LAMBDA))
+        self.reads = (output(2 * k + 1),)
 
-    def end(self, state: State) -> torch.Tensor:
-        return state.x if state.backout is None else state.x - self.backout * state.backout
+    def end(self, state: State, x_k: torch.Tensor | None = None) -> torch.Tensor:
+        assert x_k is not None, "the model hands backout the stream it reads (its `reads`)"
+        return state.x - self.backout * x_k
 
 
 def positions(depth: int) -> dict[str, int]:
@@ -199,10 +237,11 @@ class SpeedrunLM(TransformerLM):
     def forward(self, idx: torch.Tensor) -> torch.Tensor:
         t = check_token_ids(idx, self.max_len)
         x = self.drop(self.tok_emb(idx) + self.pos_emb(torch.arange(t, device=idx.device)))
+        past = Past(x, self.links)
         state = cast(State, self.stream.begin(x))._replace(values=tuple(table(idx) for table in self.value_embeds))
         for block in self.blocks:
-            state = block(state)
-        return F.linear(self.norm(self.stream.end(state)), self.tok_emb.weight)
+            state = block(state, past)
+        return F.linear(self.norm(end_of(self.stream, state, past)), self.tok_emb.weight)
 
 
 @register("speedrun", family="transformer", paper=SPEEDRUN_PAPER, spec=TransformerSpec())
@@ -224,15 +263,9 @@ def speedrun(spec: TransformerSpec, *, n_value_embeds: int = 3) -> TransformerLM
             body.gate = None  # type: ignore[assignment]  # no value embedding in this layer: no gate
         return SpeedrunUnit(body, combine, norm, table)
 
-    def layer(i: int, attn: ResidualUnit, ffn_unit: ResidualUnit) -> Block:
-        skips = at["skip_in"] < at["skip_out"]
-        return SpeedrunLayer(attn, ffn_unit, skip_in=skips and i == at["skip_in"],
-                             skip_out=skips and i == at["skip_out"], backout=i == at["backout"],
-                             gate_features=min(GATE_FEATURES, d_model), skip_from=at["skip_in"])
-
     design = Design(SPEEDRUN_PAPER, lambda d: ["pre"] * d, lambda depth, d: SkipToEmbedding(),
-                    attention=ValueEmbeddingAttention, unit=unit, layer=layer, stream=lambda norm: Backout(),
-                    final_norm=True)
+                    attention=ValueEmbeddingAttention, unit=unit, block=SpeedrunLayer,
+                    stream=lambda norm: Backout(at["backout"]), final_norm=True)
     model = SpeedrunLM(design, spec)
     model.value_embeds = nn.ModuleList(nn.Embedding(spec.vocab_size, d_model) for _ in range(tables))
     for table in model.value_embeds:
@@ -293,32 +326,21 @@ def preln_x0(spec: TransformerSpec) -> TransformerLM:
 
 @register("preln_unet", family="transformer", paper=UNET_PAPER, spec=TransformerSpec(), axes={"stream": "unet"})
 def preln_unet(spec: TransformerSpec) -> TransformerLM:
-    """Pre-LN with the speedrun's gated U-net skip (:class:`SpeedrunLayer`, at :func:`positions`; none where the stack
+    """Pre-LN with the speedrun's gated U-net skip (:class:`UnetSkipLayer`, at :func:`positions`; none where the stack
     is too shallow for it to go forward)."""
-    at = positions(spec.depth)
-    skips = at["skip_in"] < at["skip_out"]
-
-    def layer(i: int, attn: ResidualUnit, ffn: ResidualUnit) -> Block:
-        return SpeedrunLayer(attn, ffn, skip_in=skips and i == at["skip_in"], skip_out=skips and i == at["skip_out"],
-                             backout=False, gate_features=min(GATE_FEATURES, spec.d_model), skip_from=at["skip_in"])
-
-    design = Design(UNET_PAPER, _pre, _add, unit=_state_unit, layer=layer, stream=lambda norm: EmbeddingStream(),
-                    final_norm=True)
+    design = Design(UNET_PAPER, _pre, _add, unit=_state_unit, block=UnetSkipLayer,
+                    stream=lambda norm: EmbeddingStream(), final_norm=True)
     return TransformerLM(design, spec)
 
 
 @register("preln_backout", family="transformer", paper=BACKOUT_PAPER, spec=TransformerSpec(),
           axes={"stream": "backout"})
 def preln_backout(spec: TransformerSpec) -> TransformerLM:
-    """Pre-LN with the speedrun's backout: the stream after layer ⌊2L/3⌋ saved (:class:`SpeedrunLayer`), λ_b of it
-    subtracted before the final norm (:class:`Backout`)."""
+    """Pre-LN with the speedrun's backout: λ_b of the stream after layer ⌊2L/3⌋ (:class:`BackoutLayer`, read from the
+    forward's Past) subtracted before the final norm (:class:`Backout`)."""
     at = positions(spec.depth)
-
-    def layer(i: int, attn: ResidualUnit, ffn: ResidualUnit) -> Block:
-        return SpeedrunLayer(attn, ffn, skip_in=False, skip_out=False, backout=i == at["backout"])
-
-    design = Design(BACKOUT_PAPER, _pre, _add, unit=_state_unit, layer=layer, stream=lambda norm: Backout(),
-                    final_norm=True)
+    design = Design(BACKOUT_PAPER, _pre, _add, unit=_state_unit, block=BackoutLayer,
+                    stream=lambda norm: Backout(at["backout"]), final_norm=True)
     return TransformerLM(design, spec)
 
 

@@ -21,6 +21,7 @@ from bench.runs.probes import format_probe_table, probe, probe_table
 from bench.runs.train import setup
 from bench.sweeps import structure
 from bench.sweeps.fairness import diff_models, format_diff
+from variants.formulas import readers
 
 
 def cmd_list(ns: argparse.Namespace) -> int:
@@ -58,6 +59,13 @@ def cmd_show_variant(ns: argparse.Namespace) -> int:
     print(f"{ns.name} ({desc['family']}, {size}): {desc['paper']}")
     if desc["axes"]:
         print("axes: " + ", ".join(f"{k} {v}" for k, v in sorted(desc["axes"].items())))
+    formulas = any(parts.get(role) for role in ("layer", "unit", "combinator"))
+    with plugins.blame(ns.name), torch.device("meta"):  # shapes only: no memory, no random draws
+        model = variants.create(ns.name) if formulas else None
+    # a cross-layer design: first, where it computes with the earlier values it reads (variants.links)
+    for read in readers(model) if model is not None else ():
+        print(f"reads earlier values in: {read['file']}:{read['line']} ({read['class'].rsplit('.', 1)[-1]}."
+              f"{read['method']}{', inherited from ' + read['owner'] if read['owner'] else ''})")
     outer = next((parts[role][0] for role in ("layer", "unit") if parts.get(role)), None)
     if outer is not None:  # the class that computes the residual stream, outermost first: where a reader starts
         print(f"computed in: {outer['file']}:{outer['line']} ({outer['class'].rsplit('.', 1)[-1]}"
@@ -66,11 +74,11 @@ def cmd_show_variant(ns: argparse.Namespace) -> int:
         for part in parts.get(role) or ():
             inherited = f"; forward inherited from {part['forward']}" if part["forward"] else ""
             print(f"{role}: {part['class']}  ({part['file']}:{part['line']}{inherited})\n    {part['formula']}")
-    if not any(parts.get(role) for role in ("layer", "unit", "combinator")):
+    if model is None:
         print("no residual unit: this model's formula is its own forward (a timm model, or a net without joins)")
         return 0
-    with plugins.blame(ns.name), torch.device("meta"):  # shapes only: no memory, no random draws
-        units = structure.describe(variants.create(ns.name)).units
+    with plugins.blame(ns.name), torch.device("meta"):
+        units = structure.describe(model).units
     if units:  # two variants of one formula can differ here (SkipInit's branch opens with a ReLU, ReZero's not)
         print(f"ops of the first unit, {units[0].name}, in the order its forward runs them "
               f"(bench.sweeps.structure):\n    {structure.inline(units[0])}")
