@@ -6,10 +6,12 @@ import argparse
 import dataclasses
 import shlex
 import sys
+from collections import Counter
 from pathlib import Path
 
 import pandas as pd
 import torch
+from torch import nn
 
 import variants
 from bench.cli.parser import config_from_args
@@ -21,6 +23,7 @@ from bench.runs.probes import format_probe_table, probe, probe_table
 from bench.runs.train import setup
 from bench.sweeps import structure
 from bench.sweeps.fairness import diff_models, format_diff
+from variants.roles import drops_shortcut, is_gate, is_join
 
 
 def cmd_list(ns: argparse.Namespace) -> int:
@@ -70,11 +73,54 @@ def cmd_show_variant(ns: argparse.Namespace) -> int:
         print("no residual unit: this model's formula is its own forward (a timm model, or a net without joins)")
         return 0
     with plugins.blame(ns.name), torch.device("meta"):  # shapes only: no memory, no random draws
-        units = structure.describe(variants.create(ns.name)).units
+        model = variants.create(ns.name)
+        units = structure.describe(model).units
+    print("\n".join(shortcut_lines(model)))
     if units:  # two variants of one formula can differ here (SkipInit's branch opens with a ReLU, ReZero's not)
         print(f"ops of the first unit, {units[0].name}, in the order its forward runs them "
               f"(bench.sweeps.structure):\n    {structure.inline(units[0])}")
     return 0
+
+
+def _shortcut_kind(module: nn.Module) -> str:
+    """A shortcut as a reader names it: ``identity``, or its class with its parts (``MixShortcut(PadShortcut,
+    Conv2d 1x1)``), a learned scalar's name included."""
+    if isinstance(module, nn.Identity):
+        return "identity"
+    kind = structure.op_kind(module)
+    parts = [("identity" if isinstance(c, nn.Identity) else structure.op_kind(c)) for c in module.children()]
+    scalars = [f"{n}[]" for n, p in module.named_parameters(recurse=False) if p.dim() == 0]
+    inner = ", ".join(parts + scalars)
+    return f"{kind}({inner})" if inner else kind
+
+
+def shortcut_lines(model: nn.Module) -> list[str]:
+    """What a design's shortcuts and gates are, unit by unit: every module holding a ``shortcut`` beside its
+    join, grouped by what its shortcut is and by the input it reads (a pre-activation unit's shortcut reads
+    ``ReLU(BN(x))`` where it shares the unit's pre-activation: the first unit and where the shape changes);
+    every module declaring ``residual_role = "gate"``, by class."""
+    shortcuts: Counter[str] = Counter()
+    gates: Counter[str] = Counter()
+    for module in model.modules():
+        sc = getattr(module, "shortcut", None)
+        joins = [c for c in module.children() if is_join(c)]
+        if isinstance(sc, nn.Module) and joins:
+            shares = getattr(module, "shares_preact", None)
+            reads = "" if shares is None else (", reading ReLU(BN(x))" if shares else ", reading x")
+            dropped = any(drops_shortcut(j) for j in joins)
+            shortcuts["none (the join drops it: y = F(x))" if dropped else _shortcut_kind(sc) + reads] += 1
+        if is_gate(module):
+            gates[type(module).__name__] += 1
+
+    def listed(what: str, counts: Counter[str], none: str) -> str:
+        if not counts:
+            return f"{what}: {none}"
+        return f"{what}:" + "".join(f"\n    {kind}: {n} unit{'s' if n > 1 else ''}" for kind, n in counts.items())
+
+    joins = sum(is_join(m) for m in model.modules())
+    bare = f"the stream itself at each of {joins} joins (no shortcut module)" if joins else "none (no join)"
+    return [listed("shortcut (what each join receives as x)", shortcuts, bare),
+            listed("gate", gates, 'none (no module declares residual_role = "gate")')]
 
 
 def cmd_probe(ns: argparse.Namespace) -> int:
