@@ -169,13 +169,14 @@ def cmd_cost(ns: argparse.Namespace) -> int:
         for design in ns.designs:
             print(f"  profiling {design} and its baseline at {ns.shape} ...", file=sys.stderr, flush=True)
             profiles.append(profile_pair(design, ns.shape, batch=ns.batch, steps=ns.repeats, device=ns.device,
-                                         precision=ns.precision))
+                                         precision=ns.precision, baseline=ns.baseline, depth=ns.depth))
         text = (str(pd.concat([p.assign(design=p.attrs["design"]) for p in profiles]).to_csv(index=False))
                 if ns.format == "csv" else "\n".join(render_profile(p, ns.top) for p in profiles))
     else:
         table = cost_table(ns.designs, ns.shape, measure_time=ns.measure_time, compiled=ns.compile,
                            compile_mode=ns.compile_mode, batch=ns.batch,
                            repeats=ns.repeats, device=ns.device, precision=ns.precision, progress=True,
+                           baseline=ns.baseline, depth=ns.depth,
                            partial=lambda t: write(render_cost(t, ns.format),
                                                    " (unfinished: the designs timed so far)"))
         text = render_cost(table, ns.format)

@@ -165,7 +165,7 @@ class Study:
     def _check_models(self, preset: str | None) -> None:
         """The models a study without runs measures pass the checks of a grid's: ``gradcorr``'s variants x depths
         valid names and depths, with no difference beyond ``vary`` (:func:`bench.sweeps.fairness.check_grid`);
-        ``cost``'s designs of the family its shape admits, in modes it knows (what differs between a design and
+        ``cost``'s designs that build at its shape, in modes it knows (what differs between a design and
         its baseline is what a cost measures)."""
         opts = check_options(self.analysis_options(preset))
         if opts["kind"] not in UNTRAINED:
