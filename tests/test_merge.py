@@ -3,6 +3,7 @@ memory) are never pooled across machines while convergence metrics pool every se
 
 from __future__ import annotations
 
+import hashlib
 import math
 import statistics
 from pathlib import Path
@@ -256,3 +257,70 @@ def test_merge_refuses_two_versions_of_a_plugin(tmp_path: Path) -> None:
                                          r".*b/studies/twostep.py; merge the folders of one study's version only"):
         merge([tmp_path / "a", tmp_path / "b"], tmp_path / "merged")
     assert not (tmp_path / "merged" / "leaderboard.csv").exists() and not (tmp_path / "merged" / "studies").exists()
+
+
+def _tiny_study(path: Path, seeds: str = "[0]") -> Path:
+    return write(path, f"""
+        name = "tiny"
+        vary = ["combinator"]
+        [base]
+        task = "digits"
+        steps = 2
+        batch_size = 16
+        measure = []
+        chance_band = 0.0
+        [grid]
+        variant = ["plain", "resnet"]
+        depth = [8]
+        seed = {seeds}
+    """)
+
+
+def test_a_colleagues_seeds_of_one_study_merge(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A second machine sweeps the same study file with other seeds (`--set seed=[3,4]`); both folders store the same
+    study file, so `bench merge` takes them, and the report's reproduce lines give both commands."""
+    study = _tiny_study(tmp_path / "tiny.toml")
+    assert main(["sweep", str(study), "--results-dir", str(tmp_path / "a"), "--quiet"]) == 0
+    assert main(["sweep", str(study), "--set", "seed=[3,4]", "--results-dir", str(tmp_path / "b"), "--quiet"]) == 0
+    out = tmp_path / "merged"
+    assert main(["merge", str(tmp_path / "a"), str(tmp_path / "b"), "--out", str(out)]) == 0
+    board = ResultsStore(out).load_leaderboard()
+    assert sorted(zip(board["variant"], board["seed"])) == [(v, s) for v in ("plain", "resnet") for s in (0, 3, 4)]
+    assert main(["report", "--study", "tiny", "--results-dir", str(out)]) == 0
+    text = (out / "REPORT-tiny.md").read_text()
+    stored = (out / "studies" / "tiny.toml").as_posix()
+    assert [line for line in text.splitlines() if line.startswith("python -m bench sweep")] == [
+        f"python -m bench sweep {stored} --results-dir {out}",
+        f"python -m bench sweep {stored} --set 'seed=[3,4]' --results-dir {out}"]
+
+
+@pytest.mark.parametrize(("value", "message"), [
+    ("seed=[3,3]", "--set seed: a list of distinct values, e.g. seed=[3,4], got [3, 3] (3 repeated)"),
+    ("seed=[3,1.5]", "--seed must be an integer in [0, 4294967295], got 1.5"),
+    ("seed=[]", "--set seed: a list of distinct values, e.g. seed=[3,4], got []"),
+])
+def test_a_bad_seed_list_exits_2_naming_the_field_and_writes_nothing(value: str, message: str, tmp_path: Path,
+                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    study = _tiny_study(tmp_path / "tiny.toml")
+    assert main(["sweep", str(study), "--set", value, "--results-dir", str(tmp_path / "res")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and message in err, err
+    assert not (tmp_path / "res").exists()
+
+
+def test_a_changed_study_file_keeps_the_stored_one_beside_it(tmp_path: Path,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    """Sweeping a results folder with an edited study file never silently replaces the copy its runs were made with:
+    that copy is kept under studies/previous/, named by its content, and the sweep says so."""
+    res = tmp_path / "res"
+    first = _tiny_study(tmp_path / "tiny.toml").read_text()
+    assert main(["sweep", str(tmp_path / "tiny.toml"), "--results-dir", str(res), "--quiet"]) == 0
+    _tiny_study(tmp_path / "tiny.toml", "[0, 1]")
+    capsys.readouterr()
+    assert main(["sweep", str(tmp_path / "tiny.toml"), "--results-dir", str(res), "--quiet", "--dry-run"]) == 0
+    assert (res / "studies" / "tiny.toml").read_text() == first  # a dry run writes nothing
+    assert main(["sweep", str(tmp_path / "tiny.toml"), "--results-dir", str(res), "--quiet"]) == 0
+    (kept,) = (res / "studies" / "previous").iterdir()
+    assert kept.name == f"tiny-{hashlib.sha256(first.encode()).hexdigest()[:12]}.toml"
+    assert kept.read_text() == first and "seed = [0, 1]" in (res / "studies" / "tiny.toml").read_text()
+    assert f"that copy is kept as {kept}" in capsys.readouterr().out
