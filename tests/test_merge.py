@@ -285,7 +285,8 @@ def test_a_colleagues_seeds_of_one_study_merge(tmp_path: Path, capsys: pytest.Ca
     out = tmp_path / "merged"
     assert main(["merge", str(tmp_path / "a"), str(tmp_path / "b"), "--out", str(out)]) == 0
     board = ResultsStore(out).load_leaderboard()
-    assert sorted(zip(board["variant"], board["seed"])) == [(v, s) for v in ("plain", "resnet") for s in (0, 3, 4)]
+    pairs = sorted(zip(board["variant"], board["seed"], strict=True))
+    assert pairs == [(v, s) for v in ("plain", "resnet") for s in (0, 3, 4)]
     assert main(["report", "--study", "tiny", "--results-dir", str(out)]) == 0
     text = (out / "REPORT-tiny.md").read_text()
     stored = (out / "studies" / "tiny.toml").as_posix()

@@ -64,7 +64,8 @@ def set_axes(fields: dict[str, Any]) -> dict[str, list[Any]]:
     ``betas=[0.9, 0.95]``): each becomes that grid axis, replacing the study's, so that a second machine sweeps the
     same study file with other seeds and its folder merges with the first. ValueError naming the field for an empty
     list or one with repeats; each value is then checked as the field's (an integer seed in range)."""
-    axes = {k: fields.pop(k) for k in [k for k, v in fields.items() if isinstance(v, list) and k not in SEQUENCE_FIELDS]}
+    listed = [k for k, v in fields.items() if isinstance(v, list) and k not in SEQUENCE_FIELDS]
+    axes = {k: fields.pop(k) for k in listed}
     for key, values in axes.items():
         repeats = sorted({repr(v) for v in values if values.count(v) > 1})
         if not values or repeats:
