@@ -38,7 +38,6 @@ from bench.analysis.stats import (
     CONFIG_KEY,
     DEFAULT_BY,
     MACHINE_KEY,
-    PAIRED,
     aggregate_long,
     by_configuration,
     counted_rows,
@@ -116,7 +115,7 @@ def compare_table(
         alone = all(_same(row[f], ref[f]) for f in implied)  # the variant is the one difference: its runs pair
         pair = difference(x, base_x, seeds if alone else None, base_seeds if alone else None)
         found.append({"diff": pair.diff, "diff_lo": pair.low, "diff_hi": pair.high, "test": pair.test or None,
-                      "pairs": pair.pairs if pair.test == PAIRED else None, "n_base": pair.n_base, "p": pair.p,
+                      "pairs": pair.pairs or None, "n_base": pair.n_base, "p": pair.p,
                       "p_exact": pair.p_exact})
     stats = pd.DataFrame(found, index=table.index, columns=list(COLUMNS[4:-1]))
     table = table.assign(**{c: stats[c] for c in stats.columns})

@@ -33,14 +33,16 @@ Rules (the report and the plots rely on them):
   not pair by seed, and :func:`compare`): ``diff = mean(variant) - mean(baseline)``; Welch's t-test (unequal
   variances, two-sided), the 95% Welch CI of ``diff`` (``diff ± t(0.975, ν)·√(s²/n + s_base²/n_base)``, ν the
   Welch–Satterthwaite degrees of freedom) and each side's CI need at least :data:`MIN_RUNS` counted runs a side
-  (one run has no spread); two constant sides give a CI of width 0 and no p-value. Runs that pair by seed are
-  compared by :func:`bench.analysis.pairing.difference` instead.
+  (one run has no spread); two constant sides (a parameter count, say) make no test: the difference is known
+  exactly, its CI has width 0, no p-value, and ``test`` says :data:`EQUAL` (a difference of 0) or :data:`EXACT`.
+  Runs that pair by seed are compared by :func:`bench.analysis.pairing.difference` instead.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
+import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -352,7 +354,7 @@ class TwoGroups:
     dof: float = math.nan
     p: float = math.nan
     ci_diff: float = math.nan  # diff's CI half-width at level (Welch: t(0.975, dof) · √(s²/n + s_base²/n_base))
-    test: str = ""  # what produced the interval and p: WELCH, PAIRED, or "" (too few runs for either)
+    test: str = ""  # what produced the interval and p: WELCH, PAIRED, EQUAL/EXACT (no spread), "" (too few runs)
     pairs: int = 0  # paired: the seeds both sides ran, each a pair
     p_exact: float = math.nan  # paired, few pairs: the exact sign-flip p of the per-seed differences
     level: float = 0.95  # the confidence level of ci_diff
@@ -373,6 +375,19 @@ class TwoGroups:
 
 WELCH = "Welch"
 PAIRED = "paired t"
+# No spread to test against: two constant sides, or the same difference at every seed. The difference is known exactly
+# (its interval has width 0, there is no p-value): EQUAL where it is 0 (to within rounding), EXACT otherwise.
+EQUAL = "equal"
+EXACT = "exact"
+ROUNDING = 64 * float(np.finfo(float).eps)  # a spread or difference below this × the values' size is rounding
+
+
+def without_spread(out: TwoGroups, scale: float) -> TwoGroups:
+    """``out`` as a difference known exactly (:data:`EQUAL` / :data:`EXACT`): no interval, no p of any test, and a
+    difference within the rounding of values of size ``scale`` set to 0 (no ``+2.2e-17`` where nothing differs)."""
+    if abs(out.diff) <= ROUNDING * scale:
+        return dataclasses.replace(out, diff=0.0, ci_diff=0.0, test=EQUAL, p_exact=math.nan)
+    return dataclasses.replace(out, ci_diff=0.0, test=EXACT, p_exact=math.nan)
 
 
 def two_groups(values: Sequence[float] | np.ndarray, baseline: Sequence[float] | np.ndarray,
@@ -387,9 +402,12 @@ def two_groups(values: Sequence[float] | np.ndarray, baseline: Sequence[float] |
     if not out.enough:  # fewer than two runs a side: no spread, no interval, no test
         return out
     va, vb = x.var(ddof=1) / x.size, base.var(ddof=1) / base.size
-    if va + vb <= 0:  # two constant sides: the difference is known exactly, but there is no test to make
-        return dataclasses.replace(out, ci_diff=0.0, test=WELCH)
-    welch = sps.ttest_ind(x, base, equal_var=False)
+    scale = float(max(np.abs(x).max(), np.abs(base).max()))
+    if math.sqrt(va + vb) <= ROUNDING * scale:  # two constant sides: the difference is known, there is nothing to test
+        return without_spread(out, scale)
+    with warnings.catch_warnings():  # scipy's precision notes on near-constant data are ours to word, not the user's
+        warnings.simplefilter("ignore", RuntimeWarning)
+        welch = sps.ttest_ind(x, base, equal_var=False)
     dof = (va + vb) ** 2 / (va**2 / (x.size - 1) + vb**2 / (base.size - 1))
     return dataclasses.replace(out, t=float(welch.statistic), dof=float(dof), p=float(welch.pvalue), test=WELCH,
                                ci_diff=float(sps.t.ppf(0.5 + level / 2, dof) * math.sqrt(va + vb)))
