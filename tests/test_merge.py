@@ -4,6 +4,7 @@ memory) are never pooled across machines while convergence metrics pool every se
 from __future__ import annotations
 
 import hashlib
+import json
 import math
 import statistics
 from pathlib import Path
@@ -325,3 +326,25 @@ def test_a_changed_study_file_keeps_the_stored_one_beside_it(tmp_path: Path,
     assert kept.name == f"tiny-{hashlib.sha256(first.encode()).hexdigest()[:12]}.toml"
     assert kept.read_text() == first and "seed = [0, 1]" in (res / "studies" / "tiny.toml").read_text()
     assert f"that copy is kept as {kept}" in capsys.readouterr().out
+
+
+def test_cost_figures_measured_at_different_loads_are_kept_apart(tmp_path: Path) -> None:
+    """One machine, two loads (a colleague's seeds measured while the machine was busy): throughput pools only
+    within a band of load per CPU, and compare says which band each figure is from; the loss still pools all seeds."""
+    store = ResultsStore(tmp_path / "res")
+    speeds = {"preln": (1000.0, 1100.0, 400.0, 380.0), "postln": (900.0, 1000.0, 420.0, 410.0)}
+    for variant, values in speeds.items():
+        for seed, speed in enumerate(values):
+            run_id = add(store, variant, seed, ENV_A, speed, 2.0 + seed / 10 + (variant == "postln") / 100)
+            run = store.load_run(run_id)
+            run["measurements"] = {"load": {"load_1m": 0.4 if seed < 2 else 12.0, "cpus": 2, "other_cpu": None}}
+            (store.root / "runs" / f"{run_id}.json").write_text(json.dumps(run))
+    board, runs = store.load_leaderboard(), store.load_runs()
+    t = compare_table(board, runs, "preln", ["train_samples_per_s", "final_val_loss"])
+    fp = machine_fingerprint(ENV_A)
+    speed = t[(t["metric"] == "train_samples_per_s") & (t["variant"] == "postln")].set_index("machine")
+    assert sorted(speed.index) == [f"{fp} at load/CPU 0-0.5", f"{fp} at load/CPU >=4"]
+    assert speed.loc[f"{fp} at load/CPU 0-0.5", "mean"] == 950.0 and speed.loc[f"{fp} at load/CPU >=4", "mean"] == 415.0
+    assert speed.loc[f"{fp} at load/CPU 0-0.5", "diff"] == -100.0 and speed.loc[f"{fp} at load/CPU >=4", "diff"] == 25.0
+    loss = t[(t["metric"] == "final_val_loss") & (t["variant"] == "postln")]
+    assert list(loss["machine"]) == ["all"] and list(loss["n"]) == [4]

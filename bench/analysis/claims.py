@@ -105,6 +105,7 @@ from bench.analysis.stats import (
     several_machines,
     t_ci,
     with_config_hash,
+    with_load_bands,
 )
 from bench.runs.results import COLUMNS
 from bench.runs.schema import COST_COLUMNS
@@ -575,7 +576,7 @@ def evaluate_claims(
     the compare and value claims' intervals (a study run ``--until-decided`` reads them at its looks' level,
     :class:`bench.analysis.sequential.Looks`)."""
     named = {f for c in claims for f in (*c.where, c.for_each, c.compare, c.x)}
-    frame = claim_frame(board, runs, [a for a in AXES if a in named])
+    frame = with_load_bands(claim_frame(board, runs, [a for a in AXES if a in named]), runs)  # cost: one load band
     fields = [c for c in config_table(frame, runs).columns if c not in AXES]
     return [r for claim in claims for r in _evaluate(claim, frame, fields, probes, level)]
 

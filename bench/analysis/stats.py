@@ -41,6 +41,7 @@ Rules (the report and the plots rely on them):
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 import warnings
 from collections.abc import Mapping, Sequence
@@ -270,6 +271,44 @@ def machines_of(df: pd.DataFrame) -> pd.Series:
         return pd.Series(UNRECORDED, index=df.index, dtype=object)
     machine = df[MACHINE_KEY].astype(object)
     return machine.where(machine.notna() & (machine.astype(str) != ""), UNRECORDED).astype(str)
+
+
+# The bands of load per CPU (the 1-minute load average over the CPUs, recorded beside each cost figure:
+# bench.runs.env.machine_load) within which cost figures of one machine pool: a throughput measured beside other
+# work is another measurement condition, so figures measured in different bands are kept apart like machines.
+LOAD_BANDS = (0.5, 1.0, 2.0, 4.0)
+
+
+def load_band(load_1m: Any, cpus: Any) -> str | None:
+    """The :data:`LOAD_BANDS` band of a load (``load/CPU 1-2``), None where either figure is missing."""
+    try:
+        per_cpu = float(load_1m) / float(cpus)
+    except (TypeError, ValueError, ZeroDivisionError):
+        return None
+    if not math.isfinite(per_cpu):
+        return None
+    edges = (0.0, *LOAD_BANDS, _INF)
+    low, high = next((lo, hi) for lo, hi in itertools.pairwise(edges) if per_cpu < hi)
+    return f"load/CPU {low:g}-{high:g}" if high < _INF else f"load/CPU >={low:g}"
+
+
+def with_load_bands(board: pd.DataFrame, runs: Sequence[Mapping[str, Any]] | None) -> pd.DataFrame:
+    """``board`` whose ``machine`` also names the load band its cost figures were measured in (``3f2a1b0c at
+    load/CPU 2-4``; the band of the run that measured them, its ``cost_source``), where the rows' figures were
+    measured in more than one band; else ``board`` as it is. Cost figures are then pooled and compared within one
+    machine and band only (:func:`several_machines`); convergence metrics still pool every seed."""
+    if runs is None or board.empty or "run_id" not in board.columns:
+        return board
+    loads = {r.get("run_id"): (r.get("measurements") or {}).get("load") or {} for r in runs}
+    source = board["cost_source"].astype(object) if "cost_source" in board.columns else board["run_id"]
+    source = source.where(source.notna() & (source.astype(str) != ""), board["run_id"])
+    bands = pd.Series([load_band(loads.get(s, {}).get("load_1m"), loads.get(s, {}).get("cpus")) for s in source],
+                      index=board.index, dtype=object)
+    if bands.dropna().nunique() < 2:
+        return board
+    machine = machines_of(board)
+    shown = [m if b is None else f"{m} at {b}" for m, b in zip(machine, bands, strict=True)]
+    return board.assign(**{MACHINE_KEY: shown})
 
 
 def several_machines(df: pd.DataFrame) -> bool:
