@@ -619,12 +619,26 @@ def _evaluate(claim: Claim, frame: pd.DataFrame, fields: Sequence[str], probes: 
                 mine.append(Result(claim, context, "inconclusive", note=note))
                 continue
             result = run(claim, context, sub, level, pairs=not note.startswith(_CONFOUNDED))
-            mine.append(dataclasses.replace(result, note="; ".join(filter(None, [result.note, note]))))
+            notes = [result.note, note, margin_warning(result)]
+            mine.append(dataclasses.replace(result, note="; ".join(filter(None, notes))))
         # A configuration under which a compared group was never run (a preset of other designs) asks nothing of
         # this claim: it is left out where another configuration has runs in every group.
         answered = [r for r in mine if not r.note.startswith(_NO_RUNS)]
         out += answered if answered else mine
     return out
+
+
+def margin_warning(r: Result) -> str:
+    """A warning where a compare claim's absolute margin exceeds the values it compares (a margin of 0.01 on losses
+    near 0.001): every difference of such values is smaller than the margin, so the verdict says little; names the
+    relative margin, ``relative = true`` (the margin times ``|mean(a)|``)."""
+    c = r.claim
+    scale = max((abs(g.mean) for g in r.groups if math.isfinite(g.mean)), default=math.nan)
+    if c.kind != "compare" or c.relative or not (math.isfinite(scale) and r.threshold > scale):
+        return ""
+    return (f"warning: the margin {r.threshold:g} exceeds the values compared (|mean| at most {scale:.3g}): every "
+            f"difference between them is smaller, so the verdict reads the margin, not the data; for a margin relative "
+            f"to the values, set relative = true (margin x |mean(a)|)")
 
 
 def describe(claim: Claim) -> str:
