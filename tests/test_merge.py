@@ -348,3 +348,17 @@ def test_cost_figures_measured_at_different_loads_are_kept_apart(tmp_path: Path)
     assert speed.loc[f"{fp} at load/CPU 0-0.5", "diff"] == -100.0 and speed.loc[f"{fp} at load/CPU >=4", "diff"] == 25.0
     loss = t[(t["metric"] == "final_val_loss") & (t["variant"] == "postln")]
     assert list(loss["machine"]) == ["all"] and list(loss["n"]) == [4]
+
+
+@pytest.mark.usefixtures("clean_plugins")
+def test_a_report_given_its_plugin_says_nothing_of_the_stored_ones(tmp_path: Path,
+                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    """`report --plugin FILE` on a results folder whose stored study names plugins: the user's copy gives the
+    variants, so no note tells them to pass --plugin; without it the note stays."""
+    _swept(tmp_path / "a", range(2), 6)
+    own = write(tmp_path / "mine" / "twostep.py", toy())
+    args = ["report", "--study", "twostep", "--results-dir", str(tmp_path / "a")]
+    assert main([*args, "--plugin", str(own)]) == 0
+    assert "were not imported" not in capsys.readouterr().err
+    main(args)
+    assert "or --plugin FILE to use your own copy" in capsys.readouterr().err
