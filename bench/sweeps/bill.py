@@ -44,7 +44,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -216,23 +216,33 @@ def _built(s: Any) -> Any:
     return dataclasses.replace(s, model=model.to(memory_format=torch.channels_last) if s.cfg.channels_last else model)
 
 
-def measure_costs(p: Plan, rates: Mapping[str, float], setup_s: float | None = None,
-                  start_s: float = PROCESS_START_S) -> Costs:
-    """One configuration's costs (module docstring) from the median of the steps of :func:`plan`'s choosing that it
-    times (:meth:`Plan.repeats`, after one untimed one for a step within the budget). ``setup_s``: what setting a
-    run up takes in a process of its own (default: the plan's, which may have found its data already loaded);
-    ``start_s``: what starting the memory probe's process takes."""
-    cfg, s, device = p.cfg, _built(p.s), p.s.device
+def timed_seconds(p: Plan, rates: Mapping[str, float]) -> float:
+    """The median of the steps of :func:`plan`'s choosing (:meth:`Plan.repeats`, after one untimed one for a step
+    within the budget), in seconds; on a CPU the steps' CPU time per thread where that is less: their time on idle
+    cores, whatever else runs now."""
+    s, device = _built(p.s), p.s.device
     runner = StepRunner(s.cfg, s, s.model, batch_generator(s, 2))
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
     cpu0 = cpu_clock()
     times = measure.time_steps(runner, device, warmup=p.warmup, repeats=p.repeats(rates), steps=1)
     timed_s = measure.median(times) / 1e3
-    if device.type == "cpu":  # the steps' CPU time per thread: their time on idle cores, whatever else runs now
+    if device.type == "cpu":
         timed_s = min(timed_s, (cpu_clock() - cpu0) / (p.warmup + len(times)) / torch.get_num_threads())
-    peak_mb = torch.cuda.max_memory_allocated(device) / 2**20 if device.type == "cuda" and p.timed == cfg.batch_size \
-        else None
+    return timed_s
+
+
+def measure_costs(p: Plan, rates: Mapping[str, float], setup_s: float | None = None,
+                  start_s: float = PROCESS_START_S, timed_s: float | None = None) -> Costs:
+    """One configuration's costs (module docstring) from the time of its timed step: measured here
+    (:func:`timed_seconds`), or ``timed_s`` where given (a configuration of a family another one was timed for,
+    :func:`bill`). ``setup_s``: what setting a run up takes in a process of its own (default: the plan's, which may
+    have found its data already loaded); ``start_s``: what starting the memory probe's process takes."""
+    cfg, s, device = p.cfg, p.s, p.s.device
+    measured = timed_s is None
+    timed_s = timed_seconds(p, rates) if timed_s is None else timed_s
+    peak_mb = torch.cuda.max_memory_allocated(device) / 2**20 if device.type == "cuda" and measured \
+        and p.timed == cfg.batch_size else None
     micro_s = timed_s * cfg.batch_size / p.timed  # one micro-batch of the run
     step_s = step_seconds(timed_s, p.timed, cfg)
     flops = p.micro.train * cfg.grad_accum
@@ -290,9 +300,10 @@ def bill(configs: Sequence[RunConfig], options: SweepOptions, cost_key: Any,
                 plans[key] = plan(cfg, key)
         first = next(iter(plans.values()), None)
         rates = measure.device_rates(first.s.device, first.cfg.precision) if first else {}
-        timed = {k: p.repeats(rates) + p.warmup for k, p in plans.items()}
-        expected = sum(p.expected_s(rates) * timed[k] for k, p in plans.items())
-        say(f"  timing {sum(timed.values())} steps of {len(plans)} model configuration{'s' if len(plans) != 1 else ''} "
+        refs = [family[0] for family in families(plans.values()).values()]  # the steps timed (families())
+        timed = {p.key: p.repeats(rates) + p.warmup for p in refs}
+        expected = sum(p.expected_s(rates) * timed[p.key] for p in refs)
+        say(f"  timing {sum(timed.values())} steps of {len(refs)} model configuration{'s' if len(refs) != 1 else ''} "
             f"({threads} thread{'s' if threads > 1 else ''}): their FLOPs alone take {_clock(expected)} at this "
             f"device's rates ({', '.join(f'{c} {r / 1e9:.0f} GFLOP/s' for c, r in rates.items())})")
         start_s = _probe_start() if any("memory" in p.cfg.measure and p.s.device.type == "cpu"
@@ -302,10 +313,15 @@ def bill(configs: Sequence[RunConfig], options: SweepOptions, cost_key: Any,
             setups[p.cfg.task] = max(setups.get(p.cfg.task, 0.0), p.setup_s)
         costs = {}
         sample = cpu_sample()
-        for key, p in plans.items():
-            say(f"  timing {p.cfg.run_id}: {p.repeats(rates)} step{'s' if p.repeats(rates) > 1 else ''} of "
-                f"{p.timed} sample{'s' if p.timed > 1 else ''} ({p.timed_flops:.3g} FLOPs each) ...")
-            costs[key] = measure_costs(p, rates, setups[p.cfg.task], start_s)
+        for family in families(plans.values()).values():
+            ref = family[0]  # the cheapest step of the family is timed; the others scale by their FLOPs
+            say(f"  timing {ref.cfg.run_id}: {ref.repeats(rates)} step{'s' if ref.repeats(rates) > 1 else ''} of "
+                f"{ref.timed} sample{'s' if ref.timed > 1 else ''} ({ref.timed_flops:.3g} FLOPs each)"
+                + (f", for {len(family)} depths" if len(family) > 1 else "") + " ...")
+            ref_s = timed_seconds(ref, rates)
+            for p in family:
+                costs[p.key] = measure_costs(p, rates, setups[p.cfg.task], start_s,
+                                             timed_s=ref_s * p.timed_flops / ref.timed_flops)
         load = machine_load(sample)
         costs = {k: dataclasses.replace(c, load=load) for k, c in costs.items()}
     finally:
@@ -322,6 +338,17 @@ def bill(configs: Sequence[RunConfig], options: SweepOptions, cost_key: Any,
         seen.add(key)
         out.append(RunBill(cfg, c, steps, evals, probe_calls, measures))
     return out
+
+
+def families(plans: Iterable[Plan]) -> dict[str, list[Plan]]:
+    """The plans grouped by everything but their depth (variant, model arguments, task, batch, precision ...), each
+    cheapest step first. A family's units are one block repeated: its steps' time grows with their FLOPs at one rate,
+    so the bill times the cheapest step of each family and scales it to the others by their exact FLOPs (a deep net's
+    bill costs a shallow net's step, and a family's bill rises with its FLOPs)."""
+    out: dict[str, list[Plan]] = {}
+    for p in plans:
+        out.setdefault(measure.cost_key(dataclasses.replace(p.cfg, depth=None)), []).append(p)
+    return {k: sorted(v, key=lambda p: p.timed_flops) for k, v in out.items()}
 
 
 def cpu_clock() -> float:
