@@ -3,14 +3,17 @@
 Every model of the grid is built and checked first, as a sweep does (meta device, the confound guard). Then, per
 model configuration (:func:`bench.runs.measure.cost_key`: the runs that share one measure the same step), the bill
 counts the exact FLOPs of one training step at the run's batch on the meta device (``torch.utils.flop_counter``,
-split into matmuls and convolutions) and times a few short steps on the device at hand (:meth:`Plan.repeats`: as
-many as fit a second, up to five; their median), with the threads a run of this sweep would get: at the run's
-batch, or at the largest halving of it whose FLOPs fit :data:`STEP_BUDGET`, after one untimed step (a first step
-pays one-off costs no later step does); a step over the budget even at one sample (GPT-2 small at 1,024 tokens) is
-timed once, with no warm-up. On a CPU the steps are timed in CPU time per thread, and so are the set-up and the
-memory probe's process start: what they take on an idle machine, however busy the machine is while it bills.
-Before timing, it prints what the timing will take: those steps' FLOPs at the device's rate for each op class
-(:func:`bench.runs.measure.device_rates`, measured once).
+split into matmuls and convolutions). Per family of configurations (:func:`families`: the same but for the depth,
+one block repeated, whose step time grows with its FLOPs at one rate) it times the cheapest configuration's step and
+scales that time to the others by their FLOPs, so a family's bill is monotone in its FLOPs and a deep net's step
+costs the bill a shallow one's. The timed configuration takes a few short steps on the device at hand
+(:meth:`Plan.repeats`: as many as fit a second, up to five; their median), with the threads a run of this sweep
+would get: at the run's batch, or at the largest halving of it whose FLOPs fit :data:`STEP_BUDGET`, after one
+untimed step (a first step pays one-off costs no later step does); a step over the budget even at one sample (GPT-2
+small at 1,024 tokens) is timed once, with no warm-up. On a CPU the steps are timed in CPU time per thread, and so
+are the set-up and the memory probe's process start: what they take on an idle machine, however busy the machine is
+while it bills. Before timing, it prints what the timing will take: those steps' FLOPs at the device's rate for each
+op class (:func:`bench.runs.measure.device_rates`, measured once).
 
 From these (:func:`step_seconds` and :class:`Costs`): a run's step takes the timed step's time scaled by its FLOPs
 (FLOPs grow with the batch; so does a step's time, at the rate the timed step achieved); an evaluated sample costs
@@ -226,10 +229,16 @@ def timed_seconds(p: Plan, rates: Mapping[str, float]) -> float:
         torch.cuda.reset_peak_memory_stats(device)
     cpu0 = cpu_clock()
     times = measure.time_steps(runner, device, warmup=p.warmup, repeats=p.repeats(rates), steps=1)
-    timed_s = measure.median(times) / 1e3
+    wall_s = timed_s = measure.median(times) / 1e3
     if device.type == "cpu":
         timed_s = min(timed_s, (cpu_clock() - cpu0) / (p.warmup + len(times)) / torch.get_num_threads())
+    WALL_OVER_CPU.append(wall_s / timed_s if timed_s > 0 else 1.0)
     return timed_s
+
+
+# Each timed configuration's wall time over its CPU time per thread, while the bill ran (cleared by bill()): how much
+# of a CPU a process got at the machine's load, measured rather than inferred from the load average.
+WALL_OVER_CPU: list[float] = []
 
 
 def measure_costs(p: Plan, rates: Mapping[str, float], setup_s: float | None = None,
@@ -312,6 +321,7 @@ def bill(configs: Sequence[RunConfig], options: SweepOptions, cost_key: Any,
         for p in plans.values():
             setups[p.cfg.task] = max(setups.get(p.cfg.task, 0.0), p.setup_s)
         costs = {}
+        WALL_OVER_CPU.clear()
         sample = cpu_sample()
         for family in families(plans.values()).values():
             ref = family[0]  # the cheapest step of the family is timed; the others scale by their FLOPs
@@ -323,6 +333,8 @@ def bill(configs: Sequence[RunConfig], options: SweepOptions, cost_key: Any,
                 costs[p.key] = measure_costs(p, rates, setups[p.cfg.task], start_s,
                                              timed_s=ref_s * p.timed_flops / ref.timed_flops)
         load = machine_load(sample)
+        if WALL_OVER_CPU and first is not None and first.s.device.type == "cpu":
+            load["wall_over_cpu"] = statistics.median(WALL_OVER_CPU)
         costs = {k: dataclasses.replace(c, load=load) for k, c in costs.items()}
     finally:
         torch.set_num_threads(before)
@@ -371,11 +383,20 @@ def slowdown(load: Mapping[str, Any], jobs: int, threads: int, own: int = 1) -> 
     """How much longer a sweep takes than on an idle machine at the 1-minute load average ``load["load_1m"]`` (over
     ``load["cpus"]`` CPUs, :func:`bench.runs.env.machine_load`), ``own`` of its threads being the measuring
     process's: the other processes keep ``E = load_1m - own`` threads runnable, and the sweep's ``jobs`` x ``threads``
-    share the CPUs with them, ``max(1, (jobs · threads + E) / cpus)``; 1 where the load is not known."""
+    share the CPUs with them, ``max(1, (jobs · threads + E) / cpus)``; 1 where the load is not known. Where the bill
+    measured how much longer its own steps took on the wall clock than in CPU time (``load["wall_over_cpu"]``: a
+    load average counts threads that hardly run, and overstates the slowdown on a machine of many light processes),
+    that ratio is the slowdown, times how much smaller the sweep's share of the CPUs is than the bill's was:
+    ``min(1, cpus / (own + E)) / min(1, cpus / (jobs · threads + E))``."""
     average, cpus = load.get("load_1m"), load.get("cpus")
     if average is None or not cpus:
         return 1.0
-    return max(1.0, (jobs * threads + max(0.0, float(average) - own)) / cpus)
+    others = max(0.0, float(average) - own)
+    measured = load.get("wall_over_cpu")
+    if measured is not None:  # what the bill's own steps saw, scaled by the share of the CPUs the sweep gets instead
+        share = min(1.0, cpus / (own + others)) / min(1.0, cpus / (jobs * threads + others))
+        return max(1.0, float(measured) * share)
+    return max(1.0, (jobs * threads + others) / cpus)
 
 
 def load_line(load: Mapping[str, Any]) -> str:
@@ -386,6 +407,8 @@ def load_line(load: Mapping[str, Any]) -> str:
     other = load.get("other_cpu")
     return (f"machine load while timing: 1-min load average {load['load_1m']:.1f} on {load.get('cpus')} CPUs"
             + (f", other processes {100 * other:.0f}% of the CPU time" if other is not None else "")
+            + (f", its steps {load['wall_over_cpu']:.2f}x longer on the wall clock than in CPU time"
+               if load.get("wall_over_cpu") is not None else "")
             + " (the steps were timed in CPU time: an idle machine's figures; the sweep shares the CPUs with the "
               "other work)")
 
