@@ -121,7 +121,7 @@ def preact(spec: CifarSpec, *, order: str = "full_preact") -> nn.Module:
         return nn.Sequential(*ops(row.head, features))
 
     if order == "full_preact":  # the public helpers a plugin uses build exactly these
-        stem, head = preact_stem, preact_head
+        return build_cifar(spec, unit, what="Pre-activation ResNet", stem=preact_stem, head_pre=preact_head)
     return build_cifar(spec, unit, what="Pre-activation ResNet", stem=stem, head_pre=head)
 
 

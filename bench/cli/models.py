@@ -117,8 +117,8 @@ def shortcut_lines(model: nn.Module) -> list[str]:
             return f"{what}: {none}"
         return f"{what}:" + "".join(f"\n    {kind}: {n} unit{'s' if n > 1 else ''}" for kind, n in counts.items())
 
-    joins = sum(is_join(m) for m in model.modules())
-    bare = f"the stream itself at each of {joins} joins (no shortcut module)" if joins else "none (no join)"
+    n_joins = sum(is_join(m) for m in model.modules())
+    bare = f"the stream itself at each of {n_joins} joins (no shortcut module)" if n_joins else "none (no join)"
     return [listed("shortcut (what each join receives as x)", shortcuts, bare),
             listed("gate", gates, 'none (no module declares residual_role = "gate")')]
 
