@@ -332,12 +332,16 @@ def compare(results: Results, baseline: str, metrics: Sequence[str] | None = Non
 
 def cost(designs: Sequence[str], shape: str = "gpt2_small", *, measure_time: bool = True,
          compiled: bool | None = None, compile_mode: str = "default", batch: int | None = None, repeats: int = 3,
-         device: str = "cpu", precision: str = "fp32", progress: bool = False) -> pd.DataFrame:
-    """What each design costs at a reference shape relative to its family's baseline — ``bench cost``: parameters
+         device: str = "cpu", precision: str = "fp32", progress: bool = False, baseline: str | None = None,
+         depth: int | None = None) -> pd.DataFrame:
+    """What each design costs at a reference shape relative to a baseline — ``bench cost``: parameters
     and exact training FLOPs per sample (meta device), and with ``measure_time`` the step time and memory measured
     beside the baseline, alternating, eager and under ``torch.compile`` in ``compile_mode`` (``compiled`` None: on an
     accelerator), in fp32 or bf16 autocast (``precision``). Shapes: :data:`bench.runs.cost.SHAPES` (``gpt2_small``,
-    ``gpt2_medium``, ``resnet50_224``, ``study_quick``, ``cifar_resnet110``); ValueError naming the choices for an
-    unknown shape, precision or design."""
+    ``gpt2_medium``, ``resnet50_224``, ``study_quick``, ``cifar_resnet110``, ``digits``). Any registered variant
+    that builds at the shape is a design (a plugin's too); ``baseline`` (default: the shape's) is what every ratio is
+    relative to, timed once beside all of them; ``depth`` builds every model at that depth. ValueError naming the
+    field for an unknown shape, precision, baseline, a depth out of range or a design that does not build there."""
     return cost_table(designs, shape, measure_time=measure_time, compiled=compiled, compile_mode=compile_mode,
-                      batch=batch, repeats=repeats, device=device, precision=precision, progress=progress)
+                      batch=batch, repeats=repeats, device=device, precision=precision, progress=progress,
+                      baseline=baseline, depth=depth)
