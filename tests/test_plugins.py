@@ -357,6 +357,10 @@ def test_readme_plugin_and_command(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     assert set(board["status"]) == {"ok"}
     report = (results / "REPORT-degradation.md").read_text(encoding="utf-8")
     assert re.search(rf"^\| {variant} \| 8 \| digits \| 1/1 \|", report, re.M)
+    # its reproduce line gives the variant and the plugin that registers it (a shipped study names no plugin)
+    lines = [line for line in report.splitlines() if line.startswith("python -m bench reproduce")]
+    assert any(line.startswith(f"python -m bench reproduce degradation --preset quick --add-variant {variant} "
+                               f"--plugin {tmp_path / plugin_name} ") for line in lines), lines
     run = next(r for r in ResultsStore(results).load_runs() if r["row"]["variant"] == variant)
     (record,) = run["plugins"]
     assert record["sha256"] == sha256(tmp_path / plugin_name) and record["variants"] == [variant]
