@@ -20,6 +20,7 @@ Keyword arguments of :func:`run` are the fields of :class:`bench.runs.config.Run
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import shutil
 import time
@@ -248,7 +249,12 @@ def _keep_study_file(spec: Study, root: Path) -> None:
     folder imports none of them unless the user trusts them, and then only that code."""
     assert spec.path is not None
     stored = root / "studies" / f"{file_name(spec.name, 'study name')}.toml"
-    atomic_write_text(stored, spec.path.read_text(encoding="utf-8"))
+    text = spec.path.read_text(encoding="utf-8")
+    kept = keep_previous_study(stored, text)
+    if kept is not None:
+        print(f"note: {spec.path} differs from {stored}, the study file of the runs already in {root}; that copy is "
+              f"kept as {kept} (a results folder's earlier runs stay reproducible), and {stored} is now this one")
+    atomic_write_text(stored, text)
     here = spec.path.parent.resolve()
     files: dict[str, Path] = {}
     for plugin in spec.plugins:
@@ -263,6 +269,21 @@ def _keep_study_file(spec: Study, root: Path) -> None:
     modules = [p for p in spec.plugins if not (p.endswith(".py") or "/" in p)]
     if spec.plugins:
         atomic_write_text(manifest_path(stored), json.dumps(record_plugins(files, modules), indent=1) + "\n")
+
+
+def keep_previous_study(stored: Path, text: str) -> Path | None:
+    """Where a stored study file that ``text`` is about to replace is kept: ``studies/previous/NAME-SHA12.toml``
+    beside it (by its content's sha256, so two earlier versions never overwrite each other), or None where there is
+    nothing to keep (no stored copy, or the same text)."""
+    if not stored.is_file():
+        return None
+    old = stored.read_text(encoding="utf-8")
+    if old == text:
+        return None
+    kept = stored.parent / "previous" / f"{stored.stem}-{hashlib.sha256(old.encode()).hexdigest()[:12]}.toml"
+    if not kept.exists():
+        atomic_write_text(kept, old)
+    return kept
 
 
 def load(results_dir: str | Path = DEFAULT_RESULTS, study: str | None = None) -> Results:
@@ -334,12 +355,16 @@ def scaling_fit(results: Results, baseline: str, metric: str = "final_val_loss",
 
 def cost(designs: Sequence[str], shape: str = "gpt2_small", *, measure_time: bool = True,
          compiled: bool | None = None, compile_mode: str = "default", batch: int | None = None, repeats: int = 3,
-         device: str = "cpu", precision: str = "fp32", progress: bool = False) -> pd.DataFrame:
-    """What each design costs at a reference shape relative to its family's baseline — ``bench cost``: parameters
+         device: str = "cpu", precision: str = "fp32", progress: bool = False, baseline: str | None = None,
+         depth: int | None = None) -> pd.DataFrame:
+    """What each design costs at a reference shape relative to a baseline — ``bench cost``: parameters
     and exact training FLOPs per sample (meta device), and with ``measure_time`` the step time and memory measured
     beside the baseline, alternating, eager and under ``torch.compile`` in ``compile_mode`` (``compiled`` None: on an
     accelerator), in fp32 or bf16 autocast (``precision``). Shapes: :data:`bench.runs.cost.SHAPES` (``gpt2_small``,
-    ``gpt2_medium``, ``resnet50_224``, ``study_quick``, ``cifar_resnet110``); ValueError naming the choices for an
-    unknown shape, precision or design."""
+    ``gpt2_medium``, ``resnet50_224``, ``study_quick``, ``cifar_resnet110``, ``digits``). Any registered variant
+    that builds at the shape is a design (a plugin's too); ``baseline`` (default: the shape's) is what every ratio is
+    relative to, timed once beside all of them; ``depth`` builds every model at that depth. ValueError naming the
+    field for an unknown shape, precision, baseline, a depth out of range or a design that does not build there."""
     return cost_table(designs, shape, measure_time=measure_time, compiled=compiled, compile_mode=compile_mode,
-                      batch=batch, repeats=repeats, device=device, precision=precision, progress=progress)
+                      batch=batch, repeats=repeats, device=device, precision=precision, progress=progress,
+                      baseline=baseline, depth=depth)

@@ -257,3 +257,30 @@ def test_on_a_busy_cpu_the_bill_reads_the_steps_cpu_time(timed: list[tuple[int, 
     assert said == ("machine load while timing: 1-min load average 2.5 on 2 CPUs, other processes 75% of the CPU "
                     "time (the steps were timed in CPU time: an idle machine's figures; the sweep shares the CPUs "
                     f"with the other work): at that load, {bill._clock(1.75 * idle)} (1.75x)")
+
+
+def test_a_family_is_timed_once_and_its_bill_rises_with_its_flops(timed: list[tuple[int, int, int]]) -> None:
+    """Two depths of one variant are one family: only the shallower step is timed (one untimed, five timed steps),
+    and the deeper one's step is that time scaled by its exact FLOPs, so the family's bill is monotone in FLOPs (a
+    deep net's single noisy step billed it below a shallower one's)."""
+    configs = [dataclasses.replace(TINY, depth=d, measure=(), grad_accum=1) for d in (14, 8)]
+    said: list[str] = []
+    bills = bill.bill(configs, bill.SweepOptions(), bill.measure.cost_key, say=said.append)
+    assert timed == [(1, 5, 1)] and CountingRunner.calls == 6
+    assert said[2].startswith("  timing resnet-d8-digits-") and said[2].endswith(", for 2 depths ...")
+    deep, shallow = (b.costs for b in bills)
+    assert shallow.step_s == 0.1 and deep.step_s == pytest.approx(0.1 * deep.flops_per_step / shallow.flops_per_step)
+    assert deep.flops_per_step > shallow.flops_per_step and bills[0].seconds > bills[1].seconds
+    assert [len(f) for f in bill.families([bill.plan(c, str(i)) for i, c in enumerate(configs)]).values()] == [2]
+
+
+def test_at_a_load_the_bill_reads_the_slowdown_its_own_steps_saw() -> None:
+    """A load average of 12 on 2 CPUs, most of it threads that hardly run: the bill's steps took 1.6x longer on the
+    wall clock than in CPU time, and that, not (1 + 11) / 2 = 6, is what the sweep's one job sees; two jobs on two
+    idle CPUs see nothing; two jobs where the bill's one thread had the CPU to itself get half as much each."""
+    seen = {"load_1m": 12.0, "cpus": 2, "wall_over_cpu": 1.6}
+    assert bill.slowdown(seen, jobs=1, threads=1) == pytest.approx(1.6)
+    assert bill.slowdown({"load_1m": 12.0, "cpus": 2}, jobs=1, threads=1) == pytest.approx(6.0)
+    assert bill.slowdown({"load_1m": 1.0, "cpus": 2, "wall_over_cpu": 1.0}, jobs=2, threads=1) == 1.0
+    assert bill.slowdown({"load_1m": 1.0, "cpus": 1, "wall_over_cpu": 1.0}, jobs=2, threads=1) == pytest.approx(2.0)
+    assert "its steps 1.60x longer on the wall clock than in CPU time" in bill.load_line(seen)

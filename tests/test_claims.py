@@ -14,6 +14,7 @@ from scipy import stats as sps
 
 from bench.analysis.claims import _matches, describe, evaluate_claims, parse_claim, parse_claims, probe_quantity
 from bench.analysis.studyfile import STUDIES_DIR, find_study, read_study_file
+from bench.reports.markdown import claim_lines
 from bench.runs.config import RunConfig
 from bench.sweeps.study import load_study
 
@@ -717,3 +718,18 @@ def test_a_claim_filters_on_the_preset_its_runs_were_made_under():
     assert one(by_preset(["quick", "deep"]), board(rows), None, jsons).verdict == "agrees"
     only = one(by_preset("quick"), board(rows), None, jsons)
     assert only.verdict == "inconclusive" and only.note == "no runs with depth=56"
+
+
+def test_an_absolute_margin_larger_than_the_values_warns_and_names_relative() -> None:
+    """A margin of 0.01 on losses near 0.001 agrees whatever the designs do: the verdict stands, with a warning
+    naming `relative = true`; a margin within the values' size, or a relative one, warns of nothing."""
+    df = board(runs("plain", 20, [0.0010, 0.0012, 0.0011]), runs("plain", 56, [0.0016, 0.0019, 0.0017]))
+    r = one(depth_claim("similar", threshold=0.01), df)
+    assert r.verdict == "agrees"
+    assert r.note == ("warning: the margin 0.01 exceeds the values compared (|mean| at most 0.00173): every difference "
+                      "between them is smaller, so the verdict reads the margin, not the data; for a margin relative "
+                      "to the values, set relative = true (margin x |mean(a)|)")
+    assert one(depth_claim("similar", threshold=0.1, relative=True), df).note == ""
+    assert one(depth_claim("greater", threshold=0.0001), df).note == ""
+    text = "\n".join(claim_lines(evaluate_claims([depth_claim("similar", threshold=0.01)], df)))
+    assert "set relative = true" in text

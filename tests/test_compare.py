@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -68,7 +69,10 @@ def test_each_row_against_the_baseline_at_its_depth() -> None:
     assert (good24.diff_lo, good24.diff_hi) == pytest.approx((d.mean() - half, d.mean() + half))
     assert good24.p_exact == pytest.approx(0.75)  # d = .01, -.05, .09: 6 of its 8 sign patterns as far from 0
     broken = by_key[("broken", 6)]
-    assert broken.n == 2 and (broken.test, broken.pairs) == ("paired t", 2)  # the diverged seed: no pair
+    assert broken.n == 2 and broken.pairs == 2  # the diverged seed: no pair
+    # -1 at both seeds (to within rounding): known exactly, no t test, no sign-flip p
+    assert (broken.test, broken.diff, broken.diff_lo, broken.diff_hi) == ("exact", pytest.approx(-1.0), -1.0, -1.0)
+    assert np.isnan(broken.p) and np.isnan(broken.p_exact)
     # the pinned init comes with the variant: compared at its depth all the same, but unpaired (two differences)
     welch = sps.ttest_ind(LOSSES[("pinned", 6)], LOSSES[("base", 6)], equal_var=False)
     pinned = by_key[("pinned", 6)]
@@ -109,7 +113,8 @@ def test_formats() -> None:
     pinned = next(line for line in md if line.startswith("| pinned | 6 |") and "final_val_loss" in line).split(" | ")
     assert pinned[6] == "Welch, 3 + 3 runs"
     mem = next(line for line in md if line.startswith("| good | 24 |") and "peak_mem_mb" in line).split(" | ")
-    assert mem[5:7] == ["+0 [+0 … +0]", "Welch, 3 + 3 runs"]  # a cost figure is never paired: one per machine
+    # a cost figure is never paired (one per machine), and two constant sides make no test: equal, said so
+    assert mem[5:8] == ["0", "equal: no spread, no test", "—"]
     back = pd.read_csv(io.StringIO(render(t, "csv")))
     np.testing.assert_allclose(back["p_holm"], t["p_holm"], equal_nan=True)
     assert "\\begin{tabular}" in render(t, "latex")
@@ -175,3 +180,25 @@ def test_a_language_models_leaderboard_and_compare_default_to_its_loss(tmp_path:
     digits = with_derived(board().assign(task="digits", final_val_acc=0.9))
     assert compare_table(digits, None, "base", primary_metrics(digits))["metric"].unique().tolist() == ["val_error"]
     assert primary_metrics(board().assign(task="digits")) == ["final_val_loss"]  # no accuracy recorded: the loss
+
+
+def test_constants_are_equal_or_exact_never_tested_and_warn_nothing() -> None:
+    """A parameter count (the same in every run) against the baseline's: no t test on a constant. The same count:
+    `equal`, a difference of exactly 0 (not a rounding's +2.2e-17); another count: `exact`, its difference, no p and
+    no sign-flip p. Values equal but for rounding (0.1 + 0.2 vs 0.3) are equal too, and scipy warns of nothing."""
+    b = board()
+    b["params"] = np.where(b["variant"] == "good", 1013.0, 1000.0)
+    b["ratio"] = np.where(b["variant"] == "good", 0.1 + 0.2, 0.3) * (1 + (b["seed"] == 2) * 2**-52)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a library's warning would reach the user's terminal
+        t = compare_table(b, None, "base", ["params", "ratio"])
+    rows = {(r.variant, r.depth, r.metric): r for r in t.itertuples()}
+    same, other = rows[("pinned", 6, "params")], rows[("good", 6, "params")]
+    assert (same.test, same.diff, same.diff_lo, same.diff_hi) == ("equal", 0.0, 0.0, 0.0)
+    assert (other.test, other.diff, other.diff_lo, other.diff_hi, other.pairs) == ("exact", 13.0, 13.0, 13.0, 3)
+    for r in (same, other, rows[("good", 6, "ratio")]):
+        assert np.isnan(r.p) and np.isnan(r.p_exact) and np.isnan(r.p_holm)
+    assert (rows[("good", 6, "ratio")].test, rows[("good", 6, "ratio")].diff) == ("equal", 0.0)
+    md = render(t)
+    assert "| good | 6 | tinytext | xavier | params | +13 | exact: no spread, no test | — | — |" in md
+    assert "| pinned | 6 | tinytext | t_fixup | params | 0 | equal: no spread, no test | — | — |" in md

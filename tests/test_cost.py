@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pandas as pd
@@ -157,13 +158,13 @@ def test_bf16_steps_run_the_forward_under_autocast(tiny: cost.Shape, monkeypatch
 
 def test_unknown_shapes_and_designs_name_the_choices(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(ValueError, match=r"unknown shape .gpt3.; shapes: gpt2_small, gpt2_medium, resnet50_224, "
-                                         r"study_quick, cifar_resnet110$"):
+                                         r"study_quick, cifar_resnet110, digits$"):
         cost.cost_table(["preln"], "gpt3")
-    with pytest.raises(ValueError, match=r"design\(s\) 'resnet50' not of the transformer family at shape "
-                                         r"'gpt2_small'; its designs: admin, attn_res, "):
+    with pytest.raises(ValueError, match=r"^designs: 'resnet50' does not build at shape 'gpt2_small' \(GPT-2 small "
+                                         r".*: variant 'resnet50' takes no keyword argument\(s\) "):
         cost.cost_table(["mhc", "resnet50"], "gpt2_small")
     assert main(["cost", "--designs", "nope", "--shape", "cifar_resnet110", "--no-timing"]) == 2
-    assert "error: design(s) 'nope' not of the resnet/plain/highway" in capsys.readouterr().err
+    assert "error: designs: unknown variant 'nope'; did you mean " in capsys.readouterr().err
 
 
 def _fixed_steps(monkeypatch: pytest.MonkeyPatch, baseline_params: int) -> None:
@@ -236,4 +237,52 @@ def test_a_cost_study_checks_the_papers_overheads(tiny: cost.Shape, tmp_path: Pa
     capsys.readouterr()
     bad = write(tmp_path / "badcost.toml", '[analysis]\nkind = "cost"\ndesigns = ["resnet50"]\nshape = "tiny"\n')
     assert main(["sweep", str(bad), "--results-dir", str(res), "--dry-run"]) == 2
-    assert "study 'badcost': [analysis]: design(s) 'resnet50' not of the transformer family" in capsys.readouterr().err
+    assert "study 'badcost': [analysis]: designs: 'resnet50' does not build at shape 'tiny'" in capsys.readouterr().err
+
+
+def test_every_ratio_divides_by_the_one_baseline_timing(tiny: cost.Shape, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two designs on a machine whose load drifts (each step 1 ms slower than the one before): one rotation of the
+    baseline and both designs, so the baseline has one median time and `step_rel` is `step_ms` over it in every row
+    (each design timed beside a run of its own gave a table whose ratios disagreed with its own step times)."""
+    clock = iter(range(1, 1000))
+    monkeypatch.setattr(cost, "measured_step", lambda step, device: (float(next(clock)), 100.0))
+    table = cost.cost_table(["mhc", "hyper_connections"], "tiny", repeats=3).set_index("design")
+    assert list(table.index) == ["preln", "mhc", "hyper_connections"]
+    # after one untimed step each: rounds (1, 2, 3), (4, 5, 6), (7, 8, 9): medians 4, 5, 6
+    assert list(table["step_ms"]) == [4.0, 5.0, 6.0]
+    assert list(table["step_rel"]) == [1.0, 5.0 / 4.0, 6.0 / 4.0]
+    assert (table["step_rel"] == table["step_ms"] / table.loc["preln", "step_ms"]).all()
+
+
+@pytest.mark.usefixtures("clean_plugins")
+def test_a_plugin_design_of_its_own_family_at_a_depth_and_baseline_of_choice(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """A CNN plugin registered in a family of its own is costed beside `preact` at the digits shape at depth 56 (the
+    shape's baseline, resnet, replaced); the table is relative to preact and every model has depth 56."""
+    page = (Path(__file__).resolve().parents[1] / "docs" / "plugins.md").read_text(encoding="utf-8")
+    block = re.search(r"```python\n(.*?)```", page.split("the pre-activation plugin", 1)[1], re.S)
+    assert block
+    write(tmp_path / "mixshort.py", block.group(1))
+    monkeypatch.chdir(tmp_path)
+    out = tmp_path / "cost.csv"
+    assert main(["cost", "--designs", "preact_mix", "--baseline", "preact", "--shape", "digits", "--depth", "56",
+                 "--no-timing", "--plugin", "mixshort.py", "--format", "csv", "--out", str(out)]) == 0
+    table = pd.read_csv(out)
+    assert list(table["design"]) == ["preact", "preact_mix"]
+    assert list(table["params"]) == [852_730, 898_581]  # preact-56 on one-channel digits, and the mix's 1x1s and a
+    assert list(table["params_rel"]) == [1.0, 898_581 / 852_730]
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--baseline", "nope"], "error: baseline: unknown variant 'nope'"),
+    (["--depth", "0"], "error: depth must be an integer in 1..2000, got 0"),
+    (["--depth", "5000"], "error: depth must be an integer in 1..2000, got 5000"),
+    (["--depth", "21"], "error: baseline: 'resnet' does not build at shape 'digits at depth 21' "),
+])
+def test_bad_baseline_and_depth_exit_2_naming_the_field_and_write_nothing(
+        args: list[str], message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "cost.md"
+    assert main(["cost", "--designs", "preact", "--shape", "digits", *args, "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(message), err
+    assert not out.exists()

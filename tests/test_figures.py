@@ -145,11 +145,12 @@ def test_the_forest_plot_draws_each_designs_difference_interval_and_margin(study
     results = evaluate_claims(claims, frames.leaderboard, None, frames.runs)
     data = forest_data(results)
     assert data[["claim", "design", "baseline", "context", "test", "n"]].values.tolist() == [
-        ["mhc-beats-preln", "mhc", "preln", "depth=6", "paired t", 3],
-        ["mhc-beats-preln", "mhc", "preln", "depth=24", "paired t", 3],
-        ["mudd-beats-preln", "mudd", "preln", "depth=6", "paired t", 3],
-        ["mudd-beats-preln", "mudd", "preln", "depth=24", "paired t", 3]]
-    # each seed's difference is the design's offset exactly (the seed's part is shared): an interval of width 0
+        ["mhc-beats-preln", "mhc", "preln", "depth=6", "exact", 3],
+        ["mhc-beats-preln", "mhc", "preln", "depth=24", "exact", 3],
+        ["mudd-beats-preln", "mudd", "preln", "depth=6", "exact", 3],
+        ["mudd-beats-preln", "mudd", "preln", "depth=24", "exact", 3]]
+    # each seed's difference is the design's offset exactly (the seed's part is shared): known exactly, no t test,
+    # an interval of width 0
     assert data["diff"].tolist() == pytest.approx([0.01, 0.01, 0.02, 0.02])
     assert (data["high"] - data["low"]).tolist() == pytest.approx([0.0] * 4)
     assert set(data["verdict"]) == {"disagrees"}
@@ -201,4 +202,4 @@ def test_only_comparisons_of_designs_make_a_forest(study) -> None:
     deeper = parse_claim({"id": "deeper", "paper": "P", "text": "t", "metric": "final_val_loss",
                           "where": {"variant": "preln"}, "compare": "depth", "a": 6, "b": 24, "expect": "less"})
     (result,) = evaluate_claims([deeper], frames.leaderboard, None, frames.runs)
-    assert result.test == "paired t" and forest_data([result]).empty  # a depth is no design
+    assert result.test == "exact" and forest_data([result]).empty  # a depth is no design

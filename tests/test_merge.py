@@ -3,6 +3,8 @@ memory) are never pooled across machines while convergence metrics pool every se
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 import statistics
 from pathlib import Path
@@ -256,3 +258,107 @@ def test_merge_refuses_two_versions_of_a_plugin(tmp_path: Path) -> None:
                                          r".*b/studies/twostep.py; merge the folders of one study's version only"):
         merge([tmp_path / "a", tmp_path / "b"], tmp_path / "merged")
     assert not (tmp_path / "merged" / "leaderboard.csv").exists() and not (tmp_path / "merged" / "studies").exists()
+
+
+def _tiny_study(path: Path, seeds: str = "[0]") -> Path:
+    return write(path, f"""
+        name = "tiny"
+        vary = ["combinator"]
+        [base]
+        task = "digits"
+        steps = 2
+        batch_size = 16
+        measure = []
+        chance_band = 0.0
+        [grid]
+        variant = ["plain", "resnet"]
+        depth = [8]
+        seed = {seeds}
+    """)
+
+
+def test_a_colleagues_seeds_of_one_study_merge(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A second machine sweeps the same study file with other seeds (`--set seed=[3,4]`); both folders store the same
+    study file, so `bench merge` takes them, and the report's reproduce lines give both commands."""
+    study = _tiny_study(tmp_path / "tiny.toml")
+    assert main(["sweep", str(study), "--results-dir", str(tmp_path / "a"), "--quiet"]) == 0
+    assert main(["sweep", str(study), "--set", "seed=[3,4]", "--results-dir", str(tmp_path / "b"), "--quiet"]) == 0
+    out = tmp_path / "merged"
+    assert main(["merge", str(tmp_path / "a"), str(tmp_path / "b"), "--out", str(out)]) == 0
+    board = ResultsStore(out).load_leaderboard()
+    pairs = sorted(zip(board["variant"], board["seed"], strict=True))
+    assert pairs == [(v, s) for v in ("plain", "resnet") for s in (0, 3, 4)]
+    assert main(["report", "--study", "tiny", "--results-dir", str(out)]) == 0
+    text = (out / "REPORT-tiny.md").read_text()
+    stored = (out / "studies" / "tiny.toml").as_posix()
+    assert [line for line in text.splitlines() if line.startswith("python -m bench sweep")] == [
+        f"python -m bench sweep {stored} --results-dir {out}",
+        f"python -m bench sweep {stored} --set 'seed=[3,4]' --results-dir {out}"]
+
+
+@pytest.mark.parametrize(("value", "message"), [
+    ("seed=[3,3]", "--set seed: a list of distinct values, e.g. seed=[3,4], got [3, 3] (3 repeated)"),
+    ("seed=[3,1.5]", "--seed must be an integer in [0, 4294967295], got 1.5"),
+    ("seed=[]", "--set seed: a list of distinct values, e.g. seed=[3,4], got []"),
+])
+def test_a_bad_seed_list_exits_2_naming_the_field_and_writes_nothing(value: str, message: str, tmp_path: Path,
+                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    study = _tiny_study(tmp_path / "tiny.toml")
+    assert main(["sweep", str(study), "--set", value, "--results-dir", str(tmp_path / "res")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and message in err, err
+    assert not (tmp_path / "res").exists()
+
+
+def test_a_changed_study_file_keeps_the_stored_one_beside_it(tmp_path: Path,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    """Sweeping a results folder with an edited study file never silently replaces the copy its runs were made with:
+    that copy is kept under studies/previous/, named by its content, and the sweep says so."""
+    res = tmp_path / "res"
+    first = _tiny_study(tmp_path / "tiny.toml").read_text()
+    assert main(["sweep", str(tmp_path / "tiny.toml"), "--results-dir", str(res), "--quiet"]) == 0
+    _tiny_study(tmp_path / "tiny.toml", "[0, 1]")
+    capsys.readouterr()
+    assert main(["sweep", str(tmp_path / "tiny.toml"), "--results-dir", str(res), "--quiet", "--dry-run"]) == 0
+    assert (res / "studies" / "tiny.toml").read_text() == first  # a dry run writes nothing
+    assert main(["sweep", str(tmp_path / "tiny.toml"), "--results-dir", str(res), "--quiet"]) == 0
+    (kept,) = (res / "studies" / "previous").iterdir()
+    assert kept.name == f"tiny-{hashlib.sha256(first.encode()).hexdigest()[:12]}.toml"
+    assert kept.read_text() == first and "seed = [0, 1]" in (res / "studies" / "tiny.toml").read_text()
+    assert f"that copy is kept as {kept}" in capsys.readouterr().out
+
+
+def test_cost_figures_measured_at_different_loads_are_kept_apart(tmp_path: Path) -> None:
+    """One machine, two loads (a colleague's seeds measured while the machine was busy): throughput pools only
+    within a band of load per CPU, and compare says which band each figure is from; the loss still pools all seeds."""
+    store = ResultsStore(tmp_path / "res")
+    speeds = {"preln": (1000.0, 1100.0, 400.0, 380.0), "postln": (900.0, 1000.0, 420.0, 410.0)}
+    for variant, values in speeds.items():
+        for seed, speed in enumerate(values):
+            run_id = add(store, variant, seed, ENV_A, speed, 2.0 + seed / 10 + (variant == "postln") / 100)
+            run = store.load_run(run_id)
+            run["measurements"] = {"load": {"load_1m": 0.4 if seed < 2 else 12.0, "cpus": 2, "other_cpu": None}}
+            (store.root / "runs" / f"{run_id}.json").write_text(json.dumps(run))
+    board, runs = store.load_leaderboard(), store.load_runs()
+    t = compare_table(board, runs, "preln", ["train_samples_per_s", "final_val_loss"])
+    fp = machine_fingerprint(ENV_A)
+    speed = t[(t["metric"] == "train_samples_per_s") & (t["variant"] == "postln")].set_index("machine")
+    assert sorted(speed.index) == [f"{fp} at load/CPU 0-0.5", f"{fp} at load/CPU >=4"]
+    assert speed.loc[f"{fp} at load/CPU 0-0.5", "mean"] == 950.0 and speed.loc[f"{fp} at load/CPU >=4", "mean"] == 415.0
+    assert speed.loc[f"{fp} at load/CPU 0-0.5", "diff"] == -100.0 and speed.loc[f"{fp} at load/CPU >=4", "diff"] == 25.0
+    loss = t[(t["metric"] == "final_val_loss") & (t["variant"] == "postln")]
+    assert list(loss["machine"]) == ["all"] and list(loss["n"]) == [4]
+
+
+@pytest.mark.usefixtures("clean_plugins")
+def test_a_report_given_its_plugin_says_nothing_of_the_stored_ones(tmp_path: Path,
+                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    """`report --plugin FILE` on a results folder whose stored study names plugins: the user's copy gives the
+    variants, so no note tells them to pass --plugin; without it the note stays."""
+    _swept(tmp_path / "a", range(2), 6)
+    own = write(tmp_path / "mine" / "twostep.py", toy())
+    args = ["report", "--study", "twostep", "--results-dir", str(tmp_path / "a")]
+    assert main([*args, "--plugin", str(own)]) == 0
+    assert "were not imported" not in capsys.readouterr().err
+    main(args)
+    assert "or --plugin FILE to use your own copy" in capsys.readouterr().err

@@ -514,3 +514,35 @@ def test_a_configuration_without_a_value_leaves_a_gap(tmp_path):
             add_run(store, "resnet", depth, seed, peak_mem_mb=None if depth == 56 else 10.0 + seed)
     fig = plots.plot_cost(plots.load_frames(tmp_path).leaderboard, "digits")
     np.testing.assert_allclose(line(fig.axes[1], "resnet").get_ydata(), [10.5, np.nan])
+
+
+def test_a_band_on_a_log_axis_mirrors_its_upper_factor_below_the_mean() -> None:
+    """A loss whose seeds' 95% interval reaches 0 (clipped) would fill every decade below the curve on a log axis:
+    there the band's lower edge is mean²/hi, the upper side's factor below the mean; on a linear axis the interval."""
+    import pandas as pd
+
+    from bench.reports.drawing import series_lines
+    stats = pd.DataFrame({"series": "plain", "style": "", "step": [0, 1], "mean": [1.0, 0.01], "lo": [0.0, 0.0],
+                          "hi": [2.0, 0.03], "ci": [1.5, 0.05]})
+    for log, low in ((True, [0.5, 0.01**2 / 0.03]), (False, [0.0, 0.0])):
+        fig = Figure()
+        ax = fig.add_subplot()
+        series_lines(ax, stats, "step", {"plain": (0.0, 0.0, 1.0)}, {"": ("-", None)}, True, log=log)
+        (poly,) = [c for c in ax.collections if isinstance(c, PolyCollection)]
+        ys = {round(float(x), 9): [] for x in (0, 1)}
+        for x, y in poly.get_paths()[0].vertices:
+            ys[round(float(x), 9)].append(float(y))
+        assert [min(ys[0.0]), min(ys[1.0])] == pytest.approx(low) and [max(ys[0.0]), max(ys[1.0])] == [2.0, 0.03]
+
+
+def test_pareto_points_carry_the_seeds_interval_as_error_bars(results):
+    """A difference of two validation images must not look large: each point has the 95% t-CI of its seeds."""
+    _, frames = results
+    ax = plots.plot_pareto(frames.leaderboard, "digits").axes[0]
+    expected = []
+    for accs in ACC.values():  # validation error 1 - (accuracy - 0.05) over 3 seeds, its t interval
+        error, half = 1 - (np.mean(accs) - 0.05), 4.302653 * np.std(accs, ddof=1) / np.sqrt(3)
+        expected += [max(error - half, 0.0), min(error + half, 1.0)]
+    expected.sort()
+    np.testing.assert_allclose(sorted(bar_ys(ax)), expected)
+    assert "bars: 95% t-CI" in ax.get_title()

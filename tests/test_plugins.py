@@ -357,6 +357,10 @@ def test_readme_plugin_and_command(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     assert set(board["status"]) == {"ok"}
     report = (results / "REPORT-degradation.md").read_text(encoding="utf-8")
     assert re.search(rf"^\| {variant} \| 8 \| digits \| 1/1 \|", report, re.M)
+    # its reproduce line gives the variant and the plugin that registers it (a shipped study names no plugin)
+    lines = [line for line in report.splitlines() if line.startswith("python -m bench reproduce")]
+    assert any(line.startswith(f"python -m bench reproduce degradation --preset quick --add-variant {variant} "
+                               f"--plugin {tmp_path / plugin_name} ") for line in lines), lines
     run = next(r for r in ResultsStore(results).load_runs() if r["row"]["variant"] == variant)
     (record,) = run["plugins"]
     assert record["sha256"] == sha256(tmp_path / plugin_name) and record["variants"] == [variant]
@@ -383,3 +387,57 @@ def test_a_plugin_variant_gets_its_cost_figures(tmp_path: Path, capsys: pytest.C
     run = ResultsStore(tmp_path / "res").load_runs()[0]
     assert "error" not in run["measurements"]["memory"], run["measurements"]["memory"]
     assert run["row"]["peak_mem_mb"] > 0 and run["row"]["mem_method"] == "cpu_rss_peak_minus_baseline_subprocess"
+
+
+# -- docs/plugins.md's pre-activation plugin, as written ---------------------------------------------------------
+
+
+def docs_block(marker: str) -> str:
+    text = (REPO / "docs" / "plugins.md").read_text(encoding="utf-8")
+    block = re.search(r"```python\n(.*?)```", text.split(marker, 1)[1], re.S)
+    assert block, f"docs/plugins.md needs a ```python block after {marker!r}"
+    return block.group(1)
+
+
+def test_docs_preact_plugin_is_preact_but_for_its_shortcut(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    """The documented pre-activation plugin, with the public stem and head: `bench diff` finds its first structural
+    difference in a shortcut, every parameter outside the shortcuts is `preact`'s, and with `preact`'s weights it
+    computes `preact`'s output (a = 1); `show-variant` names its shortcut and the input each unit's reads."""
+    write(tmp_path / "mixshort.py", docs_block("the pre-activation plugin"))
+    monkeypatch.chdir(tmp_path)
+    code, out, err = cli(["diff", "preact", "preact_mix", "--depth", "20", "--plugin", "mixshort.py"], capsys)
+    assert code == 0, err
+    assert re.search(r"^parameters\s+269722\s+283299\s", out, re.M)  # the docs' 13,577
+    assert "13,577 extra parameters" in " ".join((REPO / "docs" / "plugins.md").read_text().split())
+    differs = [line.split() for line in out.splitlines() if line.endswith("<- differs")]
+    assert differs == [["-", "Conv2d", "1x1", "weight[16,16,1,1]", "<-", "differs"],
+                       ["-", "MixShortcut", "a[]", "<-", "differs"]]
+
+    code, out, err = cli(["show-variant", "preact_mix", "--plugin", "mixshort.py"], capsys)
+    assert code == 0, err
+    assert ("shortcut (what each join receives as x):\n"
+            "    MixShortcut(identity, Conv2d 1x1, a[]), reading ReLU(BN(x)): 1 unit\n"
+            "    MixShortcut(identity, Conv2d 1x1, a[]), reading x: 6 units\n"
+            "    MixShortcut(PadShortcut, Conv2d 1x1/2, a[]), reading ReLU(BN(x)): 2 units\n"
+            'gate: none (no module declares residual_role = "gate")\n') in out
+
+    plugins.load_plugins(["mixshort.py"])
+    torch.manual_seed(0)
+    ours, theirs = variants.create("preact_mix", depth=20).eval(), variants.create("preact", depth=20).eval()
+    extra = {k for k in ours.state_dict() if ".shortcut." in k}
+    assert set(ours.state_dict()) - extra == set(theirs.state_dict())
+    missing, unexpected = ours.load_state_dict(theirs.state_dict(), strict=False)
+    assert set(missing) == extra and not unexpected
+    x = torch.randn(2, 3, 32, 32)
+    torch.testing.assert_close(ours(x), theirs(x), rtol=0, atol=0)
+
+
+def test_show_variant_names_shortcuts_and_gates(capsys: pytest.CaptureFixture[str]) -> None:
+    """One case per kind of line: a gate, a dropped shortcut, post-activation units (no pre-activation to read)."""
+    code, out, _ = cli(["show-variant", "highway20"], capsys)
+    assert code == 0
+    assert "shortcut (what each join receives as x):\n    identity: 7 units\n    PadShortcut: 2 units\n" \
+           "gate:\n    TransformGate: 9 units\n" in out
+    code, out, _ = cli(["show-variant", "plain20"], capsys)
+    assert "shortcut (what each join receives as x):\n    none (the join drops it: y = F(x)): 9 units\n" in out

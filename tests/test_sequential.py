@@ -101,7 +101,8 @@ def test_rounds_add_seeds_to_the_open_claims_only_until_decided(tmp_path: Path) 
     assert "judged at 3 looks fixed in advance (3, 6, 9 seeds), each interval at 98.33%" in text
     assert "Decided at look 1, 2, ...: 1, 1, 0; 0 still open." in text
     lines = [line for line in text.splitlines() if "**agrees**" in line]
-    assert lines[0].endswith("98.33% CI -0.3 … -0.3; margin 0): **agrees** at look 1 of 3.")
+    # the strong design's difference is -0.3 at every seed: known exactly, no interval to read at the look's level
+    assert lines[0].endswith("difference -0.3 (exact: no spread, no test; margin 0): **agrees** at look 1 of 3.")
     assert "paired t, 6 seeds" in lines[1] and lines[1].endswith("**agrees** at look 2 of 3.")
     # the same command again resumes: the same rounds follow from the recorded runs, nothing new to run
     again: list[list[str]] = []

@@ -55,6 +55,9 @@ stays stable across releases:
 - nets: :class:`CifarSpec` (depth, width, classes, input channels, block, shortcut, stochastic depth,
   init; validated) and :func:`build_cifar` (He 2015's CIFAR stem, three stages, head around a unit factory
   given a :class:`Slot`), :func:`make_shortcut` (He 2015's options A/B/C), :func:`conv_branch`;
+  :func:`preact_stem` (a lone 3×3 convolution) and :func:`preact_head` (BN-ReLU before pooling), what a full
+  pre-activation net (He 2016, ``preact``) puts around its units in ``build_cifar(spec, unit, stem=preact_stem,
+  head_pre=preact_head)``;
 - the training hook: a model may define ``after_optimizer_step()``; the harness calls it under ``torch.no_grad()``
   after every optimiser step (nGPT puts its matrices back on the unit sphere there).
 
@@ -118,6 +121,7 @@ from .layers import CifarSpec, Slot, build_cifar, conv_branch, make_shortcut
 from .links import EMBEDDINGS, Past, Source, SublayerSpec, branch, output
 from .lm_blocks import B2T, HybridNorm, Layer, NoNorm, PeriLN, PostLN, PreLN, Sublayer
 from .mlp import MlpSpec, build_mlp
+from .preact import preact_head, preact_stem
 from .registry import (
     DuplicateVariantError,
     axis_names,
@@ -183,6 +187,8 @@ __all__ = [
     "make_shortcut",
     "norm_type",
     "output",
+    "preact_head",
+    "preact_stem",
     "register",
     "register_combinator",
     "register_ffn",

@@ -25,6 +25,19 @@ from .registry import register, register_preset
 HE2016 = "He et al. 2016, Identity Mappings in Deep Residual Networks"
 
 
+def preact_stem(in_chans: int, width: int) -> nn.Module:
+    """The full pre-activation net's stem: a 3×3 convolution alone (He 2016 appendix: the first unit's
+    pre-activation comes right after it). Public: a plugin building a pre-activation net passes it to
+    ``build_cifar(stem=...)``."""
+    return nn.Sequential(conv3x3(in_chans, width))
+
+
+def preact_head(features: int) -> nn.Module:
+    """What closes a full pre-activation net before pooling: BN-ReLU (He 2016 §4.1, the activation the last
+    unit no longer applies after its addition). Public: pass it to ``build_cifar(head_pre=...)``."""
+    return nn.Sequential(*ops(BN_RELU, features))
+
+
 @dataclass(frozen=True)
 class Order:
     """Where the ops of one He 2016 ordering sit (each a tuple of ``"bn"``/``"relu"``)."""
@@ -107,6 +120,8 @@ def preact(spec: CifarSpec, *, order: str = "full_preact") -> nn.Module:
     def head(features: int) -> nn.Module:
         return nn.Sequential(*ops(row.head, features))
 
+    if order == "full_preact":  # the public helpers a plugin uses build exactly these
+        return build_cifar(spec, unit, what="Pre-activation ResNet", stem=preact_stem, head_pre=preact_head)
     return build_cifar(spec, unit, what="Pre-activation ResNet", stem=stem, head_pre=head)
 
 

@@ -111,6 +111,7 @@ from bench.analysis.stats import (
     several_machines,
     t_ci,
     with_config_hash,
+    with_load_bands,
 )
 from bench.runs import registry_index
 from bench.runs.results import COLUMNS
@@ -606,7 +607,7 @@ def evaluate_claims(
     the compare and value claims' intervals (a study run ``--until-decided`` reads them at its looks' level,
     :class:`bench.analysis.sequential.Looks`)."""
     named = {f for c in claims for f in (*c.where, c.for_each, c.compare, c.x)}
-    frame = claim_frame(board, runs, [a for a in AXES if a in named])
+    frame = with_load_bands(claim_frame(board, runs, [a for a in AXES if a in named]), runs)  # cost: one load band
     fields = [c for c in config_table(frame, runs).columns if c not in AXES]
     return [r for claim in claims for r in (_multiplier(claim, frame, board, runs or []) if claim.kind == "multiplier"
                                             else _evaluate(claim, frame, fields, probes, level))]
@@ -686,12 +687,26 @@ def _evaluate(claim: Claim, frame: pd.DataFrame, fields: Sequence[str], probes: 
                 mine.append(Result(claim, context, "inconclusive", note=note))
                 continue
             result = run(claim, context, sub, level, pairs=not note.startswith(_CONFOUNDED))
-            mine.append(dataclasses.replace(result, note="; ".join(filter(None, [result.note, note]))))
+            notes = [result.note, note, margin_warning(result)]
+            mine.append(dataclasses.replace(result, note="; ".join(filter(None, notes))))
         # A configuration under which a compared group was never run (a preset of other designs) asks nothing of
         # this claim: it is left out where another configuration has runs in every group.
         answered = [r for r in mine if not r.note.startswith(_NO_RUNS)]
         out += answered if answered else mine
     return out
+
+
+def margin_warning(r: Result) -> str:
+    """A warning where a compare claim's absolute margin exceeds the values it compares (a margin of 0.01 on losses
+    near 0.001): every difference of such values is smaller than the margin, so the verdict says little; names the
+    relative margin, ``relative = true`` (the margin times ``|mean(a)|``)."""
+    c = r.claim
+    scale = max((abs(g.mean) for g in r.groups if math.isfinite(g.mean)), default=math.nan)
+    if c.kind != "compare" or c.relative or not (math.isfinite(scale) and r.threshold > scale):
+        return ""
+    return (f"warning: the margin {r.threshold:g} exceeds the values compared (|mean| at most {scale:.3g}): every "
+            f"difference between them is smaller, so the verdict reads the margin, not the data; for a margin relative "
+            f"to the values, set relative = true (margin x |mean(a)|)")
 
 
 def describe(claim: Claim) -> str:

@@ -16,7 +16,9 @@ compared with the baseline's configuration that matches it in every field the va
   counts once (:func:`bench.analysis.stats.observations`): ``n = 1``, no p-value from copies, never paired.
 - **Cost per machine.** Where the runs were measured on several machines (:func:`bench.analysis.stats.aggregate_long`),
   a cost metric has a row per configuration and machine (the ``machine`` column), compared with the baseline's runs
-  on the same machine only; convergence metrics pool the machines (their ``machine`` reads ``all``).
+  on the same machine only; convergence metrics pool the machines (their ``machine`` reads ``all``). With the run
+  JSONs, a machine's figures measured in different bands of load per CPU (:data:`bench.analysis.stats.LOAD_BANDS`)
+  are kept apart the same way, the ``machine`` column naming the band (``3f2a1b0c at load/CPU 2-4``).
 - **Multiple comparisons.** Holm's step-down correction (Holm 1979, "A simple sequentially rejective multiple
   test procedure") over every p-value of the table, all metrics together: ``p_holm`` controls the family-wise
   error rate of the whole table.
@@ -38,12 +40,12 @@ from bench.analysis.stats import (
     CONFIG_KEY,
     DEFAULT_BY,
     MACHINE_KEY,
-    PAIRED,
     aggregate_long,
     by_configuration,
     counted_rows,
     machines_of,
     with_config_hash,
+    with_load_bands,
 )
 
 COLUMNS = ("metric", "n", "mean", "ci", "diff", "diff_lo", "diff_hi", "test", "pairs", "n_base", "p", "p_exact",
@@ -85,6 +87,7 @@ def compare_table(
     missing = [m for m in metrics if m not in board.columns]
     if missing:
         raise ValueError(f"unknown metric(s) {missing}; leaderboard columns: {', '.join(board.columns)}")
+    board = with_load_bands(board, runs)  # cost figures measured at different loads are kept apart, as machines are
     named, by = by_configuration(with_config_hash(board), runs, base)
     by = [f for f in by if f not in ignore]
     implied = [f for f in by if f not in base and (named.groupby("variant")[f].nunique(dropna=False) <= 1).all()]
@@ -116,7 +119,7 @@ def compare_table(
         alone = all(_same(row[f], ref[f]) for f in implied)  # the variant is the one difference: its runs pair
         pair = difference(x, base_x, seeds if alone else None, base_seeds if alone else None)
         found.append({"diff": pair.diff, "diff_lo": pair.low, "diff_hi": pair.high, "test": pair.test or None,
-                      "pairs": pair.pairs if pair.test == PAIRED else None, "n_base": pair.n_base, "p": pair.p,
+                      "pairs": pair.pairs or None, "n_base": pair.n_base, "p": pair.p,
                       "p_exact": pair.p_exact})
     stats = pd.DataFrame(found, index=table.index, columns=list(COLUMNS[4:-1]))
     table = table.assign(**{c: stats[c] for c in stats.columns})

@@ -29,10 +29,18 @@ import numpy as np
 import pandas as pd
 from scipy import stats as sps
 
-from bench.analysis.stats import MIN_RUNS, PAIRED, TwoGroups, observations, t_ci, two_groups
+from bench.analysis.stats import (
+    MIN_RUNS,
+    PAIRED,
+    ROUNDING,
+    TwoGroups,
+    observations,
+    t_ci,
+    two_groups,
+    without_spread,
+)
 from bench.runs.schema import COST_COLUMNS
 
-ROUNDING = 64 * float(np.finfo(float).eps)  # a spread of the differences below this × the values' size is rounding
 EXACT_MAX = 16  # pairs up to which the exact sign-flip p is computed (2^16 sign patterns)
 
 
@@ -77,7 +85,7 @@ def paired(x: Mapping[int, float], base: Mapping[int, float], level: float = 0.9
     # builds): known exactly, but there is no test to make.
     scale = max((abs(v) for v in (*x.values(), *base.values())), default=0.0)
     if sd <= ROUNDING * scale:
-        return dataclasses.replace(out, ci_diff=0.0)
+        return without_spread(out, scale)
     t = float(mean) / (sd / math.sqrt(d.size))
     dof = d.size - 1
     return dataclasses.replace(out, t=t, dof=float(dof), p=float(2 * sps.t.sf(abs(t), dof)))

@@ -33,14 +33,17 @@ Rules (the report and the plots rely on them):
   not pair by seed, and :func:`compare`): ``diff = mean(variant) - mean(baseline)``; Welch's t-test (unequal
   variances, two-sided), the 95% Welch CI of ``diff`` (``diff ± t(0.975, ν)·√(s²/n + s_base²/n_base)``, ν the
   Welch–Satterthwaite degrees of freedom) and each side's CI need at least :data:`MIN_RUNS` counted runs a side
-  (one run has no spread); two constant sides give a CI of width 0 and no p-value. Runs that pair by seed are
-  compared by :func:`bench.analysis.pairing.difference` instead.
+  (one run has no spread); two constant sides (a parameter count, say) make no test: the difference is known
+  exactly, its CI has width 0, no p-value, and ``test`` says :data:`EQUAL` (a difference of 0) or :data:`EXACT`.
+  Runs that pair by seed are compared by :func:`bench.analysis.pairing.difference` instead.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
+import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -270,6 +273,44 @@ def machines_of(df: pd.DataFrame) -> pd.Series:
     return machine.where(machine.notna() & (machine.astype(str) != ""), UNRECORDED).astype(str)
 
 
+# The bands of load per CPU (the 1-minute load average over the CPUs, recorded beside each cost figure:
+# bench.runs.env.machine_load) within which cost figures of one machine pool: a throughput measured beside other
+# work is another measurement condition, so figures measured in different bands are kept apart like machines.
+LOAD_BANDS = (0.5, 1.0, 2.0, 4.0)
+
+
+def load_band(load_1m: Any, cpus: Any) -> str | None:
+    """The :data:`LOAD_BANDS` band of a load (``load/CPU 1-2``), None where either figure is missing."""
+    try:
+        per_cpu = float(load_1m) / float(cpus)
+    except (TypeError, ValueError, ZeroDivisionError):
+        return None
+    if not math.isfinite(per_cpu):
+        return None
+    edges = (0.0, *LOAD_BANDS, _INF)
+    low, high = next((lo, hi) for lo, hi in itertools.pairwise(edges) if per_cpu < hi)
+    return f"load/CPU {low:g}-{high:g}" if high < _INF else f"load/CPU >={low:g}"
+
+
+def with_load_bands(board: pd.DataFrame, runs: Sequence[Mapping[str, Any]] | None) -> pd.DataFrame:
+    """``board`` whose ``machine`` also names the load band its cost figures were measured in (``3f2a1b0c at
+    load/CPU 2-4``; the band of the run that measured them, its ``cost_source``), where the rows' figures were
+    measured in more than one band; else ``board`` as it is. Cost figures are then pooled and compared within one
+    machine and band only (:func:`several_machines`); convergence metrics still pool every seed."""
+    if runs is None or board.empty or "run_id" not in board.columns:
+        return board
+    loads = {r.get("run_id"): (r.get("measurements") or {}).get("load") or {} for r in runs}
+    source = board["cost_source"].astype(object) if "cost_source" in board.columns else board["run_id"]
+    source = source.where(source.notna() & (source.astype(str) != ""), board["run_id"])
+    bands = pd.Series([load_band(loads.get(s, {}).get("load_1m"), loads.get(s, {}).get("cpus")) for s in source],
+                      index=board.index, dtype=object)
+    if bands.dropna().nunique() < 2:
+        return board
+    machine = machines_of(board)
+    shown = [m if b is None else f"{m} at {b}" for m, b in zip(machine, bands, strict=True)]
+    return board.assign(**{MACHINE_KEY: shown})
+
+
 def several_machines(df: pd.DataFrame) -> bool:
     """Whether ``df``'s rows were measured on more than one machine (an unrecorded one counts as a machine)."""
     return MACHINE_KEY in df.columns and machines_of(df).nunique() > 1
@@ -352,7 +393,7 @@ class TwoGroups:
     dof: float = math.nan
     p: float = math.nan
     ci_diff: float = math.nan  # diff's CI half-width at level (Welch: t(0.975, dof) · √(s²/n + s_base²/n_base))
-    test: str = ""  # what produced the interval and p: WELCH, PAIRED, or "" (too few runs for either)
+    test: str = ""  # what produced the interval and p: WELCH, PAIRED, EQUAL/EXACT (no spread), "" (too few runs)
     pairs: int = 0  # paired: the seeds both sides ran, each a pair
     p_exact: float = math.nan  # paired, few pairs: the exact sign-flip p of the per-seed differences
     level: float = 0.95  # the confidence level of ci_diff
@@ -373,6 +414,19 @@ class TwoGroups:
 
 WELCH = "Welch"
 PAIRED = "paired t"
+# No spread to test against: two constant sides, or the same difference at every seed. The difference is known exactly
+# (its interval has width 0, there is no p-value): EQUAL where it is 0 (to within rounding), EXACT otherwise.
+EQUAL = "equal"
+EXACT = "exact"
+ROUNDING = 64 * float(np.finfo(float).eps)  # a spread or difference below this × the values' size is rounding
+
+
+def without_spread(out: TwoGroups, scale: float) -> TwoGroups:
+    """``out`` as a difference known exactly (:data:`EQUAL` / :data:`EXACT`): no interval, no p of any test, and a
+    difference within the rounding of values of size ``scale`` set to 0 (no ``+2.2e-17`` where nothing differs)."""
+    if abs(out.diff) <= ROUNDING * scale:
+        return dataclasses.replace(out, diff=0.0, ci_diff=0.0, test=EQUAL, p_exact=math.nan)
+    return dataclasses.replace(out, ci_diff=0.0, test=EXACT, p_exact=math.nan)
 
 
 def two_groups(values: Sequence[float] | np.ndarray, baseline: Sequence[float] | np.ndarray,
@@ -387,9 +441,12 @@ def two_groups(values: Sequence[float] | np.ndarray, baseline: Sequence[float] |
     if not out.enough:  # fewer than two runs a side: no spread, no interval, no test
         return out
     va, vb = x.var(ddof=1) / x.size, base.var(ddof=1) / base.size
-    if va + vb <= 0:  # two constant sides: the difference is known exactly, but there is no test to make
-        return dataclasses.replace(out, ci_diff=0.0, test=WELCH)
-    welch = sps.ttest_ind(x, base, equal_var=False)
+    scale = float(max(np.abs(x).max(), np.abs(base).max()))
+    if math.sqrt(va + vb) <= ROUNDING * scale:  # two constant sides: the difference is known, there is nothing to test
+        return without_spread(out, scale)
+    with warnings.catch_warnings():  # scipy's precision notes on near-constant data are ours to word, not the user's
+        warnings.simplefilter("ignore", RuntimeWarning)
+        welch = sps.ttest_ind(x, base, equal_var=False)
     dof = (va + vb) ** 2 / (va**2 / (x.size - 1) + vb**2 / (base.size - 1))
     return dataclasses.replace(out, t=float(welch.statistic), dof=float(dof), p=float(welch.pvalue), test=WELCH,
                                ci_diff=float(sps.t.ppf(0.5 + level / 2, dof) * math.sqrt(va + vb)))

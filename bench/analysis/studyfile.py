@@ -149,14 +149,16 @@ def _specs(data: Mapping[str, Any]) -> list[str]:
     return [s for s in specs if isinstance(s, str) and s.strip()] if isinstance(specs, list) else []
 
 
-def study_plugins(ref: str | Path, results_dir: str | Path | None = None, trust: bool = False) -> list[str]:
+def study_plugins(ref: str | Path, results_dir: str | Path | None = None, trust: bool = False,
+                  own: bool = False) -> list[str]:
     """The plugin specs to load for the study ``ref`` (file paths resolved against the study file), read before the
     study itself is validated: its variants exist only once they are loaded. [] when there is no such study (the
     command then says so itself).
 
     A study stored in a results folder (:func:`stored_in`) gives its plugins only with ``trust``, each
     checked against the content hash its sweep recorded (ValueError when one is missing or differs); without it a
-    note on stderr says what was not imported and how to import it."""
+    note on stderr says what was not imported and how to import it, unless the user gave plugins of their own
+    (``own``: ``--plugin``), which then stand in for them."""
     try:
         path = find_study(ref, results_dir)
         specs = _specs(read_study_file(path))
@@ -168,6 +170,8 @@ def study_plugins(ref: str | Path, results_dir: str | Path | None = None, trust:
     if folder is None or not specs:
         return [plugin_spec(s, path) for s in specs]
     if not trust:
+        if own:  # the user's --plugin gives the variants: nothing to say
+            return []
         print(f"note: the study file {path} is stored in the results folder {folder} and names plugins "
               f"({', '.join(specs)}) that were not imported: a results folder is data, not code. Pass "
               "--trust-plugins to import them (each checked against the content hash its sweep recorded), or "

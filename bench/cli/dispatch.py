@@ -74,12 +74,12 @@ def study_plugins_of(ns: argparse.Namespace) -> list[str]:
     """The plugins named by the study file a command reads: ``sweep FILE``, ``reproduce NAME`` (a shipped study:
     none), or ``--study S`` (the copy a sweep stored in the results directory: its plugins only with
     ``--trust-plugins``, :func:`bench.analysis.studyfile.study_plugins`)."""
-    trust = bool(getattr(ns, "trust_plugins", False))
+    trust, own = bool(getattr(ns, "trust_plugins", False)), bool(getattr(ns, "plugins", None))
     if ns.handler.startswith("sweeps:"):  # what runs is a file or a shipped study, never a results folder's copy
         ref = getattr(ns, "file", None) or getattr(ns, "name", None)
-        return study_plugins(ref, None, trust) if ref else []
+        return study_plugins(ref, None, trust, own) if ref else []
     ref = getattr(ns, "study", None)
-    return study_plugins(ref, getattr(ns, "results_dir", None), trust) if ref else []
+    return study_plugins(ref, getattr(ns, "results_dir", None), trust, own) if ref else []
 
 
 def is_bad_input(exc: BaseException) -> bool:

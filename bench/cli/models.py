@@ -6,10 +6,12 @@ import argparse
 import dataclasses
 import shlex
 import sys
+from collections import Counter
 from pathlib import Path
 
 import pandas as pd
 import torch
+from torch import nn
 
 import variants
 from bench.cli.parser import config_from_args
@@ -22,6 +24,7 @@ from bench.runs.train import setup
 from bench.sweeps import structure
 from bench.sweeps.fairness import diff_models, format_diff
 from variants.formulas import readers
+from variants.roles import drops_shortcut, is_gate, is_join
 
 
 def cmd_list(ns: argparse.Namespace) -> int:
@@ -79,10 +82,52 @@ def cmd_show_variant(ns: argparse.Namespace) -> int:
         return 0
     with plugins.blame(ns.name), torch.device("meta"):
         units = structure.describe(model).units
+    print("\n".join(shortcut_lines(model)))
     if units:  # two variants of one formula can differ here (SkipInit's branch opens with a ReLU, ReZero's not)
         print(f"ops of the first unit, {units[0].name}, in the order its forward runs them "
               f"(bench.sweeps.structure):\n    {structure.inline(units[0])}")
     return 0
+
+
+def _shortcut_kind(module: nn.Module) -> str:
+    """A shortcut as a reader names it: ``identity``, or its class with its parts (``MixShortcut(PadShortcut,
+    Conv2d 1x1)``), a learned scalar's name included."""
+    if isinstance(module, nn.Identity):
+        return "identity"
+    kind = structure.op_kind(module)
+    parts = [("identity" if isinstance(c, nn.Identity) else structure.op_kind(c)) for c in module.children()]
+    scalars = [f"{n}[]" for n, p in module.named_parameters(recurse=False) if p.dim() == 0]
+    inner = ", ".join(parts + scalars)
+    return f"{kind}({inner})" if inner else kind
+
+
+def shortcut_lines(model: nn.Module) -> list[str]:
+    """What a design's shortcuts and gates are, unit by unit: every module holding a ``shortcut`` beside its
+    join, grouped by what its shortcut is and by the input it reads (a pre-activation unit's shortcut reads
+    ``ReLU(BN(x))`` where it shares the unit's pre-activation: the first unit and where the shape changes);
+    every module declaring ``residual_role = "gate"``, by class."""
+    shortcuts: Counter[str] = Counter()
+    gates: Counter[str] = Counter()
+    for module in model.modules():
+        sc = getattr(module, "shortcut", None)
+        joins = [c for c in module.children() if is_join(c)]
+        if isinstance(sc, nn.Module) and joins:
+            shares = getattr(module, "shares_preact", None)
+            reads = "" if shares is None else (", reading ReLU(BN(x))" if shares else ", reading x")
+            dropped = any(drops_shortcut(j) for j in joins)
+            shortcuts["none (the join drops it: y = F(x))" if dropped else _shortcut_kind(sc) + reads] += 1
+        if is_gate(module):
+            gates[type(module).__name__] += 1
+
+    def listed(what: str, counts: Counter[str], none: str) -> str:
+        if not counts:
+            return f"{what}: {none}"
+        return f"{what}:" + "".join(f"\n    {kind}: {n} unit{'s' if n > 1 else ''}" for kind, n in counts.items())
+
+    n_joins = sum(is_join(m) for m in model.modules())
+    bare = f"the stream itself at each of {n_joins} joins (no shortcut module)" if n_joins else "none (no join)"
+    return [listed("shortcut (what each join receives as x)", shortcuts, bare),
+            listed("gate", gates, 'none (no module declares residual_role = "gate")')]
 
 
 def cmd_probe(ns: argparse.Namespace) -> int:
@@ -131,13 +176,14 @@ def cmd_cost(ns: argparse.Namespace) -> int:
         for design in ns.designs:
             print(f"  profiling {design} and its baseline at {ns.shape} ...", file=sys.stderr, flush=True)
             profiles.append(profile_pair(design, ns.shape, batch=ns.batch, steps=ns.repeats, device=ns.device,
-                                         precision=ns.precision))
+                                         precision=ns.precision, baseline=ns.baseline, depth=ns.depth))
         text = (str(pd.concat([p.assign(design=p.attrs["design"]) for p in profiles]).to_csv(index=False))
                 if ns.format == "csv" else "\n".join(render_profile(p, ns.top) for p in profiles))
     else:
         table = cost_table(ns.designs, ns.shape, measure_time=ns.measure_time, compiled=ns.compile,
                            compile_mode=ns.compile_mode, batch=ns.batch,
                            repeats=ns.repeats, device=ns.device, precision=ns.precision, progress=True,
+                           baseline=ns.baseline, depth=ns.depth,
                            partial=lambda t: write(render_cost(t, ns.format),
                                                    " (unfinished: the designs timed so far)"))
         text = render_cost(table, ns.format)

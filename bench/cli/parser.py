@@ -467,10 +467,16 @@ def _analyses(sub: Sub) -> None:
 
 def _cost(sub: Sub) -> None:
     q = sub.add_parser("cost", help="what designs cost at a reference shape (GPT-2 small, ResNet-50 ...) relative to "
-                       "their family's baseline: parameters, exact training FLOPs, step time and memory side by side")
-    q.add_argument("--designs", nargs="+", required=True, metavar="DESIGN", help="registered variants of one family")
+                       "a baseline: parameters, exact training FLOPs, step time and memory, timed in turn")
+    q.add_argument("--designs", nargs="+", required=True, metavar="DESIGN",
+                   help="registered variants (a plugin's too, with --plugin) that build at the shape")
     q.add_argument("--shape", default="gpt2_small",
-                   help="gpt2_small, gpt2_medium, resnet50_224, study_quick or cifar_resnet110 (default: gpt2_small)")
+                   help="gpt2_small, gpt2_medium, resnet50_224, study_quick, cifar_resnet110 or digits "
+                        "(default: gpt2_small)")
+    q.add_argument("--baseline", metavar="VARIANT",
+                   help="what every ratio is relative to (default: the shape's: preln, resnet50 or resnet)")
+    q.add_argument("--depth", type=int, help="build every model at this depth instead of the shape's (1..2000; the "
+                                             "variant's own rule applies, e.g. 6n+2)")
     q.add_argument("--compile", action=argparse.BooleanOptionalAction, default=None,
                    help="also time each step under torch.compile, beside eager (default: on an accelerator, not on a "
                         "CPU, where compiling a large model takes minutes)")

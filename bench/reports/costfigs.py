@@ -17,7 +17,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
-from bench.analysis.stats import with_derived
+from bench.analysis.stats import domain, t_halfwidth, with_derived
 from bench.reports.drawing import (
     CLIP_NOTE,
     config_style,
@@ -118,9 +118,13 @@ def pareto_points(leaderboard: pd.DataFrame, task: str | None = None, metric: st
     df = with_derived(df)  # train_error, val_error: a classifier's
     column, unit = throughput_column(df)
     keys = ["series", "style", "depth"]
-    value = df.groupby(keys)[metric].mean(numeric_only=True)
+    values = df.assign(_v=pd.to_numeric(df[metric], errors="coerce")).groupby(keys)["_v"]
+    value = values.mean().rename(metric)
+    half = pd.Series(t_halfwidth(values.std().to_numpy(), values.count().to_numpy()), index=value.index, name="ci")
     speed = measured_once(df).groupby(keys)[column].mean(numeric_only=True)
-    pts = pd.concat([speed, value], axis=1).dropna().reset_index()
+    pts = pd.concat([speed, value, half], axis=1).dropna(subset=[column, metric]).reset_index()
+    low, high = domain(metric)
+    pts = pts.assign(lo=(pts[metric] - pts["ci"]).clip(low, high), hi=(pts[metric] + pts["ci"]).clip(low, high))
     better = -pts[metric] if _lower_is_better(metric) else pts[metric]
     return pts.assign(front=pareto_front(pts[column].to_numpy(), better.to_numpy())), column, unit, task
 
@@ -143,6 +147,12 @@ def plot_pareto(leaderboard: pd.DataFrame, task: str | None = None, metric: str 
     for (series, style), s in pts.groupby(["series", "style"]):
         label = f"{series} ({style})" if style else str(series)
         ax.plot(s[column], s[metric], linestyle="", marker=markers[style], color=colours[str(series)], label=label)
+        has = s["ci"].notna().to_numpy()
+        if has.any():  # the seeds' spread: a difference inside it is not one the figure shows
+            mean = s[metric].to_numpy(dtype=float)[has]
+            yerr = np.vstack([mean - s["lo"].to_numpy(dtype=float)[has], s["hi"].to_numpy(dtype=float)[has] - mean])
+            ax.errorbar(s[column].to_numpy(dtype=float)[has], mean, yerr=yerr, fmt="none",
+                        ecolor=colours[str(series)], capsize=3, alpha=0.8)
         for row in s.itertuples(index=False):
             ax.annotate(str(row.depth), (getattr(row, column), getattr(row, metric)), fontsize="x-small",
                         xytext=(3, 3), textcoords="offset points")
@@ -153,7 +163,7 @@ def plot_pareto(leaderboard: pd.DataFrame, task: str | None = None, metric: str 
     words = primary(task)
     ylabel = {words.final: words.label, words.train: words.train_label}.get(metric, metric.replace("_", " "))
     ax.set(xlabel=f"training throughput ({unit}; one measurement per configuration)", ylabel=ylabel,
-           title=f"{ylabel.split(' (')[0]} vs throughput — {task} (seed means; labels: depth; "
+           title=f"{ylabel.split(' (')[0]} vs throughput — {task} (seed means, bars: {CLIP_NOTE}; labels: depth; "
                  f"{'lower' if _lower_is_better(metric) else 'higher'} is better)")
     limit(ax, metric)
     handles = [Line2D([], [], color=colours[k], linestyle="", marker="o", label=k) for k in sorted(set(pts["series"]))]

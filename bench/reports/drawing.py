@@ -46,6 +46,19 @@ _ROBUST_MIN = 20
 _MARGIN = 0.05  # of the range, either side, as matplotlib's autoscale leaves
 _OFF_SCALE = "_off-scale"  # label of the edge markers of off-scale points (underscore: not in a legend)
 CLIP_NOTE = "95% t-CI clipped to the metric's range"
+LOG_BAND_NOTE = "on a log axis, the band's lower side is its upper side's factor"  # band_edges
+
+
+def band_edges(mean: np.ndarray, lo: np.ndarray, hi: np.ndarray, log: bool) -> tuple[np.ndarray, np.ndarray]:
+    """The edges a band is filled between: the interval ``[lo, hi]``; on a log axis ``[mean²/hi, hi]``, the upper
+    side's factor mirrored below the mean. An interval of a positive quantity reaches far lower than its mean over
+    few seeds (clipped at 0, on a log axis it would fill every decade below the curves); the same factor each side
+    reads as the seeds' spread and stays near the curve."""
+    if not log:
+        return lo, hi
+    with np.errstate(divide="ignore", invalid="ignore"):
+        mirrored = mean * mean / hi
+    return np.where(np.isfinite(mirrored) & (mirrored > 0), mirrored, lo), hi
 
 
 def natural(text: str) -> list[Any]:
@@ -63,10 +76,10 @@ def line_styles(styles: Iterable[str]) -> dict[str, tuple[Any, str | None]]:
 
 def series_lines(
     ax: Axes, stats: pd.DataFrame, x: str, colours: Mapping[str, Colour], styles: Mapping[str, tuple[Any, Any]],
-    band: bool,
+    band: bool, log: bool = False,
 ) -> None:
     """One mean line per series and style, coloured by its variant series, styled by the rest of its
-    configuration, with its clipped CI as a band or error bars.
+    configuration, with its clipped CI as a band (on a ``log`` axis: :func:`band_edges`) or error bars.
 
     Line labels are ``series`` or ``series (style)`` (``plain (depth 20)``): they name the line for tests and
     readers of the artist tree; the figure legend is built separately from one handle per colour and per style."""
@@ -79,7 +92,7 @@ def series_lines(
         if band:
             every = max(1, len(xs) // 8)  # a marker (a style past the sixth) every ~1/8 of the line, not every point
             ax.plot(xs, mean, color=colour, linestyle=ls, marker=marker, markersize=4, markevery=every, label=label)
-            ax.fill_between(xs, lo, hi, color=colour, alpha=0.2, linewidth=0)
+            ax.fill_between(xs, *band_edges(mean, lo, hi, log), color=colour, alpha=0.2, linewidth=0)
             continue
         # Every point at its own x: series sharing an x overlap (identical values look identical; a depth is never
         # shifted), and an error bar is drawn only where the point has an interval (more than one value).

@@ -59,7 +59,8 @@ def faceted(rows: Sequence[Row], colours: Mapping[str, Colour], baseline: str | 
     for (row, style), axes in zip(split, grid, strict=True):
         part = row.stats[row.stats["style"].astype(str) == style]
         for ax, group in zip(axes, groups, strict=True):
-            series_lines(ax, part[part["series"].isin(group)], row.x, colours, {style: ("-", None)}, True)
+            series_lines(ax, part[part["series"].isin(group)], row.x, colours, {style: ("-", None)}, True,
+                         log=row.log)
             ax.set_title(", ".join(g for g in group if g != baseline) or str(baseline), fontsize="small")
             ax.set_xlabel(row.xlabel, fontsize="small")
             limit(ax, row.metric, log=row.log)

@@ -20,7 +20,7 @@ import pandas as pd
 from bench.analysis.claims import Group, Result, describe
 from bench.analysis.comparison import COLUMNS as COMPARISON_COLUMNS
 from bench.analysis.sequential import Looks
-from bench.analysis.stats import CONFIG_KEY, PAIRED
+from bench.analysis.stats import CONFIG_KEY, EQUAL, EXACT, PAIRED
 
 FORMATS = ("markdown", "csv", "latex")
 MISSING = "—"  # how every table shows a value that is not there
@@ -79,7 +79,9 @@ def _measured(r: Result) -> str:
         return f"{' · '.join(groups)}; log-log slope {fmt_number(r.diff, '.3g')} ({ci}; expected in [{lo:g}, {hi:g}])"
     known = math.isfinite(r.diff) and math.isfinite(r.spread)  # the interval the verdict read, where there is one
     interval = [f"{level_text(r.level)} CI {r.diff - r.spread:+.3g} … {r.diff + r.spread:+.3g}"] if known else []
-    if c.kind == "compare" and r.test:
+    if c.kind == "compare" and r.test in (EQUAL, EXACT):  # no spread: the difference itself, no interval to show
+        interval = [test_text(r.test, r.pairs)]
+    elif c.kind == "compare" and r.test:
         interval = [f"{test_text(r.test, r.pairs, *(g.n for g in r.groups))}: {interval[0]}" if interval else
                     test_text(r.test, r.pairs, *(g.n for g in r.groups))]
         exact = f", exact sign-flip p {r.p_exact:.2g}" if math.isfinite(r.p_exact) else ""
@@ -100,6 +102,8 @@ def level_text(level: float) -> str:
 
 def test_text(test: str, pairs: int, n_a: int = 0, n_b: int = 0) -> str:
     """Which test produced a difference's interval, on how many runs: ``paired t, 3 seeds`` or ``Welch, 3 + 3 runs``."""
+    if test in (EQUAL, EXACT):
+        return f"{test}: no spread, no test"
     if test == PAIRED:
         return f"{test}, {pairs} seed{'s' if pairs != 1 else ''}"
     return f"{test}, {n_a} + {n_b} runs"
@@ -149,9 +153,9 @@ def render_comparison(table: pd.DataFrame, fmt: str = "markdown") -> str:
     shown = table[keys].astype(object).where(table[keys].notna(), MISSING)
     shown = shown.assign(
         **{
-            "diff [95% CI]": [f"{_fmt(d, '+.4g')} [{_fmt(lo, '+.3g')} … {_fmt(hi, '+.3g')}]" if math.isfinite(hi)
-                              else _fmt(d, "+.4g") for d, lo, hi in
-                              zip(table["diff"], table["diff_lo"], table["diff_hi"], strict=True)],
+            "diff [95% CI]": ["0" if t == EQUAL else _fmt(d, "+.4g") if t == EXACT or not math.isfinite(hi) else
+                              f"{_fmt(d, '+.4g')} [{_fmt(lo, '+.3g')} … {_fmt(hi, '+.3g')}]" for d, lo, hi, t in
+                              zip(table["diff"], table["diff_lo"], table["diff_hi"], table["test"], strict=True)],
             "test": [_test_cell(t, p, n, b) for t, p, n, b in
                      zip(table["test"], table["pairs"], table["n"], table["n_base"], strict=True)],
             "p": [_fmt(p, ".3g") + (f" (exact {p_exact:.2g})" if math.isfinite(p_exact) else "")

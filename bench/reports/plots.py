@@ -38,8 +38,10 @@ from bench.analysis.stats import with_derived
 from bench.reports.costfigs import pareto_front, pareto_points, plot_cost, plot_pareto
 from bench.reports.drawing import (
     CLIP_NOTE,
+    LOG_BAND_NOTE,
     LOG_METRICS,
     METRIC_LABELS,
+    band_edges,
     config_style,
     figure,
     legend,
@@ -112,7 +114,7 @@ def plot_learning_curves(curves: pd.DataFrame, task: str | None = None, val_metr
              ("eval", val_metric, eval_curve(df, val_metric)))
     stats = [(split, metric, mean_ci(part, ["series", "style"], "step", "value", metric))
              for split, metric, part in parts]
-    title = f"Learning curves on {task}: mean over seeds, band = {CLIP_NOTE}; gaps = non-finite loss"
+    title = f"Learning curves on {task}: mean over seeds, band = {CLIP_NOTE} ({LOG_BAND_NOTE}); gaps = non-finite loss"
     if any(crowded(s) for _, _, s in stats):
         rows = [Row(s, "step", "step", _label(split, metric), metric, metric in LOG_METRICS)
                 for split, metric, s in stats]
@@ -120,7 +122,7 @@ def plot_learning_curves(curves: pd.DataFrame, task: str | None = None, val_metr
     styles = line_styles(df["style"])
     fig, axes = figure(2)
     for ax, (split, metric, s) in zip(axes, stats, strict=True):
-        series_lines(ax, s, "step", colours, styles, True)
+        series_lines(ax, s, "step", colours, styles, True, log=metric in LOG_METRICS)
         ylabel = _label(split, metric)
         ax.set(xlabel="step (optimizer updates)", ylabel=ylabel, title=f"{ylabel.split(' (')[0]} — {task}")
         limit(ax, metric, log=metric in LOG_METRICS)
@@ -148,7 +150,7 @@ def plot_loss_vs_time(curves: pd.DataFrame, task: str | None = None, metric: str
                        colours, baseline, f"{ylabel.split(' (')[0]} vs wall-clock — {task}: mean over seeds, band = "
                                           f"{CLIP_NOTE}")
     fig, (ax,) = figure()
-    series_lines(ax, stats, "time_s", colours, styles, True)
+    series_lines(ax, stats, "time_s", colours, styles, True, log=metric in LOG_METRICS)
     ax.set(xlabel=xlabel, ylabel=ylabel,
            title=f"{ylabel.split(' (')[0]} vs wall-clock — {task}\nmean over seeds, band = {CLIP_NOTE}")
     limit(ax, metric, log=metric in LOG_METRICS)
@@ -224,11 +226,14 @@ def plot_warmup(curves: pd.DataFrame, task: str | None = None,
         label = f"{name}, warm-up {warmup} steps" if warmup > 0 else f"{name}, no warm-up"
         colour, xs = colours[str(series)], s["step"].to_numpy(dtype=float)
         ax.plot(xs, s["mean"].to_numpy(), color=colour, linestyle="-" if warmup > 0 else "--", label=label)
-        ax.fill_between(xs, s["lo"].to_numpy(), s["hi"].to_numpy(), color=colour, alpha=0.2, linewidth=0)
+        edges = band_edges(s["mean"].to_numpy(dtype=float), s["lo"].to_numpy(dtype=float),
+                           s["hi"].to_numpy(dtype=float), log=True)
+        ax.fill_between(xs, *edges, color=colour, alpha=0.2, linewidth=0)
     ax.set(
         xlabel="step (optimizer updates)",
         ylabel="training loss (cross-entropy, nats)",
-        title=f"Post-LN vs Pre-LN, with and without warm-up — {task}\nmean over seeds, band = {CLIP_NOTE} (≥ 0)",
+        title=f"Post-LN vs Pre-LN, with and without warm-up — {task}\nmean over seeds, band = {CLIP_NOTE} (≥ 0; "
+              f"{LOG_BAND_NOTE})",
     )
     limit(ax, "loss", log=True)
     legend(fig, colours, stats["series"], {"warm-up on": ("-", None), "warm-up off": ("--", None)})

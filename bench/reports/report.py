@@ -25,6 +25,8 @@ from bench.analysis.claims import Result
 from bench.analysis.sequential import Looks
 from bench.analysis.stats import (
     CONFIG_KEY,
+    EQUAL,
+    EXACT,
     MACHINE_KEY,
     PAIRED,
     WELCH,
@@ -220,7 +222,7 @@ def _claims_section(
         if path is None or not results:
             continue
         tally = ", ".join(f"{sum(r.verdict == v for r in results)} {w}" for v, w in TALLY_WORDS.items())
-        tests = ", ".join(f"{sum(r.test == t for r in results)} {t}" for t in (PAIRED, WELCH)
+        tests = ", ".join(f"{sum(r.test == t for r in results)} {t}" for t in (PAIRED, WELCH, EXACT, EQUAL)
                           if any(r.test == t for r in results))
         # code spans: a study's name is a safe file name (bench.runs.names), so nothing in it closes the span
         body += [f"### Study `{name}`", "", f"Claims declared in `{_shown_path(path, root)}`; verdicts: {tally}"

@@ -74,7 +74,7 @@ def study_commands(name: str, preset: str | None, root: Path, runs: Sequence[Map
     # a stored study's plugins are imported only when asked for: the command asks, where the reader sees it
     trust = ["--trust-plugins"] if path and not shipped and stored_in(path, root) and \
         read_study_file(path).get("plugins") else []
-    plugins = [] if shipped else [*plugin_flags(mine), *trust]
+    plugins = [*plugin_flags(mine), *trust]  # the user's --plugin too where a shipped study's grid gained a variant
     return [shlex.join(["python", "-m", "bench", *head, *(["--preset", preset] if preset else []), *argv, *plugins,
                         "--results-dir", str(root)]) for argv in options(mine)]
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import dataclasses
 import statistics
 import sys
 import time
@@ -93,6 +94,9 @@ SHAPES: dict[str, Shape] = {s.name: s for s in (
     Shape("cifar_resnet110", "the CIFAR ResNet-110 (He et al. 2015, §4.2: 6n+2 layers, n = 18) on 32x32 images, "
           "10 classes, timed at 8 images", "resnet", _CONV_FAMILIES, {"depth": 110, "num_classes": 10},
           (3, 32, 32), 10, batch=8),
+    Shape("digits", "CIFAR nets (He et al. 2015, §4.2) of depth 20 on the bundled digits task's 8x8 one-channel "
+          "images, 10 classes, timed at 128 images, the batch of the degradation study", "resnet", _CONV_FAMILIES,
+          {"depth": 20, "num_classes": 10, "in_chans": 1}, (1, 8, 8), 10, batch=128),
 )}  # fmt: skip
 
 
@@ -107,19 +111,41 @@ def shape_of(name: str) -> Shape:
 
 
 def designs_for(shape: Shape) -> list[str]:
-    """The registered variants a shape admits: those of its families."""
+    """The registered variants of a shape's families (any other registered variant that builds at the shape is
+    admitted too: :func:`check_designs`)."""
     return sorted(n for family in shape.families for n in variants.list_variants(family=family))
 
 
-def check_designs(shape: Shape, designs: Sequence[str], modes: Sequence[str] = ("eager",), precision: str = "fp32"
-                  ) -> None:
-    """ValueError naming the choices for a design of another family than ``shape``'s, an unknown mode or an unknown
-    precision."""
-    allowed = designs_for(shape)
-    unknown = [d for d in designs if d not in allowed]
-    if unknown:
-        raise ValueError(f"design(s) {', '.join(map(repr, unknown))} not of the {'/'.join(shape.families)} family at "
-                         f"shape {shape.name!r}; its designs: {', '.join(allowed)}")
+MAX_DEPTH = 2000  # deeper than any published CIFAR/ImageNet net (ResNet-1202) or Transformer stack we ship
+
+
+def at_depth(shape: Shape, depth: int | None) -> Shape:
+    """``shape`` with its model's depth replaced (``--depth``); ValueError naming ``depth`` and its range."""
+    if depth is None:
+        return shape
+    if isinstance(depth, bool) or not isinstance(depth, int) or not 1 <= depth <= MAX_DEPTH:
+        raise ValueError(f"depth must be an integer in 1..{MAX_DEPTH}, got {depth!r}")
+    return dataclasses.replace(shape, name=f"{shape.name} at depth {depth}", what=f"{shape.what}; every model at "
+                               f"depth {depth}", model_args={**shape.model_args, "depth": depth})
+
+
+def check_designs(shape: Shape, designs: Sequence[str], modes: Sequence[str] = ("eager",), precision: str = "fp32",
+                  baseline: str | None = None) -> None:
+    """ValueError naming the field for an unregistered design or ``baseline`` (with the closest names), one that does
+    not build at ``shape`` (of another kind of model, or at a depth its rule refuses: the builder's own message), an
+    unknown mode or an unknown precision. A design of any family, a plugin's included, is admitted where it builds."""
+    for field_, names in (("baseline", [baseline] if baseline is not None else []), ("designs", designs)):
+        for name in names:
+            try:
+                variants.describe(name)
+            except ValueError as e:
+                raise ValueError(f"{field_}: {e}") from None
+            try:
+                with torch.device("meta"):
+                    build(name, shape)
+            except (ValueError, TypeError) as e:
+                raise ValueError(f"{field_}: {name!r} does not build at shape {shape.name!r} ({shape.what}; model "
+                                 f"arguments {shape.model_args}): {e}") from None
     bad = [m for m in modes if m not in MODES]
     if bad:
         raise ValueError(f"unknown mode(s) {', '.join(map(repr, bad))}; modes: {', '.join(MODES)}")
@@ -247,20 +273,26 @@ def _progress(enabled: bool) -> Iterator[Callable[[str], None]]:
 
 def cost_table(designs: Sequence[str], shape: str, *, measure_time: bool = True, compiled: bool | None = None,
                compile_mode: str = "default", batch: int | None = None, repeats: int = 3, device: str = "cpu",
-               precision: str = "fp32", progress: bool = False, partial: Callable[[pd.DataFrame], None] | None = None
-               ) -> pd.DataFrame:
+               precision: str = "fp32", progress: bool = False, partial: Callable[[pd.DataFrame], None] | None = None,
+               baseline: str | None = None, depth: int | None = None) -> pd.DataFrame:
     """One row per design (the baseline first, added where not named): parameters, training FLOPs per sample, and
     with ``measure_time`` the step time and step memory at ``batch`` (default: the shape's), each beside its ratio to
-    the baseline's; the time ratios paired with the baseline timed alternately with that design (:func:`rounds`,
-    medians over the rounds), eager and, with ``compiled``, under ``torch.compile`` in ``compile_mode`` beside it
-    (``compiled`` None: on an accelerator, not on a CPU, where compiling a large model takes minutes);
-    ``time_per_flop`` the eager time ratio over the FLOPs ratio (``time_per_flop_compiled`` the compiled one); every
-    step in ``precision`` (:data:`PRECISIONS`), its optimiser fused where the device has fused kernels. The baseline is
-    built (and compiled) once per mode and timed beside each design in turn. ``partial`` is called with the table so
-    far after each design is timed (a long measurement keeps what it has). ValueError naming the choices for an
-    unknown shape, precision or a design of another family."""
-    sh = shape_of(shape)
-    check_designs(sh, designs, precision=precision)
+    the baseline's. The baseline is ``baseline`` (default: the shape's), the model at ``depth`` where given (else the
+    shape's); a design of any family, a plugin's included, is admitted where it builds at the shape
+    (:func:`check_designs`). Every design and the baseline are built once per mode and timed in one rotation
+    (:func:`rounds`: one step of each per round, so that a drift of a shared machine falls on all), medians over the
+    rounds: the baseline has one step time per mode, which every ratio of the table divides by (``step_rel`` is
+    ``step_ms`` over the baseline row's ``step_ms``). Eager and, with ``compiled``, under ``torch.compile`` in
+    ``compile_mode`` beside it (``compiled`` None: on an accelerator, not on a CPU, where compiling a large model takes
+    minutes); ``time_per_flop`` the eager time ratio over the FLOPs ratio (``time_per_flop_compiled`` the compiled
+    one); every step in ``precision`` (:data:`PRECISIONS`), its optimiser fused where the device has fused kernels.
+    ``partial`` is called with the table so far after each mode is timed (a long measurement keeps what it has).
+    ValueError naming the field for an unknown shape, precision, baseline, a depth out of range or a design that does
+    not build at the shape."""
+    sh = at_depth(shape_of(shape), depth)
+    base_name = sh.baseline if baseline is None else baseline
+    check_designs(sh, designs, precision=precision, baseline=base_name)
+    sh = dataclasses.replace(sh, baseline=base_name)
     names = [sh.baseline, *[d for d in dict.fromkeys(designs) if d != sh.baseline]]
     dev = torch.device(device)
     compiled = dev.type != "cpu" if compiled is None else compiled
@@ -283,25 +315,19 @@ def cost_table(designs: Sequence[str], shape: str, *, measure_time: bool = True,
             r["flops_rel"] = r["train_flops_per_sample"] / base["train_flops_per_sample"]
         if measure_time:
             x, y = sh.inputs(b, dev)
-            baselines = {mode: trainee(sh.baseline, sh, (x, y), mode, precision, compile_mode) for mode in modes}
-            for name in names[1:] or names:  # each beside the baseline; the baseline alone when no other is named
-                for mode in modes:
-                    suffix = "_compiled" if mode else ""
-                    alone = name == sh.baseline
-                    say(f"  timing {sh.baseline}{'' if alone else ' vs ' + name}{' compiled' if mode else ''}: "
-                        f"{repeats} alternating steps of {b} sample{'s' if b > 1 else ''} each ...")
-                    pair = [baselines[mode]] + ([] if alone else
-                                                [trainee(name, sh, (x, y), mode, precision, compile_mode)])
-                    timed = medians(rounds(pair, dev, repeats))
-                    (t0, m0), (t1, m1) = timed[0], timed[-1]
-                    del pair
+            for mode in modes:
+                suffix = "_compiled" if mode else ""
+                say(f"  timing {', '.join(names)}{' compiled' if mode else ''} in turn: {repeats} rounds of one step "
+                    f"of {b} sample{'s' if b > 1 else ''} each ...")
+                group = [trainee(name, sh, (x, y), mode, precision, compile_mode) for name in names]
+                timed = medians(rounds(group, dev, repeats))
+                del group
+                (t0, m0) = timed[0]  # the baseline's one timing: every ratio of this mode divides by it
+                for name, (t1, m1) in zip(names, timed, strict=True):
                     r = rows[name]
                     r[f"step_ms{suffix}"], r[f"step_rel{suffix}"] = t1, t1 / t0
                     r[f"step_mem_mb{suffix}"], r[f"mem_rel{suffix}"] = m1, m1 / m0 if m0 > 0 else float("nan")
-                    # the baseline's own row: its figures beside the first design, its ratios 1 by definition
-                    rows[sh.baseline].setdefault(f"step_ms{suffix}", t0)
-                    rows[sh.baseline].setdefault(f"step_mem_mb{suffix}", m0)
-                    rows[sh.baseline][f"step_rel{suffix}"] = rows[sh.baseline][f"mem_rel{suffix}"] = 1.0
+                rows[sh.baseline][f"step_rel{suffix}"] = rows[sh.baseline][f"mem_rel{suffix}"] = 1.0  # by definition
                 if partial is not None:
                     partial(_frame(rows, sh, b, dev, repeats, pinned, precision, how))
     return _frame(rows, sh, b, dev, repeats, pinned, precision, how)
@@ -341,7 +367,7 @@ def _self_ms(event: Any, device: torch.device) -> float:
 
 
 def profile_pair(design: str, shape: str, *, batch: int | None = None, steps: int = 2, device: str = "cpu",
-                 precision: str = "fp32") -> pd.DataFrame:
+                 precision: str = "fp32", baseline: str | None = None, depth: int | None = None) -> pd.DataFrame:
     """Where ``design``'s extra step time goes: ``steps`` training steps of the baseline and of ``design`` at ``shape``
     under ``torch.profiler``, alternating (one step of each per round, after one unprofiled step each; on the CPU with
     the allocator setting of :func:`cost_table`'s timing), one row per operator (``aten::mm``, ``aten::copy_`` ...)
@@ -350,9 +376,11 @@ def profile_pair(design: str, shape: str, *, batch: int | None = None, steps: in
     is: matmuls (``mm``, ``bmm``, ``addmm``), memory traffic (``copy_``, ``cat``, ``stack``, ``clone``), elementwise
     ops (``mul``, ``add``, ``div``), or many calls of little time each (per-op overhead). Self times add up to the
     step without counting a nested call twice; the profiler adds a little time per call to both. ``attrs``: the
-    totals ``base_ms`` and ``design_ms``, the shape, batch, device and precision."""
-    sh = shape_of(shape)
-    check_designs(sh, [design], precision=precision)
+    totals ``base_ms`` and ``design_ms``, the shape, batch, device and precision. ``baseline`` and ``depth`` as in
+    :func:`cost_table`."""
+    sh = at_depth(shape_of(shape), depth)
+    check_designs(sh, [design], precision=precision, baseline=baseline)
+    sh = dataclasses.replace(sh, baseline=sh.baseline if baseline is None else baseline)
     dev = torch.device(device)
     b = batch or sh.batch
     if dev.type == "cpu":

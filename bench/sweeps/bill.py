@@ -3,14 +3,17 @@
 Every model of the grid is built and checked first, as a sweep does (meta device, the confound guard). Then, per
 model configuration (:func:`bench.runs.measure.cost_key`: the runs that share one measure the same step), the bill
 counts the exact FLOPs of one training step at the run's batch on the meta device (``torch.utils.flop_counter``,
-split into matmuls and convolutions) and times a few short steps on the device at hand (:meth:`Plan.repeats`: as
-many as fit a second, up to five; their median), with the threads a run of this sweep would get: at the run's
-batch, or at the largest halving of it whose FLOPs fit :data:`STEP_BUDGET`, after one untimed step (a first step
-pays one-off costs no later step does); a step over the budget even at one sample (GPT-2 small at 1,024 tokens) is
-timed once, with no warm-up. On a CPU the steps are timed in CPU time per thread, and so are the set-up and the
-memory probe's process start: what they take on an idle machine, however busy the machine is while it bills.
-Before timing, it prints what the timing will take: those steps' FLOPs at the device's rate for each op class
-(:func:`bench.runs.measure.device_rates`, measured once).
+split into matmuls and convolutions). Per family of configurations (:func:`families`: the same but for the depth,
+one block repeated, whose step time grows with its FLOPs at one rate) it times the cheapest configuration's step and
+scales that time to the others by their FLOPs, so a family's bill is monotone in its FLOPs and a deep net's step
+costs the bill a shallow one's. The timed configuration takes a few short steps on the device at hand
+(:meth:`Plan.repeats`: as many as fit a second, up to five; their median), with the threads a run of this sweep
+would get: at the run's batch, or at the largest halving of it whose FLOPs fit :data:`STEP_BUDGET`, after one
+untimed step (a first step pays one-off costs no later step does); a step over the budget even at one sample (GPT-2
+small at 1,024 tokens) is timed once, with no warm-up. On a CPU the steps are timed in CPU time per thread, and so
+are the set-up and the memory probe's process start: what they take on an idle machine, however busy the machine is
+while it bills. Before timing, it prints what the timing will take: those steps' FLOPs at the device's rate for each
+op class (:func:`bench.runs.measure.device_rates`, measured once).
 
 From these (:func:`step_seconds` and :class:`Costs`): a run's step takes the timed step's time scaled by its FLOPs
 (FLOPs grow with the batch; so does a step's time, at the rate the timed step achieved); an evaluated sample costs
@@ -44,7 +47,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -217,23 +220,39 @@ def _built(s: Any) -> Any:
     return dataclasses.replace(s, model=model.to(memory_format=torch.channels_last) if s.cfg.channels_last else model)
 
 
-def measure_costs(p: Plan, rates: Mapping[str, float], setup_s: float | None = None,
-                  start_s: float = PROCESS_START_S) -> Costs:
-    """One configuration's costs (module docstring) from the median of the steps of :func:`plan`'s choosing that it
-    times (:meth:`Plan.repeats`, after one untimed one for a step within the budget). ``setup_s``: what setting a
-    run up takes in a process of its own (default: the plan's, which may have found its data already loaded);
-    ``start_s``: what starting the memory probe's process takes."""
-    cfg, s, device = p.cfg, _built(p.s), p.s.device
+def timed_seconds(p: Plan, rates: Mapping[str, float]) -> float:
+    """The median of the steps of :func:`plan`'s choosing (:meth:`Plan.repeats`, after one untimed one for a step
+    within the budget), in seconds; on a CPU the steps' CPU time per thread where that is less: their time on idle
+    cores, whatever else runs now."""
+    s, device = _built(p.s), p.s.device
     runner = StepRunner(s.cfg, s, s.model, batch_generator(s, 2))
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
     cpu0 = cpu_clock()
     times = measure.time_steps(runner, device, warmup=p.warmup, repeats=p.repeats(rates), steps=1)
-    timed_s = measure.median(times) / 1e3
-    if device.type == "cpu":  # the steps' CPU time per thread: their time on idle cores, whatever else runs now
+    wall_s = timed_s = measure.median(times) / 1e3
+    if device.type == "cpu":
         timed_s = min(timed_s, (cpu_clock() - cpu0) / (p.warmup + len(times)) / torch.get_num_threads())
-    peak_mb = torch.cuda.max_memory_allocated(device) / 2**20 if device.type == "cuda" and p.timed == cfg.batch_size \
-        else None
+    WALL_OVER_CPU.append(wall_s / timed_s if timed_s > 0 else 1.0)
+    return timed_s
+
+
+# Each timed configuration's wall time over its CPU time per thread, while the bill ran (cleared by bill()): how much
+# of a CPU a process got at the machine's load, measured rather than inferred from the load average.
+WALL_OVER_CPU: list[float] = []
+
+
+def measure_costs(p: Plan, rates: Mapping[str, float], setup_s: float | None = None,
+                  start_s: float = PROCESS_START_S, timed_s: float | None = None) -> Costs:
+    """One configuration's costs (module docstring) from the time of its timed step: measured here
+    (:func:`timed_seconds`), or ``timed_s`` where given (a configuration of a family another one was timed for,
+    :func:`bill`). ``setup_s``: what setting a run up takes in a process of its own (default: the plan's, which may
+    have found its data already loaded); ``start_s``: what starting the memory probe's process takes."""
+    cfg, s, device = p.cfg, p.s, p.s.device
+    measured = timed_s is None
+    timed_s = timed_seconds(p, rates) if timed_s is None else timed_s
+    peak_mb = torch.cuda.max_memory_allocated(device) / 2**20 if device.type == "cuda" and measured \
+        and p.timed == cfg.batch_size else None
     micro_s = timed_s * cfg.batch_size / p.timed  # one micro-batch of the run
     step_s = step_seconds(timed_s, p.timed, cfg)
     flops = p.micro.train * cfg.grad_accum
@@ -293,9 +312,10 @@ def bill(configs: Sequence[RunConfig], options: SweepOptions, cost_key: Any,
                 plans[key] = plan(cfg, key)
         first = next(iter(plans.values()), None)
         rates = measure.device_rates(first.s.device, first.cfg.precision) if first else {}
-        timed = {k: p.repeats(rates) + p.warmup for k, p in plans.items()}
-        expected = sum(p.expected_s(rates) * timed[k] for k, p in plans.items())
-        say(f"  timing {sum(timed.values())} steps of {len(plans)} model configuration{'s' if len(plans) != 1 else ''} "
+        refs = [family[0] for family in families(plans.values()).values()]  # the steps timed (families())
+        timed = {p.key: p.repeats(rates) + p.warmup for p in refs}
+        expected = sum(p.expected_s(rates) * timed[p.key] for p in refs)
+        say(f"  timing {sum(timed.values())} steps of {len(refs)} model configuration{'s' if len(refs) != 1 else ''} "
             f"({threads} thread{'s' if threads > 1 else ''}): their FLOPs alone take {_clock(expected)} at this "
             f"device's rates ({', '.join(f'{c} {r / 1e9:.0f} GFLOP/s' for c, r in rates.items())})")
         start_s = _probe_start() if any("memory" in p.cfg.measure and p.s.device.type == "cpu"
@@ -304,12 +324,20 @@ def bill(configs: Sequence[RunConfig], options: SweepOptions, cost_key: Any,
         for p in plans.values():
             setups[p.cfg.task] = max(setups.get(p.cfg.task, 0.0), p.setup_s)
         costs = {}
+        WALL_OVER_CPU.clear()
         sample = cpu_sample()
-        for key, p in plans.items():
-            say(f"  timing {p.cfg.run_id}: {p.repeats(rates)} step{'s' if p.repeats(rates) > 1 else ''} of "
-                f"{p.timed} sample{'s' if p.timed > 1 else ''} ({p.timed_flops:.3g} FLOPs each) ...")
-            costs[key] = measure_costs(p, rates, setups[p.cfg.task], start_s)
+        for family in families(plans.values()).values():
+            ref = family[0]  # the cheapest step of the family is timed; the others scale by their FLOPs
+            say(f"  timing {ref.cfg.run_id}: {ref.repeats(rates)} step{'s' if ref.repeats(rates) > 1 else ''} of "
+                f"{ref.timed} sample{'s' if ref.timed > 1 else ''} ({ref.timed_flops:.3g} FLOPs each)"
+                + (f", for {len(family)} depths" if len(family) > 1 else "") + " ...")
+            ref_s = timed_seconds(ref, rates)
+            for p in family:
+                costs[p.key] = measure_costs(p, rates, setups[p.cfg.task], start_s,
+                                             timed_s=ref_s * p.timed_flops / ref.timed_flops)
         load = machine_load(sample)
+        if WALL_OVER_CPU and first is not None and first.s.device.type == "cpu":
+            load["wall_over_cpu"] = statistics.median(WALL_OVER_CPU)
         costs = {k: dataclasses.replace(c, load=load) for k, c in costs.items()}
     finally:
         torch.set_num_threads(before)
@@ -325,6 +353,17 @@ def bill(configs: Sequence[RunConfig], options: SweepOptions, cost_key: Any,
         seen.add(key)
         out.append(RunBill(cfg, c, steps, evals, probe_calls, measures))
     return out
+
+
+def families(plans: Iterable[Plan]) -> dict[str, list[Plan]]:
+    """The plans grouped by everything but their depth (variant, model arguments, task, batch, precision ...), each
+    cheapest step first. A family's units are one block repeated: its steps' time grows with their FLOPs at one rate,
+    so the bill times the cheapest step of each family and scales it to the others by their exact FLOPs (a deep net's
+    bill costs a shallow net's step, and a family's bill rises with its FLOPs)."""
+    out: dict[str, list[Plan]] = {}
+    for p in plans:
+        out.setdefault(measure.cost_key(dataclasses.replace(p.cfg, depth=None)), []).append(p)
+    return {k: sorted(v, key=lambda p: p.timed_flops) for k, v in out.items()}
 
 
 def cpu_clock() -> float:
@@ -347,11 +386,20 @@ def slowdown(load: Mapping[str, Any], jobs: int, threads: int, own: int = 1) -> 
     """How much longer a sweep takes than on an idle machine at the 1-minute load average ``load["load_1m"]`` (over
     ``load["cpus"]`` CPUs, :func:`bench.runs.env.machine_load`), ``own`` of its threads being the measuring
     process's: the other processes keep ``E = load_1m - own`` threads runnable, and the sweep's ``jobs`` x ``threads``
-    share the CPUs with them, ``max(1, (jobs · threads + E) / cpus)``; 1 where the load is not known."""
+    share the CPUs with them, ``max(1, (jobs · threads + E) / cpus)``; 1 where the load is not known. Where the bill
+    measured how much longer its own steps took on the wall clock than in CPU time (``load["wall_over_cpu"]``: a
+    load average counts threads that hardly run, and overstates the slowdown on a machine of many light processes),
+    that ratio is the slowdown, times how much smaller the sweep's share of the CPUs is than the bill's was:
+    ``min(1, cpus / (own + E)) / min(1, cpus / (jobs · threads + E))``."""
     average, cpus = load.get("load_1m"), load.get("cpus")
     if average is None or not cpus:
         return 1.0
-    return max(1.0, (jobs * threads + max(0.0, float(average) - own)) / cpus)
+    others = max(0.0, float(average) - own)
+    measured = load.get("wall_over_cpu")
+    if measured is not None:  # what the bill's own steps saw, scaled by the share of the CPUs the sweep gets instead
+        share = min(1.0, cpus / (own + others)) / min(1.0, cpus / (jobs * threads + others))
+        return max(1.0, float(measured) * share)
+    return max(1.0, (jobs * threads + others) / cpus)
 
 
 def load_line(load: Mapping[str, Any]) -> str:
@@ -362,6 +410,8 @@ def load_line(load: Mapping[str, Any]) -> str:
     other = load.get("other_cpu")
     return (f"machine load while timing: 1-min load average {load['load_1m']:.1f} on {load.get('cpus')} CPUs"
             + (f", other processes {100 * other:.0f}% of the CPU time" if other is not None else "")
+            + (f", its steps {load['wall_over_cpu']:.2f}x longer on the wall clock than in CPU time"
+               if load.get("wall_over_cpu") is not None else "")
             + " (the steps were timed in CPU time: an idle machine's figures; the sweep shares the CPUs with the "
               "other work)")
 

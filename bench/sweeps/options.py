@@ -56,7 +56,9 @@ class SweepOptions:
                                           "are named; repeatable)", metavar="URI|NAME=URI", repeat=True)
     quiet: bool = _o(False, "no progress: no bars, no line per run (the summary and failed runs are printed)")
     set: tuple[str, ...] = _o((), "set a run-config field of every run of the study, KEY=VALUE (repeatable), e.g. "
-                                   "data_path=/data/imagenet: where this machine keeps the study's dataset",
+                                   "data_path=/data/imagenet: where this machine keeps the study's dataset; a "
+                                   "list replaces that grid axis: seed=[3,4] runs other seeds of the same study "
+                                   "(another machine's, to merge)",
                               metavar="KEY=VALUE", repeat=True)
     until_decided: bool = _o(False, "after the grid, add seeds in rounds to the configurations whose claims are still "
                                     "open, until every claim is decided or --max-seeds is reached; the looks are "

@@ -117,6 +117,9 @@ def _kind(module: nn.Module) -> str:
     return name
 
 
+op_kind = _kind  # public: `show-variant` names a shortcut's parts as the structure names its ops
+
+
 def _op(module: nn.Module, where: str, streams: int | None = None) -> Op:
     params = [Param(n, tuple(p.shape), p.requires_grad) for n, p in module.named_parameters(recurse=False)]
     with torch.enable_grad():  # a scalar computed from a parameter (LAuReL's 2σ(a)) requires grad only here

@@ -60,6 +60,21 @@ KEYS = ("name", "description", "claim", "base", "grid", "presets", "vary", "para
         "plugins", "zip")  # fmt: skip
 
 
+
+def set_axes(fields: dict[str, Any]) -> dict[str, list[Any]]:
+    """Pop from ``fields`` (``--set KEY=VALUE``) the lists of a field that takes one value (``seed=[3, 4]``, not
+    ``betas=[0.9, 0.95]``): each becomes that grid axis, replacing the study's, so that a second machine sweeps the
+    same study file with other seeds and its folder merges with the first. ValueError naming the field for an empty
+    list or one with repeats; each value is then checked as the field's (an integer seed in range)."""
+    listed = [k for k, v in fields.items() if isinstance(v, list) and k not in SEQUENCE_FIELDS]
+    axes = {k: fields.pop(k) for k in listed}
+    for key, values in axes.items():
+        repeats = sorted({repr(v) for v in values if values.count(v) > 1})
+        if not values or repeats:
+            raise ValueError(f"--set {key}: a list of distinct values, e.g. {key}=[3,4], got {values!r}"
+                             + (f" ({', '.join(repeats)} repeated)" if repeats else ""))
+    return axes
+
 @dataclass(frozen=True)
 class Study:
     name: str
@@ -146,13 +161,15 @@ class Study:
         bad = [k for k, v in grid.items() if not isinstance(v, list) or not v]
         if bad:
             raise ValueError(f"study {self.name!r}: grid entries must be non-empty lists (also in presets): {bad}")
-        base = {**self.base, **over, **(fields or {})}
+        fields = dict(fields or {})
+        grid.update(set_axes(fields))  # `--set seed=[3,4]`: the grid's seeds replaced (a colleague's other seeds)
+        base = {**self.base, **over, **fields}
         if "variant" not in grid and "variant" not in base:
             where = ("" if self.grid else "has no [grid] and ") + "names no variant" + \
                 (f" in preset {preset!r}" if preset else "")
             raise ValueError(f"study {self.name!r} {where}: a study trains the runs of its grid, e.g. [grid] variant "
                              '= ["plain", "resnet"], depth = [20, 56], seed = [0, 1, 2]')
-        grid = {k: v for k, v in grid.items() if k not in (fields or {})}
+        grid = {k: v for k, v in grid.items() if k not in fields}
         out = []
         keys, steps = self._steps_together(grid)
         for values in itertools.product(*(grid[k] for k in keys), steps):
@@ -183,7 +200,7 @@ class Study:
     def _check_models(self, preset: str | None) -> None:
         """The models a study without runs measures pass the checks of a grid's: ``gradcorr``'s variants x depths
         valid names and depths, with no difference beyond ``vary`` (:func:`bench.sweeps.fairness.check_grid`);
-        ``cost``'s designs of the family its shape admits, in modes it knows (what differs between a design and
+        ``cost``'s designs that build at its shape, in modes it knows (what differs between a design and
         its baseline is what a cost measures)."""
         opts = check_options(self.analysis_options(preset))
         if opts["kind"] not in UNTRAINED:
