@@ -26,7 +26,7 @@ from typing import Any, NamedTuple
 import torch
 from torch import nn
 
-from . import axes, draws
+from . import axes, draws, init_marks
 from .combinators import Combinator
 
 Builder = Callable[..., nn.Module]
@@ -183,7 +183,11 @@ def create(name: str, *, seed: int | None = None, **overrides: Any) -> nn.Module
         else:
             hint = f"use the base variant {root.name!r} instead"
         raise ValueError(f"conflicting argument(s) for preset {name!r}: {detail}; {hint}")
-    return spec.build({**spec.fixed, **overrides})
+    kwargs = {**spec.fixed, **overrides}
+    model = spec.build(kwargs)
+    if {**spec.defaults(), **kwargs}.get("init") == "kaiming":  # every convolution, a plugin's too (init_marks)
+        return init_marks.kaiming_(model)
+    return init_marks.apply_marks_(model)
 
 
 class Anatomy(NamedTuple):
