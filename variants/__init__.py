@@ -55,6 +55,10 @@ stays stable across releases:
 - nets: :class:`CifarSpec` (depth, width, classes, input channels, block, shortcut, stochastic depth,
   init; validated) and :func:`build_cifar` (He 2015's CIFAR stem, three stages, head around a unit factory
   given a :class:`Slot`), :func:`make_shortcut` (He 2015's options A/B/C), :func:`conv_branch`;
+- initialisation: ``create(name, seed=S)`` draws every parameter and buffer from the stream of (``S``, its
+  qualified name) (:mod:`variants.draws`: common random numbers); under ``init="kaiming"`` every convolution no
+  scheme drew is drawn He's way, and :func:`mark_init` (``"own"``, ``"zero"``; :data:`INIT_MARKS`) exempts a layer,
+  :func:`marked_layers` lists the marked ones (:mod:`variants.init_marks`);
 - the training hook: a model may define ``after_optimizer_step()``; the harness calls it under ``torch.no_grad()``
   after every optimiser step (nGPT puts its matrices back on the unit sphere there).
 
