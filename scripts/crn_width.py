@@ -45,8 +45,7 @@ def main() -> None:
                  if c.variant in (ns.a, ns.b) and c.depth == ns.depth}
     missing = {ns.a, ns.b} - set(templates)
     if missing:
-        raise SystemExit(f"error: study {ns.study!r} preset {ns.preset!r} has no run of {sorted(missing)} at depth "
-                         f"{ns.depth}")
+        ap.error(f"study {ns.study!r} preset {ns.preset!r} has no run of {sorted(missing)} at depth {ns.depth}")
     store = ResultsStore(ns.results_dir)
     values: dict[tuple[str, str], dict[int, dict[str, float]]] = {}
     for stream in STREAMS:
