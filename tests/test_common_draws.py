@@ -228,3 +228,18 @@ def test_build_model_draws_as_the_config_says() -> None:
                        .stem[0].weight, old.stem[0].weight)
     assert torch.equal(crn.stem[0].weight, variants.create("preact", depth=8, num_classes=10, seed=6).stem[0].weight)
     assert not torch.equal(crn.stem[0].weight, old.stem[0].weight)
+
+
+def test_the_build_sees_the_global_stream_as_the_caller_left_it() -> None:
+    """Draws take their values from their streams, and nothing else changes for the builder's own code: a plugin that
+    reads ``torch.initial_seed()`` after drawing its layers reads the seed the caller set."""
+    seen = []
+
+    def make() -> nn.Module:
+        model = nn.Linear(3, 3)
+        seen.append(torch.initial_seed())
+        return model
+
+    torch.manual_seed(123)
+    draws.build(make, seed=5)
+    assert seen == [123, 123]

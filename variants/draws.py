@@ -111,9 +111,11 @@ class _Replay(TorchDispatchMode):
         self.done += 1
         if name not in self.states:
             self.states[name] = torch.Generator().manual_seed(stream_seed(self.seed, name)).get_state()
+        outside = torch.default_generator.get_state()  # what the build's own code sees (its seed: the run's)
         torch.default_generator.set_state(self.states[name])
         out = func(*args, **kwargs)
         self.states[name] = torch.default_generator.get_state()
+        torch.default_generator.set_state(outside)
         return out
 
 
