@@ -110,7 +110,7 @@ def test_a_run_id_does_not_depend_on_the_order_of_the_model_arguments() -> None:
     a = bench.api.config("preln", task="tinytext", model_args={"d_model": 64, "n_heads": 4})
     b = bench.api.config("preln", task="tinytext", model_args={"n_heads": 4, "d_model": 64})
     c = bench.api.config("preln", task="tinytext", model_args=[["n_heads", 4], ["d_model", 64]])
-    assert a == b == c and a.run_id == b.run_id == c.run_id == "preln-tinytext-5528664f-s0"  # the sorted one's id
+    assert a == b == c and a.run_id == b.run_id == c.run_id == "preln-tinytext-b7221ea1-s0"  # the sorted one's id
     with pytest.raises(ValueError, match=r"model argument\(s\) \['d_model'\] given more than once"):
         bench.api.config("preln", model_args=[("d_model", 64), ("d_model", 32)])
 

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -189,8 +191,10 @@ def test_cli_diff(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def _fake_grid(monkeypatch: pytest.MonkeyPatch, facts: dict[str, Facts]) -> list[RunConfig]:
-    """Configs of the variants in ``facts`` (two seeds each); model_facts answers from ``facts``."""
+    """Configs of the variants in ``facts`` (two seeds each); model_facts answers from ``facts`` (and the made-up
+    models have no layers to compare initial values on)."""
     monkeypatch.setattr(fairness, "model_facts", lambda variant, depth, overrides, described=True: facts[variant])
+    monkeypatch.setattr(fairness, "initial_values", lambda variant, depth, overrides: {})
     return _configs(list(facts))
 
 
@@ -360,3 +364,53 @@ def test_show_variant_prints_the_ops_of_the_first_unit(capsys: pytest.CaptureFix
         assert out[-2] == ("ops of the first unit, stages.0.0, in the order its forward runs them "
                            "(bench.sweeps.structure):")
         assert out[-1].strip() == f"{ops} > Scaled beta[] alpha[] fixed"
+
+
+# -- init on the layers two designs share (common random numbers) --------------------------------------------------
+
+
+@pytest.fixture
+def xavier_stem() -> Iterator[str]:
+    """``preact`` but for its stem convolution, which keeps a Glorot-normal draw of its own: 3.5 % narrower than He's
+    on a 16×3×3×3 conv, within the noise of a 432-entry std, so only equal draws can tell."""
+    from variants.blocks import PreActBasic
+    from variants.layers import ops
+
+    def stem(cin: int, width: int) -> nn.Module:
+        conv = variants.mark_init(nn.Conv2d(cin, width, 3, padding=1, bias=False), "own")
+        nn.init.xavier_normal_(conv.weight)
+        return nn.Sequential(conv)
+
+    def build(spec: variants.CifarSpec) -> nn.Module:
+        def unit(s: variants.Slot) -> nn.Module:
+            return PreActBasic(s.cin, s.width, s.stride, shortcut=spec.shortcut, first=s.position == 0)
+
+        return variants.build_cifar(spec, unit, stem=stem, head_pre=lambda f: nn.Sequential(*ops(("bn", "relu"), f)))
+
+    variants.register("t_xavier_stem", family="preact", paper="a plugin", spec=variants.CifarSpec(depth=8))(build)
+    yield "t_xavier_stem"
+    variants.unregister("t_xavier_stem")
+
+
+def test_diff_reports_a_shared_layer_whose_init_differs(xavier_stem: str) -> None:
+    rows = diff_models("preact", xavier_stem, depth=8)
+    init = [r for r in rows if r.key.startswith("init ")]
+    assert [(r.axis, r.key, r.differs) for r in init] == [("init", "init stem.0.weight", True)]
+    he, glorot = math.sqrt(2 / (16 * 9)), math.sqrt(2 / (3 * 9 + 16 * 9))
+    assert float(init[0].a.split()[1]) == pytest.approx(he, rel=0.1)
+    assert float(init[0].b.split()[1]) == pytest.approx(glorot, rel=0.1)
+    assert format_diff("preact", xavier_stem, rows).splitlines()[-1].endswith("init")
+    assert not [r for r in diff_models("preact", "preact", depth=8) if r.differs]
+
+
+def test_guard_refuses_designs_whose_shared_layers_start_differently(xavier_stem: str) -> None:
+    configs = _configs(["preact", xavier_stem], depth=8)
+    with pytest.raises(ValueError, match=r"^study 't' varies \['combinator'\], but preact and t_xavier_stem "
+                                         r"\(depth 8\) also differ in 'init' on layers both have: stem.0.weight: std "
+                                         r"0.1\d+ vs std 0.1\d+; declare \"init\" in the study's `vary`"):
+        check_grid(configs, ["combinator"], study="t")
+    check_grid(configs, ["combinator", "init"], study="t")  # declared
+    # runs drawn from the global stream are not compared by value: a design's extra draws shift the others there
+    check_grid([dataclasses.replace(c, init_stream="global") for c in configs], ["combinator"], study="t")
+    # a Highway gate is drawn beside the plain net's convolutions and moves none of them (the degradation study's guard)
+    check_grid(_configs(["highway", "plain"], depth=8), ["combinator", "placement"], param_tolerance=0.1, study="t")

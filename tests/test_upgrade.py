@@ -12,7 +12,7 @@ import pytest
 
 from bench.cli import main
 from bench.runs import chance
-from bench.runs.config import RunConfig
+from bench.runs.config import RunConfig, config_from_dict
 from bench.runs.env import machine_fingerprint
 from bench.runs.results import COLUMNS, ResultsStore
 from bench.runs.upgrade import upgrade
@@ -100,3 +100,30 @@ def test_runs_recorded_under_a_renamed_preset_are_given_its_name(tmp_path: Path)
     assert store.load_run(old)["config"]["preset"] == "width_and_loops"
     assert store.load_run(kept)["config"]["preset"] == "quick" and store.leaderboard.read_text() == row
     assert rename_presets(tmp_path) == {}
+
+
+def test_runs_recorded_before_the_init_stream_existed_are_given_theirs(tmp_path: Path,
+                                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    """A run JSON whose configuration predates ``init_stream`` drew from torch's one stream: upgrade writes
+    ``global`` into it, its id and row stay, and a run drawn by common random numbers is left alone."""
+    store = ResultsStore(tmp_path)
+    old = record(store, 0, 1.5, init_stream="global")
+    run = store.load_run(old)
+    del run["config"]["init_stream"]  # as an earlier resbench wrote it
+    store.replace({old: (next(r for r in store.rows() if r["run_id"] == old), run)})
+    new = record(store, 1, 1.5)
+    board = store.leaderboard.read_text()
+    assert main(["upgrade", "--results-dir", str(tmp_path), "--dry-run"]) == 0
+    assert "init_stream" not in store.load_run(old)["config"]
+    assert main(["upgrade", "--results-dir", str(tmp_path)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == (f"{tmp_path}: would record init_stream global (torch's one stream after the seed, what they drew "
+                      f"from) in 1 run(s); their ids stay")
+    assert (f"{tmp_path}: recorded init_stream global (torch's one stream after the seed, what they drew from) in 1 "
+            f"run(s); their ids stay") in out
+    assert store.load_run(old)["config"]["init_stream"] == "global" and store.load_run(new)["config"]["init_stream"] \
+        == "crn"
+    assert config_from_dict(store.load_run(old)["config"]).run_id == old
+    assert [r["run_id"] for r in store.rows()] == [old, new] and "init_stream" not in board
+    assert main(["upgrade", "--results-dir", str(tmp_path)]) == 0
+    assert "init_stream" not in capsys.readouterr().out  # a second pass finds none

@@ -58,6 +58,10 @@ stays stable across releases:
   :func:`preact_stem` (a lone 3×3 convolution) and :func:`preact_head` (BN-ReLU before pooling), what a full
   pre-activation net (He 2016, ``preact``) puts around its units in ``build_cifar(spec, unit, stem=preact_stem,
   head_pre=preact_head)``;
+- initialisation: ``create(name, seed=S)`` draws every parameter and buffer from the stream of (``S``, its
+  qualified name) (:mod:`variants.draws`: common random numbers); under ``init="kaiming"`` every convolution no
+  scheme drew is drawn He's way, and :func:`mark_init` (``"own"``, ``"zero"``; :data:`INIT_MARKS`) exempts a layer,
+  :func:`marked_layers` lists the marked ones (:mod:`variants.init_marks`);
 - the training hook: a model may define ``after_optimizer_step()``; the harness calls it under ``torch.no_grad()``
   after every optimiser step (nGPT puts its matrices back on the unit sphere there).
 
@@ -117,6 +121,7 @@ from .blocks import (
 from .combinators import COMBINATORS, Combinator, TransformGate, implementation
 from .formulas import ROLES as FORMULA_ROLES
 from .formulas import catalogue, formula
+from .init_marks import INIT_MARKS, mark_init, marked_layers
 from .layers import CifarSpec, Slot, build_cifar, conv_branch, make_shortcut
 from .links import EMBEDDINGS, Past, Source, SublayerSpec, branch, output
 from .lm_blocks import B2T, HybridNorm, Layer, NoNorm, PeriLN, PostLN, PreLN, Sublayer
@@ -140,6 +145,7 @@ __all__ = [
     "COMBINATORS",
     "EMBEDDINGS",
     "FORMULA_ROLES",
+    "INIT_MARKS",
     "POSTACT",
     "PREACT",
     "CifarSpec",
@@ -185,6 +191,8 @@ __all__ = [
     "implementation",
     "list_variants",
     "make_shortcut",
+    "mark_init",
+    "marked_layers",
     "norm_type",
     "output",
     "preact_head",

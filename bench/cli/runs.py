@@ -21,7 +21,7 @@ from bench.runs.results import ALIASES, ResultsStore
 from bench.runs.runner import measurement_failures
 from bench.runs.scalars import scalar_table
 from bench.runs.tasks.datasets import download
-from bench.runs.upgrade import rename_presets, upgrade
+from bench.runs.upgrade import record_init_streams, rename_presets, upgrade
 from bench.sweeps.scaling import scaling
 
 # Said of a throughput the training loop measured (no timing phase ran): its first steps are in it.
@@ -43,6 +43,10 @@ def cmd_upgrade(ns: argparse.Namespace) -> int:
         names = sorted(set(presets.values()))
         print(f"{ns.results_dir}: {'would give' if ns.dry_run else 'gave'} {len(presets)} run(s) their preset's new "
               f"name ({', '.join(f'{old} -> {new}' for old, new in names)})")
+    streams = record_init_streams(ns.results_dir, dry_run=ns.dry_run)
+    if streams:
+        print(f"{ns.results_dir}: {'would record' if ns.dry_run else 'recorded'} init_stream global (torch's one "
+              f"stream after the seed, what they drew from) in {len(streams)} run(s); their ids stay")
     changes = upgrade(ns.results_dir, dry_run=ns.dry_run)
     levels = [c for c in changes if c.chance_loss is not None]
     moved = [c for c in changes if c.status_after != c.status_before]

@@ -9,6 +9,9 @@ otherwise as they were); a second upgrade changes nothing.
 
 Runs recorded under a preset since renamed (:data:`RENAMED_PRESETS`) are given its name (:func:`rename_presets`): a
 preset is not part of a run's identity, so their ids stay, and the study's reports name a preset it still has.
+
+Runs recorded before a configuration named its init stream get the one they drew from, ``global``
+(:func:`record_init_streams`); their ids stay, and runs drawn by common random numbers never pool with them.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.runs import chance, tasks
-from bench.runs.config import config_from_dict
+from bench.runs.config import LEGACY, config_from_dict
 from bench.runs.env import machine_fingerprint
 from bench.runs.results import COLUMNS, ResultsStore
 from bench.runs.train import task_options
@@ -48,6 +51,22 @@ def rename_presets(results_dir: str | Path, *, dry_run: bool = False) -> dict[st
     if updates and not dry_run:
         store.replace(updates)
     return renamed
+
+
+def record_init_streams(results_dir: str | Path, *, dry_run: bool = False) -> list[str]:
+    """Write the init stream into every run JSON whose configuration predates the field: ``global`` (:data:`LEGACY`),
+    the one stream every run drew from before common random numbers; returns the run ids. Ids and rows stay (a
+    configuration that reads ``global`` hashes as it did without the field)."""
+    store = ResultsStore(results_dir)
+    updates: dict[str, tuple[dict[str, str], dict[str, Any]]] = {}
+    for row in store.rows():
+        run = store.load_run(row["run_id"])
+        cfg = run.get("config")
+        if isinstance(cfg, dict) and "init_stream" not in cfg:
+            updates[row["run_id"]] = (row, {**run, "config": {**cfg, "init_stream": LEGACY["init_stream"]}})
+    if updates and not dry_run:
+        store.replace(updates)
+    return sorted(updates)
 
 
 @dataclass(frozen=True)

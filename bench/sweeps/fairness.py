@@ -43,6 +43,7 @@ from bench.runs.config import RunConfig
 from bench.runs.train import resolved_kwargs
 from bench.sweeps import structure
 from bench.sweeps.structure import Part, Structure
+from variants import draws
 from variants.roles import residual_scalars
 
 # Two weight stds within this relative difference (or within 4 standard errors of a sample std, for small
@@ -206,21 +207,49 @@ def link_rows(fa: Facts, fb: Facts) -> list[DiffRow]:
             for name in names]
 
 
+def initial_values(variant: str, depth: int | None = None, model_args: Mapping[str, Any] | None = None,
+                   seed: int = 0) -> dict[str, torch.Tensor]:
+    """Every floating-point parameter and buffer of ``variant`` as built by common random numbers at ``seed`` (on the
+    CPU), by qualified name: a layer two designs share starts with the same values unless their inits differ."""
+    return _values(variants.create(variant, seed=seed, **_overrides(depth, model_args)))
+
+
+def _values(model: nn.Module) -> dict[str, torch.Tensor]:
+    return {name: t.detach() for name, t in draws.named_tensors(model) if t.is_floating_point()}
+
+
+def shared_init_rows(va: Mapping[str, torch.Tensor], vb: Mapping[str, torch.Tensor]) -> list[DiffRow]:
+    """One ``init`` row per tensor both models have (same qualified name and shape; :func:`initial_values`) whose
+    initial values differ, with both stds (and means, where the stds print alike)."""
+    rows = []
+    for name, ta in va.items():
+        tb = vb.get(name)
+        if tb is None or tb.shape != ta.shape or torch.equal(ta, tb):
+            continue
+        cells = [f"std {t.float().std().item():.4g}" if t.numel() > 1 else f"{t.item():.4g}" for t in (ta, tb)]
+        if cells[0] == cells[1]:
+            cells = [f"{c}, mean {t.float().mean().item():.4g}" for c, t in zip(cells, (ta, tb), strict=True)]
+        rows.append(DiffRow("init", f"init {name}", cells[0], cells[1], True))
+    return rows
+
+
 def diff_models(a: str, b: str, depth: int | None = None, model_args: Mapping[str, Any] | None = None,
                 seed: int = 0, param_tolerance: float = DEFAULT_PARAM_TOLERANCE) -> list[DiffRow]:
-    """Every compared quantity of variants ``a`` and ``b`` built with the same overrides and seed (on the CPU):
-    the facts, the structure (:func:`structure_row`), what each sublayer reads (:func:`link_rows`) and the weight
-    profile."""
+    """Every compared quantity of variants ``a`` and ``b`` built with the same overrides and seed (on the CPU, by
+    common random numbers): the facts, the structure (:func:`structure_row`), what each sublayer reads
+    (:func:`link_rows`), the weight profile and every layer both share whose initial values differ
+    (:func:`shared_init_rows`)."""
     facts: list[Facts] = []
     profiles = []
-    for name in (a, b):
-        torch.manual_seed(seed)
-        model = variants.create(name, **_overrides(depth, model_args))
+    values = []
+    for name in (a, b):  # common random numbers: the layers both share start equal (variants.draws)
+        model = variants.create(name, seed=seed, **_overrides(depth, model_args))
         facts.append(model_facts(name, depth, model_args, model))
         profiles.append(weight_profile(model))
+        values.append(_values(model))
     shape = structure_row(*facts)
     return (_fact_rows(facts[0], facts[1], param_tolerance) + ([shape] if shape else []) + link_rows(*facts)
-            + _profile_rows(*profiles))
+            + _profile_rows(*profiles) + shared_init_rows(*values))
 
 
 def format_diff(a: str, b: str, rows: Sequence[DiffRow], show_all: bool = False) -> str:
@@ -263,6 +292,7 @@ def check_grid(configs: Iterable[RunConfig], vary: Sequence[str], param_toleranc
     parameter count, and (where ``vary`` names values only) the structure. Other keyword arguments belong
     to a variant's own combinator or body.
     """
+    configs = list(configs)
     groups: dict[str, dict[str, Facts]] = defaultdict(dict)
     compares_structure = _values_only(vary)  # else no forward is needed: a structural study compares structures
     for cfg in configs:
@@ -295,6 +325,33 @@ def check_grid(configs: Iterable[RunConfig], vary: Sequence[str], param_toleranc
                         f"declare it in the study's `vary` (or `param_tolerance`) or make the models match"
                     )
             _check_structure(first, other, vary, study)
+    if "init" not in vary:
+        _check_shared_init(configs, vary, study)
+
+
+def _check_shared_init(configs: Iterable[RunConfig], vary: Sequence[str], study: str) -> None:
+    """Refuse two variants of one group, drawn by common random numbers, whose shared layers (same qualified name and
+    shape) start from different values: their inits differ (:func:`shared_init_rows`). Runs drawn from the global
+    stream are not compared: there a design's extra draws shift its other layers' values whatever their init."""
+    groups: dict[str, list[RunConfig]] = defaultdict(list)
+    for cfg in configs:
+        if cfg.init_stream == "crn" and not cfg.variant.startswith("timm:"):
+            group = groups[_group_key(cfg)]
+            if cfg.variant not in {c.variant for c in group}:
+                group.append(cfg)
+    for group in (g for g in groups.values() if len(g) > 1):
+        first, *others = group
+        base = initial_values(first.variant, first.depth, first.model_overrides())
+        for other in others:
+            rows = shared_init_rows(base, initial_values(other.variant, other.depth, other.model_overrides()))
+            if rows:
+                listed = "; ".join(f"{r.key[len('init '):]}: {r.a} vs {r.b}" for r in rows[:3])
+                more = f" (and {len(rows) - 3} more)" if len(rows) > 3 else ""
+                raise ValueError(
+                    f"study {study!r} varies {list(vary) or 'nothing'}, but {first.variant} and {other.variant} "
+                    f"(depth {first.depth}) also differ in 'init' on layers both have: {listed}{more}; declare "
+                    f"\"init\" in the study's `vary` or give both the same init (`python -m bench diff "
+                    f"{first.variant} {other.variant}` lists them)")
 
 
 def _values_only(vary: Sequence[str]) -> bool:
