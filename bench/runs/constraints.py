@@ -127,6 +127,8 @@ OPTIONAL_TEXT = Constraint("text", optional=True)
 MAX_DEPTH = 10_000  # Zhang et al. 2019 (Fixup) trained a 10,000-layer residual network; nothing published is deeper
 MAX_SEED = 2**32 - 1  # the range every seeded generator of resbench takes, with room for the offsets it adds
 MAX_THREADS = 1024
+MAX_CONTOUR = 41  # pathfinder: the longest contour a straight line fits in its largest image (128 pixels)
+MAX_DISTRACTORS = 16  # pathfinder: beyond this, contours rarely fit apart even in its largest image
 
 
 def choice(*names: str) -> Constraint:
@@ -162,7 +164,8 @@ CONSTRAINTS: dict[str, Constraint] = {
     "skip_bad_images": FLAG, "vocab_size": _int(2), "eval_batches": _int(1, optional=True),
     "eval_tokens": _int(1, optional=True), "train_tokens": _int(2, optional=True),
     "seq_len": _int(1), "image_size": _int(1), "num_classes": _int(1), "random_labels": FLAG,
-    "train_size": _int(1), "val_size": _int(1), "augment": FLAG, "save_checkpoint": FLAG,
+    "train_size": _int(1), "val_size": _int(1), "augment": FLAG,
+    "contour_length": _int(2, MAX_CONTOUR), "distractors": _int(0, MAX_DISTRACTORS), "channels": _int(1, 3), "save_checkpoint": FLAG,
     "checkpoint_every": _int(1, optional=True), "checkpoint_minutes": _float(0.0, open_low=True, optional=True),
     "keep_checkpoints": _int(1), "grad_accum": _int(1), "global_batch_size": _int(1, optional=True),
     "target_loss": _float(0.0, open_low=True, optional=True), "model_args": Constraint("pairs"),
