@@ -25,7 +25,9 @@ def test_a_preset_is_not_part_of_a_run_id() -> None:
     quick, round2 = (RunConfig(variant="preln", depth=2, task="copy", study="s", preset=p) for p in ("quick", "r2"))
     assert quick.run_id == round2.run_id == cfg.run_id
     assert RunConfig(variant="preln", depth=2, task="copy", study="t").run_id != cfg.run_id  # the study still is
-    assert RunConfig(variant="preln", depth=2, task="copy").run_id == "preln-d2-copy-e8905362-s0"  # ids without: kept
+    old = RunConfig(variant="preln", depth=2, task="copy", init_stream="global")  # drawn as every run before crn
+    assert old.run_id == "preln-d2-copy-e8905362-s0"  # ids without: kept
+    assert RunConfig(variant="preln", depth=2, task="copy").run_id == "preln-d2-copy-23aee4f1-s0"
 
 
 def _old_run(store: ResultsStore, old_id: str, preset: str, created: str, loss: float, source: str = "") -> None:

@@ -114,6 +114,7 @@ from .blocks import (
 from .combinators import COMBINATORS, Combinator, TransformGate, implementation
 from .formulas import ROLES as FORMULA_ROLES
 from .formulas import catalogue, formula
+from .init_marks import INIT_MARKS, mark_init, marked_layers
 from .layers import CifarSpec, Slot, build_cifar, conv_branch, make_shortcut
 from .links import EMBEDDINGS, Past, Source, SublayerSpec, branch, output
 from .lm_blocks import B2T, HybridNorm, Layer, NoNorm, PeriLN, PostLN, PreLN, Sublayer
@@ -136,6 +137,7 @@ __all__ = [
     "COMBINATORS",
     "EMBEDDINGS",
     "FORMULA_ROLES",
+    "INIT_MARKS",
     "POSTACT",
     "PREACT",
     "CifarSpec",
@@ -181,6 +183,8 @@ __all__ = [
     "implementation",
     "list_variants",
     "make_shortcut",
+    "mark_init",
+    "marked_layers",
     "norm_type",
     "output",
     "register",

@@ -23,10 +23,21 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
+from . import init_marks
 from .blocks import ResidualUnit
 from .checks import check_positive, flag, positive_int, real
 from .combinators import Combinator, NoShortcut, Scaled
-from .layers import CifarSpec, InitArg, ModuleT, Slot, build_cifar, check_init, drop_path_rates, init_weights_
+from .layers import (
+    DRAWN_LATER,
+    CifarSpec,
+    InitArg,
+    ModuleT,
+    Slot,
+    build_cifar,
+    check_init,
+    drop_path_rates,
+    init_weights_,
+)
 from .registry import register, register_preset
 
 CONVNEXT_PAPER = "Liu et al. 2022, A ConvNet for the 2020s (CVPR 2022, arXiv 2201.03545), Fig. 4"
@@ -99,6 +110,7 @@ def draw(model: ModuleT, init: InitArg) -> ModuleT:
         for m in model.modules():
             if isinstance(m, (nn.Conv2d, nn.Linear)):
                 nn.init.kaiming_normal_(m.weight, mode="fan_out", nonlinearity="relu")
+                init_marks.drawn(m, "he_fan_out")
     return init_weights_(model, init)
 
 
@@ -190,7 +202,7 @@ def convnext_cifar(spec: CifarSpec, *, plain: bool = False, ls_init: float = LS_
     def stem(cin: int, w: int) -> nn.Module:
         return nn.Sequential(nn.Conv2d(cin, w, 3, padding=1), LayerNorm2d(w, eps=LN_EPS))
 
-    net = build_cifar(spec, unit, what="CIFAR ConvNeXt", stem=stem, n=n, init="kaiming")
+    net = build_cifar(spec, unit, what="CIFAR ConvNeXt", stem=stem, n=n, init=DRAWN_LATER)
     features = 4 * spec.width
     classifier = net.head[-1]
     net.head = nn.Sequential(nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.LayerNorm(features, eps=LN_EPS), classifier)

@@ -15,7 +15,7 @@ from torch import nn
 from .blocks import POSTACT
 from .checks import check_positive, flag, is_int
 from .combinators import NoShortcut
-from .layers import ConvNet, InitArg, check_init, drop_path_rates, init_weights_
+from .layers import ConvNet, InitArg, check_init, drop_path_rates, he_init_, init_weights_
 from .registry import register, register_preset
 
 HE2015 = "He et al. 2015, Deep Residual Learning for Image Recognition, Table 1"
@@ -31,8 +31,7 @@ LAYOUTS: dict[int, tuple[str, tuple[int, int, int, int]]] = {
 
 
 def _stem(in_chans: int, width: int) -> nn.Sequential:
-    conv = nn.Conv2d(in_chans, width, 7, stride=2, padding=3, bias=False)
-    nn.init.kaiming_normal_(conv.weight, mode="fan_out", nonlinearity="relu")
+    conv = he_init_(nn.Conv2d(in_chans, width, 7, stride=2, padding=3, bias=False))
     return nn.Sequential(conv, nn.BatchNorm2d(width), nn.ReLU(), nn.MaxPool2d(3, stride=2, padding=1))
 
 

@@ -24,17 +24,16 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from . import axes
+from . import axes, init_marks
 from .checks import check_positive, rate
 
 
 def he_init_(conv: nn.Conv2d) -> nn.Conv2d:
-    """He-normal weights (fan-out, ReLU gain); zero bias. (Nothing to draw on the meta device.)"""
+    """He-normal weights (fan-out, ReLU gain); zero bias; recorded as drawn (:mod:`variants.init_marks`). (Nothing to
+    draw on the meta device.)"""
     if conv.weight.is_meta:
-        return conv
-    nn.init.kaiming_normal_(conv.weight, mode="fan_out", nonlinearity="relu")
-    if conv.bias is not None:
-        nn.init.zeros_(conv.bias)
+        return init_marks.drawn(conv, "he_fan_out")
+    init_marks.he_fan_out_(conv)
     return conv
 
 
@@ -82,14 +81,23 @@ ModuleT = TypeVar("ModuleT", bound=nn.Module)
 
 
 def init_weights_(model: ModuleT, init: InitArg) -> ModuleT:
-    """Re-draw every Conv2d/Linear weight of ``model`` under scheme ``init`` (see :func:`resolve_init`)."""
+    """Re-draw every Conv2d/Linear weight of ``model`` under scheme ``init`` (see :func:`resolve_init`) but those a
+    mark keeps; ``kaiming``: He's draw for every convolution no scheme drew yet (a plugin's), then the marks
+    (:func:`variants.init_marks.kaiming_`)."""
     draw = resolve_init(init)
-    if draw is not None and not any(p.is_meta for p in model.parameters()):
+    if draw is None:
+        return init_marks.kaiming_(model)
+    if not any(p.is_meta for p in model.parameters()):
+        keep = init_marks.kept(model)
         with torch.no_grad():
             for m in model.modules():
-                if isinstance(m, (nn.Conv2d, nn.Linear)):
+                if isinstance(m, (nn.Conv2d, nn.Linear)) and id(m) not in keep:
                     draw(m.weight)
-    return model
+    return init_marks.apply_marks_(model)
+
+
+# What a builder passes as build_cifar's ``init`` when it draws the whole net itself afterwards (ConvNeXt, NFNet).
+DRAWN_LATER = "drawn_later"
 
 
 def check_paper_init(init: object, scheme: str, what: str) -> None:
@@ -316,7 +324,8 @@ def build_cifar(
     stem_width: int | None = None,
 ) -> ConvNet:
     """He 2015's CIFAR macro-architecture of ``spec`` around ``unit(slot)``, initialised by ``init`` (default
-    ``spec.init``; a variant that pins its paper's own scheme passes ``"kaiming"``, what its layers already drew).
+    ``spec.init``; a variant that pins its paper's own scheme passes ``"kaiming"``, what its layers already drew; one
+    that draws the whole net itself afterwards passes :data:`DRAWN_LATER`).
 
     Three stages of ``n`` units at widths w, 2w, 4w (stride 2 into stages 2 and 3); ``n`` defaults to the
     depth rule (6n+2 basic, 9n+2 bottleneck; errors name the net as ``what``). ``stem(in_chans, width)``
@@ -325,7 +334,8 @@ def build_cifar(
     """
     n = cifar_depth(spec.depth, spec.block, what) if n is None else n
     init = spec.init if init is None else init
-    check_init(init)
+    if init != DRAWN_LATER:
+        check_init(init)
     stem_width = spec.width if stem_width is None else stem_width
     check_positive(stem_width=stem_width)
     plan = cifar_plan(n, spec.width, spec.block, stem_width)
@@ -334,7 +344,7 @@ def build_cifar(
     features = spec.expansion * 4 * spec.width
     net = ConvNet(stem(spec.in_chans, stem_width), group_stages(units, plan), head_pre(features), features,
                   spec.num_classes)
-    return init_weights_(net, init)
+    return net if init == DRAWN_LATER else init_weights_(net, init)
 
 
 def unit_count(depth: int, block: str, what: str = "CIFAR ResNet") -> int:

@@ -33,10 +33,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from . import init_marks
 from .blocks import ResidualUnit
 from .checks import check_positive, positive_int, real
 from .combinators import Combinator
-from .layers import CifarSpec, InitArg, Slot, build_cifar, check_init, drop_path_rates, init_weights_
+from .layers import DRAWN_LATER, CifarSpec, InitArg, Slot, build_cifar, check_init, drop_path_rates, init_weights_
 from .registry import register, register_preset
 
 NFNET_PAPER = ("Brock et al. 2021, High-Performance Large-Scale Image Recognition Without Normalization (ICML 2021, "
@@ -205,6 +206,7 @@ def nf_init_(model: nn.Module) -> nn.Module:
     for m in model.modules():
         if isinstance(m, nn.Conv2d):
             nn.init.kaiming_normal_(m.weight, mode="fan_in", nonlinearity="linear")
+            init_marks.drawn(m, "nf_fan_in")  # the family's own draw: kaiming leaves it
         elif isinstance(m, nn.Linear):
             nn.init.normal_(m.weight, 0.0, 0.01)
         if isinstance(m, (nn.Conv2d, nn.Linear)) and m.bias is not None:
@@ -281,7 +283,7 @@ def nfnet_cifar(spec: CifarSpec, *, group_size: int = 16, alpha: float = ALPHA,
 
     spec_wide = CifarSpec(depth=spec.depth, width=spec.width, num_classes=spec.num_classes, in_chans=spec.in_chans,
                           block="bottleneck", init=spec.init)
-    net = build_cifar(spec_wide, unit, what="CIFAR NFNet", stem=stem, head_pre=head, n=n, init="kaiming")
+    net = build_cifar(spec_wide, unit, what="CIFAR NFNet", stem=stem, head_pre=head, n=n, init=DRAWN_LATER)
     classifier = nn.Linear(32 * w, spec.num_classes)
     net.head[-1] = classifier
     init_weights_(nf_init_(net), spec.init)

@@ -26,7 +26,7 @@ from typing import Any, NamedTuple
 import torch
 from torch import nn
 
-from . import axes
+from . import axes, draws, init_marks
 from .combinators import Combinator
 
 Builder = Callable[..., nn.Module]
@@ -162,8 +162,14 @@ def axis_names() -> set[str]:
     return {*DERIVED_AXES, *(a for spec in _REGISTRY.values() for a in spec.axes)}
 
 
-def create(name: str, **overrides: Any) -> nn.Module:
-    """Build variant ``name``; ``overrides`` may change any default but never a preset's pinned value."""
+def create(name: str, *, seed: int | None = None, **overrides: Any) -> nn.Module:
+    """Build variant ``name``; ``overrides`` may change any default but never a preset's pinned value.
+
+    With ``seed``, every parameter and buffer is drawn from the stream of (``seed``, its qualified name)
+    (:mod:`variants.draws`: common random numbers, the global random state left as it was); without, from torch's
+    global stream, as constructors always draw."""
+    if seed is not None:
+        return draws.build(lambda: create(name, **overrides), seed, f"variant {name!r}")
     if name.startswith(TIMM_PREFIX):
         return _create_timm(name[len(TIMM_PREFIX):], overrides)
     spec = _lookup(name)
@@ -177,7 +183,11 @@ def create(name: str, **overrides: Any) -> nn.Module:
         else:
             hint = f"use the base variant {root.name!r} instead"
         raise ValueError(f"conflicting argument(s) for preset {name!r}: {detail}; {hint}")
-    return spec.build({**spec.fixed, **overrides})
+    kwargs = {**spec.fixed, **overrides}
+    model = spec.build(kwargs)
+    if {**spec.defaults(), **kwargs}.get("init") == "kaiming":  # every convolution, a plugin's too (init_marks)
+        return init_marks.kaiming_(model)
+    return init_marks.apply_marks_(model)
 
 
 class Anatomy(NamedTuple):

@@ -49,7 +49,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats as sps
 
-from bench.runs.config import FIELD_DEFAULTS, NOT_HASHED, RUN_ID_PATTERN
+from bench.runs.config import FIELD_DEFAULTS, LEGACY, NOT_HASHED, RUN_ID_PATTERN
 from bench.runs.schema import COST_COLUMNS
 from bench.runs.tasks.primary import primaries
 
@@ -463,9 +463,10 @@ def _flat_config(config: Mapping[str, Any]) -> dict[str, Any]:
     """A run JSON's ``config`` as flat fields; each model argument is a field of its own name (``init``), or
     ``model_args.<name>`` where that name is also a RunConfig field. A RunConfig field the JSON lacks (it was
     written before the field existed) is the field's default, which is what the run used: fields are added
-    with defaults that keep earlier runs' meaning (and run ids), e.g. ``world_size`` 1."""
+    with defaults that keep earlier runs' meaning (and run ids), e.g. ``world_size`` 1; a field of ``LEGACY``
+    takes the value the runs before it had (``init_stream`` global)."""
     if config:
-        config = {**FIELD_DEFAULTS, **config}
+        config = {**FIELD_DEFAULTS, **LEGACY, **config}
     flat = {k: _plain(v) for k, v in config.items() if k != "model_args" and k not in NOT_HASHED}
     args = config.get("model_args") or ()
     for key, value in dict(args).items() if isinstance(args, Mapping) else args:

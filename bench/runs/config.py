@@ -28,6 +28,7 @@ from bench.runs import constraints
 from bench.runs.constraints import (
     COMPILE_MODES,
     DEVICES,
+    INIT_STREAMS,
     LR_SCALES,
     OPTIMIZERS,
     PHASES,
@@ -169,6 +170,10 @@ class RunFields:
 
 
     seed: int = _f(0, "seed of initialisation, batch order and augmentation")
+    init_stream: str = _f("crn", "where the initial weights are drawn from: crn, a stream per (seed, parameter "
+                                 "name), so the layers two designs share start equal (common random numbers); "
+                                 "global, torch's one stream after the seed (every run recorded before crn)",
+                          choices=INIT_STREAMS)
     device: str = _f("auto", "where to train: auto picks cuda, then mps, then cpu", choices=DEVICES)
     precision: str = _f("fp32", "autocast precision of forward/backward (weights stay fp32)", choices=PRECISIONS)
     threads: int | None = _f(None, "CPU threads of torch's operators in this run (default: the cores free now, those "
@@ -269,7 +274,8 @@ class RunConfig(RunFields, MeasurementFields, OptimisationFields, DataFields, Mo
         under a preset, and keeps their old ids resolving).
         """
         payload = {k: v for k, v in self.to_dict().items()
-                   if k not in NOT_HASHED and not (k in _HASHED_UNLESS_DEFAULT and v == FIELD_DEFAULTS[k])}
+                   if k not in NOT_HASHED and not (k in _HASHED_UNLESS_DEFAULT and v == FIELD_DEFAULTS[k])
+                   and not (k in LEGACY and v == LEGACY[k])}
         payload["preset"] = None
         blob = json.dumps(payload, sort_keys=True, default=str).encode()
         return hashlib.sha256(blob).hexdigest()[:8]
@@ -342,8 +348,13 @@ _HASHED_UNLESS_DEFAULT = frozenset({
     "target_loss", "subset_per_class", "skip_bad_images", "compile_mode",
     "vocab_size", "eval_batches", "eval_tokens", "train_tokens", "contour_length", "distractors", "channels",
 })  # fmt: skip
-# Every field's default (every RunConfig field has a plain one): what a run JSON written before a field existed used.
+# Every field's default (every RunConfig field has a plain one): what a run JSON written before a field existed used,
+# but for the fields of LEGACY.
 FIELD_DEFAULTS = {f.name: f.default for f in dataclasses.fields(RunConfig)}
+# Fields whose default changed the runs they make: field -> the value every run recorded before the field existed
+# had. A config holding it hashes without the field (those runs keep their ids), and a recorded config that lacks
+# the field reads as it (it was run that way); a config holding another value, the default included, is another run.
+LEGACY: dict[str, Any] = {"init_stream": "global"}
 
 
 def lr_factor(step: int, total_steps: int, cfg: RunConfig, warmup_end: int | None = None) -> float:
@@ -456,8 +467,9 @@ def build(fields: Mapping[str, Any]) -> RunConfig:
 
 
 def config_from_dict(d: Mapping[str, Any]) -> RunConfig:
-    """Rebuild a RunConfig from ``to_dict()`` output that went through JSON (recipe values are already in it)."""
+    """Rebuild a RunConfig from ``to_dict()`` output that went through JSON (recipe values are already in it); a
+    field of :data:`LEGACY` it lacks (recorded before the field existed) takes the value those runs had."""
     unknown = sorted(set(d) - set(FIELD_DEFAULTS))
     if unknown:
         raise ValueError(f"unknown run-config field(s) {unknown}")
-    return RunConfig(**d)
+    return RunConfig(**{**LEGACY, **d})

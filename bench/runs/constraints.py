@@ -118,6 +118,9 @@ LR_SCALES = ("auto", "linear", "sqrt")
 PRECISIONS = ("fp32", "bf16", "fp16")
 DEVICES = ("auto", "cpu", "cuda", "mps")
 PHASES = ("flops", "throughput", "memory")
+# Where a model's initial values come from (variants.draws): a stream per (seed, parameter name), or torch's one
+# global stream after the seed, as every run recorded before the first drew them.
+INIT_STREAMS = ("crn", "global")
 # torch.compile's Inductor modes (bench.runs.execution): reduce-overhead adds CUDA graphs, max-autotune kernel search
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune-no-cudagraphs", "max-autotune")
 _POSITIVE = _float(0.0, open_low=True)
@@ -153,6 +156,7 @@ CONSTRAINTS: dict[str, Constraint] = {
     "warmup_kind": choice(*WARMUP_KINDS), "warmup_factor": _FRACTION,
     "warmup_until_error": _float(0.0, 1.0, open_low=True, optional=True),
     "grad_clip": _float(0.0, open_low=True, optional=True), "seed": _int(0, MAX_SEED),
+    "init_stream": choice(*INIT_STREAMS),
     "device": choice(*DEVICES), "precision": choice(*PRECISIONS), "threads": _int(1, MAX_THREADS, optional=True),
     "compile": FLAG, "compile_mode": choice(*COMPILE_MODES), "channels_last": FLAG, "deterministic": FLAG,
     "target": _float(0.0, 1.0, open_low=True, optional=True), "eval_every": _int(1, optional=True),

@@ -301,7 +301,8 @@ def read_run_json(path: Path) -> dict[str, Any]:
 # The type of each part of a run JSON that readers index into (older runs may lack some; none may hold another type).
 _RUN_PARTS: dict[str, type | tuple[type, ...]] = {
     "row": dict, "config": dict, "model_kwargs": dict, "env": dict, "task": dict, "measurements": dict,
-    "placement": dict, "axes": dict, "curves": dict, "probes": list, "plugins": list, "residual_scalars": list,
+    "placement": dict, "axes": dict, "own_init": dict, "curves": dict, "probes": list, "plugins": list,
+    "residual_scalars": list,
     "cost_source": str, "checkpoint": str, "init": (str, type(None)), "warmup_ended_at": (int, type(None)),
 }  # fmt: skip
 

@@ -169,6 +169,8 @@ def _run_config(cfg: RunConfig, progress: bool = False, reuse: Reuse | None = No
         # on, read from here rather than from the registry at report time (which may lack a plugin, or hold an
         # edited variant).
         "axes": variant_axes(cfg.variant, s.model),
+        # The layers that keep an init of their own, or start at zero, whatever the run's scheme (variants.init_marks)
+        "own_init": variants.marked_layers(s.model),
         "warmup_ended_at": rec.warmup_ended_at,
         "env": env,
         "task": s.task.info,

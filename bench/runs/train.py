@@ -102,6 +102,16 @@ def resolved_kwargs(variant: str, overrides: Mapping[str, Any]) -> dict[str, Any
     return {**variants.describe(variant)["defaults"], **overrides}
 
 
+def build_model(cfg: RunConfig, kw: Mapping[str, Any]) -> torch.nn.Module:
+    """The run's model (on the CPU), its initial values drawn as ``cfg.init_stream`` says: ``crn``, each tensor from
+    the stream of (seed, its name) (:mod:`variants.draws`), the global random state left as it was; ``global``,
+    from torch's one stream right after ``torch.manual_seed(seed)``, as runs recorded before ``crn`` drew them."""
+    torch.manual_seed(cfg.seed)  # where the global stream stands after the build under crn (it draws none of it)
+    if cfg.init_stream == "crn":
+        return variants.create(cfg.variant, seed=cfg.seed, **kw)
+    return variants.create(cfg.variant, **kw)
+
+
 @dataclass
 class Setup:
     """Everything built before training; building it is where bad input is caught."""
@@ -152,8 +162,7 @@ def setup(cfg: RunConfig) -> Setup:
         raise TaskError(f"{batch} exceeds the {task.num_train} training samples of task {task.name!r}; use a smaller "
                         f"batch{more}")
     kw = model_kwargs(cfg, task)
-    torch.manual_seed(cfg.seed)
-    model = variants.create(cfg.variant, **kw).to(device)
+    model = build_model(cfg, kw).to(device)
     if cfg.channels_last:
         model = model.to(memory_format=torch.channels_last)
     if cfg.steps is not None:

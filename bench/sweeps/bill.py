@@ -57,7 +57,7 @@ from bench.runs.config import RunConfig
 from bench.runs.env import cpu_sample, machine_load
 from bench.runs.tasks import TaskError, synth
 from bench.runs.tasks.tokens import DEFAULT_EVAL_TOKENS
-from bench.runs.train import StepRunner, batch_generator, setup
+from bench.runs.train import StepRunner, batch_generator, build_model, setup
 from bench.sweeps.executors.local import plan_placements
 from bench.sweeps.options import SweepOptions
 
@@ -211,8 +211,7 @@ def plan(cfg: RunConfig, key: str) -> Plan:
 
 def _built(s: Any) -> Any:
     """``s`` with its model built again on its device, as :func:`bench.runs.train.setup` builds it."""
-    torch.manual_seed(s.cfg.seed)
-    model = variants.create(s.cfg.variant, **s.model_kwargs).to(s.device)
+    model = build_model(s.cfg, s.model_kwargs).to(s.device)
     return dataclasses.replace(s, model=model.to(memory_format=torch.channels_last) if s.cfg.channels_last else model)
 
 

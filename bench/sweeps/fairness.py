@@ -211,9 +211,8 @@ def diff_models(a: str, b: str, depth: int | None = None, model_args: Mapping[st
     profile."""
     facts: list[Facts] = []
     profiles = []
-    for name in (a, b):
-        torch.manual_seed(seed)
-        model = variants.create(name, **_overrides(depth, model_args))
+    for name in (a, b):  # common random numbers: the layers both share start equal (variants.draws)
+        model = variants.create(name, seed=seed, **_overrides(depth, model_args))
         facts.append(model_facts(name, depth, model_args, model))
         profiles.append(weight_profile(model))
     shape = structure_row(*facts)

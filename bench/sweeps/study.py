@@ -49,7 +49,7 @@ from bench.runs.names import RULE, problem
 from bench.runs.results import COLUMNS
 from bench.runs.tasks import TaskError
 from bench.runs.tasks import get as get_task
-from bench.runs.train import model_kwargs, task_options
+from bench.runs.train import build_model, model_kwargs, task_options
 from bench.sweeps.fairness import DEFAULT_PARAM_TOLERANCE, check_grid
 
 # The analyses of a study that trains nothing, each with the option that lists its models.
@@ -243,9 +243,8 @@ def _check_plugin_forwards(configs: list[RunConfig]) -> None:
             task = tasks[task_key]
             if task is None:
                 continue
-            torch.manual_seed(cfg.seed)
             with plugins.blame(cfg.variant):
-                model = variants.create(cfg.variant, **model_kwargs(cfg, task))
+                model = build_model(cfg, model_kwargs(cfg, task))
             plugins.check_forward(cfg.variant, model, task)
 
 
