@@ -68,8 +68,8 @@ class DataFields:
     """RunConfig's data fields: what it is trained on: the task, its data and how it is read."""
 
 
-    task: str = _f("digits", "task name: digits, synthetic, pathfinder, cifar10, cifar100, imagefolder, text, tinytext, tokens, "
-                             "copy, reverse, recall")
+    task: str = _f("digits", "task name: digits, synthetic, pathfinder, cifar10, cifar100, imagefolder, text, "
+                             "tinytext, tokens, copy, reverse, recall")
     seq_len: int = _f(128, "sequence tasks: tokens per training window")
     image_size: int = _f(32, "image side: synthetic's images, imagefolder's training and validation crops "
                          "(ImageNet: 224)")
