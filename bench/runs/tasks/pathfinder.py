@@ -146,24 +146,28 @@ def _markers(sample: dict[str, np.ndarray]) -> np.ndarray:
     return np.stack([first, other], 1)
 
 
-@functools.lru_cache(maxsize=8)
+@functools.lru_cache(maxsize=64)
+def _round(size: int, length: int, contours: int, seed: int, split: int, index: int) -> dict[str, np.ndarray]:
+    """The accepted samples of round ``index`` of stream (``seed``, ``split``). Every round reads the same number of
+    words, so round i starts i rounds' words into the stream: a round is drawn (and cached) without those before."""
+    words = 2 * CANDIDATES + contours * CANDIDATES * TRIES * (length + 2)  # what :func:`_draw` reads
+    raw = np.random.PCG64(np.random.SeedSequence([seed, split])).advance(index * words)
+    sample = _draw(raw, CANDIDATES, size, length, contours)
+    return {key: v[sample["fits"]] for key, v in sample.items() if key != "fits"}
+
+
 def geometry(n: int, size: int, length: int, distractors: int, seed: int, split: int) -> dict[str, np.ndarray]:
     """The first ``n`` accepted samples of stream (``seed``, ``split``): points (n, K, P, 2), markers (n, 2, 2) in
     fixed point, labels (n,). Refuses options whose contours rarely fit apart."""
     check(size, length, distractors, 1)
-    raw = np.random.PCG64(np.random.SeedSequence([seed, split]))
-    kept: list[dict[str, np.ndarray]] = []
-    total = 0
-    while total < n:
-        sample = _draw(raw, CANDIDATES, size, length, 2 + distractors)
-        keep = sample["fits"]
-        if not kept and keep.mean() < MIN_ACCEPTED:
-            raise TaskError(f"pathfinder: {2 + distractors} contours of {length} dashes rarely fit apart in "
-                            f"{size}×{size} images ({int(keep.sum())} of {CANDIDATES} drawn); use fewer "
-                            "--distractors, a shorter --contour-length or a larger --image-size")
-        kept.append({key: v[keep] for key, v in sample.items() if key != "fits"})
-        total += int(keep.sum())
-    out = {key: np.concatenate([s[key] for s in kept])[:n] for key in kept[0]}
+    kept = [_round(size, length, 2 + distractors, seed, split, 0)]
+    if len(kept[0]["label"]) < MIN_ACCEPTED * CANDIDATES:
+        raise TaskError(f"pathfinder: {2 + distractors} contours of {length} dashes rarely fit apart in "
+                        f"{size}×{size} images ({len(kept[0]['label'])} of {CANDIDATES} drawn); use fewer "
+                        "--distractors, a shorter --contour-length or a larger --image-size")
+    while sum(len(k["label"]) for k in kept) < n:
+        kept.append(_round(size, length, 2 + distractors, seed, split, len(kept)))
+    out = {key: np.concatenate([k[key] for k in kept])[:n] for key in kept[0]}
     out["markers"] = _markers(out)
     return out
 
