@@ -23,24 +23,24 @@ def digest(x: np.ndarray, y: np.ndarray) -> str:
 
 def test_the_same_seed_gives_the_same_bytes() -> None:
     pathfinder._round.cache_clear()
-    x, y = pathfinder.images(N, 32, 6, 2, 1)
+    x, y = pathfinder.images(N, 32, 9, 1, 1)
     assert x.shape == (N, 1, 32, 32) and x.dtype == np.uint8 and set(np.unique(x)) == {0, 255}
     # Pinned: a change of the drawing (or of numpy's PCG64 words) shows here; raise pathfinder.FORMAT with it.
-    assert digest(x, y) == "4cc9c4f5cec2e690"
+    assert digest(x, y) == "4ec92e9d7b5c207a"
     pathfinder._round.cache_clear()
-    assert digest(*pathfinder.images(N, 32, 6, 2, 1)) == digest(x, y)
-    other = pathfinder.images(N, 32, 6, 2, 1, seed=1)
+    assert digest(*pathfinder.images(N, 32, 9, 1, 1)) == digest(x, y)
+    other = pathfinder.images(N, 32, 9, 1, 1, seed=1)
     assert digest(*other) != digest(x, y)
 
 
 def test_a_larger_split_extends_the_smaller_and_the_splits_differ() -> None:
-    small, big = pathfinder.images(N, 32, 6, 2, 1), pathfinder.images(3 * N, 32, 6, 2, 1)
+    small, big = pathfinder.images(N, 32, 9, 1, 1), pathfinder.images(3 * N, 32, 9, 1, 1)
     assert np.array_equal(big[0][:N], small[0]) and np.array_equal(big[1][:N], small[1])
-    val = pathfinder.images(N, 32, 6, 2, 1, split=pathfinder.VAL_SPLIT)
+    val = pathfinder.images(N, 32, 9, 1, 1, split=pathfinder.VAL_SPLIT)
     assert not np.array_equal(val[0], small[0])
 
 
-@pytest.mark.parametrize(("size", "length", "distractors"), [(32, 6, 2), (32, 9, 0), (48, 8, 4)])
+@pytest.mark.parametrize(("size", "length", "distractors"), [(32, 9, 1), (32, 6, 2), (24, 5, 0)])
 def test_labels_are_exact_at_the_pixel_level(size: int, length: int, distractors: int) -> None:
     geo = pathfinder.geometry(N, size, length, distractors, 0, 0)
     grey, owner = pathfinder.render(geo, size)
@@ -71,8 +71,8 @@ def test_labels_are_exact_at_the_pixel_level(size: int, length: int, distractors
 
 
 def test_channels_repeat_the_grey_image() -> None:
-    x1, y1 = pathfinder.images(N, 32, 6, 2, 1)
-    x3, y3 = pathfinder.images(N, 32, 6, 2, 3)
+    x1, y1 = pathfinder.images(N, 32, 9, 1, 1)
+    x3, y3 = pathfinder.images(N, 32, 9, 1, 3)
     assert x3.shape == (N, 3, 32, 32) and all(np.array_equal(x3[:, c], x1[:, 0]) for c in range(3))
     assert np.array_equal(y1, y3)
 
