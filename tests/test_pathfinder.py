@@ -118,8 +118,9 @@ def test_options_out_of_range_are_refused(options: dict[str, int], message: str)
 
 
 def test_too_crowded_images_are_refused() -> None:
-    with pytest.raises(TaskError, match=r"^pathfinder: 18 contours of 9 dashes rarely fit apart in 32×32 images"):
-        pathfinder.geometry(64, 32, 9, 16, 0, 0)
+    with pytest.raises(TaskError, match=r"^pathfinder: 18 contours of 4 dashes rarely fit apart in 16×16 images \(0 of "
+                                        r"1024 drawn\); use fewer --distractors"):
+        pathfinder.geometry(64, 16, 4, 16, 0, 0)
 
 
 @pytest.mark.parametrize(

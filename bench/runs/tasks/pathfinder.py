@@ -133,6 +133,9 @@ def _draw(raw: Any, n: int, size: int, length: int, contours: int) -> dict[str, 
         if c == 1:  # an end of contour 0 and one of contour 1 carry those of label 0
             ok &= np.stack([_far(cand[:, :, i], placed[:, None, j]) for i in (0, -1) for j in (0, p - 1)]).all(0)
         fits &= ok.any(1)
+        if not fits.any():  # no sample of the round has room left: the contours after this one change nothing
+            return {"points": np.zeros((0, contours, p, 2), np.int64), "label": label[:0], "ends": ends[:0],
+                    "fits": fits[:0]}
         placed = np.concatenate([placed, cand[rows, ok.argmax(1)]], 1)
     return {"points": placed.reshape(n, contours, p, 2), "label": label, "ends": ends, "fits": fits}
 
