@@ -38,6 +38,9 @@ BAD: list[tuple[str, list[str], Any, str]] = [
     ("depth", ["600000002"], 600000002, "--depth must be an integer in [1, 10000], got"),
     ("depth", ["eight"], "eight", "--depth must be an integer in [1, 10000], got"),
     ("threads", ["0"], 0, "--threads must be an integer in [1, 1024], got"),
+    ("contour_length", ["1"], 1, "--contour-length must be an integer in [2, 41], got"),
+    ("distractors", ["-1"], -1, "--distractors must be an integer in [0, 16], got"),
+    ("channels", ["4"], 4, "--channels must be an integer in [1, 3], got"),
 ]  # fmt: skip
 IDS = [f"{field}={' '.join(text)}" for field, text, _, _ in BAD]
 STUDY = """

@@ -198,7 +198,7 @@ def test_load_claims_and_study_file_lookup(tmp_path: Path):
         find_study("unheard-of", tmp_path)
 
 
-@pytest.mark.parametrize("name", ["degradation", "warmup", "xiong"])
+@pytest.mark.parametrize("name", ["degradation", "pathfinder", "warmup", "xiong"])
 def test_shipped_studies_declare_valid_claims(name):
     assert load_claims(STUDIES_DIR / f"{name}.toml")  # parsed, so each claim's fields are valid
 

@@ -68,8 +68,8 @@ class DataFields:
     """RunConfig's data fields: what it is trained on: the task, its data and how it is read."""
 
 
-    task: str = _f("digits", "task name: digits, synthetic, cifar10, cifar100, imagefolder, text, tinytext, tokens, "
-                             "copy, reverse, recall")
+    task: str = _f("digits", "task name: digits, synthetic, pathfinder, cifar10, cifar100, imagefolder, text, "
+                             "tinytext, tokens, copy, reverse, recall")
     seq_len: int = _f(128, "sequence tasks: tokens per training window")
     image_size: int = _f(32, "image side: synthetic's images, imagefolder's training and validation crops "
                          "(ImageNet: 224)")
@@ -77,6 +77,10 @@ class DataFields:
     random_labels: bool = _f(False, "synthetic task: labels independent of the inputs")
     train_size: int = _f(4096, "generated tasks (synthetic, copy, reverse, recall): training samples")
     val_size: int = _f(1024, "generated tasks: validation samples")
+    contour_length: int = _f(9, "pathfinder task: dashes per contour (the longer, the harder; at most what fits "
+                             "straight in --image-size)")
+    distractors: int = _f(1, "pathfinder task: contours besides the two that may carry the markers")
+    channels: int = _f(1, "pathfinder task: image channels, the grey image in each")
     augment: bool = _f(True, "image tasks: on-device pad-and-crop and flip where the task allows it")
     train_tokens: int | None = _f(None, "sequence tasks (text, tinytext, tokens): train on the first N tokens of the "
                                   "training split only, the data scale a study varies (default: all of it); the "
@@ -362,6 +366,7 @@ _HASHED_UNLESS_DEFAULT = frozenset({
     "lr_base", "lr_base_size", "lr_base_scale", "warmup_epochs", "warmup_until_error", "world_size", "grad_accum",
     "target_loss", "subset_per_class", "skip_bad_images", "compile_mode",
     "vocab_size", "eval_batches", "eval_tokens", "train_tokens", "budget_flops", "budget_samples",
+    "contour_length", "distractors", "channels",
 })  # fmt: skip
 # Every field's default (every RunConfig field has a plain one): what a run JSON written before a field existed used,
 # but for the fields of LEGACY.

@@ -142,6 +142,8 @@ MAX_STEPS = 10**9  # a billion optimiser steps: beyond any run published; a larg
 MAX_LR = 10**6  # far beyond any rate that trains (a divergence test uses 1e6); 1e300 is a typo, not an experiment
 MAX_SAMPLES = 10**9  # a generated split of a billion samples: more than any generated task needs
 MAX_IMAGE_SIZE = 8192  # an image side in pixels: beyond any model the benchmark builds
+MAX_CONTOUR = 41  # pathfinder: the longest contour a straight line fits in its largest image (128 pixels)
+MAX_DISTRACTORS = 16  # pathfinder: beyond this, contours rarely fit apart even in its largest image
 
 
 def choice(*names: str) -> Constraint:
@@ -179,6 +181,7 @@ CONSTRAINTS: dict[str, Constraint] = {
     "eval_tokens": _int(1, optional=True), "train_tokens": _int(2, optional=True),
     "seq_len": _int(1), "image_size": _int(1, MAX_IMAGE_SIZE), "num_classes": _int(1), "random_labels": FLAG,
     "train_size": _int(1, MAX_SAMPLES), "val_size": _int(1, MAX_SAMPLES), "augment": FLAG, "save_checkpoint": FLAG,
+    "contour_length": _int(2, MAX_CONTOUR), "distractors": _int(0, MAX_DISTRACTORS), "channels": _int(1, 3),
     "checkpoint_every": _int(1, optional=True), "checkpoint_minutes": _float(0.0, open_low=True, optional=True),
     "keep_checkpoints": _int(1), "grad_accum": _int(1), "global_batch_size": _int(1, optional=True),
     "target_loss": _float(0.0, open_low=True, optional=True), "model_args": Constraint("pairs"),

@@ -62,7 +62,8 @@ def task_options(cfg: RunConfig, world: distributed.World | None = None) -> Task
     return TaskOptions(
         data_dir=cfg.data_dir, data_path=cfg.data_path, seq_len=cfg.seq_len, image_size=cfg.image_size,
         num_classes=cfg.num_classes, random_labels=cfg.random_labels, augment=cfg.augment,
-        train_size=cfg.train_size, val_size=cfg.val_size,
+        train_size=cfg.train_size, val_size=cfg.val_size, contour_length=cfg.contour_length,
+        distractors=cfg.distractors, channels=cfg.channels,
         workers=cfg.workers, prefetch=cfg.prefetch, subset_per_class=cfg.subset_per_class,
         skip_bad_images=cfg.skip_bad_images, vocab_size=cfg.vocab_size, eval_batches=cfg.eval_batches,
         eval_tokens=cfg.eval_tokens, train_tokens=cfg.train_tokens, rank=world.rank if world else 0,

@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 import torch
 
-from bench.runs.tasks import imagefolder, images, sequences, tokens
+from bench.runs.tasks import imagefolder, images, pathfinder, sequences, tokens
 from bench.runs.tasks.base import Batch, Task, TaskError, TaskOptions
 
 TaskBuilder = Callable[[torch.device, int, TaskOptions], Task]
@@ -16,6 +16,7 @@ TASKS: dict[str, TaskBuilder] = {
     "synthetic": images.synthetic,
     "cifar10": images.cifar10,
     "cifar100": images.cifar100,
+    "pathfinder": pathfinder.pathfinder,
     "imagefolder": imagefolder.imagefolder,
     "text": sequences.text_file,
     "tinytext": sequences.bundled_text,

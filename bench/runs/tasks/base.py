@@ -80,6 +80,9 @@ class TaskOptions:
     random_labels: bool = False  # `synthetic`: labels independent of the inputs (fit-random-labels study)
     train_size: int = 4096  # samples in generated train splits (`synthetic`, copy/reverse/recall)
     val_size: int = 1024  # samples in generated validation splits
+    contour_length: int = 9  # pathfinder: dashes per contour
+    distractors: int = 1  # pathfinder: contours besides the two that may carry the markers
+    channels: int = 1  # pathfinder: image channels (the grey image in each)
     augment: bool = True  # image tasks: pad-and-crop + horizontal flip on the device (He 2015's CIFAR augmentation)
     # Tasks that read from disk (imagefolder, tokens): the loader, the evaluation caps, this process's place.
     workers: int | None = None  # DataLoader worker processes (None: the task's default)
