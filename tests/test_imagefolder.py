@@ -20,7 +20,8 @@ from bench.runs.tasks import TaskError, TaskOptions, diskimages, get, loading, w
 CPU = torch.device("cpu")
 MEAN = torch.tensor(diskimages.IMAGENET_MEAN).view(3, 1, 1) * 255
 STD = torch.tensor(diskimages.IMAGENET_STD).view(3, 1, 1) * 255
-RUN = ["--steps", "2", "--batch-size", "6", "--measure", "--quiet", "--workers", "0", "--chance-band", "0"]  # 2 steps: no chance rule
+# two steps cannot leave chance: no chance rule
+RUN = ["--steps", "2", "--batch-size", "6", "--measure", "--quiet", "--workers", "0", "--chance-band", "0"]
 
 
 def task(root: Path, **kw: object) -> diskimages.LoaderImageTask:
