@@ -364,7 +364,8 @@ def claim_frame(
     before run JSONs kept them) and the derived metrics."""
     frame = with_config_hash(board.reset_index(drop=True))
     table = config_table(frame, runs)
-    frame = frame.assign(**{c: table[c] for c in table.columns})
+    # consolidated (.copy()): the columns inserted below would otherwise fragment it (pandas warns past 100 blocks)
+    frame = frame.assign(**{c: table[c] for c in table.columns}).copy()
     recorded = {r.get("run_id"): r["axes"] for r in runs or () if isinstance(r.get("axes"), dict)}
 
     def axes_of(run_id: Any, variant: Any) -> dict[str, Any]:
