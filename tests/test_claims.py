@@ -731,5 +731,8 @@ def test_an_absolute_margin_larger_than_the_values_warns_and_names_relative() ->
                       "to the values, set relative = true (margin x |mean(a)|)")
     assert one(depth_claim("similar", threshold=0.1, relative=True), df).note == ""
     assert one(depth_claim("greater", threshold=0.0001), df).note == ""
+    failed = board(runs("plain", 20, [0.0, 0.0]), runs("plain", 56, [None, None], statuses=["diverged", "diverged"]))
+    dead = one(depth_claim("greater", threshold=0.01), failed)  # decided by the failures, not by the margin
+    assert dead.verdict == "agrees" and "exceeds the values" not in dead.note
     text = "\n".join(claim_lines(evaluate_claims([depth_claim("similar", threshold=0.01)], df)))
     assert "set relative = true" in text

@@ -702,7 +702,9 @@ def margin_warning(r: Result) -> str:
     near 0.001): every difference of such values is smaller than the margin, so the verdict says little; names the
     relative margin, ``relative = true`` (the margin times ``|mean(a)|``)."""
     c = r.claim
-    scale = max((abs(g.mean) for g in r.groups if math.isfinite(g.mean)), default=math.nan)
+    if not r.groups or not all(math.isfinite(g.mean) for g in r.groups):  # a group without values: failures decide
+        return ""
+    scale = max(abs(g.mean) for g in r.groups)
     if c.kind != "compare" or c.relative or not (math.isfinite(scale) and r.threshold > scale):
         return ""
     return (f"warning: the margin {r.threshold:g} exceeds the values compared (|mean| at most {scale:.3g}): every "
