@@ -11,7 +11,8 @@ import pytest
 import torch
 
 from bench.cli import main
-from bench.runs.tasks import TaskError, TaskOptions, get, pathfinder
+from bench.runs.primary import PRIMARY, primary
+from bench.runs.tasks import TaskError, TaskOptions, get, names, pathfinder
 
 CPU = torch.device("cpu")
 N = 48
@@ -141,3 +142,9 @@ def test_bench_run_refuses_them_before_compute(args: list[str], message: str, tm
     err = capsys.readouterr().err
     assert code == 2 and err.startswith(f"error: {message}") and len(err.strip().splitlines()) == 1, err
     assert not res.exists() and not (tmp_path / "data").exists()
+
+
+def test_every_task_names_its_primary_metric_and_pathfinder_is_scored_by_its_error() -> None:
+    """A task missing from the table would be read by its loss: a classifier's report and compare must read error."""
+    assert set(names()) <= set(PRIMARY), sorted(set(names()) - set(PRIMARY))
+    assert primary("pathfinder").final == "val_error"

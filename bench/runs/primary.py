@@ -33,7 +33,7 @@ ERROR = Primary("val_error", "train_error", "val_error", "validation error (1 âˆ
 # Language modelling (next-token loss) or classification (error); the copy, reverse and recall tasks score each
 # target token right or wrong: classifiers.
 PRIMARY: dict[str, Primary] = {
-    "digits": ERROR, "synthetic": ERROR, "cifar10": ERROR, "cifar100": ERROR, "imagefolder": ERROR,
+    "digits": ERROR, "synthetic": ERROR, "cifar10": ERROR, "cifar100": ERROR, "imagefolder": ERROR, "pathfinder": ERROR,
     "copy": ERROR, "reverse": ERROR, "recall": ERROR,
     "text": LOSS, "tinytext": LOSS, "tokens": LOSS,
 }  # fmt: skip
