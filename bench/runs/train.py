@@ -12,6 +12,7 @@ import contextlib
 import itertools
 import math
 import os
+import sys
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -27,6 +28,7 @@ from bench.runs.scalars import learned_scalars
 from bench.runs.tasks import Task, TaskError, TaskOptions
 from bench.runs.tasks import get as get_task
 from bench.runs.tasks.base import check_fits
+from bench.runs.validate import name_problem
 
 # Which model keywords a task must be able to set, by task kind: a variant that lacks them
 # cannot fit the task's data (e.g. a Transformer on images).
@@ -150,7 +152,9 @@ def setup(cfg: RunConfig) -> Setup:
     if cfg.variant.startswith(variants.registry.TIMM_PREFIX):
         pass
     else:
-        variants.describe(cfg.variant)  # unknown name -> ValueError naming close matches, before loading data
+        family = variants.describe(cfg.variant)["family"]  # unknown name -> ValueError naming close matches
+        if family is not None and (why := name_problem(family)) is not None:  # a plugin's family names rows too
+            raise ValueError(f"family {family!r} of variant {cfg.variant!r} {why}")
     world = _world(cfg)
     device = resolve_device(cfg.device)
     if world is not None:
@@ -188,6 +192,9 @@ def setup(cfg: RunConfig) -> Setup:
     eval_every = cfg.eval_every or max(1, total // 10)
     warmup = cfg.warmup_steps if cfg.warmup_epochs is None else \
         max(1, math.ceil(cfg.warmup_epochs * task.num_train / cfg.global_batch))
+    if warmup > total:
+        print(f"warning: the warm-up of {warmup} steps is longer than the run's {total} steps: the learning rate "
+              "never reaches its peak", file=sys.stderr, flush=True)
     ddp = None
     if world is not None:  # one wrapper for every step of the run: it broadcasts rank 0's weights as it wraps
         ddp = torch.nn.parallel.DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda"
