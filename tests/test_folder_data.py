@@ -15,7 +15,7 @@ from _nets import write
 import bench
 from bench.analysis.studyfile import read_study_file
 from bench.cli import main
-from bench.runs import results
+from bench.runs import measure, results
 from bench.runs.cells import csv_text
 from bench.runs.config import RunConfig
 from bench.runs.results import COLUMNS, ResultsStore
@@ -379,7 +379,20 @@ def test_a_model_larger_than_memory_is_refused_with_its_estimate(tmp_path: Path,
     code, _, err = cli(["run", "--variant", "resnet20", "--steps", "1", "--results-dir", str(tmp_path / "r")], capsys)
     assert code == 2 and not (tmp_path / "r").exists(), err
     assert err.startswith("error: resnet20 with 269,434 parameters (4-byte weights, gradients and two optimiser states "
-                          "each) needs about 0.00401 GiB of memory, more than the 0.000977 GiB this process may")
+                          "each) and 20.3 MiB of activations at --batch-size 128 needs about 0.0239 GiB of memory, "
+                          "more than the 0.000977 GiB this process may")
+
+
+def test_a_batch_whose_activations_exceed_memory_is_refused_with_its_estimate(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """The weights (4.1 MiB) fit in 8 MiB, a batch of 256's activations (counted on the meta device) do not."""
+    monkeypatch.setattr(task_base, "available_memory", lambda: 8 * 2**20)
+    code, _, err = cli(["run", "--variant", "resnet20", "--steps", "1", "--batch-size", "256", "--results-dir",
+                        str(tmp_path / "r")], capsys)
+    assert code == 2 and not (tmp_path / "r").exists(), err
+    assert err.startswith("error: resnet20 with 269,434 parameters (4-byte weights, gradients and two optimiser states "
+                          "each) and 40.6 MiB of activations at --batch-size 256 needs about 0.0437 GiB of memory, "
+                          "more than the 0.00781 GiB this process may allocate")
 
 
 def test_a_warmup_longer_than_the_run_is_warned_of(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -446,3 +459,15 @@ def test_a_sweep_writes_no_study_file_through_a_link(linked: str, tmp_path: Path
                                         "writes its files there only as files of its own, never through a link")
     assert [p.name for p in elsewhere.iterdir()] == ["tiny.toml"] and kept.read_text() == "kept"
     assert not (folder / "runs").exists()
+
+
+def test_a_model_whose_forward_cannot_run_on_meta_is_estimated_without_activations(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    def cannot(*_: object) -> int:
+        raise NotImplementedError("needs real tensors")
+
+    monkeypatch.setattr(task_base, "available_memory", lambda: 2**20)
+    monkeypatch.setattr(measure, "meta_activation_bytes", cannot)
+    code, _, err = cli(["run", "--variant", "resnet20", "--steps", "1", "--results-dir", str(tmp_path / "r")], capsys)
+    assert code == 2 and err.startswith("error: resnet20 with 269,434 parameters (4-byte weights, gradients and two "
+                                        "optimiser states each) needs about 0.00401 GiB of memory")

@@ -147,6 +147,23 @@ def _world(cfg: RunConfig) -> distributed.World | None:
     return world
 
 
+def _meta_footprint(cfg: RunConfig, task: Task, kw: Mapping[str, Any]) -> tuple[int, int]:
+    """The parameters of ``cfg``'s model and the bytes of the op outputs of one forward of a batch
+    (:func:`bench.runs.measure.meta_activation_bytes`), both on the meta device; 0 for what cannot be counted there
+    (a plugin's model that needs real tensors to be built, or to run forward)."""
+    try:
+        with torch.device("meta"):
+            model = variants.create(cfg.variant, **kw)
+    except (RuntimeError, NotImplementedError):
+        return 0, 0
+    params = sum(p.numel() for p in model.parameters())
+    try:
+        x, _ = next(task.train_batches(1, torch.Generator(device=budget.task_device(task)).manual_seed(0)))
+        return params, measure.meta_activation_bytes(model, x.expand(cfg.batch_size, *x.shape[1:]))
+    except Exception:  # any model whose forward cannot run on meta tensors is estimated without its activations
+        return params, 0
+
+
 def setup(cfg: RunConfig) -> Setup:
     """Build task and model; raises ValueError (incl. TaskError) on bad input, before anything is written."""
     if cfg.variant.startswith(variants.registry.TIMM_PREFIX):
@@ -169,13 +186,10 @@ def setup(cfg: RunConfig) -> Setup:
                         f"batch{more}")
     kw = model_kwargs(cfg, task)
     if device.type == "cpu":  # before the weights exist: a model too large for the machine is bad input, not an OOM
-        try:
-            with torch.device("meta"):
-                params = sum(p.numel() for p in variants.create(cfg.variant, **kw).parameters())
-        except (RuntimeError, NotImplementedError):  # a plugin's model that needs real tensors to be built
-            params = 0
-        check_fits(16 * params, f"{cfg.variant} with {params:,} parameters (4-byte weights, gradients and two "
-                                "optimiser states each)")
+        params, acts = _meta_footprint(cfg, task, kw)
+        check_fits(16 * params + acts, f"{cfg.variant} with {params:,} parameters (4-byte weights, gradients and two "
+                                       "optimiser states each)" + (f" and {acts / 2**20:,.1f} MiB of activations at "
+                                                                   f"--batch-size {cfg.batch_size}" if acts else ""))
     model = build_model(cfg, kw).to(device)  # after the count: the model drawn is the same with and without it
     if cfg.channels_last:
         model = model.to(memory_format=torch.channels_last)
