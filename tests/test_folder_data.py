@@ -10,16 +10,18 @@ import os
 from pathlib import Path
 
 import pytest
+import torch
 from _nets import write
 
 import bench
 from bench.analysis.studyfile import read_study_file
 from bench.cli import main
-from bench.runs import measure, results
+from bench.runs import measure, results, train
 from bench.runs.cells import csv_text
 from bench.runs.config import RunConfig
 from bench.runs.results import COLUMNS, ResultsStore
 from bench.runs.tasks import base as task_base
+from bench.runs.tasks import get as get_task
 from bench.sweeps.study import load_study
 
 pytestmark = pytest.mark.usefixtures("clean_plugins")  # tests/conftest.py
@@ -379,8 +381,7 @@ def test_a_model_larger_than_memory_is_refused_with_its_estimate(tmp_path: Path,
     code, _, err = cli(["run", "--variant", "resnet20", "--steps", "1", "--results-dir", str(tmp_path / "r")], capsys)
     assert code == 2 and not (tmp_path / "r").exists(), err
     assert err.startswith("error: resnet20 with 269,434 parameters (4-byte weights, gradients and two optimiser states "
-                          "each) and 20.3 MiB of activations at --batch-size 128 needs about 0.0239 GiB of memory, "
-                          "more than the 0.000977 GiB this process may")
+                          "each) needs about 0.00401 GiB of memory, more than the 0.000977 GiB this process may")
 
 
 def test_a_batch_whose_activations_exceed_memory_is_refused_with_its_estimate(
@@ -406,8 +407,6 @@ def test_a_warmup_longer_than_the_run_is_warned_of(tmp_path: Path, capsys: pytes
 
 def test_a_variant_whose_family_is_not_a_name_is_refused_before_training(tmp_path: Path,
                                                                          capsys: pytest.CaptureFixture[str]) -> None:
-    import torch
-
     import variants
 
     variants.register("odd_family", family="=HYPERLINK(x)", paper="none")(lambda: torch.nn.Linear(64, 10))
@@ -435,10 +434,11 @@ def test_a_recorded_run_is_not_trained_again_without_force(tmp_path: Path, capsy
     run_id = ResultsStore(tmp_path).rows()[0]["run_id"]
     path = tmp_path / "runs" / f"{run_id}.json"
     before = path.read_text()
+    status = ResultsStore(tmp_path).rows()[0]["status"]
     code, _, err = cli(argv, capsys)
     assert code == 0 and path.read_text() == before
-    assert err == (f"{run_id} is already recorded in {path} (status ok): not trained again; give --force to train it "
-                   "again and replace it\n")
+    assert err == (f"{run_id} is already recorded in {path} (status {status}): not trained again; give --force to "
+                   "train it again and replace it\n")
     code, _, err = cli([*argv, "--force"], capsys)
     assert code == 0 and "already recorded" not in err and path.read_text() != before
 
@@ -462,12 +462,13 @@ def test_a_sweep_writes_no_study_file_through_a_link(linked: str, tmp_path: Path
 
 
 def test_a_model_whose_forward_cannot_run_on_meta_is_estimated_without_activations(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+        monkeypatch: pytest.MonkeyPatch) -> None:
     def cannot(*_: object) -> int:
         raise NotImplementedError("needs real tensors")
 
-    monkeypatch.setattr(task_base, "available_memory", lambda: 2**20)
+    cfg = RunConfig(variant="resnet20", steps=1)
+    task = get_task(cfg.task, device=torch.device("cpu"), seed=0, options=train.task_options(cfg))
+    kw = train.model_kwargs(cfg, task)
+    assert train._meta_footprint(cfg, task, kw) == (269434, 21309824)  # 20.3 MiB at --batch-size 128
     monkeypatch.setattr(measure, "meta_activation_bytes", cannot)
-    code, _, err = cli(["run", "--variant", "resnet20", "--steps", "1", "--results-dir", str(tmp_path / "r")], capsys)
-    assert code == 2 and err.startswith("error: resnet20 with 269,434 parameters (4-byte weights, gradients and two "
-                                        "optimiser states each) needs about 0.00401 GiB of memory")
+    assert train._meta_footprint(cfg, task, kw) == (269434, 0)

@@ -157,6 +157,8 @@ def _meta_footprint(cfg: RunConfig, task: Task, kw: Mapping[str, Any]) -> tuple[
     except (RuntimeError, NotImplementedError):
         return 0, 0
     params = sum(p.numel() for p in model.parameters())
+    check_fits(16 * params, f"{cfg.variant} with {params:,} parameters (4-byte weights, gradients and two optimiser "
+                            "states each)")  # before the forward, which takes minutes for a model that large
     try:
         x, _ = next(task.train_batches(1, torch.Generator(device=budget.task_device(task)).manual_seed(0)))
         return params, measure.meta_activation_bytes(model, x.expand(cfg.batch_size, *x.shape[1:]))
