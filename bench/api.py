@@ -35,7 +35,7 @@ from bench.analysis.comparison import compare_table
 from bench.analysis.multiplier import ScalingFit, check_metric, fit_ladders, floor_of, ladders_from
 from bench.analysis.scaling import BOOTSTRAP
 from bench.analysis.stats import aggregate, by_configuration, headline_metrics, primary_metrics, with_derived
-from bench.analysis.studyfile import PLUGIN_ORIGIN, manifest_path, record_plugins, study_plugins
+from bench.analysis.studyfile import PLUGIN_ORIGIN, link_in, manifest_path, record_plugins, study_plugins
 from bench.reports.analysis_step import for_study
 from bench.reports.plotdata import curves_frame, load_frames, probes_frame
 from bench.reports.report import write_report
@@ -130,14 +130,15 @@ def _log_to(trackers: Sequence[Tracker], results_dir: str | Path) -> Any:
 
 def run(variant: str | None = None, *, results_dir: str | Path = DEFAULT_RESULTS, progress: bool = False,
         tracker: str | Sequence[str] = (), tracker_uri: str | Sequence[str] = (), cfg: RunConfig | None = None,
-        **fields: Any) -> Run:
+        force: bool = False, **fields: Any) -> Run:
     """Train ``variant`` once with ``fields`` (RunConfig's; or a ready ``cfg``), record its row and JSON in
     ``results_dir``, return the :class:`Run` — ``python -m bench run``. A failed run (diverged, OOM, error) is
     recorded and returned with its ``status``; bad input raises ValueError before anything is written.
-    ``tracker`` ("tensorboard", "mlflow" or both) also logs the run there (:mod:`bench.reports.trackers`)."""
+    ``tracker`` ("tensorboard", "mlflow" or both) also logs the run there (:mod:`bench.reports.trackers`). A run
+    already recorded in ``results_dir`` is returned as recorded, not trained again, unless ``force``."""
     cfg = cfg if cfg is not None else config(variant, **fields)
     trackers = make_trackers(tracker, tracker_uri, results_dir)
-    stored = execute(cfg, results_dir, progress=progress)
+    stored = execute(cfg, results_dir, progress=progress, force=force)
     world = distributed.current()
     if world is None or world.main:  # the rank that wrote the run logs it
         _log_to(trackers, results_dir)(stored)
@@ -249,6 +250,7 @@ def _keep_study_file(spec: Study, root: Path) -> None:
     folder imports none of them unless the user trusts them, and then only that code."""
     assert spec.path is not None
     stored = root / "studies" / f"{file_name(spec.name, 'study name')}.toml"
+    _refuse_writing_through_link(stored)
     text = spec.path.read_text(encoding="utf-8")
     kept = keep_previous_study(stored, text)
     if kept is not None:
@@ -262,6 +264,7 @@ def _keep_study_file(spec: Study, root: Path) -> None:
         if source.suffix == ".py" and source.is_file() and source.is_relative_to(here):
             relative = source.relative_to(here)
             target = root / "studies" / Path(*(file_name(part, "plugin file") for part in relative.parts))
+            _refuse_writing_through_link(target, len(relative.parts) + 1)
             if target.resolve() != source:
                 target.parent.mkdir(parents=True, exist_ok=True)
                 shutil.copyfile(source, target)
@@ -269,6 +272,16 @@ def _keep_study_file(spec: Study, root: Path) -> None:
     modules = [p for p in spec.plugins if not (p.endswith(".py") or "/" in p)]
     if spec.plugins:
         atomic_write_text(manifest_path(stored), json.dumps(record_plugins(files, modules), indent=1) + "\n")
+
+
+def _refuse_writing_through_link(path: Path, levels: int = 2) -> None:
+    """ValueError naming the symbolic link among ``path`` and its folders up to ``studies/`` (``levels`` of them), if
+    any: a sweep writes no file of a results folder through a link, which could lead anywhere."""
+    link = link_in(path, levels)
+    if link is not None:
+        raise ValueError(f"{link} is a symbolic link inside results folder {path.parents[levels - 2].parent}: a sweep "
+                         f"writes its files there only as files of its own, never through a link (it could lead "
+                         "anywhere); replace it with the folder or file itself")
 
 
 def keep_previous_study(stored: Path, text: str) -> Path | None:

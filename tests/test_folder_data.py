@@ -10,16 +10,18 @@ import os
 from pathlib import Path
 
 import pytest
+import torch
 from _nets import write
 
 import bench
 from bench.analysis.studyfile import read_study_file
 from bench.cli import main
-from bench.runs import results
+from bench.runs import measure, results, train
 from bench.runs.cells import csv_text
 from bench.runs.config import RunConfig
 from bench.runs.results import COLUMNS, ResultsStore
 from bench.runs.tasks import base as task_base
+from bench.runs.tasks import get as get_task
 from bench.sweeps.study import load_study
 
 pytestmark = pytest.mark.usefixtures("clean_plugins")  # tests/conftest.py
@@ -291,15 +293,15 @@ def test_cells_a_spreadsheet_would_run_are_written_quoted_and_read_back_unchange
     store = ResultsStore(tmp_path)
     cells = ['=HYPERLINK("http://x","y")', "+1+1", "-2+3", "@SUM(A1)", "\tx", "\rx", "'=already", "plain", "it's"]
     for seed, cell in enumerate(cells):
-        add(store, seed, family=cell, error=cell, variant="+1+1")
+        add(store, seed, family="+1+1", error=cell, variant="+1+1")
     text = store.leaderboard.read_text()
     assert ',"\'=HYPERLINK(""http://x"",""y"")",' in text and ",'+1+1," in text and ",'-2+3," in text
     assert ",'@SUM(A1)," in text and "''=already" in text and ",plain," in text and ",it's," in text
     assert ",=" not in text and ",+" not in text and ",@" not in text  # no cell starts a formula
     rows = store.rows()
-    assert [r["family"] for r in rows] == cells and [r["error"] for r in rows] == cells
-    assert {r["variant"] for r in rows} == {"+1+1"}
-    assert list(store.load_leaderboard()["family"]) == cells
+    assert [r["error"] for r in rows] == cells
+    assert {r["variant"] for r in rows} == {r["family"] for r in rows} == {"+1+1"}
+    assert list(store.load_leaderboard()["error"]) == cells
 
 
 def test_a_leaderboard_a_spreadsheet_saved_is_read(tmp_path: Path) -> None:
@@ -380,3 +382,93 @@ def test_a_model_larger_than_memory_is_refused_with_its_estimate(tmp_path: Path,
     assert code == 2 and not (tmp_path / "r").exists(), err
     assert err.startswith("error: resnet20 with 269,434 parameters (4-byte weights, gradients and two optimiser states "
                           "each) needs about 0.00401 GiB of memory, more than the 0.000977 GiB this process may")
+
+
+def test_a_batch_whose_activations_exceed_memory_is_refused_with_its_estimate(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """The weights (4.1 MiB) fit in 8 MiB, a batch of 256's activations (counted on the meta device) do not."""
+    monkeypatch.setattr(task_base, "available_memory", lambda: 8 * 2**20)
+    code, _, err = cli(["run", "--variant", "resnet20", "--steps", "1", "--batch-size", "256", "--results-dir",
+                        str(tmp_path / "r")], capsys)
+    assert code == 2 and not (tmp_path / "r").exists(), err
+    assert err.startswith("error: resnet20 with 269,434 parameters (4-byte weights, gradients and two optimiser states "
+                          "each) and 40.6 MiB of activations at --batch-size 256 needs about 0.0437 GiB of memory, "
+                          "more than the 0.00781 GiB this process may allocate")
+
+
+def test_a_warmup_longer_than_the_run_is_warned_of(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """--warmup-steps 1000000000 --steps 5 once trained as if nothing were odd."""
+    code, _, err = cli(["run", "--variant", "plain_mlp", "--task", "digits", "--steps", "2", "--warmup-steps", "5",
+                        "--batch-size", "8", "--measure", "--quiet", "--results-dir", str(tmp_path)], capsys)
+    assert code == 0
+    assert "warning: the warm-up of 5 steps is longer than the run's 2 steps: the learning rate never reaches its " \
+           "peak" in err
+
+
+def test_a_variant_whose_family_is_not_a_name_is_refused_before_training(tmp_path: Path,
+                                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    import variants
+
+    variants.register("odd_family", family="=HYPERLINK(x)", paper="none")(lambda: torch.nn.Linear(64, 10))
+    try:
+        code, _, err = cli(["run", "--variant", "odd_family", "--task", "digits", "--steps", "1", "--results-dir",
+                            str(tmp_path / "r")], capsys)
+    finally:
+        variants.unregister("odd_family")
+    assert code == 2 and not (tmp_path / "r").exists(), err
+    assert err.startswith("error: family '=HYPERLINK(x)' of variant 'odd_family' ")
+
+
+def test_a_row_whose_family_is_not_a_name_is_a_damaged_line(tmp_path: Path) -> None:
+    store = ResultsStore(tmp_path)
+    add(store, 0, family="fam")
+    store.leaderboard.write_text(store.leaderboard.read_text().replace(",fam,", ",a;b,"))
+    with pytest.raises(ValueError, match=r"line 2 is damaged \(family 'a;b' holds "):
+        store.rows()
+
+
+def test_a_recorded_run_is_not_trained_again_without_force(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["run", "--variant", "plain_mlp", "--task", "digits", "--steps", "1", "--batch-size", "8", "--measure",
+            "--quiet", "--results-dir", str(tmp_path)]
+    assert cli(argv, capsys)[0] == 0
+    run_id = ResultsStore(tmp_path).rows()[0]["run_id"]
+    path = tmp_path / "runs" / f"{run_id}.json"
+    before = path.read_text()
+    status = ResultsStore(tmp_path).rows()[0]["status"]
+    code, _, err = cli(argv, capsys)
+    assert code == 0 and path.read_text() == before
+    assert err == (f"{run_id} is already recorded in {path} (status {status}): not trained again; give --force to "
+                   "train it again and replace it\n")
+    code, _, err = cli([*argv, "--force"], capsys)
+    assert code == 0 and "already recorded" not in err and path.read_text() != before
+
+
+@pytest.mark.parametrize("linked", ["file", "folder"])
+def test_a_sweep_writes_no_study_file_through_a_link(linked: str, tmp_path: Path,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    study, folder, elsewhere = write(tmp_path / "tiny.toml", TINY), tmp_path / "r", tmp_path / "elsewhere"
+    (folder / "studies").mkdir(parents=True)
+    kept = write(elsewhere / "tiny.toml", "kept")
+    link = folder / "studies" / "tiny.toml"
+    if linked == "folder":
+        (folder / "studies").rmdir()
+        link = folder / "studies"
+    link.symlink_to(kept if linked == "file" else elsewhere, linked == "folder")
+    code, _, err = cli(["sweep", str(study), "--results-dir", str(folder)], capsys)
+    assert code == 2 and err.startswith(f"error: {link} is a symbolic link inside results folder {folder}: a sweep "
+                                        "writes its files there only as files of its own, never through a link")
+    assert [p.name for p in elsewhere.iterdir()] == ["tiny.toml"] and kept.read_text() == "kept"
+    assert not (folder / "runs").exists()
+
+
+def test_a_model_whose_forward_cannot_run_on_meta_is_estimated_without_activations(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    def cannot(*_: object) -> int:
+        raise NotImplementedError("needs real tensors")
+
+    cfg = RunConfig(variant="resnet20", steps=1)
+    task = get_task(cfg.task, device=torch.device("cpu"), seed=0, options=train.task_options(cfg))
+    kw = train.model_kwargs(cfg, task)
+    assert train._meta_footprint(cfg, task, kw) == (269434, 21309824)  # 20.3 MiB at --batch-size 128
+    monkeypatch.setattr(measure, "meta_activation_bytes", cannot)
+    assert train._meta_footprint(cfg, task, kw) == (269434, 0)

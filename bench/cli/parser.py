@@ -149,6 +149,8 @@ def _run(sub: Sub) -> None:
     _results(q)
     q.add_argument("--quiet", action="store_true",
                    help="no progress (a bar on a terminal, else a line every 30 s) and no summary")
+    q.add_argument("--force", action="store_true",
+                   help="train a run already recorded in runs/<run_id>.json again and replace it (default: show it)")
     _trackers(q)
     _handler(q, "runs:cmd_run")
 

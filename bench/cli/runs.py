@@ -71,7 +71,7 @@ def cmd_merge(ns: argparse.Namespace) -> int:
 def cmd_run(ns: argparse.Namespace) -> int:
     cfg = config_from_args(ns)
     result = api.run(cfg=cfg, results_dir=ns.results_dir, progress=not ns.quiet, tracker=ns.tracker or [],
-                     tracker_uri=ns.tracker_uri or [])
+                     tracker_uri=ns.tracker_uri or [], force=ns.force)
     if not ns.quiet:
         print(summary(dict(result.record), ns.results_dir))
     return 0

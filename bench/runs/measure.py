@@ -29,6 +29,8 @@ from typing import Any
 
 import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves
 from torch.utils.flop_counter import FlopCounterMode
 
 # Dense (no sparsity) peak FLOP/s from the vendors' datasheets, by device-name substring and
@@ -168,6 +170,32 @@ def meta_step_flops(build: Callable[[], torch.nn.Module], x: torch.Tensor, y: to
         model = build()
         xm, ym = torch.empty(x.shape, dtype=x.dtype), torch.empty(y.shape, dtype=y.dtype)
         return count_step_flops(lambda: loss(model(xm), ym), torch.device("cpu"))
+
+
+class _OutputBytes(TorchDispatchMode):
+    """Counts the bytes of every tensor an op returns, views and in-place results left out (they hold no memory of
+    their own)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.total = 0
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        out = func(*args, **(kwargs or {}))
+        aliases = func.overloadpacket is torch.ops.aten._unsafe_view or \
+            any(r.alias_info is not None for r in func._schema.returns)  # a view, declared or not, or in place
+        if not aliases:
+            self.total += sum(t.numel() * t.element_size() for t in tree_leaves(out) if isinstance(t, torch.Tensor))
+        return out
+
+
+def meta_activation_bytes(model: torch.nn.Module, x: torch.Tensor) -> int:
+    """The bytes of every op output of one forward of ``model`` (built on the meta device) on a batch of ``x``'s
+    shape and dtype, counted on the meta device (shapes only, nothing allocated): about what a training step keeps
+    for its backward. Raises what the model raises where its forward cannot run on the meta device."""
+    with torch.device("meta"), _OutputBytes() as counted:
+        model(torch.empty(x.shape, dtype=x.dtype))
+    return counted.total
 
 
 def count_flops(forward: Callable[[], torch.Tensor], device: torch.device) -> tuple[int, int]:

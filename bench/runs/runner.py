@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import math
+import sys
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -62,11 +63,18 @@ def one_line(text: str, limit: int = 500) -> str:
     return " ".join(text.split())[:limit]
 
 
-def execute(cfg: RunConfig, results_dir: str | Path, progress: bool = False) -> dict[str, Any]:
+def execute(cfg: RunConfig, results_dir: str | Path, progress: bool = False, force: bool = False) -> dict[str, Any]:
     """Set up (bad input raises ValueError, nothing written), measure, train, write one row; return the run JSON
-    as stored (under torchrun, every rank returns its run JSON and rank 0 alone writes it)."""
+    as stored (under torchrun, every rank returns its run JSON and rank 0 alone writes it). A run already recorded
+    in ``runs/<run_id>.json`` is returned as recorded, saying so, and trained again only with ``force``."""
     store = ResultsStore(results_dir)
     store.preflight()  # an unusable results dir or a damaged leaderboard is bad input too: refuse before training
+    if not force and store.run_path(cfg.run_id).exists():  # a recorded run is data: never retrained over silently
+        recorded = store.load_run(cfg.run_id)
+        print(f"{cfg.run_id} is already recorded in {store.run_path(cfg.run_id)} (status "
+              f"{recorded['row'].get('status')}): not trained again; give --force to train it again and replace it",
+              file=sys.stderr, flush=True)
+        return recorded
     world = distributed.current()
     if world is None:
         return record(store, run_config(cfg, progress=progress, results_dir=store.root))

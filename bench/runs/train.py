@@ -12,6 +12,7 @@ import contextlib
 import itertools
 import math
 import os
+import sys
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -27,6 +28,7 @@ from bench.runs.scalars import learned_scalars
 from bench.runs.tasks import Task, TaskError, TaskOptions
 from bench.runs.tasks import get as get_task
 from bench.runs.tasks.base import check_fits
+from bench.runs.validate import name_problem
 
 # Which model keywords a task must be able to set, by task kind: a variant that lacks them
 # cannot fit the task's data (e.g. a Transformer on images).
@@ -145,12 +147,33 @@ def _world(cfg: RunConfig) -> distributed.World | None:
     return world
 
 
+def _meta_footprint(cfg: RunConfig, task: Task, kw: Mapping[str, Any]) -> tuple[int, int]:
+    """The parameters of ``cfg``'s model and the bytes of the op outputs of one forward of a batch
+    (:func:`bench.runs.measure.meta_activation_bytes`), both on the meta device; 0 for what cannot be counted there
+    (a plugin's model that needs real tensors to be built, or to run forward)."""
+    try:
+        with torch.device("meta"):
+            model = variants.create(cfg.variant, **kw)
+    except (RuntimeError, NotImplementedError):
+        return 0, 0
+    params = sum(p.numel() for p in model.parameters())
+    check_fits(16 * params, f"{cfg.variant} with {params:,} parameters (4-byte weights, gradients and two optimiser "
+                            "states each)")  # before the forward, which takes minutes for a model that large
+    try:
+        x, _ = next(task.train_batches(1, torch.Generator(device=budget.task_device(task)).manual_seed(0)))
+        return params, measure.meta_activation_bytes(model, x.expand(cfg.batch_size, *x.shape[1:]))
+    except Exception:  # any model whose forward cannot run on meta tensors is estimated without its activations
+        return params, 0
+
+
 def setup(cfg: RunConfig) -> Setup:
     """Build task and model; raises ValueError (incl. TaskError) on bad input, before anything is written."""
     if cfg.variant.startswith(variants.registry.TIMM_PREFIX):
         pass
     else:
-        variants.describe(cfg.variant)  # unknown name -> ValueError naming close matches, before loading data
+        family = variants.describe(cfg.variant)["family"]  # unknown name -> ValueError naming close matches
+        if family is not None and (why := name_problem(family)) is not None:  # a plugin's family names rows too
+            raise ValueError(f"family {family!r} of variant {cfg.variant!r} {why}")
     world = _world(cfg)
     device = resolve_device(cfg.device)
     if world is not None:
@@ -165,13 +188,10 @@ def setup(cfg: RunConfig) -> Setup:
                         f"batch{more}")
     kw = model_kwargs(cfg, task)
     if device.type == "cpu":  # before the weights exist: a model too large for the machine is bad input, not an OOM
-        try:
-            with torch.device("meta"):
-                params = sum(p.numel() for p in variants.create(cfg.variant, **kw).parameters())
-        except (RuntimeError, NotImplementedError):  # a plugin's model that needs real tensors to be built
-            params = 0
-        check_fits(16 * params, f"{cfg.variant} with {params:,} parameters (4-byte weights, gradients and two "
-                                "optimiser states each)")
+        params, acts = _meta_footprint(cfg, task, kw)
+        check_fits(16 * params + acts, f"{cfg.variant} with {params:,} parameters (4-byte weights, gradients and two "
+                                       "optimiser states each)" + (f" and {acts / 2**20:,.1f} MiB of activations at "
+                                                                   f"--batch-size {cfg.batch_size}" if acts else ""))
     model = build_model(cfg, kw).to(device)  # after the count: the model drawn is the same with and without it
     if cfg.channels_last:
         model = model.to(memory_format=torch.channels_last)
@@ -188,6 +208,9 @@ def setup(cfg: RunConfig) -> Setup:
     eval_every = cfg.eval_every or max(1, total // 10)
     warmup = cfg.warmup_steps if cfg.warmup_epochs is None else \
         max(1, math.ceil(cfg.warmup_epochs * task.num_train / cfg.global_batch))
+    if warmup > total:
+        print(f"warning: the warm-up of {warmup} steps is longer than the run's {total} steps: the learning rate "
+              "never reaches its peak", file=sys.stderr, flush=True)
     ddp = None
     if world is not None:  # one wrapper for every step of the run: it broadcasts rank 0's weights as it wraps
         ddp = torch.nn.parallel.DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda"

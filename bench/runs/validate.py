@@ -4,9 +4,8 @@ A results folder travels between machines and people, so what it holds is checke
 was checked when it was written:
 
 - :func:`row_problem`, the hard rule of a leaderboard line: its ``run_id`` names the file of its run JSON and its
-  ``study`` and ``variant`` are names (:func:`name_problem`), so that no name in a row becomes a path or an option
-  anywhere it is used (a family is a label: escaped where it is shown, as any text is). A line failing it is damaged
-  (refused naming the line).
+  ``study``, ``variant`` and ``family`` are names (:func:`name_problem`), so that no name in a row becomes a path or
+  an option anywhere it is used. A line failing it is damaged (refused naming the line).
 - :func:`value_problem`, the soft rule: a status resbench writes, finite numbers, accuracies in [0, 1], no negative
   count, time or loss, and the configuration's columns in their ranges (:data:`bench.runs.constraints.CONSTRAINTS`).
   A row failing it is left out of statistics with a warning naming its line and field: it is a number nobody can
@@ -29,7 +28,7 @@ from bench.runs.constraints import CONSTRAINTS
 from bench.runs.names import problem
 from bench.runs.schema import INTEGER_COLUMNS, NUMBER_COLUMNS, STATUSES
 
-NAME_COLUMNS = ("run_id", "study", "variant")  # the names a row carries that name files and runs
+NAME_COLUMNS = ("run_id", "study", "variant", "family")  # the names a row carries that name files and runs
 FRACTION_COLUMNS = ("final_train_acc", "final_val_acc", "best_val_acc", "target_acc", "input_bound_fraction")
 # The leaderboard columns that are configuration fields: checked against the constraint each field has.
 CONFIG_COLUMNS = ("depth", "seed", "steps", "batch_size", "grad_accum", "lr", "warmup_steps", "world_size", "threads",
@@ -54,7 +53,7 @@ def name_problem(name: object) -> str | None:
 
 def row_problem(row: Mapping[str, Any]) -> str | None:
     """What makes ``row`` (text cells, or values as a run records them) unusable as a leaderboard line: a run id that
-    cannot name its file, a study or variant that is not a name. None when nothing does."""
+    cannot name its file, a study, variant or family that is not a name. None when nothing does."""
     for column in NAME_COLUMNS:
         value = row.get(column)
         if column != "run_id" and value in (None, ""):
