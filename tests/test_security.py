@@ -223,8 +223,8 @@ IMG = '"><img src=x onerror=alert(2)>'
 
 def test_a_report_with_script_payloads_holds_no_raw_tag(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     store = ResultsStore(tmp_path)
-    for seed in range(3):  # a variant's name is a checked name; a family is a label, shown as text
-        add(store, "resnet", seed, "xss", device_name=IMG, family=SCRIPT)
+    for seed in range(3):  # a variant's and a family's names are checked names; a device's name is shown as text
+        add(store, "resnet", seed, "xss", device_name=SCRIPT)
         add(store, "resnet8", seed, "xss", device_name=IMG, final_train_acc=0.5)
     write(tmp_path / "studies" / "xss.toml", f"""
         name = "xss"
@@ -233,9 +233,9 @@ def test_a_report_with_script_payloads_holds_no_raw_tag(tmp_path: Path, capsys: 
         paper = '{IMG}'
         text = "{SCRIPT}"
         metric = "final_train_acc"
-        compare = "family"
+        compare = "device_name"
         a = "{SCRIPT}"
-        b = "resnet"
+        b = '{IMG}'
         expect = "greater"
     """)
     code, _, err = cli(["report", "--results-dir", str(tmp_path), "--study", "xss"], capsys)
