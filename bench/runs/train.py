@@ -157,8 +157,7 @@ def _meta_footprint(cfg: RunConfig, task: Task, kw: Mapping[str, Any]) -> tuple[
     except (RuntimeError, NotImplementedError):
         return 0, 0
     params = sum(p.numel() for p in model.parameters())
-    check_fits(16 * params, f"{cfg.variant} with {params:,} parameters (4-byte weights, gradients and two optimiser "
-                            "states each)")  # before the forward, which takes minutes for a model that large
+    check_fits(16 * params, _footprint(cfg, params, 0))  # before the forward: minutes for a model that large
     try:
         x, _ = next(task.train_batches(1, torch.Generator(device=budget.task_device(task)).manual_seed(0)))
         return params, measure.meta_activation_bytes(model, x.expand(cfg.batch_size, *x.shape[1:]))
@@ -166,11 +165,15 @@ def _meta_footprint(cfg: RunConfig, task: Task, kw: Mapping[str, Any]) -> tuple[
         return params, 0
 
 
+def _footprint(cfg: RunConfig, params: int, acts: int) -> str:
+    """What :func:`check_fits` names when a run's model does not fit the machine."""
+    return (f"{cfg.variant} with {params:,} parameters (4-byte weights, gradients and two optimiser states each)"
+            + (f" and {acts / 2**20:,.1f} MiB of activations at --batch-size {cfg.batch_size}" if acts else ""))
+
+
 def setup(cfg: RunConfig) -> Setup:
     """Build task and model; raises ValueError (incl. TaskError) on bad input, before anything is written."""
-    if cfg.variant.startswith(variants.registry.TIMM_PREFIX):
-        pass
-    else:
+    if not cfg.variant.startswith(variants.registry.TIMM_PREFIX):
         family = variants.describe(cfg.variant)["family"]  # unknown name -> ValueError naming close matches
         if family is not None and (why := name_problem(family)) is not None:  # a plugin's family names rows too
             raise ValueError(f"family {family!r} of variant {cfg.variant!r} {why}")
@@ -189,9 +192,7 @@ def setup(cfg: RunConfig) -> Setup:
     kw = model_kwargs(cfg, task)
     if device.type == "cpu":  # before the weights exist: a model too large for the machine is bad input, not an OOM
         params, acts = _meta_footprint(cfg, task, kw)
-        check_fits(16 * params + acts, f"{cfg.variant} with {params:,} parameters (4-byte weights, gradients and two "
-                                       "optimiser states each)" + (f" and {acts / 2**20:,.1f} MiB of activations at "
-                                                                   f"--batch-size {cfg.batch_size}" if acts else ""))
+        check_fits(16 * params + acts, _footprint(cfg, params, acts))
     model = build_model(cfg, kw).to(device)  # after the count: the model drawn is the same with and without it
     if cfg.channels_last:
         model = model.to(memory_format=torch.channels_last)
