@@ -33,6 +33,7 @@ import pandas as pd
 
 from bench.analysis.comparison import compare_table
 from bench.analysis.multiplier import ScalingFit, check_metric, fit_ladders, floor_of, ladders_from
+from bench.analysis.multiplier_columns import with_multipliers
 from bench.analysis.scaling import BOOTSTRAP
 from bench.analysis.stats import aggregate, by_configuration, headline_metrics, primary_metrics, with_derived
 from bench.analysis.studyfile import PLUGIN_ORIGIN, link_in, manifest_path, record_plugins, study_plugins
@@ -343,9 +344,14 @@ def track(results_dir: str | Path = DEFAULT_RESULTS, *, tracker: str | Sequence[
 def compare(results: Results, baseline: str, metrics: Sequence[str] | None = None) -> pd.DataFrame:
     """Every configuration of ``results`` against the matching configuration of ``baseline`` — ``bench compare``:
     mean, CI and n per metric (default: each task's primary metric), the difference and its 95% CI (paired by seed
-    where the runs pair, else Welch's; column ``test``), p and Holm's correction over the table."""
+    where the runs pair, else Welch's; column ``test``), p and Holm's correction over the table. Where the runs are
+    a scaling ladder (a compute budget per size), each design's row of the fitted loss gains its compute multiplier
+    and steps-to-target ratio with their intervals (:mod:`bench.analysis.multiplier_columns`; ``.attrs`` says what
+    they are, or why they are missing)."""
     board = with_derived(results.runs.drop(columns=["config"], errors="ignore"))
-    return compare_table(board, results.records, baseline, list(metrics or primary_metrics(board)))
+    chosen = list(metrics or primary_metrics(board))
+    return with_multipliers(compare_table(board, results.records, baseline, chosen), board, results.records,
+                            baseline, chosen)
 
 
 def scaling_fit(results: Results, baseline: str, metric: str = "final_val_loss", *, fix_floor: bool = True,

@@ -75,7 +75,9 @@ def compare_table(
     ignore: Sequence[str] = (),
 ) -> pd.DataFrame:
     """The comparison table (module docstring): columns ``*by, metric, n, mean, ci, diff, diff_lo, diff_hi, test,
-    pairs, n_base, p, p_exact, p_holm`` (the difference's columns empty on the baseline's rows).
+    pairs, n_base, p, p_exact, p_holm`` (the difference's columns empty on the baseline's rows), then
+    ``config_hash`` where the runs have one (which runs a row pools: :mod:`bench.analysis.multiplier_columns` joins
+    on it).
 
     ``ignore``: configuration fields a row and its baseline may differ in (``study`` and ``preset``, when the
     baseline's runs come from another study of the results directory). ValueError when ``baseline`` has no run in
@@ -126,7 +128,8 @@ def compare_table(
     table["p_holm"] = holm(table["p"].to_numpy(dtype=float))
     if per_machine:  # which machine a figure came from; a convergence metric's are all of them
         table[MACHINE_KEY] = table[MACHINE_KEY].astype(object).where(table[MACHINE_KEY].notna(), "all")
-    return table[[*by, *([MACHINE_KEY] if per_machine else []), *COLUMNS]].reset_index(drop=True)
+    key = [CONFIG_KEY] if CONFIG_KEY in table.columns and CONFIG_KEY not in by else []  # a row's runs, for a join
+    return table[[*by, *([MACHINE_KEY] if per_machine else []), *COLUMNS, *key]].reset_index(drop=True)
 
 
 def _same(a: Any, b: Any) -> bool:

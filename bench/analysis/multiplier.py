@@ -43,6 +43,7 @@ class Ladder:
     compute: np.ndarray  # (sizes,) FLOPs
     loss: np.ndarray  # (sizes, seeds)
     steps_to_target: np.ndarray  # (sizes, seeds)
+    keys: tuple[str, ...] = ()  # per size its key (:func:`size_keys`), where the ladder was read from runs
 
 
 @dataclass(frozen=True)
@@ -200,5 +201,5 @@ def ladders_from(board: pd.DataFrame, records: Sequence[Mapping[str, Any]], metr
                 loss[i, seeds.index(int(r["seed"]))] = r["_loss"]
                 steps[i, seeds.index(int(r["seed"]))] = r["_steps"]
         compute = np.array([g.loc[g["_size"] == s, "_compute"].mean() for s in sizes])
-        out[str(design)] = Ladder(str(design), tuple(labels[s] for s in sizes), compute, loss, steps)
+        out[str(design)] = Ladder(str(design), tuple(labels[s] for s in sizes), compute, loss, steps, tuple(sizes))
     return out

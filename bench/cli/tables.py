@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import argparse
 import math
+import sys
 from typing import Any
 
 import pandas as pd
 
 from bench.analysis.comparison import compare_table
+from bench.analysis.multiplier_columns import NOTE as MULTIPLIER_NOTE
+from bench.analysis.multiplier_columns import with_multipliers
 from bench.analysis.stats import aggregate, by_configuration, headline_metrics, primary_metrics, with_derived
 from bench.reports.markdown import MISSING, render_comparison
 from bench.runs.reading import read_heads
@@ -97,7 +100,10 @@ def cmd_compare(ns: argparse.Namespace) -> int:
     df = with_derived(df.reset_index(drop=True))
     if df.empty:
         raise ValueError(f"no runs to compare in {ns.results_dir}{' after --where' if ns.where else ''}")
-    table = compare_table(df, runs, ns.baseline, ns.metrics or primary_metrics(df),
-                          ignore=("study", "preset") if pairs_across else ())
+    metrics = ns.metrics or primary_metrics(df)
+    table = compare_table(df, runs, ns.baseline, metrics, ignore=("study", "preset") if pairs_across else ())
+    table = with_multipliers(table, df, runs, ns.baseline, metrics)  # a scaling ladder's columns, else unchanged
     print(render_comparison(table, ns.format), end="" if ns.format == "csv" else "\n")
+    if ns.format != "markdown" and MULTIPLIER_NOTE in table.attrs:  # the markdown has it under the table
+        print(table.attrs[MULTIPLIER_NOTE], file=sys.stderr)
     return 0

@@ -19,6 +19,8 @@ import pandas as pd
 
 from bench.analysis.claims import Group, Result, describe
 from bench.analysis.comparison import COLUMNS as COMPARISON_COLUMNS
+from bench.analysis.multiplier_columns import COLUMNS as MULTIPLIER_COLUMNS
+from bench.analysis.multiplier_columns import NOTE as MULTIPLIER_NOTE
 from bench.analysis.sequential import Looks
 from bench.analysis.stats import CONFIG_KEY, EQUAL, EXACT, PAIRED
 
@@ -149,7 +151,7 @@ def render_comparison(table: pd.DataFrame, fmt: str = "markdown") -> str:
         raise ValueError(f"format must be one of {FORMATS}, got {fmt!r}")
     if fmt == "csv":
         return table.to_csv(index=False)
-    keys = [*(c for c in table.columns if c not in (*COMPARISON_COLUMNS, CONFIG_KEY)), "metric"]
+    keys = [*(c for c in table.columns if c not in (*COMPARISON_COLUMNS, *MULTIPLIER_COLUMNS, CONFIG_KEY)), "metric"]
     shown = table[keys].astype(object).where(table[keys].notna(), MISSING)
     shown = shown.assign(
         **{
@@ -165,9 +167,30 @@ def render_comparison(table: pd.DataFrame, fmt: str = "markdown") -> str:
                               zip(table["mean"], table["ci"], table["n"], strict=True)],
         }
     )
+    if "multiplier" in table.columns:  # a scaling ladder's rows (bench.analysis.multiplier_columns)
+        shown = shown.assign(**{
+            "compute multiplier [95% CI]": [interval_cell(*v) for v in
+                                            zip(table["multiplier"], table["multiplier_lo"], table["multiplier_hi"],
+                                                strict=True)],
+            "steps-to-target ratio [95% CI]": [interval_cell(*v) for v in zip(
+                table["steps_ratio"], table["steps_ratio_lo"], table["steps_ratio_hi"], strict=True)]})
     if fmt == "latex":
         return shown.to_latex(index=False)
-    return markdown_table(list(shown.columns), shown.to_numpy().tolist())
+    note = table.attrs.get(MULTIPLIER_NOTE)
+    return markdown_table(list(shown.columns), shown.to_numpy().tolist()) + (f"\n\n{md(note)}" if note else "")
+
+
+def interval_cell(value: float, lo: float, hi: float, digits: int = 3) -> str:
+    """A positive quantity with its interval, ``value [lo, hi]``: the value alone where the interval is not known,
+    :data:`MISSING` where the value is not, and an infinite one (a loss the baseline never reaches) ``never``."""
+    def num(v: float) -> str:
+        return "never" if v == math.inf else f"{v:.{digits}g}"
+
+    if not math.isfinite(value) and value != math.inf:
+        return MISSING
+    if math.isnan(lo) or math.isnan(hi):
+        return num(value)
+    return f"{num(value)} [{num(lo)}, {num(hi)}]"
 
 
 def render_profile(table: pd.DataFrame, top: int = 12) -> str:

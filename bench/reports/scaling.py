@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -18,35 +19,23 @@ from bench.analysis.multiplier import ScalingFit, fit_ladders, floor_of, ladders
 from bench.analysis.scaling import interval
 from bench.analysis.studyfile import find_study, read_study_file
 from bench.reports.drawing import figure, legend
-from bench.reports.markdown import MISSING, md
+from bench.reports.markdown import MISSING, interval_cell, md
 from bench.reports.plotdata import palette
 from bench.runs.names import file_name
-
-
-def _cell(value: float, lo: float, hi: float, digits: int = 3) -> str:
-    """``value [lo, hi]``; the value alone where the interval is not known; ``inf`` spelled ``never``."""
-    def num(v: float) -> str:
-        return "never" if v == math.inf else f"{v:.{digits}g}"
-
-    if not math.isfinite(value) and value != math.inf:
-        return MISSING
-    if math.isnan(lo) or math.isnan(hi):
-        return num(value)
-    return f"{num(value)} [{num(lo)}, {num(hi)}]"
 
 
 def fits_table(fit: ScalingFit) -> pd.DataFrame:
     """One row per design: its ladder, E (``fixed`` where held at the task's floor), A, α and α − α_baseline."""
     f = fit.fits()
     e = [f"{v:.4g} (fixed)" for v in f["E"]] if fit.e_fixed is not None else \
-        [_cell(*r) for r in zip(f["E"], f["E_lo"], f["E_hi"], strict=True)]
+        [interval_cell(*r) for r in zip(f["E"], f["E_lo"], f["E_hi"], strict=True)]
     return pd.DataFrame({
         "design": f["design"], "sizes": f["sizes"], "seeds": f["seeds"], "E": e,
-        "A": [_cell(*r) for r in zip(f["A"], f["A_lo"], f["A_hi"], strict=True)],
-        "alpha": [_cell(*r) for r in zip(f["alpha"], f["alpha_lo"], f["alpha_hi"], strict=True)],
-        f"alpha - alpha({fit.baseline})": [MISSING if d == fit.baseline else _cell(v, lo, hi, 2) for d, v, lo, hi in
-                                           zip(f["design"], f["alpha_diff"], f["alpha_diff_lo"], f["alpha_diff_hi"],
-                                               strict=True)],
+        "A": [interval_cell(*r) for r in zip(f["A"], f["A_lo"], f["A_hi"], strict=True)],
+        "alpha": [interval_cell(*r) for r in zip(f["alpha"], f["alpha_lo"], f["alpha_hi"], strict=True)],
+        f"alpha - alpha({fit.baseline})": [
+            MISSING if d == fit.baseline else interval_cell(v, lo, hi, 2)
+            for d, v, lo, hi in zip(f["design"], f["alpha_diff"], f["alpha_diff_lo"], f["alpha_diff_hi"], strict=True)],
     })
 
 
@@ -56,10 +45,10 @@ def multipliers_table(fit: ScalingFit) -> pd.DataFrame:
     return pd.DataFrame({
         "design": m["design"], "size": m["size"], "train FLOPs": [f"{c:.3g}" for c in m["compute"]],
         "loss": [f"{v:.4g}" for v in m["loss"]],
-        "compute multiplier": [_cell(*r) for r in zip(m["multiplier"], m["multiplier_lo"], m["multiplier_hi"],
-                                                      strict=True)],
-        "steps-to-target ratio": [_cell(*r) for r in zip(m["steps_ratio"], m["steps_ratio_lo"],
-                                                         m["steps_ratio_hi"], strict=True)],
+        "compute multiplier": [interval_cell(*r) for r in
+                               zip(m["multiplier"], m["multiplier_lo"], m["multiplier_hi"], strict=True)],
+        "steps-to-target ratio": [interval_cell(*r) for r in
+                                  zip(m["steps_ratio"], m["steps_ratio_lo"], m["steps_ratio_hi"], strict=True)],
     })
 
 
@@ -124,27 +113,47 @@ def scaling_figure(fit: ScalingFit, metric: str) -> Figure:
     return fig
 
 
-def report_lines(root: Path, study: str, board: pd.DataFrame, runs: Sequence[Mapping[str, Any]]) -> list[str]:
-    """The REPORT section of a study that declares a multiplier claim: its scaling fit against the baseline of the
-    first such claim (its tables, and the figure written to ``plots/<study>/scaling.png``); [] for any other study,
-    and the reason in one line where the fit is refused."""
+@dataclass(frozen=True)
+class StudyFit:
+    """The scaling fit a study's REPORT and site page show: against the baseline ``a`` of the study's first
+    multiplier claim, of that claim's loss ``metric``; ``fit`` None where it was refused, ``reason`` saying why."""
+
+    baseline: str
+    metric: str
+    fit: ScalingFit | None
+    reason: str = ""
+
+
+def study_fit(root: Path, study: str, board: pd.DataFrame, runs: Sequence[Mapping[str, Any]]) -> StudyFit | None:
+    """The scaling fit of ``study`` (:class:`StudyFit`); None for a study that declares no multiplier claim."""
     try:
         claims = parse_claims(read_study_file(find_study(study, root)).get("claims", []))
     except ValueError:
-        return []
+        return None
     mine = [c for c in claims if c.kind == "multiplier"]
     if not mine:
-        return []
+        return None
     baseline, metric = str(mine[0].a), mine[0].metric
-    head = ["## Scaling fit", ""]
     try:
-        fit = fit_ladders(ladders_from(board, runs, metric), baseline, floor_of(runs))
+        return StudyFit(baseline, metric, fit_ladders(ladders_from(board, runs, metric), baseline, floor_of(runs)))
     except ValueError as exc:
-        return [*head, f"No fit: {md(str(exc))}.", ""]
+        return StudyFit(baseline, metric, None, str(exc))
+
+
+def report_lines(root: Path, study: str, board: pd.DataFrame, runs: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The REPORT section of a study that declares a multiplier claim (:func:`study_fit`): its tables, and the figure
+    written to ``plots/<study>/scaling.png``; [] for any other study, and the reason in one line where the fit is
+    refused."""
+    found = study_fit(root, study, board, runs)
+    if found is None:
+        return []
+    head = ["## Scaling fit", ""]
+    if found.fit is None:
+        return [*head, f"No fit: {md(found.reason)}.", ""]
     path = root / "plots" / file_name(study, "study") / "scaling.png"
     path.parent.mkdir(parents=True, exist_ok=True)
-    scaling_figure(fit, metric).savefig(path, dpi=120, bbox_inches="tight")
+    scaling_figure(found.fit, found.metric).savefig(path, dpi=120, bbox_inches="tight")
     shown = path.relative_to(root).as_posix()
-    return [*head, f"The same tables: `python -m bench scaling-fit --study {study} --baseline {baseline}`; the fit, "
-            "its intervals and the multiplier are explained in resbench's docs/methodology.md.", "",
-            render_scaling(fit).rstrip(), "", f"![scaling]({shown})", ""]
+    return [*head, f"The same tables: `python -m bench scaling-fit --study {study} --baseline {found.baseline}`; the "
+            "fit, its intervals and the multiplier are explained in resbench's docs/methodology.md.", "",
+            render_scaling(found.fit).rstrip(), "", f"![scaling]({shown})", ""]

@@ -33,6 +33,7 @@ from bench.reports.analysis_summary import Summary, summary_of
 from bench.reports.markdown import TALLY_WORDS, VERDICT_WORDS, fmt_number, test_text
 from bench.reports.plotdata import Frames, frames_of, grad_norm_init_data, with_key
 from bench.reports.report import _analysis_meta, _shown_path, _study_command, _study_path, study_claims
+from bench.reports.site_scaling import scaling_html
 from bench.runs.config import config_from_dict
 from bench.runs.names import slug
 from bench.runs.reading import read_runs
@@ -465,6 +466,8 @@ def _study_page(study: _Study, frames: Frames | None, figs: _Figures, root: Path
                  _leaderboard_html(board, 1)]
     if study.results:
         body += ["<h2>Paper claims vs measured</h2>", _claims_html(study.results)]
+    if frames is not None and study.name != NO_STUDY:  # a study with a multiplier claim: its scaling fit
+        body += scaling_html(root, study.name, board, study.runs, figs.html)
     if study.analysis:
         body += _analysis_html(study.analysis, study.name, root, site)
     sections = (("Curves", _curve_figures), ("Cost and Pareto", _cost_figures),
