@@ -295,3 +295,17 @@ def test_the_committed_crosslayer_leaderboard_in_a_browser(browser: Any, tmp_pat
     designs = sorted({path.name.split("-d")[0] for path in (tmp_path / "results" / "runs").iterdir()})
     assert legend_traces(page, "curves crosslayer tinytext d24 train") == [designs]
     assert p.errors == []
+
+
+def test_a_scaling_study_page_in_a_browser_shows_the_multiplier_table_and_the_fit(browser: Any, tmp_path: Path) -> None:
+    from test_scaling_compare import ladder_results
+
+    site = build_site(ladder_results(tmp_path / "results"), tmp_path / "site").root
+    p = Page(browser)
+    page = p.open(site / "study" / "ladder.html")
+    rows = page.locator("table.multipliers tbody tr")
+    assert rows.count() == 8  # two designs, four sizes each
+    hc = rows.filter(has_text="d_model=16").filter(has_text="hc").inner_text().split("\t")
+    assert hc[:2] == ["hc", "budget_flops=1e+12 d_model=16"] and hc[4].startswith("2 [")  # 2x compute, its interval
+    assert legend_traces(page, "scaling ladder") == [["preln", "hc"]]  # the points; each fitted curve in its group
+    assert p.errors == []
