@@ -48,7 +48,8 @@ def scaling_plot(fit: ScalingFit, metric: str) -> dict[str, Any]:
     grid = {"gridcolor": "#e5e5e5", "zeroline": False, "type": "log"}
     return {"data": traces, "layout": {
         "title": {"text": f"{metric} against training FLOPs: L(C) = E + A·C^-α per design{floor}"},
-        "xaxis": {"title": {"text": "training FLOPs"}, **grid}, "yaxis": {"title": {"text": metric}, **grid},
+        "xaxis": {"title": {"text": "training FLOPs"}, "exponentformat": "power", **grid},
+        "yaxis": {"title": {"text": metric}, **grid},
         "legend": {"title": {"text": "design"}}, "plot_bgcolor": "white", "margin": {"t": 60, "r": 20}}}
 
 
