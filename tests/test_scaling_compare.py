@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import itertools
 import math
 from pathlib import Path
 
@@ -25,26 +26,26 @@ CLAIM = ('[[claims]]\nid = "hc-multiplier"\nkind = "multiplier"\npaper = "p"\nte
 
 
 def ladder_results(root: Path, sizes: int = 4, short: str | None = None, budget: bool = True,
-                   study: str = CLAIM) -> Path:
+                   study: str = CLAIM, tasks: tuple[str, ...] = ("tinytext",)) -> Path:
     """Two designs on a ladder of ``sizes`` widths, each width at its own FLOP budget (``budget``), 3 seeds: preln on
     the curve, hc on the curve at twice the compute and reaching the target in half of preln's 100 steps; ``short``:
     a design that ran only the first two sizes. ``study``: the claims of the study file ``ladder``."""
     store = ResultsStore(root)
     (root / "studies").mkdir(parents=True, exist_ok=True)
     (root / "studies" / "ladder.toml").write_text(f'name = "ladder"\n{study}', encoding="utf-8")
-    for design, factor, steps in (("preln", 1.0, 100), ("hc", 2.0, 50)):
+    for task, (design, factor, steps) in itertools.product(tasks, (("preln", 1.0, 100), ("hc", 2.0, 50))):
         for i, width in enumerate(WIDTHS[:2 if design == short else sizes]):
             c = float(COMPUTE[i])
-            config_hash = hashlib.sha256(f"{design}{width}".encode()).hexdigest()[:8]
+            config_hash = hashlib.sha256(f"{design}{width}{task}".encode()).hexdigest()[:8]
             for seed in range(3):
                 loss = float(curve(np.array([factor * c]))[0]) * (1 + 0.01 * (seed - 1))
-                run_id = f"{design}-d4-tinytext-{config_hash}-s{seed}"
+                run_id = f"{design}-d4-{task}-{config_hash}-s{seed}"
                 row = {"run_id": run_id, "config_hash": config_hash, "variant": design, "depth": 4,
-                       "task": "tinytext", "seed": seed, "status": "ok", "steps": 100, "batch_size": 8,
+                       "task": task, "seed": seed, "status": "ok", "steps": 100, "batch_size": 8,
                        "grad_accum": 1, "train_flops_per_sample": c / 800, "final_val_loss": loss,
                        "final_val_acc": 0.5, "steps_to_target": steps, "study": "ladder",
                        **({"budget_flops": c} if budget else {})}
-                config = {"variant": design, "depth": 4, "seed": seed, "task": "tinytext", "study": "ladder",
+                config = {"variant": design, "depth": 4, "seed": seed, "task": task, "study": "ladder",
                           "model_args": [["d_model", width]], **({"budget_flops": c} if budget else {})}
                 store.append(row, {"run_id": run_id, "row": row, "config": config,
                                    "task": {"entropy_floor_bpc": E / math.log(2)}})
@@ -89,6 +90,9 @@ def test_the_python_api_has_the_columns_and_the_note(tmp_path: Path) -> None:
 @pytest.mark.parametrize(("build", "args", "note"), [
     ({"sizes": 2}, [], "compute multiplier: not shown; scaling fit: preln has 2 size(s) on its ladder; fitting E, A "
                        "and α needs at least 3 sizes of different compute"),
+    ({"tasks": ("tinytext", "copy")}, [], "compute multiplier: not shown; scaling fit: the runs span several tasks "
+                                          "(copy, tinytext), and a ladder is one task's sizes; choose one with --where "
+                                          "task=T"),
     ({}, ["--metric", "final_val_acc"], "compute multiplier: not shown, since the fit models a loss (final_val_loss "
                                         "or final_train_loss) and none of the compared metrics (final_val_acc) is one"),
 ])

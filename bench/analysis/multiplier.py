@@ -186,6 +186,10 @@ def ladders_from(board: pd.DataFrame, records: Sequence[Mapping[str, Any]], metr
     runs = runs[np.isfinite(runs["_loss"]) & runs["_size"].notna()]
     if runs.empty:
         raise ValueError(f"scaling fit: no finished run has a {metric} to fit")
+    tasks = sorted(map(str, runs["task"].dropna().unique())) if "task" in runs.columns else []
+    if len(tasks) > 1:  # one loss curve per task: sizes of two tasks on one ladder would fit neither
+        raise ValueError(f"scaling fit: the runs span several tasks ({', '.join(tasks)}), and a ladder is one task's "
+                         "sizes; choose one with --where task=T")
     if not np.isfinite(runs["_compute"]).all():
         bad = runs.loc[~np.isfinite(runs["_compute"]), "run_id"].iloc[0]
         raise ValueError(f"scaling fit: run {bad} recorded no training FLOPs (train_flops_per_sample is empty: it "
