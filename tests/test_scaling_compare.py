@@ -26,10 +26,11 @@ CLAIM = ('[[claims]]\nid = "hc-multiplier"\nkind = "multiplier"\npaper = "p"\nte
 
 
 def ladder_results(root: Path, sizes: int = 4, short: str | None = None, budget: bool = True,
-                   study: str = CLAIM, tasks: tuple[str, ...] = ("tinytext",)) -> Path:
+                   study: str = CLAIM, tasks: tuple[str, ...] = ("tinytext",), floor: float = E) -> Path:
     """Two designs on a ladder of ``sizes`` widths, each width at its own FLOP budget (``budget``), 3 seeds: preln on
     the curve, hc on the curve at twice the compute and reaching the target in half of preln's 100 steps; ``short``:
-    a design that ran only the first two sizes. ``study``: the claims of the study file ``ladder``."""
+    a design that ran only the first two sizes. ``study``: the claims of the study file ``ladder``; ``floor``: the
+    task's known irreducible loss, in nats."""
     store = ResultsStore(root)
     (root / "studies").mkdir(parents=True, exist_ok=True)
     (root / "studies" / "ladder.toml").write_text(f'name = "ladder"\n{study}', encoding="utf-8")
@@ -48,7 +49,7 @@ def ladder_results(root: Path, sizes: int = 4, short: str | None = None, budget:
                 config = {"variant": design, "depth": 4, "seed": seed, "task": task, "study": "ladder",
                           "model_args": [["d_model", width]], **({"budget_flops": c} if budget else {})}
                 store.append(row, {"run_id": run_id, "row": row, "config": config,
-                                   "task": {"entropy_floor_bpc": E / math.log(2)}})
+                                   "task": {"entropy_floor_bpc": floor / math.log(2)}})
     return root
 
 
@@ -93,6 +94,8 @@ def test_the_python_api_has_the_columns_and_the_note(tmp_path: Path) -> None:
     ({"tasks": ("tinytext", "copy")}, [], "compute multiplier: not shown; scaling fit: the runs span several tasks "
                                           "(copy, tinytext), and a ladder is one task's sizes; choose one with --where "
                                           "task=T"),
+    ({"floor": 4.0}, [], "compute multiplier: not shown; scaling fit: the baseline 'preln''s curve could not be "
+                         "fitted (a mean loss at or below the fixed floor E = 4 nats?)"),
     ({}, ["--metric", "final_val_acc"], "compute multiplier: not shown, since the fit models a loss (final_val_loss "
                                         "or final_train_loss) and none of the compared metrics (final_val_acc) is one"),
 ])

@@ -118,8 +118,8 @@ def fit_ladders(ladders: Mapping[str, Ladder], baseline: str, e_fixed: float | N
     params = {d: scaling.fit_batch(lad.compute, scaling.seed_means(lad.loss, idx), e_fixed)
               for d, lad in ladders.items()}
     if not np.isfinite(params[baseline][0]).all():
-        raise ValueError(f"scaling fit: the baseline {baseline!r}'s curve could not be fitted (a mean loss at or "
-                         f"below the fixed floor E = {e_fixed}?)")
+        why = f" (a mean loss at or below the fixed floor E = {e_fixed:.4g} nats?)" if e_fixed is not None else ""
+        raise ValueError(f"scaling fit: the baseline {baseline!r}'s curve could not be fitted{why}")
     return ScalingFit(baseline, e_fixed, n_seeds, dict(ladders), params, idx)
 
 

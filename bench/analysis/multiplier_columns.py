@@ -59,7 +59,10 @@ def with_multipliers(table: pd.DataFrame, board: pd.DataFrame, records: Sequence
                              f"{metric} on the ladder")
     if baseline in short:
         return _noted(table, f"compute multiplier: not shown; {short[baseline]}")
-    fit = fit_ladders({d: lad for d, lad in ladders.items() if d not in short}, baseline, floor_of(mine), draws=draws)
+    try:
+        fit = fit_ladders({d: lad for d, lad in ladders.items() if d not in short}, baseline, floor_of(mine), draws)
+    except ValueError as exc:  # the baseline's curve could not be fitted
+        return _noted(table, f"compute multiplier: not shown; {exc}")
     out = _fill(table, fit, _size_of_configs(board, mine), metric)
     left_out = "".join(f"; not fitted: {reason}" for reason in short.values())
     studies = board["study"].dropna().unique() if "study" in board.columns else []
