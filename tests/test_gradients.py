@@ -205,7 +205,7 @@ CASES: dict[str, Case] = {
         lambda: _lm("laurel"),
         lambda m, x, fx: 2 * torch.sigmoid(m.weights[0]) * fx + 2 * torch.sigmoid(m.weights[1]) * (
             x + x @ m.down.weight.T @ m.up.weight.T)),
-    "variants.dense.DepthAttention": Case(lambda: _lm("attn_res"), _depth_attention),
+    "variants.attn_res.DepthAttention": Case(lambda: _lm("attn_res"), _depth_attention),
     "variants.dense.GeneralizedResidual": Case(lambda: _lm("dca"), _grn),
     "variants.dense.MultiwayDenseConnection": Case(lambda: _lm("mudd", depth=3), _mudd),
     "variants.frac.FracConnection": Case(
@@ -268,7 +268,7 @@ CASES: dict[str, Case] = {
         lambda: _net("resnext", depth=11, width=4, cardinality=2, bottleneck_width=2), _post_activation),
     "variants.wrn.WideBasic": Case(lambda: _net("wrn", depth=10, width=4, widen_factor=1), _preact),
     "variants.ngpt.HypersphereUnit": Case(lambda: _lm("ngpt"), lambda u, h: u.combine(h, u.body(h))),
-    "variants.dense.AttnResUnit": Case(lambda: _lm("attn_res", depth=3), _attn_res_unit),
+    "variants.attn_res.AttnResUnit": Case(lambda: _lm("attn_res", depth=3), _attn_res_unit),
     "variants.dense.MultiInputPreNorm": Case(
         lambda: _lm("dca"),
         lambda u, x: u.combine(x[..., 3, :], u.body(_stack_last(u.norm_q(x[..., 0, :]), u.norm_k(x[..., 1, :]),
@@ -318,7 +318,7 @@ CASES: dict[str, Case] = {
         lambda: _lm("hybridnorm"),
         lambda b, x, past=None: (h := b.attn.norm_out(x + b.attn.body(x))) + b.ffn.body(h)),
     "variants.dense.MuddLayer": Case(lambda: _lm("mudd", depth=3), _mudd_layer),
-    "variants.dense.AttnResLayer": Case(lambda: _lm("attn_res", depth=3, n_blocks=2),
+    "variants.attn_res.AttnResLayer": Case(lambda: _lm("attn_res", depth=3, n_blocks=2),
                                         lambda b, x, past: b.ffn(b.attn(x, past), past)),
     "variants.attention.ValueResidualPreLN": Case(  # layer 0: its attention leaves V_1 in the Past
         lambda: _lm("value_residual"),

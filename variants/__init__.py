@@ -71,6 +71,7 @@ reads them off any built model, e.g. one built with ``norm=`` another norm).
 
 from . import (  # noqa: F401  (families)
     airbench,
+    attn_res,
     cifar,
     convnext,
     dense,

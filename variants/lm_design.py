@@ -2,11 +2,12 @@
 and its init where the paper is one, and the few parts some designs add (a layer class, units of their own, the
 state their layers hand each other, DenseFormer's averages).
 
-A design reads earlier values of the forward only through :class:`~variants.links.Past` (:mod:`variants.links`):
-its joins, layers, units and attention declare what they read in ``reads``; the model keeps those values during one
+A design reads earlier values of the forward only through :class:`~variants.links.Past` (:mod:`variants.links`): its
+joins, layers, units and attention declare what they read in ``reads``; the model keeps those values during one
 forward and nothing else. The shipped cross-layer designs are the worked examples: DenseFormer
-(:class:`DepthWeightedAverage`, here), MUDDFormer, DeepCrossAttention and Attention Residuals (``variants.dense``),
-value residual learning (``variants.attention``), the speedrun's embedding skip and backout (``variants.speedrun``).
+(:class:`DepthWeightedAverage`, here), MUDDFormer and DeepCrossAttention (``variants.dense``), Attention Residuals
+(``variants.attn_res``), value residual learning (``variants.attention``), the speedrun's embedding skip and backout
+(``variants.speedrun``).
 """
 
 from __future__ import annotations
