@@ -654,3 +654,30 @@ def test_every_variant_builds_and_trains_a_step_at_depth(name: str, depth: int) 
     F.cross_entropy(logits.flatten(0, 1), idx.flatten()).backward()
     missing = [n for n, p in model.named_parameters() if p.grad is None or not torch.isfinite(p.grad).all()]
     assert not missing
+
+
+@pytest.mark.parametrize(("placements", "final"), [
+    ("pre", True), ("sandwich", True), ("peri", True), ("post", False), ("none", False),  # ReZero, T-Fixup: no norm
+    (lambda d: [("post", "none")] * d, True),  # HybridNorm: its last sublayer adds after the last norm
+    (lambda d: ["pre"] * (d - 1) + ["post"], False),  # ends with a Post-LN layer: normalised already
+    (lambda d: ["post"] + ["none"] * (d - 1), True),  # one norm in the stack, none after the last add
+])
+def test_the_final_norm_follows_the_placements(placements: object, final: bool) -> None:
+    design = variants.Design("placements", placements)  # type: ignore[arg-type]
+    assert design.final_norm(3) is final
+    model = variants.build_transformer(design, **{**TINY, "depth": 3})
+    assert isinstance(model.norm, nn.LayerNorm if final else nn.Identity)
+
+
+def test_a_removed_design_field_says_what_replaced_it() -> None:
+    with pytest.raises(TypeError, match=r"^Design has no field 'final_norm': the final norm follows the placements "
+                                        r"\(Design.final_norm\(depth\)\).*set model.norm on the built model$"):
+        variants.Design("pre, no final norm", "pre", final_norm=False)  # type: ignore[call-arg]
+
+
+def test_a_design_pins_its_feed_forward_body() -> None:
+    design = variants.Design("Pre-LN with SwiGLU as its paper's body", "pre", ffn="swiglu")
+    model = variants.build_transformer(design, ffn="swiglu", **TINY)
+    assert all(isinstance(block.ffn.body, SwiGLU) for block in model.blocks)
+    with pytest.raises(ValueError, match=r"pins its feed-forward body: ffn must be 'swiglu', got 'gelu'$"):
+        variants.build_transformer(design, **TINY)  # the spec's default body

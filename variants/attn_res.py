@@ -180,7 +180,7 @@ def _attn_res_design(depth: int, d_model: int, n_blocks: int | None) -> Design:
         return AttnResUnit(body, DepthAttention(d_model, attn_res_reads(index, starts)), norm, index, starts)
 
     return Design(ATTN_RES_PAPER if n_blocks is None else BLOCK_ATTN_RES_PAPER, lambda d: ["pre"] * d, _add,
-                  unit=unit, block=AttnResLayer, final_norm=True)
+                  unit=unit, block=AttnResLayer)
 
 
 @register("attn_res", family="transformer", paper=ATTN_RES_PAPER, spec=TransformerSpec())

@@ -299,10 +299,8 @@ def _dca_unit(index: int, placement: str, body: nn.Module, combine: Combinator, 
     return MultiInputPreNorm(body, combine, norm) if index % 2 == 0 else PreNorm(body, combine, norm)
 
 
-MUDD = Design(MUDD_PAPER, lambda d: ["pre"] * d, _add, attention=CrossLayerAttention, unit=_mudd_unit, block=MuddLayer,
-              final_norm=True)
-DCA = Design(DCA_PAPER, lambda d: ["pre"] * d, _add, attention=CrossLayerAttention, unit=_dca_unit, block=DcaLayer,
-             final_norm=True)
+MUDD = Design(MUDD_PAPER, lambda d: ["pre"] * d, _add, attention=CrossLayerAttention, unit=_mudd_unit, block=MuddLayer)
+DCA = Design(DCA_PAPER, lambda d: ["pre"] * d, _add, attention=CrossLayerAttention, unit=_dca_unit, block=DcaLayer)
 
 
 @register("mudd", family="transformer", paper=MUDD_PAPER, spec=TransformerSpec())

@@ -23,8 +23,9 @@ from torch import nn
 from .attention import CausalSelfAttention, QKVNormAttention, ValueResidualAttention, ValueResidualPreLN
 from .blocks import NormFactory, PostNorm, ResidualUnit
 from .combinators import COMBINATORS, Combinator, Scaled
+from .ffn import FfnArg
 from .links import EMBEDDINGS, Source, SublayerSpec, output
-from .lm_blocks import B2T, PLACEMENTS, Block, ReZero
+from .lm_blocks import B2T, PLACEMENTS, Block, ReZero, canonical
 from .lm_inits import deepnorm_alpha_beta
 
 
@@ -83,12 +84,14 @@ class Design:
       factory of no argument (a join class such as ``Add``) or of two, ``(depth, d_model)``, is taken too. Default:
       ``x + F(x)``.
     - ``init`` pins a scheme only where the paper *is* an initialisation (DeepNet, T-Fixup), else the family default
-      :data:`DEFAULT_INIT` applies.
+      :data:`DEFAULT_INIT` applies; ``ffn`` pins the feed-forward body the same way (a name of
+      :data:`~variants.ffn.FFNS` or a registered one; None: the spec's, the ``ffn`` axis).
+    - ``attention``: the attention body's class (HybridNorm's QKV-Norm, ResFormer's values; default the family's).
 
     The other fields are for the designs that need them: the layer class (``block``: B2T's, ReZero's one scale per
-    layer, a cross-layer design's connection, built by its ``make(attn, ffn, at)``), another attention, DenseFormer's
-    averages, units of a design's own, the state the layers hand each other (``stream``: several streams, or the
-    end backout reads) and whether a final norm closes the stack."""
+    layer, a cross-layer design's connection, built by its ``make(attn, ffn, at)``), DenseFormer's averages, units of
+    a design's own and the state the layers hand each other (``stream``: several streams, or the end backout reads).
+    Whether a final norm closes the stack follows the placements (:meth:`final_norm`)."""
 
     paper: str
     placements: str | Callable[[int], Sequence[str | tuple[str, str]]]
@@ -97,9 +100,22 @@ class Design:
     block: type[Block] | None = None  # the layer around two units (None: the one written for their placements)
     dense: bool = False  # DenseFormer: a depth-weighted average of all earlier outputs after every block
     attention: type[CausalSelfAttention] = CausalSelfAttention  # HybridNorm's QKV-Norm, ResFormer's values
+    ffn: str | FfnArg | None = None  # the feed-forward body where the paper is one (None: the spec's, the ffn axis)
     unit: UnitFactory | None = None  # units of the design's own (None: a Sublayer of the placement)
     stream: Callable[[NormFactory], Stream] = field(default=lambda norm: Stream())  # ResiDual: two streams
-    final_norm: bool | None = None  # None: when the last sublayer leaves the stream un-normalised (pre/sandwich)
+
+    def __new__(cls, *args: Any, **fields: Any) -> Design:
+        """Refuses a field the class no longer has, saying what replaced it (before the dataclass's own check)."""
+        for name in fields.keys() & REMOVED:
+            raise TypeError(f"Design has no field {name!r}: {REMOVED[name]}")
+        return super().__new__(cls)
+
+    def final_norm(self, depth: int) -> bool:
+        """Whether a final norm closes the stack: where its last sublayer leaves the stream un-normalised (placement
+        ``pre``, ``sandwich`` or ``none``: a residual add after the last norm), unless the stack has no norm at all
+        (ReZero, T-Fixup). Post-LN ends normalised; HybridNorm's last sublayer (``none``) does not."""
+        placements = [canonical(p) for pair in self.layouts(depth) for p in pair]
+        return placements[-1] != "post" and any(p != "none" for p in placements)
 
     def layouts(self, depth: int) -> list[tuple[str, str]]:
         """The (attention, feed-forward) placements of each of ``depth`` layers."""
@@ -116,6 +132,14 @@ class Design:
             two = cast(Callable[[int, int], Combinator], make)
             return lambda at: two(at.depth, at.d_model)
         return cast(JoinFactory, make)
+
+
+# Fields a Design once had, and what replaced each: the error a plugin that still passes one gets.
+REMOVED = {
+    "final_norm": "the final norm follows the placements (Design.final_norm(depth)): one closes a stack whose last "
+                  "sublayer leaves the stream un-normalised (pre, sandwich, none), unless it has no norm at all; to "
+                  "change it, set model.norm on the built model",
+}
 
 
 def _positional(factory: Callable[..., object]) -> int:
@@ -202,7 +226,7 @@ DESIGNS: dict[str, Design] = {
     "hybridnorm": Design(
         "Zhuo et al. 2025, HybridNorm: Towards Stable and Efficient Transformer Training via Hybrid Normalization "
         "(QKV-Norm in attention, Post-Norm in the FFN; §3.1)", lambda depth: [("post", "none")] * depth,
-        attention=QKVNormAttention, final_norm=True,
+        attention=QKVNormAttention,
     ),
     "value_residual": Design(
         "Zhou et al. 2024, Value Residual Learning (ResFormer, eq. 6, λ1 = λ2 = 0.5; Pre-LN base)", "pre",

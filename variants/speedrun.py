@@ -265,7 +265,7 @@ def speedrun(spec: TransformerSpec, *, n_value_embeds: int = 3) -> TransformerLM
 
     design = Design(SPEEDRUN_PAPER, lambda d: ["pre"] * d, lambda depth, d: SkipToEmbedding(),
                     attention=ValueEmbeddingAttention, unit=unit, block=SpeedrunLayer,
-                    stream=lambda norm: Backout(at["backout"]), final_norm=True)
+                    stream=lambda norm: Backout(at["backout"]))
     model = SpeedrunLM(design, spec)
     model.value_embeds = nn.ModuleList(nn.Embedding(spec.vocab_size, d_model) for _ in range(tables))
     for table in model.value_embeds:
@@ -329,7 +329,7 @@ def preln_unet(spec: TransformerSpec) -> TransformerLM:
     """Pre-LN with the speedrun's gated U-net skip (:class:`UnetSkipLayer`, at :func:`positions`; none where the stack
     is too shallow for it to go forward)."""
     design = Design(UNET_PAPER, _pre, _add, unit=_state_unit, block=UnetSkipLayer,
-                    stream=lambda norm: EmbeddingStream(), final_norm=True)
+                    stream=lambda norm: EmbeddingStream())
     return TransformerLM(design, spec)
 
 
@@ -340,7 +340,7 @@ def preln_backout(spec: TransformerSpec) -> TransformerLM:
     forward's Past) subtracted before the final norm (:class:`Backout`)."""
     at = positions(spec.depth)
     design = Design(BACKOUT_PAPER, _pre, _add, unit=_state_unit, block=BackoutLayer,
-                    stream=lambda norm: Backout(at["backout"]), final_norm=True)
+                    stream=lambda norm: Backout(at["backout"]))
     return TransformerLM(design, spec)
 
 

@@ -59,7 +59,7 @@ from .checks import choice, flag, positive_int, rate
 from .combinators import Combinator, Laurel
 from .ffn import FFNS, FeedForward, FfnArg, SwiGLU, resolve_ffn, swiglu_hidden
 from .links import Past, SublayerSpec, reads
-from .lm_blocks import B2T, Block, Layer, Sublayer, canonical, layer_for
+from .lm_blocks import B2T, Block, Layer, Sublayer, layer_for
 from .lm_design import (
     DESIGNS,
     DepthWeightedAverage,
@@ -170,11 +170,7 @@ class TransformerLM(nn.Module):
         # What the forward's Past keeps: every earlier value a module (a join, a layer, an attention, a DenseFormer
         # average, the stream's end) declared it reads.
         self.links = frozenset(s for m in self.modules() for s in reads(m))
-        # A final LN is needed exactly when the last layer leaves the stream un-normalised by a
-        # residual add after a norm (pre/sandwich); post-LN ends normalised, ReZero has no LN by design.
-        final = design.final_norm if design.final_norm is not None else canonical(placements[-1][1]) in ("pre",
-                                                                                                     "sandwich")
-        self.norm = make_norm() if final else nn.Identity()
+        self.norm = make_norm() if design.final_norm(depth) else nn.Identity()
         for module in self.modules():
             if isinstance(module, nn.Linear) and module.bias is not None:
                 nn.init.zeros_(module.bias)
@@ -292,12 +288,16 @@ def build_transformer(design: str | Design, spec: TransformerSpec | None = None,
         def sandwich_dyt(spec):
             return variants.build_transformer("sandwich", spec)
 
-    A design whose paper is an initialisation (``deepnorm``, ``admin``, ``t_fixup``) must be given that ``init``.
+    A design whose paper is an initialisation (``deepnorm``, ``admin``, ``t_fixup``) must be given that ``init``, one
+    that pins its feed-forward body (:attr:`Design.ffn`) that ``ffn``.
     """
     resolved = design_of(design)
     spec = dataclasses.replace(spec or TransformerSpec(), **overrides)
     if resolved.init is not None and spec.init != resolved.init:
         raise ValueError(f"design {design!r} is its initialisation: init must be {resolved.init!r}, got {spec.init!r}")
+    if resolved.ffn is not None and spec.ffn != resolved.ffn:
+        raise ValueError(f"design {design!r} pins its feed-forward body: ffn must be {resolved.ffn!r}, got "
+                         f"{spec.ffn!r}")
     return TransformerLM(resolved, spec)
 
 
@@ -313,7 +313,8 @@ def _on_spec(design: Design) -> Callable[[TransformerSpec], TransformerLM]:
 
 _BUILDERS = {name: _on_spec(design) for name, design in DESIGNS.items()}
 for _name, _design in DESIGNS.items():
-    _pinned: dict[str, Any] = {"init": _design.init} if _design.init else {}  # the paper is the init: not overridable
+    # the paper is the init (or the feed-forward body): not overridable
+    _pinned: dict[str, Any] = {key: getattr(_design, key) for key in ("init", "ffn") if getattr(_design, key)}
     register(_name, family="transformer", paper=_design.paper, spec=TransformerSpec(**_pinned),
              **_pinned)(_BUILDERS[_name])
 

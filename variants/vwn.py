@@ -185,7 +185,7 @@ def vwn(spec: TransformerSpec, *, m: int = 8, n: int = 64, dynamic: bool = True)
         return HyperUnit(body, join, make_norm)
 
     design = Design(VWN_PAPER, lambda depth: ["pre"] * depth, _unused_add, unit=unit,
-                    stream=lambda norm: VirtualWidthStream(m, n, spec.d_model, spec.bias), final_norm=True)
+                    stream=lambda norm: VirtualWidthStream(m, n, spec.d_model, spec.bias))
     model = VirtualWidthLM(design, spec)
     model.wide_emb = nn.Embedding(spec.vocab_size, spec.d_model * n // m - spec.d_model)
     nn.init.normal_(model.wide_emb.weight, std=0.02)  # the family's token-embedding draw
