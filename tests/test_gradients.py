@@ -292,7 +292,16 @@ CASES: dict[str, Case] = {
     "variants.updates.DeltaPreNorm": Case(lambda: _lm("deep_delta"),
                                           lambda u, x: u.combine(x, u.body(u.norm_in(x)), u.norm_in(x))),
     # layers
-    "variants.lm_blocks.Block": Case(lambda: _lm("resi_dual"), lambda b, x, past=None: b.ffn(b.attn(x))),
+    # the layer classes of designs with units of their own: x = ffn(attn(x)), Block's forward, over their units
+    "variants.lm_design.DualLayer": Case(lambda: _lm("resi_dual"), lambda b, x, past=None: b.ffn(b.attn(x))),
+    "variants.lm_norms.LnsLayer": Case(lambda: _lm("lns"), lambda b, x, past=None: b.ffn(b.attn(x))),
+    "variants.updates.DeltaLayer": Case(lambda: _lm("deep_delta"), lambda b, x, past=None: b.ffn(b.attn(x))),
+    "variants.hyper.HyperLayer": Case(lambda: _lm("mhc", n=2), lambda b, h, past=None: b.ffn(b.attn(h))),
+    "variants.frac.FracLayer": Case(lambda: _lm("frac_connections", m=2), lambda b, h, past=None: b.ffn(b.attn(h))),
+    "variants.vwn.VirtualWidthLayer": Case(lambda: _lm("vwn_1_5x"), lambda b, h, past=None: b.ffn(b.attn(h))),
+    "variants.lm_norms.ScaledEmbeddingPreLN": Case(  # Pre-LN's layer (its stream scales the embeddings)
+        lambda: _lm("dyt_llama"),
+        lambda b, x, past=None: (h := x + b.attn.body(b.attn.norm_in(x))) + b.ffn.body(b.ffn.norm_in(h))),
     "variants.lm_blocks.Layer": Case(
         _mixed_layer,
         lambda b, x, past=None: b.ffn.norm_out(_pre(b.attn, x) + b.ffn.body(_pre(b.attn, x)))),
@@ -344,7 +353,8 @@ def _subclasses(base: type) -> set[type]:
     return {c for c in out if c.__module__.split(".")[0] == "variants"}
 
 
-ABSTRACT = {combinators.Combinator, variants.hyper.HyperJoin, variants.hyper.ManifoldJoin}  # forward not written
+# forward not written, or no shipped design builds the class itself (Block: the base of every layer class)
+ABSTRACT = {combinators.Combinator, variants.hyper.HyperJoin, variants.hyper.ManifoldJoin, lm_blocks.Block}
 SHIPPED = sorted({*_subclasses(combinators.Combinator), combinators.TransformGate, *_subclasses(blocks.ResidualUnit),
                   *_subclasses(lm_blocks.Block), variants.ngpt.Layer, variants.densenet.DenseLayer} - ABSTRACT,
                  key=registry.qualified_name)

@@ -669,10 +669,51 @@ def test_the_final_norm_follows_the_placements(placements: object, final: bool) 
     assert isinstance(model.norm, nn.LayerNorm if final else nn.Identity)
 
 
-def test_a_removed_design_field_says_what_replaced_it() -> None:
-    with pytest.raises(TypeError, match=r"^Design has no field 'final_norm': the final norm follows the placements "
-                                        r"\(Design.final_norm\(depth\)\).*set model.norm on the built model$"):
-        variants.Design("pre, no final norm", "pre", final_norm=False)  # type: ignore[call-arg]
+@pytest.mark.parametrize(("field", "value", "says"), [
+    ("final_norm", False, r"the final norm follows the placements \(Design.final_norm\(depth\)\).*set model.norm "
+                          r"on the built model"),
+    ("unit", lambda *a: None, r"a design's units are its layer class's: subclass variants.Block, override its class "
+                              r"method unit\(body, join, norm, at, placement\) and pass Design\(block=YourLayer\)"),
+    ("stream", lambda norm: None, r"what the layers hand each other is their layer class's: .* class method "
+                                  r"stream\(norm, spec, layers\) and pass Design\(block=YourLayer\)"),
+    ("dense", True, r"DenseFormer's averages sit between layers, in its own model: "
+                    r"variants.denseformer.DenseFormer\(design, spec\) builds them after every layer of any design"),
+])
+def test_a_removed_design_field_says_what_replaced_it(field: str, value: object, says: str) -> None:
+    with pytest.raises(TypeError, match=rf"^Design has no field '{field}': {says}$"):
+        variants.Design("a plugin's design", "pre", **{field: value})
+
+
+def test_a_layer_class_builds_its_units_and_its_stream() -> None:
+    """A plugin's layer class: its units (``unit``) and what its layers hand each other (``stream``), both class
+    methods the model calls with the sublayer's spec and the model's spec."""
+    calls: list[tuple[int, str]] = []
+
+    class Doubled(variants.lm_blocks.Stream):
+        def begin(self, x: torch.Tensor) -> torch.Tensor:
+            return 2 * x
+
+    class MyLayer(variants.lm_blocks.Block):
+        @classmethod
+        def unit(cls, body: nn.Module, join: Combinator, norm: object, at: variants.SublayerSpec,
+                 placement: str) -> ResidualUnit:
+            calls.append((at.index, placement))
+            return variants.blocks.PreNorm(body, join, norm)
+
+        @classmethod
+        def stream(cls, norm: object, spec: object, layers: object) -> variants.lm_blocks.Stream:
+            return Doubled()
+
+    model = variants.build_transformer(variants.Design("mine", "pre", block=MyLayer), **TINY)
+    assert calls == [(0, "pre"), (1, "pre"), (2, "pre"), (3, "pre")]
+    assert all(type(b) is MyLayer and isinstance(b.attn, variants.blocks.PreNorm) for b in model.blocks)
+    pre = variants.build_transformer("preln", **TINY)
+    pre.load_state_dict(model.state_dict())  # the same parameters: Pre-LN's, on twice the embeddings
+    idx = torch.randint(0, TINY["vocab_size"], (2, 6))
+    x = 2 * (model.tok_emb(idx) + model.pos_emb.weight[:6])
+    for block in pre.blocks:
+        x = block(x)
+    torch.testing.assert_close(model(idx), F.linear(pre.norm(x), pre.tok_emb.weight))
 
 
 def test_a_design_pins_its_feed_forward_body() -> None:

@@ -23,9 +23,9 @@ from torch import nn
 from . import axes
 from .blocks import NormFactory, ResidualUnit
 from .checks import positive_int
-from .combinators import Add, Combinator
+from .combinators import Combinator
 from .dense import FUSED_SUM, compiling, inv_rms, rms, with_newest
-from .links import EMBEDDINGS, Past, Source, branch, needs_past, own, reads
+from .links import EMBEDDINGS, Past, Source, SublayerSpec, branch, needs_past, own, reads
 from .registry import register, register_preset
 from .transformer import Block, Design, TransformerLM, TransformerSpec, build_transformer
 
@@ -51,9 +51,10 @@ class DepthAttention(Combinator):
     axis = "attnres"
     kernels = FUSED_SUM
 
-    def __init__(self, d_model: int, reads: Sequence[Source] = ()) -> None:
+    def __init__(self, d_model: int, reads: Sequence[Source] = (), starts: Sequence[int] = ()) -> None:
         super().__init__()
         self.reads = tuple(reads)  # the earlier sources its sublayer hands it (variants.links)
+        self.starts = list(starts)  # the first sublayer of every sublayer's block, which its reads follow
         self.gain = nn.Parameter(torch.ones(d_model))  # RMSNorm's (part of the connection, not the norm-type axis)
         self.query = nn.Parameter(torch.zeros(d_model))
 
@@ -151,12 +152,15 @@ def block_sum(index: int, starts: list[int]) -> Source:
 class AttnResLayer(Block):
     """``h ← ffn(attn(h))``: a layer of two :class:`AttnResUnit`, handed the forward's Past."""
 
+    @classmethod
+    def unit(cls, body: nn.Module, join: Combinator, norm: NormFactory, at: SublayerSpec,
+             placement: str) -> ResidualUnit:
+        """Sublayer ``at`` of the blocks its :class:`DepthAttention` join attends over (``join.starts``)."""
+        assert isinstance(join, DepthAttention)
+        return AttnResUnit(body, join, norm, at.index, join.starts)
+
     def forward(self, x: torch.Tensor, past: Past | None = None) -> torch.Tensor:
         return self.ffn(self.attn(x, past), past)
-
-
-def _add(depth: int, d_model: int) -> Combinator:
-    return Add()
 
 
 def block_starts(n_sublayers: int, n_blocks: int | None) -> list[int]:
@@ -173,14 +177,12 @@ def block_ends(n_sublayers: int, n_blocks: int | None) -> list[bool]:
     return [(k + 1) % size == 0 or k == n_sublayers - 1 for k in range(n_sublayers)]
 
 
-def _attn_res_design(depth: int, d_model: int, n_blocks: int | None) -> Design:
+def _attn_res_design(depth: int, n_blocks: int | None) -> Design:
+    """Pre-LN placements, each sublayer joined by a :class:`DepthAttention` over the blocks before it, in
+    :class:`AttnResLayer` layers."""
     starts = block_starts(2 * depth, n_blocks)
-
-    def unit(index: int, placement: str, body: nn.Module, combine: Combinator, norm: NormFactory) -> ResidualUnit:
-        return AttnResUnit(body, DepthAttention(d_model, attn_res_reads(index, starts)), norm, index, starts)
-
-    return Design(ATTN_RES_PAPER if n_blocks is None else BLOCK_ATTN_RES_PAPER, lambda d: ["pre"] * d, _add,
-                  unit=unit, block=AttnResLayer)
+    return Design(ATTN_RES_PAPER if n_blocks is None else BLOCK_ATTN_RES_PAPER, lambda d: ["pre"] * d,
+                  lambda at: DepthAttention(at.d_model, attn_res_reads(at.index, starts), starts), block=AttnResLayer)
 
 
 @register("attn_res", family="transformer", paper=ATTN_RES_PAPER, spec=TransformerSpec())
@@ -189,7 +191,7 @@ def attn_res(spec: TransformerSpec, *, n_blocks: int | None = None) -> Transform
     block sums (Block AttnRes); :class:`AttnResUnit` sublayers joined by :class:`DepthAttention`."""
     if n_blocks is not None:
         positive_int("n_blocks", n_blocks, "Block AttnRes's number of blocks; None: Full AttnRes")
-    return build_transformer(_attn_res_design(spec.depth, spec.d_model, n_blocks), spec)
+    return build_transformer(_attn_res_design(spec.depth, n_blocks), spec)
 
 
 register_preset("attn_res_block", "attn_res", n_blocks=8, paper=BLOCK_ATTN_RES_PAPER)

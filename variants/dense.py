@@ -223,6 +223,12 @@ class MuddLayer(Block):
         self.out = output(2 * index + 1)
 
     @classmethod
+    def unit(cls, body: nn.Module, join: Combinator, norm: NormFactory, at: SublayerSpec,
+             placement: str) -> ResidualUnit:
+        """Pre-LN sublayers; every attention after layer 0's reads the four ways (:class:`MultiInputPreNorm`)."""
+        return MultiInputPreNorm(body, join, norm) if at.kind == "attn" and at.index > 0 else PreNorm(body, join, norm)
+
+    @classmethod
     def make(cls, attn: ResidualUnit, ffn: ResidualUnit, at: SublayerSpec) -> Block:
         """Layer ``at.layer`` with its connection over X₀ .. X_{i+1} (the R way only after the last layer)."""
         i = at.layer
@@ -257,6 +263,13 @@ class DcaLayer(Block):
         self.update = update_of(index)
 
     @classmethod
+    def unit(cls, body: nn.Module, join: Combinator, norm: NormFactory, at: SublayerSpec,
+             placement: str) -> ResidualUnit:
+        """Pre-LN sublayers; every attention reads its Q, K, V inputs and its residual (the read-in builds layer
+        0's)."""
+        return MultiInputPreNorm(body, join, norm) if at.kind == "attn" else PreNorm(body, join, norm)
+
+    @classmethod
     def make(cls, attn: ResidualUnit, ffn: ResidualUnit, at: SublayerSpec) -> Block:
         """Layer ``at.layer`` with its GRN over x₀ and the updates so far (one way after the last layer); layer 0 also
         with its read-in from the embeddings."""
@@ -289,18 +302,8 @@ def _add(depth: int, d_model: int) -> Combinator:
     return Add()
 
 
-def _mudd_unit(index: int, placement: str, body: nn.Module, combine: Combinator, norm: NormFactory) -> ResidualUnit:
-    """Layer 0 reads X₀; every later attention reads the four ways."""
-    return MultiInputPreNorm(body, combine, norm) if index % 2 == 0 and index > 0 else PreNorm(body, combine, norm)
-
-
-def _dca_unit(index: int, placement: str, body: nn.Module, combine: Combinator, norm: NormFactory) -> ResidualUnit:
-    """Every attention reads its Q, K, V inputs and its residual (the read-in builds layer 0's)."""
-    return MultiInputPreNorm(body, combine, norm) if index % 2 == 0 else PreNorm(body, combine, norm)
-
-
-MUDD = Design(MUDD_PAPER, lambda d: ["pre"] * d, _add, attention=CrossLayerAttention, unit=_mudd_unit, block=MuddLayer)
-DCA = Design(DCA_PAPER, lambda d: ["pre"] * d, _add, attention=CrossLayerAttention, unit=_dca_unit, block=DcaLayer)
+MUDD = Design(MUDD_PAPER, lambda d: ["pre"] * d, _add, attention=CrossLayerAttention, block=MuddLayer)
+DCA = Design(DCA_PAPER, lambda d: ["pre"] * d, _add, attention=CrossLayerAttention, block=DcaLayer)
 
 
 @register("mudd", family="transformer", paper=MUDD_PAPER, spec=TransformerSpec())
