@@ -65,7 +65,7 @@ class DenseFormer(TransformerLM):
         y = self.stream.begin(x)
         for block, average in zip(self.blocks, self.dwa, strict=True):
             y = block(y, past)  # X_i, kept in the Past as its feed-forward sublayer's output
-            y = average(*past.read(average.reads))  # Y_i = Σ_j α_ij·X_j over X_0 .. X_i
+            y = average(*past.read(reads(average)))  # Y_i = Σ_j α_ij·X_j over X_0 .. X_i
         return F.linear(self.norm(end_of(self.stream, y, past)), self.tok_emb.weight)
 
 
