@@ -15,6 +15,7 @@ from torch.utils.flop_counter import FlopCounterMode
 import variants
 from variants.blocks import ResidualUnit
 from variants.combinators import Combinator, Scaled
+from variants.denseformer import DenseFormer
 from variants.norms import Derf, DyT, SeeDNorm
 from variants.transformer import (
     CausalSelfAttention,
@@ -481,6 +482,18 @@ def test_denseformer_equals_preln_at_init_and_averages_all_earlier_outputs() -> 
     torch.testing.assert_close(dense(idx), ln(dense.norm, x) @ dense.tok_emb.weight.T)
 
 
+def test_denseformer_averages_after_the_layers_of_another_design() -> None:
+    """What a plugin that passed ``Design(dense=True)`` is told to use: the averages after another design's layers,
+    the identity at init (Peri-LN's output exactly)."""
+    dense = DenseFormer(variants.Design("Peri-LN with depth-weighted averages", "sandwich"),
+                        variants.TransformerSpec(**TINY)).double().eval()
+    post = tiny("sandwich").double().eval()
+    post.load_state_dict({k: v for k, v in dense.state_dict().items() if not k.startswith("dwa.")})
+    assert [name for name, _ in dense.named_children()][-2:] == ["dwa", "norm"]  # in the order the forward runs them
+    idx = torch.randint(0, TINY["vocab_size"], (2, 6))
+    torch.testing.assert_close(dense(idx), post(idx))
+
+
 def test_qkv_norm_attention_by_hand() -> None:
     """HybridNorm's attention: q, k and v each normalised per head (width d_head) before softmax(qkᵀ/√d_h)·v."""
     model = randomized(tiny("hybridnorm"))
@@ -677,7 +690,8 @@ def test_the_final_norm_follows_the_placements(placements: object, final: bool) 
     ("stream", lambda norm: None, r"what the layers hand each other is their layer class's: .* class method "
                                   r"stream\(norm, spec, layers\) and pass Design\(block=YourLayer\)"),
     ("dense", True, r"DenseFormer's averages sit between layers, in its own model: "
-                    r"variants.denseformer.DenseFormer\(design, spec\) builds them after every layer of any design"),
+                    r"variants.denseformer.DenseFormer\(design, spec\) builds them after every layer of the design "
+                    r"\(each reads the layers' feed-forward join outputs\)"),
 ])
 def test_a_removed_design_field_says_what_replaced_it(field: str, value: object, says: str) -> None:
     with pytest.raises(TypeError, match=rf"^Design has no field '{field}': {says}$"):

@@ -48,7 +48,9 @@ class DepthWeightedAverage(nn.Module):
 
 class DenseFormer(TransformerLM):
     """``X_i = B_i(Y_{i-1})``, ``Y_i = Σ_j α_ij·X_j``: the family's LM with a :class:`DepthWeightedAverage` after
-    every block (``dwa``), each reading the block outputs so far from the forward's Past."""
+    every block (``dwa``), each reading the block outputs so far from the forward's Past. ``X_j`` is what block j's
+    feed-forward join returned: its output on the paper's Pre-LN layers (and on Peri-LN's), the sum before the last
+    norm on a Post-LN layer."""
 
     def __init__(self, design: Design, spec: TransformerSpec) -> None:
         super().__init__(design, spec)

@@ -96,7 +96,7 @@ class Design:
 # Fields a Design once had, and what replaced each: the error a plugin that still passes one gets.
 REMOVED = {
     "dense": "DenseFormer's averages sit between layers, in its own model: variants.denseformer.DenseFormer(design, "
-             "spec) builds them after every layer of any design",
+             "spec) builds them after every layer of the design (each reads the layers' feed-forward join outputs)",
     "unit": "a design's units are its layer class's: subclass variants.Block, override its class method "
             "unit(body, join, norm, at, placement) and pass Design(block=YourLayer)",
     "stream": "what the layers hand each other is their layer class's: subclass variants.Block, override its class "
