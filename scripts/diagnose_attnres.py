@@ -27,7 +27,7 @@ from torch import nn
 from bench.analysis.studyfile import find_study
 from bench.runs.train import setup
 from bench.sweeps.study import load_study
-from variants.dense import AttnResUnit, DepthAttention
+from variants.attn_res import AttnResUnit, DepthAttention
 
 
 def _freeze_queries(model: nn.Module) -> None:

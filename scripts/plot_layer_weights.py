@@ -31,7 +31,8 @@ import seaborn as sns
 
 from bench.runs.checkpoints import load
 from bench.runs.results import ResultsStore
-from variants.dense import DepthAttention, GeneralizedResidual, MultiwayDenseConnection
+from variants.attn_res import DepthAttention
+from variants.dense import GeneralizedResidual, MultiwayDenseConnection
 
 VARIANTS = ("mudd", "dca", "attn_res", "attn_res_block")
 WAYS = {"mudd": ("Q", "K", "V", "R"), "dca": ("Q", "K", "V")}

@@ -4,6 +4,7 @@ holds no per-source product, and the harness records which one ran."""
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 
 import pytest
@@ -11,7 +12,7 @@ import torch
 
 import variants
 from bench.runs import cost
-from variants import dense
+from variants import attn_res, dense
 
 D, N = 8, 4
 
@@ -19,7 +20,7 @@ D, N = 8, 4
 def joins() -> list[tuple[str, torch.nn.Module, tuple[torch.Tensor, ...]]]:
     torch.manual_seed(0)
     sources = tuple(torch.randn(2, 3, D, dtype=torch.float64) for _ in range(N))
-    depth = dense.DepthAttention(D).double()
+    depth = attn_res.DepthAttention(D).double()
     torch.nn.init.normal_(depth.query)  # away from the uniform average it starts at
     grn = dense.GeneralizedResidual(D, N, 3).double()
     torch.nn.init.normal_(grn.b)
@@ -31,7 +32,7 @@ def test_the_fused_sum_equals_the_products_value_and_gradient(case: int, monkeyp
     _, join, (x, fx) = joins()[case]
     results = []
     for fused in (False, True):
-        monkeypatch.setattr(dense, "compiling", lambda fused=fused: fused)
+        monkeypatch.setattr(sys.modules[type(join).__module__], "compiling", lambda fused=fused: fused)
         leaves = [v.detach().requires_grad_() for v in (*x, fx)]
         out = join(tuple(leaves[:-1]), leaves[-1])
         grads = torch.autograd.grad(out.square().sum(), [*leaves, *join.parameters()])

@@ -205,7 +205,7 @@ CASES: dict[str, Case] = {
         lambda: _lm("laurel"),
         lambda m, x, fx: 2 * torch.sigmoid(m.weights[0]) * fx + 2 * torch.sigmoid(m.weights[1]) * (
             x + x @ m.down.weight.T @ m.up.weight.T)),
-    "variants.dense.DepthAttention": Case(lambda: _lm("attn_res"), _depth_attention),
+    "variants.attn_res.DepthAttention": Case(lambda: _lm("attn_res"), _depth_attention),
     "variants.dense.GeneralizedResidual": Case(lambda: _lm("dca"), _grn),
     "variants.dense.MultiwayDenseConnection": Case(lambda: _lm("mudd", depth=3), _mudd),
     "variants.frac.FracConnection": Case(
@@ -268,7 +268,7 @@ CASES: dict[str, Case] = {
         lambda: _net("resnext", depth=11, width=4, cardinality=2, bottleneck_width=2), _post_activation),
     "variants.wrn.WideBasic": Case(lambda: _net("wrn", depth=10, width=4, widen_factor=1), _preact),
     "variants.ngpt.HypersphereUnit": Case(lambda: _lm("ngpt"), lambda u, h: u.combine(h, u.body(h))),
-    "variants.dense.AttnResUnit": Case(lambda: _lm("attn_res", depth=3), _attn_res_unit),
+    "variants.attn_res.AttnResUnit": Case(lambda: _lm("attn_res", depth=3), _attn_res_unit),
     "variants.dense.MultiInputPreNorm": Case(
         lambda: _lm("dca"),
         lambda u, x: u.combine(x[..., 3, :], u.body(_stack_last(u.norm_q(x[..., 0, :]), u.norm_k(x[..., 1, :]),
@@ -292,7 +292,16 @@ CASES: dict[str, Case] = {
     "variants.updates.DeltaPreNorm": Case(lambda: _lm("deep_delta"),
                                           lambda u, x: u.combine(x, u.body(u.norm_in(x)), u.norm_in(x))),
     # layers
-    "variants.lm_blocks.Block": Case(lambda: _lm("resi_dual"), lambda b, x, past=None: b.ffn(b.attn(x))),
+    # the layer classes of designs with units of their own: x = ffn(attn(x)), Block's forward, over their units
+    "variants.lm_design.DualLayer": Case(lambda: _lm("resi_dual"), lambda b, x, past=None: b.ffn(b.attn(x))),
+    "variants.lm_norms.LnsLayer": Case(lambda: _lm("lns"), lambda b, x, past=None: b.ffn(b.attn(x))),
+    "variants.updates.DeltaLayer": Case(lambda: _lm("deep_delta"), lambda b, x, past=None: b.ffn(b.attn(x))),
+    "variants.hyper.HyperLayer": Case(lambda: _lm("mhc", n=2), lambda b, h, past=None: b.ffn(b.attn(h))),
+    "variants.frac.FracLayer": Case(lambda: _lm("frac_connections", m=2), lambda b, h, past=None: b.ffn(b.attn(h))),
+    "variants.vwn.VirtualWidthLayer": Case(lambda: _lm("vwn_1_5x"), lambda b, h, past=None: b.ffn(b.attn(h))),
+    "variants.lm_norms.ScaledEmbeddingPreLN": Case(  # Pre-LN's layer (its stream scales the embeddings)
+        lambda: _lm("dyt_llama"),
+        lambda b, x, past=None: (h := x + b.attn.body(b.attn.norm_in(x))) + b.ffn.body(b.ffn.norm_in(h))),
     "variants.lm_blocks.Layer": Case(
         _mixed_layer,
         lambda b, x, past=None: b.ffn.norm_out(_pre(b.attn, x) + b.ffn.body(_pre(b.attn, x)))),
@@ -318,7 +327,7 @@ CASES: dict[str, Case] = {
         lambda: _lm("hybridnorm"),
         lambda b, x, past=None: (h := b.attn.norm_out(x + b.attn.body(x))) + b.ffn.body(h)),
     "variants.dense.MuddLayer": Case(lambda: _lm("mudd", depth=3), _mudd_layer),
-    "variants.dense.AttnResLayer": Case(lambda: _lm("attn_res", depth=3, n_blocks=2),
+    "variants.attn_res.AttnResLayer": Case(lambda: _lm("attn_res", depth=3, n_blocks=2),
                                         lambda b, x, past: b.ffn(b.attn(x, past), past)),
     "variants.attention.ValueResidualPreLN": Case(  # layer 0: its attention leaves V_1 in the Past
         lambda: _lm("value_residual"),
@@ -344,7 +353,8 @@ def _subclasses(base: type) -> set[type]:
     return {c for c in out if c.__module__.split(".")[0] == "variants"}
 
 
-ABSTRACT = {combinators.Combinator, variants.hyper.HyperJoin, variants.hyper.ManifoldJoin}  # forward not written
+# forward not written, or no shipped design builds the class itself (Block: the base of every layer class)
+ABSTRACT = {combinators.Combinator, variants.hyper.HyperJoin, variants.hyper.ManifoldJoin, lm_blocks.Block}
 SHIPPED = sorted({*_subclasses(combinators.Combinator), combinators.TransformGate, *_subclasses(blocks.ResidualUnit),
                   *_subclasses(lm_blocks.Block), variants.ngpt.Layer, variants.densenet.DenseLayer} - ABSTRACT,
                  key=registry.qualified_name)

@@ -75,7 +75,8 @@ import torch
 from torch import nn
 
 import variants
-from variants.dense import DepthAttention, GeneralizedResidual
+from variants.attn_res import DepthAttention
+from variants.dense import GeneralizedResidual
 from variants.norms import Derf, DyT
 from variants.transformer import Design, ScaleNorm, TransformerLM, build_transformer
 from variants.updates import Orthogonal
@@ -266,7 +267,7 @@ def test_their_orthogonal_update_is_not_causal() -> None:
 
 def test_their_attention_residual_query_reads_the_input() -> None:
     """Their ``AttentionResidual`` weighs the earlier layers by a query read from the newest hidden state, so even at
-    init its output is no fixed average of its sources; the paper's query (ours, :class:`~variants.dense.
+    init its output is no fixed average of its sources; the paper's query (ours, :class:`~variants.attn_res.
     DepthAttention`) is a learned vector, 0 at init: the uniform average."""
     g = torch.Generator().manual_seed(3)
     hiddens = [torch.randn(1, 4, D, generator=g) for _ in range(3)]

@@ -15,6 +15,7 @@ from torch.utils.flop_counter import FlopCounterMode
 import variants
 from variants.blocks import ResidualUnit
 from variants.combinators import Combinator, Scaled
+from variants.denseformer import DenseFormer
 from variants.norms import Derf, DyT, SeeDNorm
 from variants.transformer import (
     CausalSelfAttention,
@@ -481,6 +482,18 @@ def test_denseformer_equals_preln_at_init_and_averages_all_earlier_outputs() -> 
     torch.testing.assert_close(dense(idx), ln(dense.norm, x) @ dense.tok_emb.weight.T)
 
 
+def test_denseformer_averages_after_the_layers_of_another_design() -> None:
+    """What a plugin that passed ``Design(dense=True)`` is told to use: the averages after another design's layers,
+    the identity at init (Peri-LN's output exactly)."""
+    dense = DenseFormer(variants.Design("Peri-LN with depth-weighted averages", "sandwich"),
+                        variants.TransformerSpec(**TINY)).double().eval()
+    post = tiny("sandwich").double().eval()
+    post.load_state_dict({k: v for k, v in dense.state_dict().items() if not k.startswith("dwa.")})
+    assert [name for name, _ in dense.named_children()][-2:] == ["dwa", "norm"]  # in the order the forward runs them
+    idx = torch.randint(0, TINY["vocab_size"], (2, 6))
+    torch.testing.assert_close(dense(idx), post(idx))
+
+
 def test_qkv_norm_attention_by_hand() -> None:
     """HybridNorm's attention: q, k and v each normalised per head (width d_head) before softmax(qkᵀ/√d_h)·v."""
     model = randomized(tiny("hybridnorm"))
@@ -654,3 +667,72 @@ def test_every_variant_builds_and_trains_a_step_at_depth(name: str, depth: int) 
     F.cross_entropy(logits.flatten(0, 1), idx.flatten()).backward()
     missing = [n for n, p in model.named_parameters() if p.grad is None or not torch.isfinite(p.grad).all()]
     assert not missing
+
+
+@pytest.mark.parametrize(("placements", "final"), [
+    ("pre", True), ("sandwich", True), ("peri", True), ("post", False), ("none", False),  # ReZero, T-Fixup: no norm
+    (lambda d: [("post", "none")] * d, True),  # HybridNorm: its last sublayer adds after the last norm
+    (lambda d: ["pre"] * (d - 1) + ["post"], False),  # ends with a Post-LN layer: normalised already
+    (lambda d: ["post"] + ["none"] * (d - 1), True),  # one norm in the stack, none after the last add
+])
+def test_the_final_norm_follows_the_placements(placements: object, final: bool) -> None:
+    design = variants.Design("placements", placements)  # type: ignore[arg-type]
+    assert design.final_norm(3) is final
+    model = variants.build_transformer(design, **{**TINY, "depth": 3})
+    assert isinstance(model.norm, nn.LayerNorm if final else nn.Identity)
+
+
+@pytest.mark.parametrize(("field", "value", "says"), [
+    ("final_norm", False, r"the final norm follows the placements \(Design.final_norm\(depth\)\).*set model.norm "
+                          r"on the built model"),
+    ("unit", lambda *a: None, r"a design's units are its layer class's: subclass variants.Block, override its class "
+                              r"method unit\(body, join, norm, at, placement\) and pass Design\(block=YourLayer\)"),
+    ("stream", lambda norm: None, r"what the layers hand each other is their layer class's: .* class method "
+                                  r"stream\(norm, spec, layers\) and pass Design\(block=YourLayer\)"),
+    ("dense", True, r"DenseFormer's averages sit between layers, in its own model: "
+                    r"variants.denseformer.DenseFormer\(design, spec\) builds them after every layer of the design "
+                    r"\(each reads the layers' feed-forward join outputs\)"),
+])
+def test_a_removed_design_field_says_what_replaced_it(field: str, value: object, says: str) -> None:
+    with pytest.raises(TypeError, match=rf"^Design has no field '{field}': {says}$"):
+        variants.Design("a plugin's design", "pre", **{field: value})
+
+
+def test_a_layer_class_builds_its_units_and_its_stream() -> None:
+    """A plugin's layer class: its units (``unit``) and what its layers hand each other (``stream``), both class
+    methods the model calls with the sublayer's spec and the model's spec."""
+    calls: list[tuple[int, str]] = []
+
+    class Doubled(variants.lm_blocks.Stream):
+        def begin(self, x: torch.Tensor) -> torch.Tensor:
+            return 2 * x
+
+    class MyLayer(variants.lm_blocks.Block):
+        @classmethod
+        def unit(cls, body: nn.Module, join: Combinator, norm: object, at: variants.SublayerSpec,
+                 placement: str) -> ResidualUnit:
+            calls.append((at.index, placement))
+            return variants.blocks.PreNorm(body, join, norm)
+
+        @classmethod
+        def stream(cls, norm: object, spec: object, layers: object) -> variants.lm_blocks.Stream:
+            return Doubled()
+
+    model = variants.build_transformer(variants.Design("mine", "pre", block=MyLayer), **TINY)
+    assert calls == [(0, "pre"), (1, "pre"), (2, "pre"), (3, "pre")]
+    assert all(type(b) is MyLayer and isinstance(b.attn, variants.blocks.PreNorm) for b in model.blocks)
+    pre = variants.build_transformer("preln", **TINY)
+    pre.load_state_dict(model.state_dict())  # the same parameters: Pre-LN's, on twice the embeddings
+    idx = torch.randint(0, TINY["vocab_size"], (2, 6))
+    x = 2 * (model.tok_emb(idx) + model.pos_emb.weight[:6])
+    for block in pre.blocks:
+        x = block(x)
+    torch.testing.assert_close(model(idx), F.linear(pre.norm(x), pre.tok_emb.weight))
+
+
+def test_a_design_pins_its_feed_forward_body() -> None:
+    design = variants.Design("Pre-LN with SwiGLU as its paper's body", "pre", ffn="swiglu")
+    model = variants.build_transformer(design, ffn="swiglu", **TINY)
+    assert all(isinstance(block.ffn.body, SwiGLU) for block in model.blocks)
+    with pytest.raises(ValueError, match=r"pins its feed-forward body: ffn must be 'swiglu', got 'gelu'$"):
+        variants.build_transformer(design, **TINY)  # the spec's default body

@@ -14,15 +14,8 @@ from torch import nn
 
 import variants
 from bench.runs.probes import _norm, probe
-from variants.dense import (
-    AttnResUnit,
-    DcaLayer,
-    DepthAttention,
-    GeneralizedResidual,
-    MuddLayer,
-    MultiwayDenseConnection,
-    block_ends,
-)
+from variants.attn_res import AttnResUnit, DepthAttention, block_ends
+from variants.dense import DcaLayer, GeneralizedResidual, MuddLayer, MultiwayDenseConnection
 from variants.frac import FracConnection
 from variants.hyper import HyperUnit
 from variants.speedrun import SpeedrunLayer, SpeedrunUnit, positions

@@ -104,7 +104,7 @@ def test_the_norm_type_is_located_too() -> None:
     ("b2t", "variants.lm_blocks.B2T", "variants.lm_blocks.Sublayer", "variants.combinators.Add"),
     ("hybridnorm", "variants.lm_blocks.HybridNorm", "variants.lm_blocks.Sublayer", "variants.combinators.Add"),
     ("rezero_lm", "variants.lm_blocks.ReZero", "variants.lm_blocks.Sublayer", "variants.combinators.Scaled"),
-    ("resi_dual", "variants.lm_blocks.Block", "variants.lm_design.DualPostNorm", "variants.combinators.Add"),
+    ("resi_dual", "variants.lm_design.DualLayer", "variants.lm_design.DualPostNorm", "variants.combinators.Add"),
     ("mixln", "variants.lm_blocks.PostLN, variants.lm_blocks.PreLN", "variants.lm_blocks.Sublayer",
      "variants.combinators.Add"),
     ("ngpt", "variants.ngpt.Layer", "variants.ngpt.HypersphereUnit", "variants.ngpt.NLerp"),
@@ -226,7 +226,7 @@ def test_catalogue_is_deterministic_and_complete() -> None:
 
 def test_transformer_designs_keep_every_name_and_default() -> None:
     assert not hasattr(transformer, "Recipe") and not hasattr(transformer, "RECIPES")
-    assert list(transformer.DESIGNS) == ["postln", "preln", "sandwich", "deepnorm", "rezero_lm", "b2t", "denseformer",
+    assert list(transformer.DESIGNS) == ["postln", "preln", "sandwich", "deepnorm", "rezero_lm", "b2t",
                                          "admin", "resi_dual", "hybridnorm", "value_residual", "t_fixup", "mixln"]
     assert all(variants.describe(n)["family"] == "transformer" for n in transformer.DESIGNS)
     with torch.device("meta"):

@@ -38,7 +38,9 @@ stays stable across releases:
   :func:`output`), and receives them after ``x`` and ``F(x)``: ``forward(x, fx, *sources)``, handed over by the
   :class:`Past` the layers pass along (:mod:`variants.links`); the layers as their papers write them,
   :class:`PreLN`, :class:`PostLN`, :class:`PeriLN`, :class:`NoNorm`, :class:`B2T`, :class:`HybridNorm`, of
-  :class:`Sublayer` parts (:mod:`variants.lm_blocks`),
+  :class:`Sublayer` parts (:mod:`variants.lm_blocks`), and a layer class of one's own, ``Design(block=...)``: a
+  :class:`Block` subclass whose class methods build its units (``unit``), the layer where it sits (``make``) and
+  the :class:`Stream` its layers hand each other (``stream``),
   :func:`build_mlp` on an :class:`MlpSpec` (depth, width, classes, input channels, image size, activation, norm,
   stochastic depth, init) around a unit factory given its drop-path rate, and :func:`build_cifar` below;
 - joins: :class:`Combinator` (subclass it: ``forward(x, fx)`` joins the shortcut ``x`` and the branch output
@@ -71,9 +73,11 @@ reads them off any built model, e.g. one built with ``norm=`` another norm).
 
 from . import (  # noqa: F401  (families)
     airbench,
+    attn_res,
     cifar,
     convnext,
     dense,
+    denseformer,
     densenet,
     frac,
     gomhc,
@@ -124,7 +128,7 @@ from .formulas import catalogue, formula
 from .init_marks import INIT_MARKS, mark_init, marked_layers
 from .layers import CifarSpec, Slot, build_cifar, conv_branch, make_shortcut
 from .links import EMBEDDINGS, Past, Source, SublayerSpec, branch, output
-from .lm_blocks import B2T, HybridNorm, Layer, NoNorm, PeriLN, PostLN, PreLN, Sublayer
+from .lm_blocks import B2T, Block, HybridNorm, Layer, NoNorm, PeriLN, PostLN, PreLN, Stream, Sublayer
 from .mlp import MlpSpec, build_mlp
 from .preact import preact_head, preact_stem
 from .registry import (
@@ -148,6 +152,7 @@ __all__ = [
     "INIT_MARKS",
     "POSTACT",
     "PREACT",
+    "Block",
     "CifarSpec",
     "Combinator",
     "Design",
@@ -172,6 +177,7 @@ __all__ = [
     "SandwichNorm",
     "Slot",
     "Source",
+    "Stream",
     "Sublayer",
     "SublayerSpec",
     "TransformGate",

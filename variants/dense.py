@@ -1,11 +1,14 @@
-"""Cross-layer residuals: each layer reads a learned combination of the outputs of the layers before it.
+"""Dense cross-layer residuals: each layer's inputs are a learned, input-dependent combination of the outputs of
+the layers before it (MUDDFormer, DeepCrossAttention).
 
-Three designs of 2025–26 that replace the one residual stream by the whole history of layer outputs (DenseFormer,
-``variants.lm_design``, is their static ancestor). Every sublayer body is the family's (attention, feed-forward),
-every norm the family's norm type; the joins are :class:`~variants.combinators.Combinator` subclasses, so probes
-see them and ``describe()`` names them. The history is the forward's :class:`~variants.links.Past`: each join
-declares the earlier values it reads (``reads``), its layer or unit reads them from the Past and leaves its own there
-(``past.put``); the layers hand each other the stream (the next layer's input or inputs) and nothing else.
+Two designs of 2025 that replace the one residual stream by the whole history of layer outputs (DenseFormer,
+``variants.lm_design``, is their static ancestor; Attention Residuals, ``variants.attn_res``, their softmax-over-
+depth sibling, which shares this file's RMS helpers and fused sums). Every sublayer body is the family's (attention,
+feed-forward), every norm the family's norm type; the joins are :class:`~variants.combinators.Combinator`
+subclasses, so probes see them and ``describe()`` names them. The history is the forward's
+:class:`~variants.links.Past`: each join declares the earlier values it reads (``reads``), its layer or unit reads
+them from the Past and leaves its own there (``past.put``); the layers hand each other the stream (the next layer's
+input or inputs) and nothing else.
 
 - ``mudd``: Xiao, Zhang, Xiao, Gu & Li 2025, "MUDDFormer: Breaking Residual Bottlenecks in Transformers via
   Multiway Dynamic Dense Connections" (ICML 2025, arXiv 2502.12170). The history holds the embeddings X₀ and every
@@ -24,17 +27,10 @@ declares the earlier values it reads (``reads``), its layer or unit reads them f
   over the whole history. Init (the ``deep-cross-attention`` package's): b = 1, w ~ N(0, 0.01²) (at w = 0 the
   ReLU would pass no gradient to w): near the plain residual. Every earlier output is kept (the paper's k-DCA,
   which keeps only some, is not reproduced).
-- ``attn_res``: Kimi Team 2026, "Attention Residuals" (arXiv 2603.15031), Full AttnRes: every sublayer l (attention
-  and feed-forward each count) reads ``hₗ = Σᵢ softmaxᵢ(wₗᵀ·RMSNorm(vᵢ))·vᵢ`` over v₀ (the embeddings) and the
-  outputs vᵢ = Fᵢ(norm(hᵢ)) of the sublayers before it, wₗ a learned pseudo-query starting at 0 (a uniform average
-  at init: not Pre-LN). ``n_blocks`` gives Block AttnRes: the sublayers split into blocks of ⌈2·depth/n_blocks⌉,
-  each summed into one source (b₀ the embeddings), and a sublayer attends over the completed blocks and the
-  partial sum of its own (the paper's ~8 blocks: ``attn_res_block``).
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 
 import torch
@@ -43,22 +39,17 @@ from torch import nn
 
 from . import axes
 from .blocks import NormFactory, PreNorm, ResidualUnit
-from .checks import positive_int
 from .combinators import Add, Combinator
-from .links import EMBEDDINGS, Past, Source, SublayerSpec, branch, needs_past, output, own, reads
+from .links import EMBEDDINGS, Past, Source, SublayerSpec, needs_past, output, own
 from .norms import LN_EPS
-from .registry import register, register_preset
+from .registry import register
 from .transformer import Block, CausalSelfAttention, Design, TransformerLM, TransformerSpec, build_transformer
 
-axes.ship("combinator", ["mudd", "dca", "attnres"])
+axes.ship("combinator", ["mudd", "dca"])
 MUDD_PAPER = ("Xiao et al. 2025, MUDDFormer: Breaking Residual Bottlenecks in Transformers via Multiway Dynamic Dense "
               "Connections (ICML 2025, arXiv 2502.12170): Q/K/V/R dynamic dense connections, Pre-LN layers")
 DCA_PAPER = ("Heddes et al. 2025, DeepCrossAttention: Supercharging Transformer Residual Connections (ICML 2025, "
              "arXiv 2502.06785): a generalized residual (GRN-v3) per attention input, every earlier output kept")
-ATTN_RES_PAPER = ("Kimi Team 2026, Attention Residuals (arXiv 2603.15031): softmax attention over earlier sublayer "
-                  "outputs with a zero-initialised pseudo-query per sublayer (Full AttnRes)")
-BLOCK_ATTN_RES_PAPER = ("Kimi Team 2026, Attention Residuals (arXiv 2603.15031): Block AttnRes, 8 blocks of "
-                        "summed sublayer outputs attended over")
 DCA_W_STD = 0.01  # GRN's w ~ N(0, 0.01²) (the deep-cross-attention package's init)
 MUDD_WAYS = 4  # Q, K, V, R
 
@@ -216,54 +207,6 @@ class GeneralizedResidual(Combinator):
         return out
 
 
-class DepthAttention(Combinator):
-    """``h = Σᵢ softmaxᵢ(wᵀ·RMSNorm(vᵢ))·vᵢ`` over the sources vᵢ so far: Attention Residuals (Kimi Team 2026, §3).
-
-    ``forward(x, fx, scales)``: the earlier sources (a sequence of (..., d) tensors, or one (..., n - 1, d) stack)
-    and the newest (..., d) -> the next input (..., d); the pseudo-query w starts at 0 (a uniform average). Computed
-    source by source, without stacking them: the logits as ``wᵀ·(g ⊙ RMSNorm(vᵢ)) = (vᵢ·(g ⊙ w))·inv_rms(vᵢ)`` (the
-    gain folded into the query, each source's RMS scale (``scales``, (..., n, 1)) computed once per source by the
-    caller, or here when not given), the sum as one product per source. A stack of the sources at every
-    sublayer is O(L²) copies over the network, and autograd keeps each stack for the backward pass: at GPT-2
-    small's width that was +0.97 GB and a fifth of the step (``bench cost --profile``); the result is the same to
-    rounding, and the FLOP count is the stack's."""
-
-    axis = "attnres"
-    kernels = FUSED_SUM
-
-    def __init__(self, d_model: int, reads: Sequence[Source] = ()) -> None:
-        super().__init__()
-        self.reads = tuple(reads)  # the earlier sources its sublayer hands it (variants.links)
-        self.gain = nn.Parameter(torch.ones(d_model))  # RMSNorm's (part of the connection, not the norm-type axis)
-        self.query = nn.Parameter(torch.zeros(d_model))
-
-    def weights(self, sources: torch.Tensor) -> torch.Tensor:
-        """softmaxᵢ(wᵀ·RMSNorm(vᵢ)) of the sources (..., n, d): (..., n)."""
-        return torch.softmax((rms(sources) * self.gain) @ self.query, dim=-1)
-
-    def forward(self, x: torch.Tensor | Sequence[torch.Tensor], fx: torch.Tensor,
-                scales: torch.Tensor | None = None) -> torch.Tensor:
-        sources = with_newest(x, fx)
-        if scales is None:
-            scales = torch.stack([inv_rms(v) for v in sources], dim=-2)
-        if compiling():  # elementwise: Inductor fuses the logits and the weighted sum (FUSED_SUM)
-            u = self.gain * self.query
-            weights = torch.softmax(torch.stack([(v * u).sum(-1) for v in sources], dim=-1) * scales.squeeze(-1), -1)
-            h = weights[..., 0, None] * sources[0]
-            for i in range(1, len(sources)):
-                h = h + weights[..., i, None] * sources[i]
-            return h
-        u = (self.gain * self.query).unsqueeze(-1)  # (d, 1): each logit a product the FLOP counter sees
-        logits = torch.cat([v @ u for v in sources], dim=-1) * scales.squeeze(-1)
-        weights = torch.softmax(logits, dim=-1)[..., None, None]  # (..., n, 1, 1)
-        # each term a product with a contraction of one, (..., 1, 1) @ (..., 1, d): faster here than a multiply-add
-        # and counted as the stack's einsum was
-        h = weights[..., 0, :, :] @ sources[0].unsqueeze(-2)
-        for i in range(1, len(sources)):
-            h = h + weights[..., i, :, :] @ sources[i].unsqueeze(-2)
-        return h.squeeze(-2)
-
-
 class MuddLayer(Block):
     """``X_{i+1} = FFN(Attn(X̄ᵢ))``, then ``X̄_{i+1} = connect(X₀ .. X_{i+1})``: MUDDFormer (§2.2–2.3), layer i and its
     dense connections to the next::
@@ -278,6 +221,12 @@ class MuddLayer(Block):
         super().__init__(attn, ffn)
         self.connect = connect
         self.out = output(2 * index + 1)
+
+    @classmethod
+    def unit(cls, body: nn.Module, join: Combinator, norm: NormFactory, at: SublayerSpec,
+             placement: str) -> ResidualUnit:
+        """Pre-LN sublayers; every attention after layer 0's reads the four ways (:class:`MultiInputPreNorm`)."""
+        return MultiInputPreNorm(body, join, norm) if at.kind == "attn" and at.index > 0 else PreNorm(body, join, norm)
 
     @classmethod
     def make(cls, attn: ResidualUnit, ffn: ResidualUnit, at: SublayerSpec) -> Block:
@@ -314,6 +263,13 @@ class DcaLayer(Block):
         self.update = update_of(index)
 
     @classmethod
+    def unit(cls, body: nn.Module, join: Combinator, norm: NormFactory, at: SublayerSpec,
+             placement: str) -> ResidualUnit:
+        """Pre-LN sublayers; every attention reads its Q, K, V inputs and its residual (the read-in builds layer
+        0's)."""
+        return MultiInputPreNorm(body, join, norm) if at.kind == "attn" else PreNorm(body, join, norm)
+
+    @classmethod
     def make(cls, attn: ResidualUnit, ffn: ResidualUnit, at: SublayerSpec) -> Block:
         """Layer ``at.layer`` with its GRN over x₀ and the updates so far (one way after the last layer); layer 0 also
         with its read-in from the embeddings."""
@@ -342,121 +298,12 @@ def with_residual(ways: torch.Tensor) -> torch.Tensor:
     return torch.cat((ways, ways[..., :1, :]), dim=-2)
 
 
-class AttnResUnit(ResidualUnit):
-    """``vₗ = F(norm(hₗ))``, ``h_{l+1} = Σᵢ softmaxᵢ(wₗᵀ·RMSNorm(sᵢ))·sᵢ``: Attention Residuals (§3), sublayer l::
-
-        vₗ = F(norm(hₗ))
-        h_{l+1} = Σᵢ softmaxᵢ(wₗᵀ·RMSNorm(sᵢ))·sᵢ    over s = (v₀, the completed blocks' sums, this block's sum so far)
-
-    (:class:`DepthAttention`; Full AttnRes: every block one sublayer, s = (v₀, v₁ .. vₗ)). The embeddings, the
-    completed blocks' sums with their RMS scales and the open block's sum are read from the forward's
-    :class:`~variants.links.Past` (``reads``); this sublayer's sum (and its scale, where it closes its block) is left
-    there. A block's sum is ``F(sublayer)`` where it has one sublayer so far, else ``block(sublayer)``."""
-
-    placement = "pre"
-
-    def __init__(self, body: nn.Module, combine: DepthAttention, norm: NormFactory, index: int, starts: list[int], *,
-                 drop_path: float = 0.0) -> None:
-        """Sublayer ``index``; ``starts[k]`` is the first sublayer of sublayer k's block."""
-        super().__init__(body, combine, drop_path=drop_path)
-        self.norm_in = norm()
-        self.ends_block = index == len(starts) - 1 or starts[index + 1] == index + 1
-        self.sum = block_sum(index, starts)
-        self.n_closed = len(closed_blocks(index, starts))
-        self.first = index == 0
-
-    def forward(self, h: torch.Tensor, past: Past | None = None) -> torch.Tensor:  # type: ignore[override]
-        past = needs_past(self, past)
-        x0, *earlier = past.read(reads(self.combine))
-        if self.first:  # the embeddings' RMS scale, computed once for every sublayer
-            x0_scale = inv_rms(x0)
-            past.put(EMBEDDINGS_RMS, x0_scale)
-        else:
-            x0_scale, *earlier = earlier
-        n = self.n_closed
-        blocks, scales, partial = (x0, *earlier[:n]), (x0_scale, *earlier[n:2 * n]), earlier[2 * n:]
-        v = self.drop_path(self.body(self.norm_in(h)))
-        v = partial[0] + v if partial else v
-        scale = inv_rms(v)
-        h_next = self.combine(blocks, v, scales=torch.stack((*scales, scale), dim=-2))
-        past.put(self.sum, v)
-        if self.ends_block:
-            past.put(own("rms", self.sum.sublayer), scale)
-        return h_next
-
-
-EMBEDDINGS_RMS = Source("rms(embeddings)")  # inv_rms of the embeddings, v₀'s scale in every sublayer's read
-
-
-def closed_blocks(index: int, starts: list[int]) -> list[int]:
-    """The last sublayer of every block before sublayer ``index``'s."""
-    return [k for k in range(starts[index]) if starts[k + 1] == k + 1]
-
-
-def attn_res_reads(index: int, starts: list[int]) -> tuple[Source, ...]:
-    """What sublayer ``index`` of Attention Residuals reads: the embeddings, the completed blocks' sums, their RMS
-    scales, and its own block's sum so far (where it is not the block's first sublayer)."""
-    closed = closed_blocks(index, starts)
-    open_block = (block_sum(index - 1, starts),) if starts[index] < index else ()
-    scale = (EMBEDDINGS_RMS,) if index > 0 else ()  # sublayer 0 computes it
-    return (EMBEDDINGS, *scale, *(block_sum(k, starts) for k in closed), *(own("rms", k) for k in closed),
-            *open_block)
-
-
-def block_sum(index: int, starts: list[int]) -> Source:
-    """The sum of sublayer ``index``'s block up to it: ``F(index)`` where the block starts there, else its own name."""
-    return branch(index) if starts[index] == index else own("block", index)
-
-
-class AttnResLayer(Block):
-    """``h ← ffn(attn(h))``: a layer of two :class:`AttnResUnit`, handed the forward's Past."""
-
-    def forward(self, x: torch.Tensor, past: Past | None = None) -> torch.Tensor:
-        return self.ffn(self.attn(x, past), past)
-
-
 def _add(depth: int, d_model: int) -> Combinator:
     return Add()
 
 
-def _mudd_unit(index: int, placement: str, body: nn.Module, combine: Combinator, norm: NormFactory) -> ResidualUnit:
-    """Layer 0 reads X₀; every later attention reads the four ways."""
-    return MultiInputPreNorm(body, combine, norm) if index % 2 == 0 and index > 0 else PreNorm(body, combine, norm)
-
-
-def _dca_unit(index: int, placement: str, body: nn.Module, combine: Combinator, norm: NormFactory) -> ResidualUnit:
-    """Every attention reads its Q, K, V inputs and its residual (the read-in builds layer 0's)."""
-    return MultiInputPreNorm(body, combine, norm) if index % 2 == 0 else PreNorm(body, combine, norm)
-
-
-MUDD = Design(MUDD_PAPER, lambda d: ["pre"] * d, _add, attention=CrossLayerAttention, unit=_mudd_unit, block=MuddLayer,
-              final_norm=True)
-DCA = Design(DCA_PAPER, lambda d: ["pre"] * d, _add, attention=CrossLayerAttention, unit=_dca_unit, block=DcaLayer,
-             final_norm=True)
-
-
-def block_starts(n_sublayers: int, n_blocks: int | None) -> list[int]:
-    """The first sublayer of each sublayer's block: itself (Full AttnRes, ``n_blocks`` None) or the last multiple of
-    ⌈n_sublayers/n_blocks⌉ at or before it (Block AttnRes)."""
-    size = 1 if n_blocks is None else math.ceil(n_sublayers / n_blocks)
-    return [k - k % size for k in range(n_sublayers)]
-
-
-def block_ends(n_sublayers: int, n_blocks: int | None) -> list[bool]:
-    """Whether each sublayer closes its block: every one (Full AttnRes, ``n_blocks`` None) or every
-    ⌈n_sublayers/n_blocks⌉-th and the last (Block AttnRes)."""
-    size = 1 if n_blocks is None else math.ceil(n_sublayers / n_blocks)
-    return [(k + 1) % size == 0 or k == n_sublayers - 1 for k in range(n_sublayers)]
-
-
-def _attn_res_design(depth: int, d_model: int, n_blocks: int | None) -> Design:
-    starts = block_starts(2 * depth, n_blocks)
-
-    def unit(index: int, placement: str, body: nn.Module, combine: Combinator, norm: NormFactory) -> ResidualUnit:
-        return AttnResUnit(body, DepthAttention(d_model, attn_res_reads(index, starts)), norm, index, starts)
-
-    return Design(ATTN_RES_PAPER if n_blocks is None else BLOCK_ATTN_RES_PAPER, lambda d: ["pre"] * d, _add,
-                  unit=unit, block=AttnResLayer, final_norm=True)
+MUDD = Design(MUDD_PAPER, lambda d: ["pre"] * d, _add, attention=CrossLayerAttention, block=MuddLayer)
+DCA = Design(DCA_PAPER, lambda d: ["pre"] * d, _add, attention=CrossLayerAttention, block=DcaLayer)
 
 
 @register("mudd", family="transformer", paper=MUDD_PAPER, spec=TransformerSpec())
@@ -469,15 +316,3 @@ def mudd(spec: TransformerSpec) -> TransformerLM:
 def dca(spec: TransformerSpec) -> TransformerLM:
     """DeepCrossAttention: a :class:`GeneralizedResidual` per attention input before every layer, one at the end."""
     return build_transformer(DCA, spec)
-
-
-@register("attn_res", family="transformer", paper=ATTN_RES_PAPER, spec=TransformerSpec())
-def attn_res(spec: TransformerSpec, *, n_blocks: int | None = None) -> TransformerLM:
-    """Attention Residuals over every sublayer's output (``n_blocks`` None: Full AttnRes) or over ``n_blocks``
-    block sums (Block AttnRes); :class:`AttnResUnit` sublayers joined by :class:`DepthAttention`."""
-    if n_blocks is not None:
-        positive_int("n_blocks", n_blocks, "Block AttnRes's number of blocks; None: Full AttnRes")
-    return build_transformer(_attn_res_design(spec.depth, spec.d_model, n_blocks), spec)
-
-
-register_preset("attn_res_block", "attn_res", n_blocks=8, paper=BLOCK_ATTN_RES_PAPER)

@@ -25,17 +25,20 @@ compares that part on copied weights and the rest with a float64 computation by 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import torch
 from torch import nn
 
 from . import axes
+from .blocks import NormFactory
 from .checks import flag, positive_int
-from .hyper import GATE_INIT, HyperJoin, HyperUnit, Weights, _unused_add
+from .hyper import GATE_INIT, HyperJoin, HyperLayer, Weights
+from .lm_blocks import Stream
 from .norms import resolve_norm
 from .registry import register
-from .transformer import Design, TransformerLM, TransformerSpec, build_transformer
+from .transformer import Block, Design, TransformerLM, TransformerSpec, build_transformer
 
 axes.ship("combinator", ["frac"])
 FRAC_PAPER = ("Zhu et al. 2025, Frac-Connections: Fractional Extension of Hyper-Connections (arXiv 2503.14125): "
@@ -92,6 +95,15 @@ class FracConnection(HyperJoin):
         return (b.unsqueeze(-1) * self.fractions(fx) + carried).flatten(-2)
 
 
+class FracLayer(HyperLayer):
+    """``h ← ffn(attn(h))``: a layer of two :class:`~variants.hyper.HyperUnit` on the one stream of width d, cut
+    into m fractions by each :class:`FracConnection`."""
+
+    @classmethod
+    def stream(cls, norm: NormFactory, spec: Any, layers: Sequence[Block]) -> Stream:
+        return Stream()
+
+
 @register("frac_connections", family="transformer", paper=FRAC_PAPER, spec=TransformerSpec())
 def frac_connections(spec: TransformerSpec, *, m: int = 4, dynamic: bool = True) -> TransformerLM:
     """Frac-Connections with ``m`` fractions (4, as the ``hyper-connections`` package's example); ``dynamic``: DFC
@@ -103,9 +115,6 @@ def frac_connections(spec: TransformerSpec, *, m: int = 4, dynamic: bool = True)
         raise ValueError(f"d_model ({spec.d_model}) must be divisible by the number of fractions m ({m})")
     _, norm_of_width = resolve_norm(spec.norm, spec.bias)
 
-    def join() -> FracConnection:
-        return FracConnection(m, spec.d_model, norm_of_width if dynamic else None)
-
-    design = Design(FRAC_PAPER, lambda depth: ["pre"] * depth, _unused_add,
-                    unit=lambda index, placement, body, combine, make_norm: HyperUnit(body, join(), make_norm))
+    design = Design(FRAC_PAPER, lambda depth: ["pre"] * depth,
+                    lambda at: FracConnection(m, spec.d_model, norm_of_width if dynamic else None), block=FracLayer)
     return build_transformer(design, spec)

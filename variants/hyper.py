@@ -60,8 +60,9 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Callable
-from typing import cast
+from collections.abc import Callable, Sequence
+from functools import partial
+from typing import Any, cast
 
 import torch
 from torch import nn
@@ -69,9 +70,11 @@ from torch import nn
 from . import axes
 from .blocks import NormFactory, ResidualUnit
 from .checks import positive_int
-from .combinators import Add, Combinator
+from .combinators import Combinator
+from .links import SublayerSpec
+from .norms import resolve_norm
 from .registry import register
-from .transformer import LN_EPS, Design, Stream, TransformerLM, TransformerSpec, build_transformer
+from .transformer import LN_EPS, Block, Design, Stream, TransformerLM, TransformerSpec, build_transformer
 
 GATE_INIT = 0.01  # s_α, s_β (HC Algorithm 2) and α^pre, α^post, α^res (mHC App. A.1)
 SINKHORN_ITERS = 20  # mHC's t_max (§4.2, App. A.1)
@@ -106,6 +109,8 @@ class HyperJoin(Combinator):
     :meth:`read` is the other half, the branch's input. Both take the sublayer's :meth:`weights` of h (computed
     once by :class:`HyperUnit`; from h again when not given)."""
 
+    n: int  # the streams it joins
+
     def weights(self, h: torch.Tensor) -> Weights:  # pragma: no cover - abstract
         raise NotImplementedError
 
@@ -124,6 +129,7 @@ class HyperConnection(HyperJoin):
 
     def __init__(self, n: int, d_model: int, index: int, norm: NormFactory | None = None) -> None:
         super().__init__()
+        self.n = n  # the streams it joins
         self.b = nn.Parameter(torch.ones(n))  # B, 1×n: weights of the layer output (depth connection)
         a_m = torch.zeros(n)
         a_m[index % n] = 1.0
@@ -287,18 +293,25 @@ class HyperUnit(ResidualUnit):
         return self.combine(h, self.drop_path(self.body(self.norm_in(self.join.read(h, w)))), w)
 
 
-def _unused_add(*_: int) -> Combinator:
-    return Add()  # the design's per-sublayer join, unused: a HyperUnit builds its own (it needs the sublayer index)
+class HyperLayer(Block):
+    """``H ← ffn(attn(H))``: a layer of two :class:`HyperUnit` on the n streams of :class:`HyperStream` (HC
+    Algorithm 1: the embeddings copied into n streams, summed at the end)."""
+
+    @classmethod
+    def unit(cls, body: nn.Module, join: Combinator, norm: NormFactory, at: SublayerSpec,
+             placement: str) -> ResidualUnit:
+        return HyperUnit(body, cast(HyperJoin, join), norm)
+
+    @classmethod
+    def stream(cls, norm: NormFactory, spec: Any, layers: Sequence[Block]) -> Stream:
+        return HyperStream(cast(HyperJoin, layers[0].attn.combine).n)
 
 
 def _lm(paper: str, n: int, join: Callable[[int, NormFactory], HyperJoin], spec: TransformerSpec) -> TransformerLM:
     """The family's LM (its defaults and validation) around n streams and Pre-LN sublayers joined by ``join(index,
     norm)`` — index 2i is layer i's attention, 2i + 1 its feed-forward."""
-    design = Design(
-        paper, lambda depth: ["pre"] * depth, _unused_add,
-        unit=lambda index, placement, body, combine, norm: HyperUnit(body, join(index, norm), norm),
-        stream=lambda norm: HyperStream(n),
-    )
+    make_norm = partial(resolve_norm(spec.norm, spec.bias)[1], spec.d_model)  # the norm type of the stack's norms
+    design = Design(paper, lambda depth: ["pre"] * depth, lambda at: join(at.index, make_norm), block=HyperLayer)
     return build_transformer(design, spec)
 
 

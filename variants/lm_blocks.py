@@ -26,6 +26,9 @@ units, ResiDual's dual stream ...) composes them in a :class:`Block`. Every laye
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any, cast
+
 import torch
 from torch import nn
 
@@ -88,9 +91,27 @@ class Sublayer(ResidualUnit):
         return self._norm("norm_out", self.join(x, fx, past))
 
 
+class Stream(nn.Module):
+    """What the layers hand each other. This base class is the one residual stream; a layer class that keeps several
+    (ResiDual's two, Hyper-Connections' n) widens the embeddings into its state in :meth:`begin` and folds the state
+    back to one d_model vector per token in :meth:`end`, before the final norm and the head. A stream whose end reads
+    an earlier value (the speedrun's backout) declares it in ``reads`` and takes it after the state:
+    ``end(state, *earlier)``."""
+
+    def begin(self, x: torch.Tensor) -> Any:
+        return x
+
+    def end(self, state: Any) -> torch.Tensor:
+        return cast(torch.Tensor, state)
+
+
 class Block(nn.Module):
     """``x = ffn(attn(x))``: one Transformer layer of a design's own units, its attention sublayer then its
-    feed-forward sublayer, each unit's ``forward`` its formula."""
+    feed-forward sublayer, each unit's ``forward`` its formula.
+
+    A layer class is all a design adds to its placements, joins and bodies: what its two units are (:meth:`unit`),
+    how it is built where it sits (:meth:`make`) and what the layers hand each other (:meth:`stream`); each is a
+    class method a layer of a design's own overrides."""
 
     def __init__(self, attn: ResidualUnit, ffn: ResidualUnit) -> None:
         super().__init__()
@@ -98,11 +119,27 @@ class Block(nn.Module):
         self.ffn = ffn
 
     @classmethod
+    def unit(cls, body: nn.Module, join: Combinator, norm: NormFactory, at: SublayerSpec,
+             placement: str) -> ResidualUnit:
+        """Sublayer ``at`` of a layer of this class: its branch ``body``, its ``join`` (the design's, built for
+        ``at``), the norm factory of the stack and the sublayer's placement. A :class:`Sublayer` of that placement;
+        a layer of units of its own (ResiDual's dual stream, Hyper-Connections' n streams) overrides this."""
+        return Sublayer(body, join, norm, at=at, placement=placement)
+
+    @classmethod
     def make(cls, attn: ResidualUnit, ffn: ResidualUnit, at: SublayerSpec) -> Block:
         """The layer ``at.layer`` of the stack (``at``: its attention sublayer's spec, the stack's depth and width).
         A layer that needs to know where it sits (a cross-layer design's connection to the layers before it)
         overrides this; the others are ``cls(attn, ffn)``."""
         return cls(attn, ffn)
+
+    @classmethod
+    def stream(cls, norm: NormFactory, spec: Any, layers: Sequence[Block]) -> Stream:
+        """What layers of this class hand each other, built after them: the one residual stream (:class:`Stream`).
+        ``spec`` is the model's :class:`~variants.transformer.TransformerSpec` (its depth, width, biases), ``layers``
+        the built stack; a layer class that keeps several streams, or reads an earlier value at the end, overrides
+        this."""
+        return Stream()
 
     def forward(self, x: torch.Tensor, past: Past | None = None) -> torch.Tensor:
         return self.ffn(self.attn(x))

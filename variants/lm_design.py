@@ -1,12 +1,12 @@
-"""What a Transformer design of the family is: :class:`Design`, its placements, its join factory, its attention body
-and its init where the paper is one, and the few parts some designs add (a layer class, units of their own, the
-state their layers hand each other, DenseFormer's averages).
+"""What a Transformer design of the family is: :class:`Design`, its placements, its join factory, its attention and
+feed-forward bodies, its init where the paper is one, and at most a layer class (:class:`~variants.lm_blocks.Block`:
+the units a design has of its own, how a layer is built where it sits, what the layers hand each other).
 
-A design reads earlier values of the forward only through :class:`~variants.links.Past` (:mod:`variants.links`):
-its joins, layers, units and attention declare what they read in ``reads``; the model keeps those values during one
-forward and nothing else. The shipped cross-layer designs are the worked examples: DenseFormer
-(:class:`DepthWeightedAverage`, here), MUDDFormer, DeepCrossAttention and Attention Residuals (``variants.dense``),
-value residual learning (``variants.attention``), the speedrun's embedding skip and backout (``variants.speedrun``).
+A design reads earlier values of the forward only through :class:`~variants.links.Past` (:mod:`variants.links`): its
+joins, layers, units and attention declare what they read in ``reads``; the model keeps those values during one
+forward and nothing else. The shipped cross-layer designs are the worked examples: MUDDFormer and DeepCrossAttention
+(``variants.dense``), Attention Residuals (``variants.attn_res``), DenseFormer (``variants.denseformer``), value
+residual learning (``variants.attention``), the speedrun's embedding skip and backout (``variants.speedrun``).
 """
 
 from __future__ import annotations
@@ -22,49 +22,11 @@ from torch import nn
 from .attention import CausalSelfAttention, QKVNormAttention, ValueResidualAttention, ValueResidualPreLN
 from .blocks import NormFactory, PostNorm, ResidualUnit
 from .combinators import COMBINATORS, Combinator, Scaled
-from .links import EMBEDDINGS, Source, SublayerSpec, output
-from .lm_blocks import B2T, PLACEMENTS, Block, ReZero
+from .ffn import FfnArg
+from .links import SublayerSpec
+from .lm_blocks import B2T, PLACEMENTS, Block, ReZero, Stream, canonical
 from .lm_inits import deepnorm_alpha_beta
 
-
-class DepthWeightedAverage(nn.Module):
-    """Pagliardini et al. 2024, "DenseFormer: Enhancing Information Flow in Transformers via Depth Weighted
-    Averaging", §3: after block i the next block reads ``Σ_j α_ij · X_j`` over the embeddings ``X_0`` and the
-    outputs ``X_1 .. X_i`` of blocks 1..i; α starts at the identity (1 on ``X_i``, 0 elsewhere), where the model
-    equals its Pre-LN base.
-
-    ``reads`` (:mod:`variants.links`): the embeddings and the output of every layer up to ``layer`` (its
-    feed-forward sublayer's), which the model hands it from the forward's :class:`~variants.links.Past`."""
-
-    def __init__(self, layer: int) -> None:
-        super().__init__()
-        self.reads: tuple[Source, ...] = (EMBEDDINGS, *(output(2 * j + 1) for j in range(layer + 1)))
-        self.alpha = nn.Parameter(torch.zeros(len(self.reads)))
-        with torch.no_grad():
-            self.alpha[-1] = 1.0
-
-    def forward(self, *history: torch.Tensor) -> torch.Tensor:
-        return torch.einsum("k,k...->...", self.alpha, torch.stack(history))
-
-
-class Stream(nn.Module):
-    """What the blocks hand each other. This base class is the one residual stream; a design that keeps several
-    (ResiDual's two) widens the embeddings into its state in :meth:`begin` and folds the state back to one
-    d_model vector per token in :meth:`end`, before the final norm and the head. A stream whose end reads an earlier
-    value (the speedrun's backout) declares it in ``reads`` and takes it after the state: ``end(state, *earlier)``."""
-
-    def begin(self, x: torch.Tensor) -> Any:
-        return x
-
-    def end(self, state: Any) -> torch.Tensor:
-        return cast(torch.Tensor, state)
-
-
-
-
-# A sublayer's unit from (index over all sublayers, placement, body, combinator, norm factory), for a design whose
-# sublayers are units of its own (index 2i is layer i's attention, 2i + 1 its feed-forward).
-UnitFactory = Callable[[int, str, nn.Module, Combinator, NormFactory], ResidualUnit]
 JoinFactory = Callable[[SublayerSpec], Combinator]  # the join of one sublayer, told which (variants.links)
 
 
@@ -82,23 +44,37 @@ class Design:
       factory of no argument (a join class such as ``Add``) or of two, ``(depth, d_model)``, is taken too. Default:
       ``x + F(x)``.
     - ``init`` pins a scheme only where the paper *is* an initialisation (DeepNet, T-Fixup), else the family default
-      :data:`DEFAULT_INIT` applies.
+      :data:`DEFAULT_INIT` applies; ``ffn`` pins the feed-forward body the same way (a name of
+      :data:`~variants.ffn.FFNS` or a registered one; None: the spec's, the ``ffn`` axis).
+    - ``attention``: the attention body's class (HybridNorm's QKV-Norm, ResFormer's values; default the family's).
 
-    The other fields are for the designs that need them: the layer class (``block``: B2T's, ReZero's one scale per
-    layer, a cross-layer design's connection, built by its ``make(attn, ffn, at)``), another attention, DenseFormer's
-    averages, units of a design's own, the state the layers hand each other (``stream``: several streams, or the
-    end backout reads) and whether a final norm closes the stack."""
+    - ``block``: the layer class, for a design that needs one (B2T's, ReZero's one scale per layer, a cross-layer
+      design's connection, ResiDual's two streams): a :class:`~variants.lm_blocks.Block` subclass whose class methods
+      build its units (``unit``), the layer where it sits (``make``) and what the layers hand each other
+      (``stream``: several streams, or the end backout reads). None: the layer written for each pair of placements.
+
+    Whether a final norm closes the stack follows the placements (:meth:`final_norm`)."""
 
     paper: str
     placements: str | Callable[[int], Sequence[str | tuple[str, str]]]
     combinator: JoinFactory | Callable[[int, int], Combinator] = field(default=lambda at: COMBINATORS["add"]())
     init: str | None = None
     block: type[Block] | None = None  # the layer around two units (None: the one written for their placements)
-    dense: bool = False  # DenseFormer: a depth-weighted average of all earlier outputs after every block
     attention: type[CausalSelfAttention] = CausalSelfAttention  # HybridNorm's QKV-Norm, ResFormer's values
-    unit: UnitFactory | None = None  # units of the design's own (None: a Sublayer of the placement)
-    stream: Callable[[NormFactory], Stream] = field(default=lambda norm: Stream())  # ResiDual: two streams
-    final_norm: bool | None = None  # None: when the last sublayer leaves the stream un-normalised (pre/sandwich)
+    ffn: str | FfnArg | None = None  # the feed-forward body where the paper is one (None: the spec's, the ffn axis)
+
+    def __new__(cls, *args: Any, **fields: Any) -> Design:
+        """Refuses a field the class no longer has, saying what replaced it (before the dataclass's own check)."""
+        for name in fields.keys() & REMOVED:
+            raise TypeError(f"Design has no field {name!r}: {REMOVED[name]}")
+        return super().__new__(cls)
+
+    def final_norm(self, depth: int) -> bool:
+        """Whether a final norm closes the stack: where its last sublayer leaves the stream un-normalised (placement
+        ``pre``, ``sandwich`` or ``none``: a residual add after the last norm), unless the stack has no norm at all
+        (ReZero, T-Fixup). Post-LN ends normalised; HybridNorm's last sublayer (``none``) does not."""
+        placements = [canonical(p) for pair in self.layouts(depth) for p in pair]
+        return placements[-1] != "post" and any(p != "none" for p in placements)
 
     def layouts(self, depth: int) -> list[tuple[str, str]]:
         """The (attention, feed-forward) placements of each of ``depth`` layers."""
@@ -115,6 +91,20 @@ class Design:
             two = cast(Callable[[int, int], Combinator], make)
             return lambda at: two(at.depth, at.d_model)
         return cast(JoinFactory, make)
+
+
+# Fields a Design once had, and what replaced each: the error a plugin that still passes one gets.
+REMOVED = {
+    "dense": "DenseFormer's averages sit between layers, in its own model: variants.denseformer.DenseFormer(design, "
+             "spec) builds them after every layer of the design (each reads the layers' feed-forward join outputs)",
+    "unit": "a design's units are its layer class's: subclass variants.Block, override its class method "
+            "unit(body, join, norm, at, placement) and pass Design(block=YourLayer)",
+    "stream": "what the layers hand each other is their layer class's: subclass variants.Block, override its class "
+              "method stream(norm, spec, layers) and pass Design(block=YourLayer)",
+    "final_norm": "the final norm follows the placements (Design.final_norm(depth)): one closes a stack whose last "
+                  "sublayer leaves the stream un-normalised (pre, sandwich, none), unless it has no norm at all; to "
+                  "change it, set model.norm on the built model",
+}
 
 
 def _positional(factory: Callable[..., object]) -> int:
@@ -157,6 +147,20 @@ class DualPostNorm(PostNorm):
 
 
 
+class DualLayer(Block):
+    """``(x_a, x_d) ← ffn(attn(x_a, x_d))``: a ResiDual layer (Xie 2023, §3.2), two :class:`DualPostNorm` sublayers
+    on the two streams of :class:`DualStream`."""
+
+    @classmethod
+    def unit(cls, body: nn.Module, join: Combinator, norm: NormFactory, at: SublayerSpec,
+             placement: str) -> ResidualUnit:
+        return DualPostNorm(body, join, norm)
+
+    @classmethod
+    def stream(cls, norm: NormFactory, spec: Any, layers: Sequence[Block]) -> DualStream:
+        return DualStream(norm)
+
+
 def mixln_post_layers(depth: int) -> int:
     """Mix-LN (Li 2024) with its α = 0.25: the first ⌊depth/4⌋ layers are Post-LN (rounded down)."""
     return depth // 4
@@ -185,10 +189,6 @@ DESIGNS: dict[str, Design] = {
         "Takase et al. 2023, B2T Connection: Serving Stability and Performance in Deep Transformers, Fig. 1(c)",
         "post", block=B2T,
     ),
-    "denseformer": Design(
-        "Pagliardini et al. 2024, DenseFormer: Enhancing Information Flow in Transformers via Depth Weighted "
-        "Averaging (DWA after every block, all earlier outputs)", "pre", dense=True,
-    ),
     "admin": Design(
         "Liu et al. 2020, Understanding the Difficulty of Training Transformers (Admin, §4.3): Post-LN, "
         "x_i = LN(ω_i ⊙ x_{i-1} + f_i(x_{i-1})), ω_i from a profiling pass at init", "post",
@@ -196,12 +196,12 @@ DESIGNS: dict[str, Design] = {
     ),
     "resi_dual": Design(
         "Xie et al. 2023, ResiDual: Transformer with Dual Residual Connections (Pre-Post-LN, §3.2)", "post",
-        unit=lambda index, placement, body, combine, norm: DualPostNorm(body, combine, norm), stream=DualStream,
+        block=DualLayer,
     ),
     "hybridnorm": Design(
         "Zhuo et al. 2025, HybridNorm: Towards Stable and Efficient Transformer Training via Hybrid Normalization "
         "(QKV-Norm in attention, Post-Norm in the FFN; §3.1)", lambda depth: [("post", "none")] * depth,
-        attention=QKVNormAttention, final_norm=True,
+        attention=QKVNormAttention,
     ),
     "value_residual": Design(
         "Zhou et al. 2024, Value Residual Learning (ResFormer, eq. 6, λ1 = λ2 = 0.5; Pre-LN base)", "pre",

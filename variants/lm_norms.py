@@ -26,6 +26,7 @@ The norm types themselves (DyT, Derf, SeeDNorm) live in ``variants.norms``: ever
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Any, cast
 
 import torch
@@ -35,6 +36,8 @@ from . import axes
 from .blocks import NormFactory, ResidualUnit
 from .checks import choice, real
 from .combinators import Add, Combinator
+from .links import SublayerSpec
+from .lm_blocks import PreLN
 from .norms import NORMS, DyT, resolve_norm
 from .registry import register
 from .transformer import Block, Design, Stream, TransformerLM, TransformerSpec, build_transformer
@@ -77,8 +80,17 @@ def _add(depth: int, d_model: int) -> Combinator:
     return Add()
 
 
-LNS = Design(LNS_PAPER, lambda depth: ["pre"] * depth, _add,
-             unit=lambda index, placement, body, combine, norm: LayerNormScaling(body, combine, norm, index // 2 + 1))
+class LnsLayer(Block):
+    """``h = x + Attn(LN(x)/√ℓ)``, ``y = h + FFN(LN(h)/√ℓ)``: layer ℓ (from 1) of LayerNorm Scaling, two
+    :class:`LayerNormScaling` sublayers."""
+
+    @classmethod
+    def unit(cls, body: nn.Module, join: Combinator, norm: NormFactory, at: SublayerSpec,
+             placement: str) -> ResidualUnit:
+        return LayerNormScaling(body, join, norm, at.layer + 1)
+
+
+LNS = Design(LNS_PAPER, lambda depth: ["pre"] * depth, _add, block=LnsLayer)
 
 
 @register("lns", family="transformer", paper=LNS_PAPER, spec=TransformerSpec())
@@ -149,6 +161,15 @@ class EmbeddingScale(Stream):
         return self.scale * x
 
 
+class ScaledEmbeddingPreLN(PreLN):
+    """Pre-LN, ``h = x + Attn(LN(x))``, ``y = h + FFN(LN(h))``, on embeddings scaled by a learnable s
+    (:class:`EmbeddingScale`): the DyT authors' LLaMA layer."""
+
+    @classmethod
+    def stream(cls, norm: NormFactory, spec: Any, layers: Sequence[Block]) -> Stream:
+        return EmbeddingScale(spec.d_model)
+
+
 @register("dyt_llama", family="transformer", paper=DYT_LLAMA_PAPER, norm="dyt", ffn="swiglu", bias=False,
           spec=TransformerSpec(norm="dyt", ffn="swiglu", bias=False))
 def dyt_llama(spec: TransformerSpec, *, alpha_attn: float = LLAMA_ALPHA["attn"], alpha_ffn: float = LLAMA_ALPHA["ffn"],
@@ -157,8 +178,7 @@ def dyt_llama(spec: TransformerSpec, *, alpha_attn: float = LLAMA_ALPHA["attn"],
     ``alpha_final`` in the final norm; the embeddings scaled by a learnable s₀ = √d_model (:class:`EmbeddingScale`)."""
     alphas = {key: real(f"alpha_{key}", value) for key, value in
               (("attn", alpha_attn), ("ffn", alpha_ffn), ("final", alpha_final))}
-    d = spec.d_model
-    design = Design(DYT_LLAMA_PAPER, lambda depth: ["pre"] * depth, _add, stream=lambda norm: EmbeddingScale(d))
+    design = Design(DYT_LLAMA_PAPER, lambda depth: ["pre"] * depth, _add, block=ScaledEmbeddingPreLN)
     model = build_transformer(design, spec)
     for blk in cast(list[Block], list(model.blocks)):
         set_alpha(cast(nn.Module, blk.attn.norm_in), alphas["attn"])

@@ -34,7 +34,8 @@ lambdas, rotary positions and ReLU² MLP (not the residual stream), and their pe
 
 from __future__ import annotations
 
-from typing import NamedTuple, cast
+from collections.abc import Sequence
+from typing import Any, NamedTuple, cast
 
 import torch
 import torch.nn.functional as F
@@ -162,6 +163,19 @@ class SpeedrunLayer(Block):
     has_skip, has_backout = True, True  # the tricks of this layer class: the speedrun's both
 
     @classmethod
+    def unit(cls, body: nn.Module, join: Combinator, norm: NormFactory, at: SublayerSpec,
+             placement: str) -> ResidualUnit:
+        """A Pre-LN sublayer on the speedrun's :class:`State`: joined by :class:`SkipToEmbedding` (x₀ read from the
+        Past) or by the design's other join (``preln_unet``'s, ``preln_backout``'s ``x + F``)."""
+        return SpeedrunUnit(body, join, norm) if isinstance(join, SkipToEmbedding) else StatePreNorm(body, join, norm)
+
+    @classmethod
+    def stream(cls, norm: NormFactory, spec: Any, layers: Sequence[Block]) -> EmbeddingStream:
+        """The stream with the value embeddings beside it, and :class:`Backout` at its end where the layers have
+        it."""
+        return Backout(positions(spec.depth)["backout"]) if cls.has_backout else EmbeddingStream()
+
+    @classmethod
     def make(cls, attn: ResidualUnit, ffn: ResidualUnit, at: SublayerSpec) -> Block:
         """Layer ``at.layer`` with the skip and backout marks of :func:`positions` at ``at.depth`` (the skip dropped
         where it would not go forward)."""
@@ -253,20 +267,15 @@ def speedrun(spec: TransformerSpec, *, n_value_embeds: int = 3) -> TransformerLM
         raise ValueError(f"n_value_embeds must be a non-negative integer, got {n_value_embeds!r}")
     tables = min(n_value_embeds, (depth + 1) // 2)
     table_of = {i: i for i in range(tables)} | {depth - 1 - i: i for i in range(tables)}
-    at = positions(depth)
-
-    def unit(index: int, placement: str, body: nn.Module, combine: Combinator, norm: NormFactory) -> ResidualUnit:
-        layer = index // 2
-        assert isinstance(combine, SkipToEmbedding)
-        table = table_of.get(layer) if index % 2 == 0 else None
-        if isinstance(body, ValueEmbeddingAttention) and table is None:
-            body.gate = None  # type: ignore[assignment]  # no value embedding in this layer: no gate
-        return SpeedrunUnit(body, combine, norm, table)
 
     design = Design(SPEEDRUN_PAPER, lambda d: ["pre"] * d, lambda depth, d: SkipToEmbedding(),
-                    attention=ValueEmbeddingAttention, unit=unit, block=SpeedrunLayer,
-                    stream=lambda norm: Backout(at["backout"]), final_norm=True)
+                    attention=ValueEmbeddingAttention, block=SpeedrunLayer)
     model = SpeedrunLM(design, spec)
+    for layer, block in enumerate(cast(list[Block], list(model.blocks))):  # each attention's table, if it has one
+        unit = cast(SpeedrunUnit, block.attn)
+        unit.value_table = table_of.get(layer)
+        if unit.value_table is None:
+            cast(ValueEmbeddingAttention, unit.body).gate = None  # no value embedding in this layer: no gate
     model.value_embeds = nn.ModuleList(nn.Embedding(spec.vocab_size, d_model) for _ in range(tables))
     for table in model.value_embeds:
         nn.init.normal_(cast(nn.Embedding, table).weight, std=0.02)  # the family's token-embedding draw
@@ -313,10 +322,6 @@ def _add(depth: int, d_model: int) -> Combinator:
     return COMBINATORS["add"]()
 
 
-def _state_unit(index: int, placement: str, body: nn.Module, combine: Combinator, norm: NormFactory) -> ResidualUnit:
-    return StatePreNorm(body, combine, norm)
-
-
 @register("preln_x0", family="transformer", paper=X0_PAPER, spec=TransformerSpec())
 def preln_x0(spec: TransformerSpec) -> TransformerLM:
     """Pre-LN with every sublayer joined by :class:`SkipToEmbedding`: learned λ_res, λ_post and the embeddings x₀
@@ -328,8 +333,7 @@ def preln_x0(spec: TransformerSpec) -> TransformerLM:
 def preln_unet(spec: TransformerSpec) -> TransformerLM:
     """Pre-LN with the speedrun's gated U-net skip (:class:`UnetSkipLayer`, at :func:`positions`; none where the stack
     is too shallow for it to go forward)."""
-    design = Design(UNET_PAPER, _pre, _add, unit=_state_unit, block=UnetSkipLayer,
-                    stream=lambda norm: EmbeddingStream(), final_norm=True)
+    design = Design(UNET_PAPER, _pre, _add, block=UnetSkipLayer)
     return TransformerLM(design, spec)
 
 
@@ -338,9 +342,7 @@ def preln_unet(spec: TransformerSpec) -> TransformerLM:
 def preln_backout(spec: TransformerSpec) -> TransformerLM:
     """Pre-LN with the speedrun's backout: λ_b of the stream after layer ⌊2L/3⌋ (:class:`BackoutLayer`, read from the
     forward's Past) subtracted before the final norm (:class:`Backout`)."""
-    at = positions(spec.depth)
-    design = Design(BACKOUT_PAPER, _pre, _add, unit=_state_unit, block=BackoutLayer,
-                    stream=lambda norm: Backout(at["backout"]), final_norm=True)
+    design = Design(BACKOUT_PAPER, _pre, _add, block=BackoutLayer)
     return TransformerLM(design, spec)
 
 

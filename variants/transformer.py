@@ -27,7 +27,7 @@ defaults with :func:`build_transformer` and :class:`TransformerSpec`.
 - ``b2t``: Post-LN with the bottom-to-top connection, ``h = LN(x + Attn(x))``, ``x ← LN(h + FFN(h) + x)`` —
   Takase et al. 2023, "B2T Connection: Serving Stability and Performance in Deep Transformers".
 - ``denseformer``: Pre-LN blocks, each followed by a learned depth-weighted average of the embeddings and
-  all earlier block outputs, the identity at init — Pagliardini et al. 2024, "DenseFormer".
+  all earlier block outputs, the identity at init — Pagliardini et al. 2024, "DenseFormer" (``variants.denseformer``).
 - ``mixln``: Post-LN in the first ⌊N/4⌋ layers, Pre-LN after — Li et al. 2024, "Mix-LN: Unleashing the
   Power of Deeper Layers by Combining Pre-LN and Post-LN" (trained there with ``init=normal``).
 
@@ -54,21 +54,18 @@ import torch.nn.functional as F
 from torch import nn
 
 from .attention import CausalSelfAttention, QKVNormAttention, ValueResidualAttention
-from .blocks import ResidualUnit
 from .checks import choice, flag, positive_int, rate
-from .combinators import Combinator, Laurel
+from .combinators import Laurel
 from .ffn import FFNS, FeedForward, FfnArg, SwiGLU, resolve_ffn, swiglu_hidden
 from .links import Past, SublayerSpec, reads
-from .lm_blocks import B2T, Block, Layer, Sublayer, canonical, layer_for
+from .lm_blocks import B2T, Block, Layer, Stream, layer_for
 from .lm_design import (
     DESIGNS,
-    DepthWeightedAverage,
     Design,
+    DualLayer,
     DualPostNorm,
     DualStream,
     JoinFactory,
-    Stream,
-    UnitFactory,
     design_of,
     mixln_post_layers,
 )
@@ -97,8 +94,8 @@ __all__ = [
     "NORMS",
     "Block",
     "CausalSelfAttention",
-    "DepthWeightedAverage",
     "Design",
+    "DualLayer",
     "DualPostNorm",
     "DualStream",
     "FeedForward",
@@ -114,7 +111,6 @@ __all__ = [
     "TransformerLM",
     "TransformerSpec",
     "TrunkSpec",
-    "UnitFactory",
     "ValueResidualAttention",
     "admin_profile",
     "build_transformer",
@@ -147,34 +143,21 @@ class TransformerLM(nn.Module):
         self.drop = nn.Dropout(dropout)
         make_norm = partial(norm_of_width, d_model)
         make_join = design.join()
-
-        def unit(index: int, placement: str, body: nn.Module, join: Combinator) -> ResidualUnit:
-            if design.unit is not None:
-                return design.unit(index, placement, body, join, make_norm)
-            return Sublayer(body, join, make_norm, at=SublayerSpec.of(index, depth, d_model), placement=placement)
-
-        placements = design.layouts(depth)
         layers: list[Block] = []
-        for i, (p_attn, p_ffn) in enumerate(placements):
-            attn = design.attention.make(d_model, spec.n_heads, dropout, bias, head_norm=norm_of_width,
-                                         at=SublayerSpec.of(2 * i, depth, d_model))
-            units = (unit(2 * i, p_attn, attn, make_join(SublayerSpec.of(2 * i, depth, d_model))),
-                     unit(2 * i + 1, p_ffn, make_ffn(d_model, spec.d_ff, dropout, bias),
-                          make_join(SublayerSpec.of(2 * i + 1, depth, d_model))))
-            block = design.block or (Block if design.unit is not None else layer_for(p_attn, p_ffn))
-            layers.append(block.make(*units, at=SublayerSpec.of(2 * i, depth, d_model)))
+        for i, (p_attn, p_ffn) in enumerate(design.layouts(depth)):
+            layer = design.block or layer_for(p_attn, p_ffn)  # the layer class: its units, its build, its stream
+            at_attn, at_ffn = SublayerSpec.of(2 * i, depth, d_model), SublayerSpec.of(2 * i + 1, depth, d_model)
+            attn = design.attention.make(d_model, spec.n_heads, dropout, bias, head_norm=norm_of_width, at=at_attn)
+            units = (layer.unit(attn, make_join(at_attn), make_norm, at_attn, p_attn),
+                     layer.unit(make_ffn(d_model, spec.d_ff, dropout, bias), make_join(at_ffn), make_norm, at_ffn,
+                                p_ffn))
+            layers.append(layer.make(*units, at=at_attn))
         self.blocks = nn.ModuleList(layers)
-        self.stream = design.stream(make_norm)
-        # DenseFormer's averages: one after each block, over the embeddings and every block output so far.
-        self.dwa = nn.ModuleList(DepthWeightedAverage(i) for i in range(depth)) if design.dense else None
+        self.stream = (design.block or Block).stream(make_norm, spec, layers)
         # What the forward's Past keeps: every earlier value a module (a join, a layer, an attention, a DenseFormer
         # average, the stream's end) declared it reads.
         self.links = frozenset(s for m in self.modules() for s in reads(m))
-        # A final LN is needed exactly when the last layer leaves the stream un-normalised by a
-        # residual add after a norm (pre/sandwich); post-LN ends normalised, ReZero has no LN by design.
-        final = design.final_norm if design.final_norm is not None else canonical(placements[-1][1]) in ("pre",
-                                                                                                     "sandwich")
-        self.norm = make_norm() if final else nn.Identity()
+        self.norm = make_norm() if design.final_norm(depth) else nn.Identity()
         for module in self.modules():
             if isinstance(module, nn.Linear) and module.bias is not None:
                 nn.init.zeros_(module.bias)
@@ -193,10 +176,8 @@ class TransformerLM(nn.Module):
         x = self.drop(self.tok_emb(idx) + self.pos_emb(pos))
         past = Past(x, self.links)  # what the layers pass along: the earlier values modules declared they read
         state = self.stream.begin(x)
-        for i, block in enumerate(self.blocks):
+        for block in self.blocks:
             state = block(state, past)
-            if self.dwa is not None:
-                state = self.dwa[i](*past.read(reads(self.dwa[i])))
         return F.linear(self.norm(end_of(self.stream, state, past)), self.tok_emb.weight)
 
 
@@ -292,12 +273,16 @@ def build_transformer(design: str | Design, spec: TransformerSpec | None = None,
         def sandwich_dyt(spec):
             return variants.build_transformer("sandwich", spec)
 
-    A design whose paper is an initialisation (``deepnorm``, ``admin``, ``t_fixup``) must be given that ``init``.
+    A design whose paper is an initialisation (``deepnorm``, ``admin``, ``t_fixup``) must be given that ``init``, one
+    that pins its feed-forward body (:attr:`Design.ffn`) that ``ffn``.
     """
     resolved = design_of(design)
     spec = dataclasses.replace(spec or TransformerSpec(), **overrides)
     if resolved.init is not None and spec.init != resolved.init:
         raise ValueError(f"design {design!r} is its initialisation: init must be {resolved.init!r}, got {spec.init!r}")
+    if resolved.ffn is not None and spec.ffn != resolved.ffn:
+        raise ValueError(f"design {design!r} pins its feed-forward body: ffn must be {resolved.ffn!r}, got "
+                         f"{spec.ffn!r}")
     return TransformerLM(resolved, spec)
 
 
@@ -313,7 +298,8 @@ def _on_spec(design: Design) -> Callable[[TransformerSpec], TransformerLM]:
 
 _BUILDERS = {name: _on_spec(design) for name, design in DESIGNS.items()}
 for _name, _design in DESIGNS.items():
-    _pinned: dict[str, Any] = {"init": _design.init} if _design.init else {}  # the paper is the init: not overridable
+    # the paper is the init (or the feed-forward body): not overridable
+    _pinned: dict[str, Any] = {key: getattr(_design, key) for key in ("init", "ffn") if getattr(_design, key)}
     register(_name, family="transformer", paper=_design.paper, spec=TransformerSpec(**_pinned),
              **_pinned)(_BUILDERS[_name])
 

@@ -33,8 +33,9 @@ from .blocks import PREACT, NormFactory, ResidualUnit
 from .checks import real
 from .combinators import Combinator
 from .layers import CifarSpec, Slot, build_cifar, conv3x3
+from .links import SublayerSpec
 from .registry import register
-from .transformer import Design, TransformerLM, TransformerSpec, build_transformer
+from .transformer import Block, Design, TransformerLM, TransformerSpec, build_transformer
 
 axes.ship("combinator", ["orthogonal", "delta"])
 ORTHO_PAPER = ("Oh et al. 2025, Revisiting Residual Connections: Orthogonal Updates for Stable and Efficient Deep "
@@ -103,6 +104,15 @@ class DeltaPreNorm(ResidualUnit):
         return self.combine(x, self.drop_path(self.body(h)), h)
 
 
+class DeltaLayer(Block):
+    """``h ← ffn(attn(h))``: a layer of two :class:`DeltaPreNorm` sublayers, each joined by :class:`DeltaJoin`."""
+
+    @classmethod
+    def unit(cls, body: nn.Module, join: Combinator, norm: NormFactory, at: SublayerSpec,
+             placement: str) -> ResidualUnit:
+        return DeltaPreNorm(body, cast(DeltaJoin, join), norm)
+
+
 @register("ortho_preln", family="transformer", paper=ORTHO_PAPER, spec=TransformerSpec())
 def ortho_preln(spec: TransformerSpec) -> TransformerLM:
     """Pre-LN with every join :class:`Orthogonal` over each token's features."""
@@ -116,8 +126,7 @@ def deep_delta(spec: TransformerSpec, *, beta_init: float = 1.0) -> TransformerL
     real("beta_init", beta_init)
     d = spec.d_model
     design = Design(DELTA_PAPER, lambda depth: ["pre"] * depth, lambda depth, d_model: DeltaJoin(d, beta_init),
-                    unit=lambda index, placement, body, combine, norm: DeltaPreNorm(body, cast(DeltaJoin, combine),
-                                                                                    norm))
+                    block=DeltaLayer)
     return build_transformer(design, spec)
 
 

@@ -38,7 +38,8 @@ ours follows: A = [Å | Â] as one n × (m + n) matrix of per-slot rows, Bᵀ as
 from __future__ import annotations
 
 import math
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, cast
 
 import torch
 import torch.nn.functional as F
@@ -47,10 +48,10 @@ from torch import nn
 from . import axes
 from .blocks import NormFactory
 from .checks import flag, positive_int
-from .hyper import HyperJoin, HyperUnit, Weights, _unused_add
+from .hyper import HyperJoin, HyperLayer, Weights
 from .norms import LN_EPS, resolve_norm
 from .registry import register, register_preset
-from .transformer import Design, Stream, TransformerLM, TransformerSpec, check_token_ids
+from .transformer import Block, Design, Stream, TransformerLM, TransformerSpec, check_token_ids
 
 axes.ship("combinator", ["ghc"])
 VWN_PAPER = ("Seed Team 2025, Virtual Width Networks (arXiv 2511.11238): an (n/m)·D-wide embedding stream of n slots, "
@@ -134,6 +135,16 @@ class VirtualWidthStream(Stream):
         return self.reduce(h)
 
 
+class VirtualWidthLayer(HyperLayer):
+    """``H' ← ffn(attn(H'))``: a layer of two :class:`~variants.hyper.HyperUnit` on the n slots of the over-width
+    stream (:class:`VirtualWidthStream`), each joined by a :class:`GeneralizedHyperConnection`."""
+
+    @classmethod
+    def stream(cls, norm: NormFactory, spec: Any, layers: Sequence[Block]) -> Stream:
+        join = cast(GeneralizedHyperConnection, layers[0].attn.combine)
+        return VirtualWidthStream(join.m, join.n, spec.d_model, spec.bias)
+
+
 class VirtualWidthLM(TransformerLM):
     """The family's LM on the over-width stream: its token and position embeddings are the first D features of the
     wide embedding, ``wide_emb`` the other D' − D (token only), and each sublayer's join is
@@ -180,12 +191,8 @@ def vwn(spec: TransformerSpec, *, m: int = 8, n: int = 64, dynamic: bool = True)
     _, norm_of_width = resolve_norm(spec.norm, spec.bias)
     width = spec.d_model // m
 
-    def unit(index: int, placement: str, body: nn.Module, combine: Any, make_norm: NormFactory) -> HyperUnit:
-        join = GeneralizedHyperConnection(m, n, spec.d_model, (lambda: norm_of_width(width)) if dynamic else None)
-        return HyperUnit(body, join, make_norm)
-
-    design = Design(VWN_PAPER, lambda depth: ["pre"] * depth, _unused_add, unit=unit,
-                    stream=lambda norm: VirtualWidthStream(m, n, spec.d_model, spec.bias), final_norm=True)
+    design = Design(VWN_PAPER, lambda depth: ["pre"] * depth, lambda at: GeneralizedHyperConnection(
+        m, n, spec.d_model, (lambda: norm_of_width(width)) if dynamic else None), block=VirtualWidthLayer)
     model = VirtualWidthLM(design, spec)
     model.wide_emb = nn.Embedding(spec.vocab_size, spec.d_model * n // m - spec.d_model)
     nn.init.normal_(model.wide_emb.weight, std=0.02)  # the family's token-embedding draw
