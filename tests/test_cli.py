@@ -126,7 +126,7 @@ def test_learned_residual_scalars_are_recorded_at_every_evaluation(tmp_path: Pat
     from bench.runs import checkpoints
 
     args = ["run", "--variant", "rezero", "--depth", "8", "--steps", "4", "--eval-every", "2", "--batch-size", "16",
-            "--save-checkpoint", "--quiet", "--results-dir", str(tmp_path)]
+            "--save-checkpoint", "--measure", "--quiet", "--results-dir", str(tmp_path)]  # training only: no phases
     assert main(args) == 0
     run_id = ResultsStore(tmp_path).load_leaderboard()["run_id"][0]
     recorded = ResultsStore(tmp_path).load_run(run_id)["residual_scalars"]

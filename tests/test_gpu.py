@@ -29,9 +29,9 @@ COMPILE_MODE = {"cpu": "default", "cuda": "reduce-overhead"}
 
 
 def device_cfg(device: str, **kw: Any) -> RunConfig:
-    base = dict(variant="resnet", depth=8, task="synthetic", device=device, steps=6, batch_size=16, eval_every=3,
-                image_size=16, train_size=128, val_size=32, timing_warmup=2, timing_repeats=3, timing_steps=3,
-                chance_band=0.0)  # six steps: the mechanics and the figures are under test, not learning
+    base = dict(variant="resnet", depth=8, task="synthetic", device=device, steps=6, batch_size=8, eval_every=3,
+                image_size=8, train_size=64, val_size=16, timing_warmup=2, timing_repeats=3, timing_steps=3,
+                chance_band=0.0)  # six small steps: the mechanics and the figures are under test, not learning or speed
     return RunConfig(**{**base, **kw})
 
 
