@@ -179,7 +179,7 @@ def _built_once(build: Callable[..., Any]) -> Callable[..., Any]:
     return once
 
 
-@pytest.mark.slow  # every shipped study's models built (each distinct one once): under a minute
+@pytest.mark.slow  # every distinct model of the shipped studies built once: about a minute
 def test_shipped_studies_pass_their_own_guard(monkeypatch: pytest.MonkeyPatch) -> None:
     from bench.analysis.studyfile import STUDIES_DIR
 
