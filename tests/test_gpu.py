@@ -54,8 +54,10 @@ def test_a_run_records_its_measurements(tmp_path: Path, device: str, precision: 
 @pytest.mark.parametrize("device", DEVICES)
 def test_a_compiled_run(tmp_path: Path, device: str) -> None:
     mode = COMPILE_MODE[device]
-    result = execute(device_cfg(device, compile=True, compile_mode=mode, measure=("throughput",)),
-                     tmp_path)
+    # An MLP: what is under test is how a compiled run is made and recorded, and Inductor compiles its few kernels from
+    # a cold cache in about 60 % of the CPU time the ResNet's take (27 s against 44 s, with the C++ compiler's).
+    result = execute(device_cfg(device, variant="plain_mlp", depth=4, task="digits", compile=True, compile_mode=mode,
+                                measure=("throughput",)), tmp_path)
     row = result["row"]
     assert row["status"] == "ok", row["error"]
     assert row["throughput_method"] == "timed" and row["train_samples_per_s"] > 0
