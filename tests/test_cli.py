@@ -11,6 +11,7 @@ import tarfile
 from pathlib import Path
 
 import pytest
+from _studies import combinator_study
 
 import variants
 from bench.cli import main
@@ -125,7 +126,7 @@ def test_learned_residual_scalars_are_recorded_at_every_evaluation(tmp_path: Pat
     from bench.runs import checkpoints
 
     args = ["run", "--variant", "rezero", "--depth", "8", "--steps", "4", "--eval-every", "2", "--batch-size", "16",
-            "--save-checkpoint", "--quiet", "--results-dir", str(tmp_path)]
+            "--save-checkpoint", "--measure", "--quiet", "--results-dir", str(tmp_path)]  # training only: no phases
     assert main(args) == 0
     run_id = ResultsStore(tmp_path).load_leaderboard()["run_id"][0]
     recorded = ResultsStore(tmp_path).load_run(run_id)["residual_scalars"]
@@ -178,11 +179,7 @@ def test_leaderboard_never_pools_configs_differing_in_warmup(
 @pytest.mark.slow
 def test_sweep_runs_a_study_file_and_resumes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     study = tmp_path / "tiny.toml"
-    study.write_text(
-        'name = "tiny"\nvary = ["combinator"]\n[base]\ntask = "digits"\nsteps = 2\nbatch_size = 16\n'
-        'measure = []\nchance_band = 0\n[grid]\nvariant = ["plain", "resnet"]\ndepth = [8]\nseed = [0, 1]\n'
-        '[presets.quick]\nseed = [0]\n'
-    )
+    study.write_text(combinator_study(seeds=(0, 1)) + '[presets.quick]\nseed = [0]\n')
     res = tmp_path / "res"
     assert main(["sweep", str(study), "--preset", "quick", "--quiet", "--results-dir", str(res)]) == 0
     df = ResultsStore(res).load_leaderboard()

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 from _nets import write
+from _studies import digits_study
 
 import bench
 from bench.analysis.studyfile import read_study_file
@@ -36,18 +37,7 @@ variants.register_preset("evil_resnet", "resnet")
 """
 
 
-TINY = """
-    name = "tiny"
-    [base]
-    task = "digits"
-    steps = 1
-    batch_size = 8
-    measure = []
-    chance_band = 0
-    [grid]
-    variant = ["plain_mlp"]
-    seed = [0, 1]
-"""
+TINY = digits_study("tiny", ["plain_mlp"], [0, 1])
 
 
 def cli(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:

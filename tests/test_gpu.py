@@ -29,9 +29,9 @@ COMPILE_MODE = {"cpu": "default", "cuda": "reduce-overhead"}
 
 
 def device_cfg(device: str, **kw: Any) -> RunConfig:
-    base = dict(variant="resnet", depth=8, task="synthetic", device=device, steps=6, batch_size=16, eval_every=3,
-                image_size=16, train_size=128, val_size=32, timing_warmup=2, timing_repeats=3, timing_steps=3,
-                chance_band=0.0)  # six steps: the mechanics and the figures are under test, not learning
+    base = dict(variant="resnet", depth=8, task="synthetic", device=device, steps=6, batch_size=8, eval_every=3,
+                image_size=8, train_size=64, val_size=16, timing_warmup=2, timing_repeats=3, timing_steps=3,
+                chance_band=0.0)  # six small steps: the mechanics and the figures are under test, not learning or speed
     return RunConfig(**{**base, **kw})
 
 
@@ -54,8 +54,10 @@ def test_a_run_records_its_measurements(tmp_path: Path, device: str, precision: 
 @pytest.mark.parametrize("device", DEVICES)
 def test_a_compiled_run(tmp_path: Path, device: str) -> None:
     mode = COMPILE_MODE[device]
-    result = execute(device_cfg(device, compile=True, compile_mode=mode, measure=("throughput",)),
-                     tmp_path)
+    # An MLP: what is under test is how a compiled run is made and recorded, and Inductor compiles its few kernels from
+    # a cold cache in about 60 % of the CPU time the ResNet's take (27 s against 44 s, with the C++ compiler's).
+    result = execute(device_cfg(device, variant="plain_mlp", depth=4, task="digits", compile=True, compile_mode=mode,
+                                measure=("throughput",)), tmp_path)
     row = result["row"]
     assert row["status"] == "ok", row["error"]
     assert row["throughput_method"] == "timed" and row["train_samples_per_s"] > 0

@@ -12,26 +12,14 @@ from pathlib import Path
 
 import pytest
 from _nets import write
+from _studies import combinator_study
 
 from bench.cli import main
 from bench.sweeps.leases import Leases
 from bench.sweeps.study import load_study
 
 REPO = Path(__file__).resolve().parents[1]
-STUDY = """
-    name = "twice"
-    vary = ["combinator"]
-    [base]
-    task = "digits"
-    steps = 2
-    batch_size = 8
-    measure = []
-    chance_band = 0
-    [grid]
-    variant = ["plain", "resnet"]
-    depth = [8]
-    seed = [0, 1]
-"""
+STUDY = combinator_study("twice", (0, 1), batch_size=8)
 
 
 def rows(res: Path) -> list[dict[str, str]]:

@@ -13,6 +13,7 @@ from typing import Any
 import pandas as pd
 import pytest
 from _nets import toy, write
+from _studies import combinator_study
 
 from bench.analysis.claims import evaluate_claims, parse_claims
 from bench.analysis.comparison import compare_table
@@ -260,21 +261,8 @@ def test_merge_refuses_two_versions_of_a_plugin(tmp_path: Path) -> None:
     assert not (tmp_path / "merged" / "leaderboard.csv").exists() and not (tmp_path / "merged" / "studies").exists()
 
 
-def _tiny_study(path: Path, seeds: str = "[0]") -> Path:
-    return write(path, f"""
-        name = "tiny"
-        vary = ["combinator"]
-        [base]
-        task = "digits"
-        steps = 2
-        batch_size = 16
-        measure = []
-        chance_band = 0.0
-        [grid]
-        variant = ["plain", "resnet"]
-        depth = [8]
-        seed = {seeds}
-    """)
+def _tiny_study(path: Path, seeds: tuple[int, ...] = (0,)) -> Path:
+    return write(path, combinator_study("tiny", seeds))
 
 
 def test_a_colleagues_seeds_of_one_study_merge(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -317,7 +305,7 @@ def test_a_changed_study_file_keeps_the_stored_one_beside_it(tmp_path: Path,
     res = tmp_path / "res"
     first = _tiny_study(tmp_path / "tiny.toml").read_text()
     assert main(["sweep", str(tmp_path / "tiny.toml"), "--results-dir", str(res), "--quiet"]) == 0
-    _tiny_study(tmp_path / "tiny.toml", "[0, 1]")
+    _tiny_study(tmp_path / "tiny.toml", (0, 1))
     capsys.readouterr()
     assert main(["sweep", str(tmp_path / "tiny.toml"), "--results-dir", str(res), "--quiet", "--dry-run"]) == 0
     assert (res / "studies" / "tiny.toml").read_text() == first  # a dry run writes nothing

@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 import torch
 from _nets import toy, write
+from _studies import combinator_study
 
 import variants
 from bench.analysis.studyfile import find_study
@@ -48,20 +49,8 @@ def sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def tiny_study(tmp_path: Path, variants_: str = '"plain", "resnet"') -> Path:
-    return write(tmp_path / "tiny.toml", f"""
-        name = "tiny"
-        vary = ["combinator"]
-        [base]
-        task = "digits"
-        steps = 2
-        batch_size = 16
-        measure = []
-        [grid]
-        variant = [{variants_}]
-        depth = [8]
-        seed = [0]
-    """)
+def tiny_study(tmp_path: Path) -> Path:
+    return write(tmp_path / "tiny.toml", combinator_study(chance_band=None))
 
 
 # -- loading ----------------------------------------------------------------------------------------------

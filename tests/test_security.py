@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from _nets import write
+from _studies import digits_study
 
 from bench.cli import main
 from bench.runs.config import RunConfig
@@ -84,18 +85,7 @@ def test_a_study_name_that_climbs_out_writes_nothing_outside_the_folder(tmp_path
     """name = "../../pyproject" once overwrote proj/pyproject.toml with the study's text."""
     project = tmp_path / "proj"
     victim = write(project / "pyproject.toml", "[project]\nname = 'mine'\n")
-    study = write(tmp_path / "s.toml", """
-        name = "../../pyproject"
-        [base]
-        task = "digits"
-        steps = 1
-        batch_size = 8
-        measure = []
-        chance_band = 0
-        [grid]
-        variant = ["plain_mlp"]
-        seed = [0]
-    """)
+    study = write(tmp_path / "s.toml", digits_study("../../pyproject", ["plain_mlp"]))
     code, _, err = cli(["sweep", str(study), "--results-dir", str(project / "results"), "--quiet"], capsys)
     assert code == 2 and err.startswith(f"error: study file {study}: its name '../../pyproject' names its stored copy")
     assert victim.read_text() == "[project]\nname = 'mine'\n" and sorted(p.name for p in project.iterdir()) == \
@@ -189,19 +179,7 @@ def test_a_folder_study_of_its_own_imports_its_plugins_only_when_trusted_as_reco
 def test_a_sweep_stores_its_plugins_with_their_hashes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     plugin = write(tmp_path / "mine" / "toy.py", 'import variants\nvariants.register_preset("toy8", "resnet", '
                                                  'depth=8)\n')
-    study = write(tmp_path / "mine" / "toy.toml", """
-        name = "toy"
-        plugins = ["toy.py"]
-        [base]
-        task = "digits"
-        steps = 1
-        batch_size = 8
-        measure = []
-        chance_band = 0
-        [grid]
-        variant = ["toy8"]
-        seed = [0]
-    """)
+    study = write(tmp_path / "mine" / "toy.toml", digits_study("toy", ["toy8"], plugins=["toy.py"]))
     res = tmp_path / "res"
     code, _, err = cli(["sweep", str(study), "--results-dir", str(res), "--quiet"], capsys)
     assert code == 0, err

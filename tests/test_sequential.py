@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from _studies import beats_preln_claims
+from _studies import beats_preln_claims, combinator_study
 
 from bench.analysis.claims import parse_claim
 from bench.analysis.sequential import Looks, looks_file, simulate
@@ -134,10 +134,8 @@ def test_the_options_say_what_is_wrong(tmp_path: Path, capsys: pytest.CaptureFix
 def test_bench_sweep_until_decided_runs_rounds_and_the_report_names_them(tmp_path: Path,
                                                                         capsys: pytest.CaptureFixture[str]) -> None:
     study = tmp_path / "tiny.toml"
-    study.write_text('name = "tiny"\nvary = ["combinator"]\n[base]\ntask = "digits"\nsteps = 2\nbatch_size = 16\n'
-                     'measure = []\nchance_band = 0\n[grid]\nvariant = ["plain", "resnet"]\ndepth = [8]\n'
-                     'seed = [0, 1]\n\n[[claims]]\nid = "resnet-below-plain"\npaper = "P"\ntext = "t"\n'
-                     'metric = "final_train_loss"\ncompare = "variant"\na = "plain"\nb = "resnet"\n'
+    study.write_text(combinator_study(seeds=(0, 1)) + '\n[[claims]]\nid = "resnet-below-plain"\npaper = "P"\n'
+                     'text = "t"\nmetric = "final_train_loss"\ncompare = "variant"\na = "plain"\nb = "resnet"\n'
                      'expect = "similar"\nthreshold = 1e-9\n', encoding="utf-8")  # a margin too tight to agree
     res = tmp_path / "res"
     assert main(["sweep", str(study), "--until-decided", "--max-seeds", "4", "--quiet", "--results-dir", str(res)]) == 0
