@@ -60,7 +60,7 @@ def test_the_shipped_scaling_study_is_a_ladder_of_equal_flop_budgets() -> None:
     assert widths == [32, 48, 64, 96, 128] and grid["budget_flops"][-1] / grid["budget_flops"][0] >= 10
     assert {c.kind for c in study.claims} == {"multiplier"}
     assert {(c.b, c.quantity) for c in study.claims} == {
-        ("mudd", "multiplier"), ("hyper_connections", "steps_ratio"), ("denseformer", "multiplier"),
+        ("mudd", "multiplier"), ("hyper_connections", "multiplier"), ("denseformer", "multiplier"),
         ("vwn_1_5x", "multiplier"), ("mudd", "alpha_diff")}
 
 
