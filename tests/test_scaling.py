@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import math
 from pathlib import Path
@@ -13,7 +14,7 @@ import pytest
 import torch
 
 from bench.analysis import scaling
-from bench.analysis.multiplier import Ladder, check_metric, fit_ladders, floor_of
+from bench.analysis.multiplier import Curve, Ladder, check_metric, fit_ladders, floor_of, steps_ratio_text
 from bench.cli import main
 from bench.runs import budget
 from bench.runs.config import build
@@ -175,6 +176,29 @@ def test_the_steps_to_target_ratio_is_the_baselines_mean_steps_over_the_designs(
     assert fit.multipliers().query("design == 'd'")["steps_ratio"].to_numpy() == pytest.approx(1.8)
 
 
+STEPS = np.arange(1.0, 101.0)
+BASE, FAST, FLAT = 10 - 0.05 * STEPS, 10 - 0.11 * STEPS, np.full(100, 9.0)  # 100 steps each
+
+
+def test_the_steps_ratio_reads_training_curves_against_the_baselines_final_loss() -> None:
+    # trailing mean over 5 steps; the baseline's final one is 10 - 0.05 * 98 = 5.1, which it first reaches at step
+    # 100, the fast design at step 47 (10 - 0.11 * 45 = 5.05); the flat one never does, so its whole run counts
+    loss = curve(COMPUTE)[:, None].repeat(3, axis=1)
+
+    def run(name: str, losses: np.ndarray) -> Ladder:
+        drawn = Curve(STEPS * 8, losses)
+        return dataclasses.replace(ladder(name, loss), curves=tuple((drawn,) * 3 for _ in COMPUTE))
+
+    fit = fit_ladders({"b": run("b", BASE), "fast": run("fast", FAST), "flat": run("flat", FLAT)}, "b", draws=50)
+    m = fit.multipliers().set_index("design")
+    assert m.loc["fast", "steps_ratio"].to_numpy() == pytest.approx(100 / 47)
+    assert m.loc["fast", "steps_ratio_short"].tolist() == [0] * len(COMPUTE)
+    assert m.loc["flat", "steps_ratio"].to_numpy() == pytest.approx(1.0)  # an upper bound:
+    assert m.loc["flat", "steps_ratio_short"].tolist() == [3] * len(COMPUTE)  # no seed reached the target
+    assert steps_ratio_text(fit).startswith("the samples b needs to reach its own final training loss (the trailing "
+                                            "mean over 5% of its steps)")
+
+
 def test_a_fit_refuses_too_few_sizes_sizes_equal_in_compute_and_a_metric_that_is_not_a_loss() -> None:
     two = curve(COMPUTE[:2])[:, None]
     with pytest.raises(ValueError, match=r"scaling fit: small has 2 size\(s\) on its ladder; fitting E, A and α needs "
@@ -194,9 +218,11 @@ def test_a_fit_refuses_too_few_sizes_sizes_equal_in_compute_and_a_metric_that_is
 # -- bench scaling-fit -----------------------------------------------------------------------------------------
 
 
-def _results(root: Path, sizes: int = 4, floor_bpc: float | None = E / math.log(2)) -> Path:
+def _results(root: Path, sizes: int = 4, floor_bpc: float | None = E / math.log(2),
+             train: dict[str, np.ndarray] | None = None) -> Path:
     """A results folder of two designs on a ladder of ``sizes`` widths, 3 seeds: preln on the curve, hc on the curve
-    at twice the compute."""
+    at twice the compute; ``train``: per design the training loss of each of its steps, recorded as every run's
+    training curve."""
     store = ResultsStore(root)
     for design, factor in (("preln", 1.0), ("hc", 2.0)):
         for i, width in enumerate((16, 32, 64, 128, 256)[:sizes]):
@@ -210,7 +236,9 @@ def _results(root: Path, sizes: int = 4, floor_bpc: float | None = E / math.log(
                 config = {"variant": design, "seed": seed, "task": "tinytext", "model_args": [["d_model", width]],
                           "study": "ladder"}
                 task = {"entropy_floor_bpc": floor_bpc} if floor_bpc is not None else {}
-                store.append(row, {"run_id": run_id, "row": row, "config": config, "task": task})
+                curves = {"train": [{"step": s + 1, "loss": float(v)} for s, v in enumerate(train[design])]} \
+                    if train else {}
+                store.append(row, {"run_id": run_id, "row": row, "config": config, "task": task, "curves": curves})
     return root
 
 

@@ -7,7 +7,7 @@ import math
 from pathlib import Path
 
 import pytest
-from test_scaling import _results
+from test_scaling import BASE, FLAT, _results
 
 from bench.analysis.claims import describe, evaluate_claims, parse_claim
 from bench.runs.config import build
@@ -60,7 +60,8 @@ def test_the_shipped_scaling_study_is_a_ladder_of_equal_flop_budgets() -> None:
     assert widths == [32, 48, 64, 96, 128] and grid["budget_flops"][-1] / grid["budget_flops"][0] >= 10
     assert {c.kind for c in study.claims} == {"multiplier"}
     assert {(c.b, c.quantity) for c in study.claims} == {
-        ("mudd", "multiplier"), ("hyper_connections", "multiplier"), ("denseformer", "multiplier"),
+        ("mudd", "multiplier"), ("hyper_connections", "multiplier"), ("hyper_connections", "steps_ratio"),
+        ("denseformer", "multiplier"),
         ("vwn_1_5x", "multiplier"), ("mudd", "alpha_diff")}
 
 
@@ -92,6 +93,19 @@ def test_a_multiplier_claim_is_judged_on_its_interval(tmp_path: Path, fields: di
     if claim.quantity == "multiplier":
         assert results[0].context == "size d_model=16" and math.isclose(results[0].diff, 2.0, rel_tol=0.05)
         assert "95% bootstrap over 3 seed(s)" in results[0].note
+
+
+@pytest.mark.parametrize(("expect", "verdict"), [([1.5, 2.1], "disagrees"), ([0.5, 2.0], "inconclusive")])
+def test_a_steps_ratio_claim_where_the_design_never_reached_the_target_is_an_upper_bound(
+        tmp_path: Path, expect: list[float], verdict: str) -> None:
+    # hc's training loss stays above preln's final one: each of its runs counts whole, so 1.0 is an upper bound,
+    # below a claimed 1.5 (disagrees), and never "agrees" with a range that contains it
+    store = ResultsStore(_results(tmp_path / "r", train={"preln": BASE, "hc": FLAT}))
+    claim = parse_claim({**CLAIM, "quantity": "steps_ratio", "expect_range": expect})
+    results = evaluate_claims([claim], store.load_leaderboard(), runs=store.load_runs())
+    assert {r.verdict for r in results} == {verdict} and len(results) == 4
+    assert results[0].note.endswith("3 of 3 seed(s) of hc never reached the target, so the ratio and its interval "
+                                    "are upper bounds")
 
 
 def test_a_multiplier_claim_on_too_short_a_ladder_is_inconclusive_saying_why(tmp_path: Path) -> None:

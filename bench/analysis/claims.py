@@ -637,15 +637,20 @@ def _multiplier(claim: Claim, frame: pd.DataFrame, board: pd.DataFrame, runs: Se
         rows = [("", f["alpha_diff"], f["alpha_diff_lo"], f["alpha_diff_hi"])]
     else:
         m = fit.multipliers().query("design == @claim.b")
-        rows = [(f"size {s}", v, lo, hi) for s, v, lo, hi in
-                zip(m["size"], m[claim.quantity], m[f"{claim.quantity}_lo"], m[f"{claim.quantity}_hi"], strict=True)]
+        short = m["steps_ratio_short"] if claim.quantity == "steps_ratio" else [0] * len(m)
+        rows = [(f"size {s}", v, lo, hi, n) for s, v, lo, hi, n in
+                zip(m["size"], m[claim.quantity], m[f"{claim.quantity}_lo"], m[f"{claim.quantity}_hi"], short,
+                    strict=True)]
     out = []
-    for context, value, lo, hi in rows:
-        known = not (math.isnan(lo) or math.isnan(hi))
-        verdict = "inconclusive" if not known else "agrees" if low <= lo and hi <= high else \
-            "disagrees" if hi < low or lo > high else "inconclusive"
+    for context, value, lo, hi, *rest in rows:
+        known, short_seeds = not (math.isnan(lo) or math.isnan(hi)), int(rest[0]) if rest else 0
+        verdict = "inconclusive" if not known else "disagrees" if hi < low else "inconclusive" if short_seeds else \
+            "agrees" if low <= lo and hi <= high else "disagrees" if lo > high else "inconclusive"
         note = (f"{claim.quantity} {value:.3g} [{lo:.3g}, {hi:.3g}], 95% bootstrap over {fit.n_seeds} seed(s)" if known
                 else f"{claim.quantity} {value:.3g}, no interval") + f"; expected in [{low:g}, {high:g}]"
+        if short_seeds:  # a seed that never reached the target counts its whole run: only the upper end is known
+            note += (f"; {short_seeds} of {fit.n_seeds} seed(s) of {claim.b} never reached the target, so the ratio "
+                     "and its interval are upper bounds")
         out.append(Result(claim, context, verdict, diff=float(value), note=note))
     return out
 

@@ -6,8 +6,12 @@
   of Transformers trained with ~1.8x-2.4x compute", Xiao et al. 2025). Infinite where the design's loss is below
   the baseline's fitted floor E (the baseline never reaches it).
 - **The exponent difference** α_d − α_b: whether the multiplier grows (> 0) or shrinks with scale.
-- **The steps-to-target ratio** at each size both ran: the baseline's mean steps to the target loss ÷ the
-  design's (Hyper-Connections' "converges 1.8 times faster", Zhu et al. 2025); NaN where a run never reached it.
+- **The steps-to-target ratio** at each size both ran (Hyper-Connections' "converges 1.8 times faster", Zhu et al.
+  2025: the tokens to reach the baseline's final loss): per seed, the target is the baseline run's final training
+  loss (the trailing mean over :data:`SMOOTH` of its steps), and the ratio is the samples the baseline needs to
+  reach it over the samples the design needs, both read on the same trailing mean of their training curves; NaN
+  where the design never reached it. Runs recorded without training curves fall back to their recorded steps to
+  the config's ``target_loss``.
 
 Every interval comes from one bootstrap over seeds shared by all designs: the same resampled seeds refit every
 design's curve, so a design and the baseline that share seeds are compared pair by pair.
@@ -15,6 +19,7 @@ design's curve, so a design and the baseline that share seeds are compared pair 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from collections.abc import Mapping, Sequence
@@ -31,6 +36,36 @@ from bench.runs.config import NOT_HASHED
 LOSSES = ("final_val_loss", "final_train_loss")
 FITTED = ("ok", "failed_to_learn")  # statuses whose final loss is an outcome of the budget (a diverged run has none)
 _NOT_SIZE = {"variant", "seed", "study", "preset", *NOT_HASHED}  # config fields that are not a point of a ladder
+SMOOTH = 0.05  # the trailing window that smooths a training-loss curve, as a share of the baseline run's steps
+
+
+@dataclass(frozen=True)
+class Curve:
+    """A run's training loss at each recorded step, against the samples seen by then."""
+
+    samples: np.ndarray
+    loss: np.ndarray
+
+    @classmethod
+    def of(cls, record: Mapping[str, Any]) -> Curve | None:
+        """The training curve of a run JSON; None where it recorded none (a run JSON's head has no curves)."""
+        train = (record.get("curves") or {}).get("train") or []
+        if not train:
+            return None
+        cfg = record.get("config") or {}
+        per_step = float(cfg.get("batch_size") or 1) * float(cfg.get("grad_accum") or 1)
+        steps = np.array([float(p["step"]) for p in train])
+        loss = np.array([float(p["loss"]) if p.get("loss") is not None else math.nan for p in train])
+        return cls(steps * per_step, loss)
+
+    def smoothed(self, window: int) -> np.ndarray:
+        """The trailing mean of the loss over ``window`` recorded steps (NaN until the window is full)."""
+        return pd.Series(self.loss).rolling(window, min_periods=window).mean().to_numpy()
+
+    def samples_to(self, target: float, window: int) -> float:
+        """The samples seen when the smoothed loss first reaches ``target``; NaN where it never does."""
+        hit = np.flatnonzero(self.smoothed(window) <= target)
+        return float(self.samples[hit[0]]) if hit.size else math.nan
 
 
 @dataclass(frozen=True)
@@ -44,6 +79,7 @@ class Ladder:
     loss: np.ndarray  # (sizes, seeds)
     steps_to_target: np.ndarray  # (sizes, seeds)
     keys: tuple[str, ...] = ()  # per size its key (:func:`size_keys`), where the ladder was read from runs
+    curves: tuple[tuple[Curve | None, ...], ...] = ()  # per size and seed its training curve, where every run had one
 
 
 @dataclass(frozen=True)
@@ -74,7 +110,8 @@ class ScalingFit:
 
     def multipliers(self) -> pd.DataFrame:
         """Per design and size: its compute and mean loss, the compute multiplier against the baseline and the
-        steps-to-target ratio, each with its interval."""
+        steps-to-target ratio, each with its interval, and ``steps_ratio_short``: the design's seeds that never
+        reached the target (where above 0, the ratio and its interval are upper bounds)."""
         base, rows = self.params[self.baseline], []
         base_ladder = self.ladders[self.baseline]
         for d, p in self.params.items():
@@ -83,7 +120,7 @@ class ScalingFit:
                 c = lad.compute[i]
                 own = p[:, 0] + np.exp(p[:, 1] - p[:, 2] * math.log(c))  # the design's fitted loss at its compute
                 mult = scaling.compute_for(base[:, 0], base[:, 1], base[:, 2], own) / c
-                ratio = _steps_ratio(base_ladder, lad, size, self.resamples)
+                ratio, short = _steps_ratio(base_ladder, lad, size, self.resamples)
                 row = {"design": d, "size": size, "compute": c, "loss": float(np.nanmean(lad.loss[i])),
                        "fitted_loss": float(own[0]), "multiplier": float(mult[0])}
                 row["multiplier_lo"], row["multiplier_hi"] = scaling.interval(mult[0], mult[1:], self.n_seeds,
@@ -91,18 +128,42 @@ class ScalingFit:
                 row["steps_ratio"] = float(ratio[0])
                 row["steps_ratio_lo"], row["steps_ratio_hi"] = scaling.interval(ratio[0], ratio[1:], self.n_seeds,
                                                                                 positive=True)
+                row["steps_ratio_short"] = short  # seeds that never reached the target: the ratio is an upper bound
                 rows.append(row)
         return pd.DataFrame(rows)
 
 
-def _steps_ratio(base: Ladder, lad: Ladder, size: str, idx: np.ndarray) -> np.ndarray:
-    """Per resample: the baseline's mean steps to target ÷ the design's at ``size`` (NaN where either did not run
-    it, or a run of the resample never reached the target)."""
+def _steps_ratio(base: Ladder, lad: Ladder, size: str, idx: np.ndarray) -> tuple[np.ndarray, int]:
+    """Per resample: the baseline's mean samples to its final training loss ÷ the design's, seed by seed (module
+    docstring; the recorded steps to the target loss where a ladder has no curves), and how many seeds of the design
+    never reached the target. Such a seed counts its whole run, a lower bound on what it needs, so the ratio is then an
+    upper bound. NaN where either did not run ``size``, or (recorded steps) a run never reached the target."""
     if size not in base.sizes:
-        return np.full(len(idx), np.nan)
-    b, d = base.steps_to_target[base.sizes.index(size)][idx], lad.steps_to_target[lad.sizes.index(size)][idx]
+        return np.full(len(idx), np.nan), 0
+    i, j = base.sizes.index(size), lad.sizes.index(size)
+    short = 0
+    if base.curves and lad.curves:
+        b, d = np.full(len(base.curves[i]), np.nan), np.full(len(base.curves[i]), np.nan)
+        for s, (own, other) in enumerate(zip(base.curves[i], lad.curves[j], strict=True)):
+            if own is None or other is None:
+                continue
+            window = max(1, round(SMOOTH * len(own.loss)))
+            target = own.smoothed(window)[-1]
+            b[s], d[s] = own.samples_to(target, window), other.samples_to(target, window)
+            if math.isnan(d[s]):  # never reached: it needs more than its whole run
+                short, d[s] = short + 1, float(other.samples[-1])
+    else:
+        b, d = base.steps_to_target[i], lad.steps_to_target[j]
     with np.errstate(invalid="ignore", divide="ignore"):
-        return np.asarray(b.mean(axis=1) / d.mean(axis=1))
+        return np.asarray(b[idx].mean(axis=1) / d[idx].mean(axis=1)), short
+
+
+def steps_ratio_text(fit: ScalingFit) -> str:
+    """What the steps-to-target ratio of ``fit`` is, in words (it reads training curves where the runs had them)."""
+    if fit.ladders[fit.baseline].curves:
+        return (f"the samples {fit.baseline} needs to reach its own final training loss (the trailing mean over "
+                f"{SMOOTH:.0%} of its steps) over the samples the design needs to reach that loss, seed by seed")
+    return f"{fit.baseline}'s mean steps to the runs' target loss over the design's"
 
 
 def fit_ladders(ladders: Mapping[str, Ladder], baseline: str, e_fixed: float | None = None,
@@ -196,14 +257,20 @@ def ladders_from(board: pd.DataFrame, records: Sequence[Mapping[str, Any]], metr
                          "ran without the flops measurement phase), so its compute is not known")
     seeds = sorted(runs["seed"].astype(int).unique())
     labels = size_labels(sorted(runs["_size"].unique()))
+    by_id = {str(r.get("run_id")): r for r in records}
+    curves = {rid: Curve.of(by_id.get(rid) or {}) for rid in runs["run_id"].astype(str)}
     out = {}
     for design, g in runs.groupby("variant", sort=False):
         sizes = sorted(g["_size"].unique(), key=lambda s: g.loc[g["_size"] == s, "_compute"].mean())
         loss, steps = np.full((len(sizes), len(seeds)), np.nan), np.full((len(sizes), len(seeds)), np.nan)
+        drawn: list[list[Curve | None]] = [[None] * len(seeds) for _ in sizes]
         for i, s in enumerate(sizes):
             for _, r in g[g["_size"] == s].iterrows():
-                loss[i, seeds.index(int(r["seed"]))] = r["_loss"]
-                steps[i, seeds.index(int(r["seed"]))] = r["_steps"]
+                at = seeds.index(int(r["seed"]))
+                loss[i, at], steps[i, at], drawn[i][at] = r["_loss"], r["_steps"], curves[str(r["run_id"])]
         compute = np.array([g.loc[g["_size"] == s, "_compute"].mean() for s in sizes])
-        out[str(design)] = Ladder(str(design), tuple(labels[s] for s in sizes), compute, loss, steps, tuple(sizes))
+        out[str(design)] = Ladder(str(design), tuple(labels[s] for s in sizes), compute, loss, steps, tuple(sizes),
+                                  tuple(map(tuple, drawn)))
+    if not all(c is not None for c in curves.values()):  # one rule for every design: curves from all runs, or none
+        out = {d: dataclasses.replace(lad, curves=()) for d, lad in out.items()}
     return out

@@ -17,11 +17,20 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from bench.analysis.multiplier import LOSSES, ScalingFit, fit_ladders, floor_of, ladders_from, size_keys
+from bench.analysis.multiplier import (
+    LOSSES,
+    ScalingFit,
+    fit_ladders,
+    floor_of,
+    ladders_from,
+    size_keys,
+    steps_ratio_text,
+)
 from bench.analysis.scaling import BOOTSTRAP, check_ladder
 from bench.analysis.stats import CONFIG_KEY, with_config_hash
 
-COLUMNS = ("multiplier", "multiplier_lo", "multiplier_hi", "steps_ratio", "steps_ratio_lo", "steps_ratio_hi")
+COLUMNS = ("multiplier", "multiplier_lo", "multiplier_hi", "steps_ratio", "steps_ratio_lo", "steps_ratio_hi",
+           "steps_ratio_short")
 NOTE = "multiplier_note"  # the key in ``table.attrs`` of the line saying what the columns are, or why there are none
 BUDGETS = ("budget_flops", "budget_samples")  # leaderboard columns of a run whose length a compute budget set
 
@@ -96,8 +105,8 @@ def _explained(fit: ScalingFit, metric: str, study: str | None) -> str:
     floor = f"E held at the task's known floor, {fit.e_fixed:.4g} nats" if fit.e_fixed is not None else "E fitted"
     return (f"compute multiplier: the compute {fit.baseline} needs on its fitted {metric} curve L(C) = E + A*C^-alpha "
             "to reach a design's fitted loss at that design's training FLOPs, divided by those FLOPs (above 1: worth "
-            f"more compute than it spends); steps-to-target ratio: {fit.baseline}'s mean steps to the target loss over "
-            f"the design's; 95% bootstrap intervals over {fit.n_seeds} seed(s), {floor}; each design's fit: "
+            f"more compute than it spends); steps-to-target ratio: {steps_ratio_text(fit)}; "
+            f"95% bootstrap intervals over {fit.n_seeds} seed(s), {floor}; each design's fit: "
             f"python -m bench scaling-fit{f' --study {study}' if study else ''} --baseline {fit.baseline}")
 
 

@@ -12,10 +12,10 @@ import pandas as pd
 
 from bench.analysis.comparison import compare_table
 from bench.analysis.multiplier_columns import NOTE as MULTIPLIER_NOTE
-from bench.analysis.multiplier_columns import with_multipliers
+from bench.analysis.multiplier_columns import has_budget, with_multipliers
 from bench.analysis.stats import aggregate, by_configuration, headline_metrics, primary_metrics, with_derived
 from bench.reports.markdown import MISSING, render_comparison
-from bench.runs.reading import read_heads
+from bench.runs.reading import read_heads, read_runs
 from bench.runs.results import ResultsStore
 
 
@@ -102,6 +102,8 @@ def cmd_compare(ns: argparse.Namespace) -> int:
         raise ValueError(f"no runs to compare in {ns.results_dir}{' after --where' if ns.where else ''}")
     metrics = ns.metrics or primary_metrics(df)
     table = compare_table(df, runs, ns.baseline, metrics, ignore=("study", "preset") if pairs_across else ())
+    if has_budget(df):  # a scaling ladder: its steps-to-target ratio reads the runs' training curves
+        runs = read_runs(ns.results_dir, set(df["run_id"].astype(str)))
     table = with_multipliers(table, df, runs, ns.baseline, metrics)  # a scaling ladder's columns, else unchanged
     print(render_comparison(table, ns.format), end="" if ns.format == "csv" else "\n")
     if ns.format != "markdown" and MULTIPLIER_NOTE in table.attrs:  # the markdown has it under the table

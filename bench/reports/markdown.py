@@ -172,12 +172,18 @@ def render_comparison(table: pd.DataFrame, fmt: str = "markdown") -> str:
             "compute multiplier [95% CI]": [interval_cell(*v) for v in
                                             zip(table["multiplier"], table["multiplier_lo"], table["multiplier_hi"],
                                                 strict=True)],
-            "steps-to-target ratio [95% CI]": [interval_cell(*v) for v in zip(
-                table["steps_ratio"], table["steps_ratio_lo"], table["steps_ratio_hi"], strict=True)]})
+            "steps-to-target ratio [95% CI]": [bound_cell(*v) for v in zip(
+                table["steps_ratio"], table["steps_ratio_lo"], table["steps_ratio_hi"], table["steps_ratio_short"],
+                strict=True)]})
     if fmt == "latex":
         return shown.to_latex(index=False)
     note = table.attrs.get(MULTIPLIER_NOTE)
     return markdown_table(list(shown.columns), shown.to_numpy().tolist()) + (f"\n\n{md(note)}" if note else "")
+
+
+def bound_cell(value: float, lo: float, hi: float, short: float) -> str:
+    """:func:`interval_cell`, read as an upper bound (``≤``) where ``short`` seeds never reached the target."""
+    return ("≤ " if short and short > 0 else "") + interval_cell(value, lo, hi)
 
 
 def interval_cell(value: float, lo: float, hi: float, digits: int = 3) -> str:

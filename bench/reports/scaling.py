@@ -15,11 +15,11 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from bench.analysis.claims import parse_claims
-from bench.analysis.multiplier import ScalingFit, fit_ladders, floor_of, ladders_from
+from bench.analysis.multiplier import ScalingFit, fit_ladders, floor_of, ladders_from, steps_ratio_text
 from bench.analysis.scaling import interval
 from bench.analysis.studyfile import find_study, read_study_file
 from bench.reports.drawing import figure, legend
-from bench.reports.markdown import MISSING, interval_cell, md
+from bench.reports.markdown import MISSING, bound_cell, interval_cell, md
 from bench.reports.plotdata import palette
 from bench.runs.names import file_name
 
@@ -47,8 +47,8 @@ def multipliers_table(fit: ScalingFit) -> pd.DataFrame:
         "loss": [f"{v:.4g}" for v in m["loss"]],
         "compute multiplier": [interval_cell(*r) for r in
                                zip(m["multiplier"], m["multiplier_lo"], m["multiplier_hi"], strict=True)],
-        "steps-to-target ratio": [interval_cell(*r) for r in
-                                  zip(m["steps_ratio"], m["steps_ratio_lo"], m["steps_ratio_hi"], strict=True)],
+        "steps-to-target ratio": [bound_cell(*r) for r in zip(
+            m["steps_ratio"], m["steps_ratio_lo"], m["steps_ratio_hi"], m["steps_ratio_short"], strict=True)],
     })
 
 
@@ -71,7 +71,8 @@ def render_scaling(fit: ScalingFit, fmt: str = "markdown") -> str:
         f"{fit.n_seeds} seed(s)",
         _markdown(fits_table(fit)),
         f"compute multiplier: the compute {fit.baseline} needs on its fitted curve to reach the design's fitted "
-        "loss at its compute, / the design's compute (> 1: the design is worth more compute than it spends)",
+        "loss at its compute, / the design's compute (> 1: the design is worth more compute than it spends); "
+        f"steps-to-target ratio: {steps_ratio_text(fit)}",
         _markdown(multipliers_table(fit)),
     ]) + "\n"
 

@@ -18,7 +18,7 @@ from typing import Any
 import pandas as pd
 from matplotlib.colors import to_hex
 
-from bench.analysis.multiplier import ScalingFit
+from bench.analysis.multiplier import ScalingFit, steps_ratio_text
 from bench.reports.plotdata import palette
 from bench.reports.scaling import figure_data, fits_table, multipliers_table, study_fit
 
@@ -82,6 +82,5 @@ def scaling_html(root: Path, study: str, board: pd.DataFrame, runs: Sequence[Map
             f"<h3>Compute multipliers against {html.escape(found.baseline)}</h3>",
             f"<p>The compute {html.escape(found.baseline)} needs on its fitted curve to reach a design's fitted loss "
             "at that design's compute, divided by that compute (above 1: the design is worth more compute than it "
-            f"spends); the steps-to-target ratio is {html.escape(found.baseline)}'s mean steps to the target loss "
-            "over the design's.</p>",
+            f"spends); the steps-to-target ratio is {html.escape(steps_ratio_text(fit))}.</p>",
             _table(multipliers_table(fit), "multipliers")]
