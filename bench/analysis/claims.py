@@ -634,7 +634,7 @@ def _multiplier(claim: Claim, frame: pd.DataFrame, board: pd.DataFrame, runs: Se
     low, high = claim.expect_range or (-math.inf, math.inf)
     if claim.quantity == "alpha_diff":
         f = fit.fits().set_index("design").loc[str(claim.b)]
-        rows = [("", f["alpha_diff"], f["alpha_diff_lo"], f["alpha_diff_hi"])]
+        rows: list[tuple[str, Any, Any, Any, Any]] = [("", f["alpha_diff"], f["alpha_diff_lo"], f["alpha_diff_hi"], 0)]
     else:
         m = fit.multipliers().query("design == @claim.b")
         short = m["steps_ratio_short"] if claim.quantity == "steps_ratio" else [0] * len(m)
@@ -642,8 +642,8 @@ def _multiplier(claim: Claim, frame: pd.DataFrame, board: pd.DataFrame, runs: Se
                 zip(m["size"], m[claim.quantity], m[f"{claim.quantity}_lo"], m[f"{claim.quantity}_hi"], short,
                     strict=True)]
     out = []
-    for context, value, lo, hi, *rest in rows:
-        known, short_seeds = not (math.isnan(lo) or math.isnan(hi)), int(rest[0]) if rest else 0
+    for context, value, lo, hi, short_seeds in rows:
+        known = not (math.isnan(lo) or math.isnan(hi))
         verdict = "inconclusive" if not known else "disagrees" if hi < low else "inconclusive" if short_seeds else \
             "agrees" if low <= lo and hi <= high else "disagrees" if lo > high else "inconclusive"
         note = (f"{claim.quantity} {value:.3g} [{lo:.3g}, {hi:.3g}], 95% bootstrap over {fit.n_seeds} seed(s)" if known
