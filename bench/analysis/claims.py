@@ -558,7 +558,7 @@ def _slope(claim: Claim, context: str, part: pd.DataFrame, level: float = 0.95, 
 def least_squares_slope(xs: np.ndarray, ys: np.ndarray) -> tuple[float, float]:
     """The least-squares slope of ``ys`` on ``xs`` and its standard error, computed as ``scipy.stats.linregress``
     computes them (three points or more, two x values or more), without importing scipy.stats."""
-    ssxm, ssxym, _, ssym = np.cov(xs, ys, bias=1).flat
+    ssxm, ssxym, _, ssym = np.cov(xs, ys, bias=True).flat
     # r, clipped: rounding can carry it past ±1
     r = float(np.clip(ssxym / np.sqrt(ssxm * ssym), -1.0, 1.0)) if ssym != 0.0 else math.nan if ssxym == 0 else 0.0
     return float(ssxym / ssxm), float(np.sqrt((1 - r**2) * ssym / ssxm / (len(xs) - 2)))
