@@ -10,6 +10,7 @@ is measured side by side:
     python scripts/read_bench.py                                  # the table of docs/performance.md
     python scripts/read_bench.py --code ../resbench-old --repeat 1
     python scripts/read_bench.py --reports                        # report --study S for every study
+    python scripts/read_bench.py --reports --keep /tmp/after      # ... and keep what they wrote, to compare
 """
 
 from __future__ import annotations
@@ -76,9 +77,12 @@ def main() -> int:
     p.add_argument("--repeat", type=int, default=3, help="runs of each command; the table shows medians (default 3)")
     p.add_argument("--only", nargs="*", help="only the commands whose label contains one of these words")
     p.add_argument("--reports", action="store_true", help="time `report --study S` for every study instead")
+    p.add_argument("--keep", type=Path, help="a new folder to keep the copy the commands wrote into")
     args = p.parse_args()
     if args.repeat < 1:
         p.error("--repeat: 1 or more")
+    if args.keep is not None and args.keep.exists():
+        p.error(f"--keep: {args.keep} exists; name a new folder")
     commands = COMMANDS
     if args.reports:
         with open(args.results_dir / "leaderboard.csv", newline="", encoding="utf-8") as f:
@@ -97,6 +101,8 @@ def main() -> int:
             failed = sum(1 for t in times if t[2])
             rows.append(f"| `{label}` | {cpu:.2f} s | {wall:.2f} s |" + (f" {failed} failed |" if failed else ""))
             print(rows[-1], file=sys.stderr, flush=True)
+        if args.keep is not None:
+            shutil.copytree(results, args.keep, symlinks=True)
     load_after = os.getloadavg()
     print(f"{_cpu_model()}, {os.cpu_count()} logical cores; 1-minute load average {load_before[0]:.1f} before, "
           f"{load_after[0]:.1f} after; code: {args.code.resolve()}; median of {args.repeat} run(s)\n")

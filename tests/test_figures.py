@@ -78,6 +78,26 @@ def test_many_designs_are_faceted_a_handful_per_panel_each_with_the_baseline(stu
     assert "validation loss" in fig.axes[4].get_ylabel() and "depth 6" in fig.axes[4].get_ylabel()
 
 
+def test_a_panel_whose_designs_never_ran_at_its_depth_is_left_blank_with_the_rows_label(study) -> None:
+    _, frames = study
+    # at depth 24 only the designs of the second column ran: the first column's panels of that depth are empty
+    second = ("mhc", "mudd", "speedrun")
+    curves = frames.curves[(frames.curves["depth"] == 6) | frames.curves["variant"].isin(second)]
+    fig = plots.plot_learning_curves(curves, "tinytext", baseline="preln")
+    grid = [fig.axes[i:i + 2] for i in range(0, len(fig.axes), 2)]  # rows: train 6, train 24, val 6, val 24
+    assert len(grid) == 4
+    for row, (first, other) in enumerate(grid):
+        assert other.has_data() and other.axison and other.get_frame_on() and len(other.get_yticks()) > 0
+        if row % 2 == 0:  # depth 6: every design ran
+            assert first.has_data() and first.get_frame_on() and len(first.get_xticks()) > 0
+            continue
+        assert not first.has_data() and not first.get_frame_on()
+        assert (first.get_title(), first.get_xlabel()) == ("", "")
+        assert list(first.get_xticks()) == [] and list(first.get_yticks()) == []
+        assert list(first.get_yticks(minor=True)) == []
+        assert first.get_ylabel().endswith("\ndepth 24")  # the row still says what it shows
+
+
 def test_a_language_models_curves_degradation_and_pareto_are_in_its_loss(study) -> None:
     _, frames = study
     few = frames.curves[frames.curves["variant"].isin(["preln", "mhc"]) & (frames.curves["depth"] == 6)]

@@ -12,10 +12,13 @@ import sys
 import textwrap
 from pathlib import Path
 
+import numpy as np
 import pytest
 from matplotlib.figure import Figure
 
 import variants  # noqa: F401  (this process has the registry: the reference path of the figures)
+from bench.analysis.claims import least_squares_slope
+from bench.analysis.stats import t_quantile, t_tail, two_groups
 from bench.cli import main
 from bench.reports import report
 from bench.reports.parallel import draw_all
@@ -191,3 +194,42 @@ def test_jobs_must_be_a_positive_number(tmp_path: Path, capsys: pytest.CaptureFi
     assert exit_.value.code == 2
     assert "argument --jobs: a whole number of processes, 1 or more; got '0'" in capsys.readouterr().err
     assert list(tmp_path.iterdir()) == []
+
+
+TABLES_ONLY = textwrap.dedent("""
+    import sys
+    from bench.cli import main
+    root = sys.argv[1]
+    for argv in (["leaderboard"], ["compare", "--study", "warmup", "--baseline", "preln"]):
+        assert main([*argv, "--results-dir", root]) == 0, argv
+    print("loaded:", sorted(m for m in sys.modules if m.split(".")[0] == "scipy" and m.startswith("scipy.stats")))
+""")
+
+
+def test_the_tables_import_no_scipy_stats(tmp_path: Path) -> None:
+    """Importing scipy.stats costs more CPU than reading the tables (about 0.7 s): leaderboard and compare take
+    Student's t from scipy.special, the functions scipy.stats calls (pinned below)."""
+    root = shipped_runs(tmp_path / "results", ("warmup",))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run([sys.executable, "-c", TABLES_ONLY, str(root)], env=env, cwd=tmp_path,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "loaded: []" in done.stdout
+
+
+def test_the_t_distribution_welch_and_the_slope_are_scipy_stats_own() -> None:
+    sps = pytest.importorskip("scipy.stats")
+    for dof in (1, 2, 3, 4.5, 29, np.array([1.0, 2.0, 7.0])):
+        assert np.array_equal(t_quantile(0.975, dof), sps.t.ppf(0.975, dof))
+        assert np.array_equal(t_tail(1.7, dof), sps.t.sf(1.7, dof))
+    rng = np.random.default_rng(0)
+    for _ in range(200):
+        x, base = rng.normal(size=rng.integers(2, 8)) * 3, rng.normal(size=rng.integers(2, 8)) + 1
+        ours, theirs = two_groups(x, base), sps.ttest_ind(x, base, equal_var=False)
+        assert ours.t == pytest.approx(float(theirs.statistic), rel=1e-12)
+        assert ours.p == pytest.approx(float(theirs.pvalue), rel=1e-12)
+        xs = np.log(rng.choice([6.0, 12.0, 24.0, 48.0], size=6))
+        ys = 0.3 * xs + rng.normal(size=6) * rng.choice([0.0, 0.1])
+        if len(set(xs)) > 1:
+            fit = sps.linregress(xs, ys)
+            assert least_squares_slope(xs, ys) == (fit.slope, fit.stderr)  # the same operations: the same bits

@@ -92,7 +92,6 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from scipy import stats as sps
 
 from bench.analysis.multiplier import LOSSES, fit_ladders, floor_of, ladders_from
 from bench.analysis.pairing import difference, seeded
@@ -110,6 +109,7 @@ from bench.analysis.stats import (
     observations,
     several_machines,
     t_ci,
+    t_quantile,
     with_config_hash,
     with_load_bands,
 )
@@ -547,12 +547,21 @@ def _slope(claim: Claim, context: str, part: pd.DataFrame, level: float = 0.95, 
     if n < 3 or len(set(xs[keep])) < 2:
         note = "; ".join(filter(None, [note, f"{n} run(s) at {len(set(xs[keep]))} {x} value(s): too few for a slope"]))
         return Result(claim, context, "inconclusive", groups, note=note)
-    fit = sps.linregress(np.log(xs[keep]), np.log(ys[keep]))
-    half = float(sps.t.ppf(0.975, n - 2) * fit.stderr)
-    low, high = fit.slope - half, fit.slope + half
+    slope, stderr = least_squares_slope(np.log(xs[keep]), np.log(ys[keep]))
+    half = float(t_quantile(0.975, n - 2) * stderr)
+    low, high = slope - half, slope + half
     r0, r1 = claim.expect_range or (-math.inf, math.inf)
     verdict = "agrees" if r0 <= low and high <= r1 else "disagrees" if high < r0 or low > r1 else "inconclusive"
-    return Result(claim, context, verdict, groups, float(fit.slope), math.nan, half, note)
+    return Result(claim, context, verdict, groups, float(slope), math.nan, half, note)
+
+
+def least_squares_slope(xs: np.ndarray, ys: np.ndarray) -> tuple[float, float]:
+    """The least-squares slope of ``ys`` on ``xs`` and its standard error, computed as ``scipy.stats.linregress``
+    computes them (three points or more, two x values or more), without importing scipy.stats."""
+    ssxm, ssxym, _, ssym = np.cov(xs, ys, bias=True).flat
+    # r, clipped: rounding can carry it past ±1
+    r = float(np.clip(ssxym / np.sqrt(ssxm * ssym), -1.0, 1.0)) if ssym != 0.0 else math.nan if ssxym == 0 else 0.0
+    return float(ssxym / ssxm), float(np.sqrt((1 - r**2) * ssym / ssxm / (len(xs) - 2)))
 
 
 _NO_RUNS = "no runs with "

@@ -27,7 +27,6 @@ from collections.abc import Mapping
 
 import numpy as np
 import pandas as pd
-from scipy import stats as sps
 
 from bench.analysis.stats import (
     MIN_RUNS,
@@ -36,6 +35,8 @@ from bench.analysis.stats import (
     TwoGroups,
     observations,
     t_ci,
+    t_quantile,
+    t_tail,
     two_groups,
     without_spread,
 )
@@ -53,7 +54,7 @@ def paired_interval(d: np.ndarray, level: float = 0.95) -> tuple[np.ndarray, np.
     mean = d.mean(axis=-1)
     if n < MIN_RUNS:
         return mean, np.full(mean.shape, math.nan)
-    half = sps.t.ppf(0.5 + level / 2, n - 1) * d.std(axis=-1, ddof=1) / math.sqrt(n)
+    half = t_quantile(0.5 + level / 2, n - 1) * d.std(axis=-1, ddof=1) / math.sqrt(n)
     return mean, half
 
 
@@ -88,7 +89,7 @@ def paired(x: Mapping[int, float], base: Mapping[int, float], level: float = 0.9
         return without_spread(out, scale)
     t = float(mean) / (sd / math.sqrt(d.size))
     dof = d.size - 1
-    return dataclasses.replace(out, t=t, dof=float(dof), p=float(2 * sps.t.sf(abs(t), dof)))
+    return dataclasses.replace(out, t=t, dof=float(dof), p=float(2 * t_tail(abs(t), dof)))
 
 
 def seeded(rows: pd.DataFrame, metric: str, column: str | None = None) -> tuple[np.ndarray, np.ndarray | None]:

@@ -38,7 +38,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import stats
+from scipy import special
+
+from bench.analysis.stats import t_quantile
 
 ITERATIONS = 60  # Levenberg–Marquardt steps: a ladder of 3-10 points converges in 10-30
 STARTS = (0.1, 0.5, 0.9)  # E's starts, as fractions of the lowest loss of the ladder
@@ -192,7 +194,7 @@ def widening(n_seeds: int, level: float = LEVEL) -> float:
     if n_seeds < 2:
         return 1.0
     q = (1 + level) / 2
-    return math.sqrt(n_seeds / (n_seeds - 1)) * float(stats.t.ppf(q, n_seeds - 1) / stats.norm.ppf(q))
+    return math.sqrt(n_seeds / (n_seeds - 1)) * float(t_quantile(q, n_seeds - 1) / special.ndtri(q))  # t / normal
 
 
 def check_ladder(design: str, compute: Sequence[float], min_sizes: int = 3, tolerance: float = 0.01) -> None:

@@ -21,6 +21,7 @@ from matplotlib.axes import Axes
 from matplotlib.collections import LineCollection, PolyCollection
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
+from matplotlib.ticker import NullLocator
 
 from bench.analysis.stats import machines_of, several_machines
 from bench.reports.plotdata import Colour, domain
@@ -201,6 +202,16 @@ def limit(ax: Axes, metric: str, log: bool = False) -> None:
         ys = ys[np.isfinite(ys) & (ys > 0)]
         if ys.size:
             ax.set_ylim(bottom=ys.min() / 2)
+
+
+def blank(ax: Axes) -> None:
+    """``ax`` drawn as empty space: no frame, ticks, grid, title or x label; its y label (a row's label) stays."""
+    ax.set_frame_on(False)
+    ax.set_title("")
+    ax.set_xlabel("")
+    for axis in (ax.xaxis, ax.yaxis):  # no ticks: no labels or grid lines to lay out
+        axis.set_major_locator(NullLocator())
+        axis.set_minor_locator(NullLocator())
 
 
 def figure(ncols: int = 1) -> tuple[Figure, list[Axes]]:

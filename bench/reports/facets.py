@@ -4,7 +4,9 @@ of bands, not a comparison.
 Where a curve figure would draw more than :data:`MAX_LINES` lines on one axis, its lines are faceted: one row of
 panels per configuration label (depth, ...), and the designs split across the columns, at most :data:`MAX_LINES` a
 panel, each panel with the baseline (the variant the study's claims compare against) so that every design is seen
-against it. Each row shares its y range. Colours stay the study's (a variant has one colour in every panel).
+against it. Each row shares its y range. Colours stay the study's (a variant has one colour in every panel). A panel
+none of whose designs ran in its row's configuration is left blank (:func:`bench.reports.drawing.blank`): an empty
+axis with ticks says nothing, and each costs as much to lay out and draw as a full panel.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from dataclasses import dataclass
 import pandas as pd
 from matplotlib.figure import Figure
 
-from bench.reports.drawing import figure_grid, legend, limit, natural, series_lines, suptitle
+from bench.reports.drawing import blank, figure_grid, legend, limit, natural, series_lines, suptitle
 from bench.reports.plotdata import Colour
 
 MAX_LINES = 6  # lines (designs x configurations) one axis may hold before a figure is faceted
@@ -69,6 +71,9 @@ def faceted(rows: Sequence[Row], colours: Mapping[str, Colour], baseline: str | 
         low, high = min(lo for lo, _ in drawn), max(hi for _, hi in drawn)
         for ax in axes if drawn and (low > 0 or not row.log) else ():  # one y range a row: its panels compare
             ax.set_ylim(low, high)
+        for ax in axes:
+            if not ax.has_data():
+                blank(ax)  # the row's label (its first panel's y label) stays
     legend(fig, colours, series)
     suptitle(fig, title + (f"; each panel with {baseline}, the baseline" if baseline in series else ""))
     return fig
