@@ -1,19 +1,20 @@
 """What a study costs before it runs: ``bench sweep|reproduce ... --dry-run``.
 
-Every model of the grid is built and checked first, as a sweep does (meta device, the confound guard). Then, per
-model configuration (:func:`bench.runs.measure.cost_key`: the runs that share one measure the same step), the bill
-counts the exact FLOPs of one training step at the run's batch on the meta device (``torch.utils.flop_counter``,
-split into matmuls and convolutions). Per family of configurations (:func:`families`: the same but for the depth,
-one block repeated, whose step time grows with its FLOPs at one rate) it times the cheapest configuration's step and
-scales that time to the others by their FLOPs, so a family's bill is monotone in its FLOPs and a deep net's step
-costs the bill a shallow one's. The timed configuration takes a few short steps on the device at hand
-(:meth:`Plan.repeats`: as many as fit a second, up to five; their median), with the threads a run of this sweep
-would get: at the run's batch, or at the largest halving of it whose FLOPs fit :data:`STEP_BUDGET`, after one
-untimed step (a first step pays one-off costs no later step does); a step over the budget even at one sample (GPT-2
-small at 1,024 tokens) is timed once, with no warm-up. On a CPU the steps are timed in CPU time per thread, and so
-are the set-up and the memory probe's process start: what they take on an idle machine, however busy the machine is
-while it bills. Before timing, it prints what the timing will take: those steps' FLOPs at the device's rate for each
-op class (:func:`bench.runs.measure.device_rates`, measured once).
+Every model of the grid is built and checked first, as a sweep does (meta device, the confound guard). Then, per model
+configuration (:func:`bench.runs.measure.cost_key`: the runs that share one measure the same step), the bill counts the
+exact FLOPs of one training step at the run's batch on the meta device (``torch.utils.flop_counter``, split into matmuls
+and convolutions). Per family of configurations (:func:`families`: the same but for the depth, one block repeated, whose
+step time grows with its FLOPs at one rate) it times the cheapest configuration's step and scales that time to the
+others by their FLOPs, so a family's bill is monotone in its FLOPs and a deep net's step costs the bill a shallow one's.
+The timed configuration takes a few short steps on the device at hand (:meth:`Plan.repeats`: as many as fit a second, up
+to five; their median), with the threads a run of this sweep would get if it started now (:func:`run_threads`: the free
+cores split between ``--jobs``): at the run's batch, or at the largest halving of it whose FLOPs fit
+:data:`STEP_BUDGET`, after one untimed step (a first step pays one-off costs no later step does); a step over the budget
+even at one sample (GPT-2 small at 1,024 tokens) is timed once, with no warm-up. On a CPU the steps are timed in CPU
+time per thread, and so are the set-up and the memory probe's process start: what they take on idle cores, however busy
+the machine is while it bills (on a busy machine the runs, and so the timed steps, get fewer threads:
+:func:`run_threads`). Before timing, it prints what the timing will take: those steps' FLOPs at the device's rate for
+each op class (:func:`bench.runs.measure.device_rates`, measured once).
 
 From these (:func:`step_seconds` and :class:`Costs`): a run's step takes the timed step's time scaled by its FLOPs
 (FLOPs grow with the batch; so does a step's time, at the rate the timed step achieved); an evaluated sample costs
@@ -57,6 +58,7 @@ import torch
 import variants
 from bench.runs import budget, measure
 from bench.runs.config import RunConfig
+from bench.runs.cores import free_cores
 from bench.runs.env import cpu_sample, machine_load
 from bench.runs.tasks import TaskError, synth
 from bench.runs.tasks.tokens import DEFAULT_EVAL_TOKENS
@@ -297,7 +299,7 @@ def bill(configs: Sequence[RunConfig], options: SweepOptions, cost_key: Any,
          say: Callable[[str], None] = print) -> list[RunBill]:
     """Every run's bill, its configuration's costs measured once (``cost_key`` names a configuration): each
     configuration planned (:func:`plan`), the timing's expected time said, then one step of each timed."""
-    threads = plan_placements(options.jobs, 0)[0].threads
+    threads = run_threads(options)
     before = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
@@ -334,7 +336,7 @@ def bill(configs: Sequence[RunConfig], options: SweepOptions, cost_key: Any,
             for p in family:
                 costs[p.key] = measure_costs(p, rates, setups[p.cfg.task], start_s,
                                              timed_s=ref_s * p.timed_flops / ref.timed_flops)
-        load = machine_load(sample)
+        load = {**machine_load(sample), "threads": threads}
         if WALL_OVER_CPU and first is not None and first.s.device.type == "cpu":
             load["wall_over_cpu"] = statistics.median(WALL_OVER_CPU)
         costs = {k: dataclasses.replace(c, load=load) for k, c in costs.items()}
@@ -352,6 +354,16 @@ def bill(configs: Sequence[RunConfig], options: SweepOptions, cost_key: Any,
         seen.add(key)
         out.append(RunBill(cfg, c, steps, evals, probe_calls, measures))
     return out
+
+
+def run_threads(options: SweepOptions) -> int:
+    """The torch threads each run of the sweep gets if it starts now, as the local executor places them: the cores
+    free now (those the 1-minute load average leaves) split between ``--jobs``, at most this process's own threads.
+    The bill times its steps with these. On a busy machine that is fewer than the idle machine's share, and must be:
+    threads that wait on each other where other work holds the cores spin, and a step's CPU time then grows with the
+    load (a ResNet-20 step on digits at two threads took ten times its one-thread CPU time at a load average of 8 on 2
+    cores), while the run itself, started at that load, trains on the one free core."""
+    return plan_placements(options.jobs, 0, cores=free_cores(), thread_cap=torch.get_num_threads())[0].threads
 
 
 def families(plans: Iterable[Plan]) -> dict[str, list[Plan]]:
@@ -460,7 +472,7 @@ def render(bills: Sequence[RunBill], options: SweepOptions, device: str,
                  + (f" ({_clock(checks_s + total)} one at a time)" if slots > 1 else "")
                  + (f", the study's checks ({_clock(checks_s)}) included" if checks_s else ""))
     load = bills[0].costs.load if bills else {}
-    threads = plan_placements(slots, 0)[0].threads
+    threads = int(load.get("threads") or plan_placements(slots, 0)[0].threads)  # the threads its steps were timed at
     factor = slowdown(load, slots, threads, own=threads)
     lines.append(load_line(load) + (f": at that load, {_clock(factor * idle)} ({factor:.2f}x)" if factor > 1 else ""))
     mfus = [b.costs.mfu for b in bills if b.costs.mfu]
