@@ -290,7 +290,8 @@ def test_the_bill_times_its_steps_with_the_threads_a_run_would_get_now(timed: li
                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     """On a busy machine a sweep's run trains on the cores free when it starts (one of two at a load average of 8),
     so the bill times its steps on as many threads, and says so: two threads that wait on each other where other
-    work holds the cores spin, and their CPU time had billed a ResNet-20 step on digits at ten times the run's."""
+    work holds the cores spin, and their CPU time had billed a pre-activation ResNet's step on digits at 10 to 20 times
+    the run's."""
     seen: list[int] = []
     real = bill.measure.time_steps  # the fixture's: 100 ms a step
 
@@ -340,3 +341,33 @@ def test_the_plugin_cnn_bill_check_runs_the_docs_plugin_as_written() -> None:
         (v, d, s) for v in ("preact", "preact_mix") for d in (8, 20) for s in (0, 1))
     assert {(c.task, c.steps, c.batch_size, c.eval_every, c.probe_every) for c in configs} == {("digits", 300, 128,
                                                                                                   30, 300)}
+
+
+def test_a_family_is_set_up_once_and_its_deeper_models_counted_on_the_meta_device_only(
+        timed: list[tuple[int, int, int]], monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run's set-up (task, a meta-device forward that checks the model fits, the model built) is made once per
+    family: the deeper configuration is counted on the meta device, with the same FLOPs as when it is set up whole,
+    and its activations counted in that same forward; a deeper model that does not fit is refused as a run's set-up
+    refuses it."""
+    from bench.runs import measure
+    from bench.runs.tasks import TaskError
+
+    calls: list[int | None] = []
+    real = bill._setup
+    monkeypatch.setattr(bill, "_setup", lambda cfg: calls.append(cfg.depth) or real(cfg))
+    shallow, deep = (dataclasses.replace(TINY, depth=d, measure=()) for d in (8, 14))
+    bill.bill([shallow, deep, dataclasses.replace(deep, seed=1)], bill.SweepOptions(), bill.measure.cost_key,
+              say=lambda line: None)
+    assert calls == [8]  # the family's first configuration only
+    like = bill.plan(shallow, "a")
+    lite, whole = bill.plan(deep, "b", like), bill.plan(deep, "c")
+    assert (lite.micro.forward, lite.micro.train_by_class) == (whole.micro.forward, whole.micro.train_by_class)
+    assert lite.timed == whole.timed and lite.s.model_kwargs == whole.s.model_kwargs and lite.setup_s == like.setup_s
+    with torch.device("meta"):
+        model = variants.create("resnet", **whole.s.model_kwargs)
+    alone = measure.meta_activation_bytes(model, torch.empty(32, 1, 8, 8))  # the set-up's own count
+    assert lite.micro.activation_bytes == pytest.approx(alone, rel=0.01)  # under the FLOP counter: one output apart
+    monkeypatch.setattr("bench.runs.tasks.base.available_memory", lambda: 1)
+    with pytest.raises(TaskError, match=r"^resnet with [\d,]+ parameters .* and [\d.]+ MiB of activations at "
+                                        r"--batch-size 32 needs about"):
+        bill.plan(deep, "d", like)

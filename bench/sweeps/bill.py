@@ -61,8 +61,9 @@ from bench.runs.config import RunConfig
 from bench.runs.cores import free_cores
 from bench.runs.env import cpu_sample, machine_load
 from bench.runs.tasks import TaskError, synth
+from bench.runs.tasks.base import check_fits
 from bench.runs.tasks.tokens import DEFAULT_EVAL_TOKENS
-from bench.runs.train import StepRunner, batch_generator, build_model, setup
+from bench.runs.train import StepRunner, _footprint, batch_generator, build_model, model_kwargs, setup
 from bench.sweeps.executors.local import plan_placements
 from bench.sweeps.options import SweepOptions
 
@@ -198,21 +199,44 @@ def _setup(cfg: RunConfig) -> tuple[Any, int | None, str | None]:
         return setup(stand), num_train, "generated shards" if stand.task == cfg.task else stand.task
 
 
-def plan(cfg: RunConfig, key: str) -> Plan:
+def plan(cfg: RunConfig, key: str, like: Plan | None = None) -> Plan:
     """Set up ``cfg`` (its stand-in where its data is not here), count one micro-batch's FLOPs on the meta device and
-    choose the timed step: the run's batch, halved while its FLOPs exceed :data:`STEP_BUDGET` (down to one sample)."""
-    t0 = cpu_clock()
-    s, num_train, stand = _setup(cfg)
-    setup_s = cpu_clock() - t0
+    choose the timed step: the run's batch, halved while its FLOPs exceed :data:`STEP_BUDGET` (down to one sample).
+
+    ``like``: a plan of ``cfg``'s family (:func:`families`: all but the depth equal), set up already. Its task is
+    this one's, so ``cfg`` is not set up again: its model is built on the meta device only, and the check a run's
+    set-up makes (weights, gradients, two optimiser states and one forward's activations fit the machine) is made on
+    the one meta-device forward that counts its FLOPs. Its set-up time is the family's."""
+    if like is None:
+        t0 = cpu_clock()
+        s, num_train, stand = _setup(cfg)
+        setup_s = cpu_clock() - t0
+    else:
+        s0 = like.s
+        lite = dataclasses.replace(s0.cfg, depth=cfg.depth, batch_size=cfg.batch_size)
+        s = dataclasses.replace(s0, cfg=lite, model_kwargs=model_kwargs(lite, s0.task))
+        setup_s, num_train, stand = like.setup_s, like.num_train, like.stand_in
     x, y = next(s.task.train_batches(1, batch_generator(s, 1)))
     b = cfg.batch_size
-    micro = measure.meta_step_flops(lambda: variants.create(cfg.variant, **s.model_kwargs),
-                                    x.expand(b, *x.shape[1:]), y.expand(b, *y.shape[1:]), s.task.loss)
+    with torch.device("meta"):  # on the meta device: shapes only, nothing allocated
+        model = variants.create(cfg.variant, **s.model_kwargs)
+    micro = measure.meta_step_flops(lambda: model, x.expand(b, *x.shape[1:]), y.expand(b, *y.shape[1:]),
+                                    s.task.loss, activations=like is not None)
+    if like is not None:
+        if s.device.type == "cpu":  # as bench.runs.train.setup checks a run's model before its weights exist
+            params = sum(p.numel() for p in model.parameters())
+            check_fits(16 * params + micro.activation_bytes, _footprint(cfg, params, micro.activation_bytes))
+        s = dataclasses.replace(s, model=model)
     while b > 1 and micro.train * b / cfg.batch_size > STEP_BUDGET:
         b //= 2
     # the model moves to the meta device until its step is timed: a study's models are never all in memory at once
     s = dataclasses.replace(s, cfg=dataclasses.replace(s.cfg, batch_size=b), model=s.model.to("meta"))
     return Plan(cfg, key, s, setup_s, micro, b, num_train, stand)
+
+
+def family_key(cfg: RunConfig) -> str:
+    """What the configurations of one family (:func:`families`) share: everything but the depth."""
+    return measure.cost_key(dataclasses.replace(cfg, depth=None))
 
 
 def _built(s: Any) -> Any:
@@ -307,10 +331,12 @@ def bill(configs: Sequence[RunConfig], options: SweepOptions, cost_key: Any,
         keys = {cost_key(cfg) for cfg in configs}
         say(f"  counting the FLOPs of {len(keys)} model configuration{'s' if len(keys) != 1 else ''} on the meta "
             "device ...")
+        set_up: dict[str, Plan] = {}  # each family's configuration that was set up as a run sets up
         for cfg in configs:
             key = cost_key(cfg)
             if key not in plans:
-                plans[key] = plan(cfg, key)
+                plans[key] = plan(cfg, key, set_up.get(family_key(cfg)))
+                set_up.setdefault(family_key(cfg), plans[key])
         first = next(iter(plans.values()), None)
         rates = measure.device_rates(first.s.device, first.cfg.precision) if first else {}
         refs = [family[0] for family in families(plans.values()).values()]  # the steps timed (families())
@@ -361,8 +387,8 @@ def run_threads(options: SweepOptions) -> int:
     free now (those the 1-minute load average leaves) split between ``--jobs``, at most this process's own threads.
     The bill times its steps with these. On a busy machine that is fewer than the idle machine's share, and must be:
     threads that wait on each other where other work holds the cores spin, and a step's CPU time then grows with the
-    load (a ResNet-20 step on digits at two threads took ten times its one-thread CPU time at a load average of 8 on 2
-    cores), while the run itself, started at that load, trains on the one free core."""
+    load (a pre-activation ResNet's step on digits at two threads took 10 to 20 times its one-thread CPU time at a load
+    average of 8 on 2 cores), while the run itself, started at that load, trains on the one free core."""
     return plan_placements(options.jobs, 0, cores=free_cores(), thread_cap=torch.get_num_threads())[0].threads
 
 
@@ -373,7 +399,7 @@ def families(plans: Iterable[Plan]) -> dict[str, list[Plan]]:
     bill costs a shallow net's step, and a family's bill rises with its FLOPs)."""
     out: dict[str, list[Plan]] = {}
     for p in plans:
-        out.setdefault(measure.cost_key(dataclasses.replace(p.cfg, depth=None)), []).append(p)
+        out.setdefault(family_key(p.cfg), []).append(p)
     return {k: sorted(v, key=lambda p: p.timed_flops) for k, v in out.items()}
 
 
