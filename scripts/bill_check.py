@@ -14,6 +14,10 @@ the sweep's processes used. Nothing is written outside ``--out``.
     python scripts/bill_check.py crosslayer --preset quick --variants preln hyper_connections --jobs 2
     python scripts/bill_check.py degradation --preset quick --plugin gated_resnet.py --add-variant gated_resnet \\
         --variants gated_resnet resnet --depths 20 --jobs 2
+    python scripts/bill_check.py scripts/mixshort_study.toml --jobs 2
+
+The last is a plugin CNN study: docs/plugins.md's pre-activation plugin (``scripts/mixshort.py``, the docs' block as
+written) against ``preact`` at depths 8 and 20, 2 seeds. A table per model configuration follows the row.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import statistics
 import tempfile
 import threading
 import time
@@ -115,12 +120,22 @@ def main() -> None:
     executor._context()  # the fork server its runs are forked from, started now: their CPU time is its children's
     server = forkserver._forkserver._forkserver_pid
     t0, mine = time.perf_counter(), _tree_cpu(os.getpid()) + _tree_cpu(server)
+    walls: dict[str, float] = {}  # each run's wall time, as its row records it
+    cpu: dict[str, float] = {}  # with --jobs 1, each run's CPU time: what the fork server reaped since the last run
+
+    def recorded(stored: dict) -> None:
+        walls[stored["run_id"]] = float(stored["row"]["wall_time_s"])
+        if options.jobs == 1:
+            cpu[stored["run_id"]] = _tree_cpu(server) - sum(cpu.values()) - reaped0
+
+    reaped0 = _tree_cpu(server)
     with LoadAverage() as run_load:
         configs, checks = checked()
-        run_sweep(configs, out, executor, progress=False)
+        run_sweep(configs, out, executor, progress=False, on_record=recorded)
     measured, ours = time.perf_counter() - t0, _tree_cpu(os.getpid()) + _tree_cpu(server) - mine
     cpus = os.cpu_count() or 1
-    threads = plan_placements(options.jobs, 0)[0].threads
+    # the threads the bill timed its steps at: those its runs got, the cores free when it billed split between jobs
+    threads = int(bills[0].costs.load.get("threads") or plan_placements(options.jobs, 0)[0].threads) if bills else 1
     factor_bill = slowdown({"load_1m": bill_load.mean, "cpus": cpus}, options.jobs, threads, own=threads)
     factor_run = slowdown({"load_1m": run_load.mean, "cpus": cpus}, options.jobs, threads, own=options.jobs * threads)
     if not ns.out:
@@ -132,6 +147,40 @@ def main() -> None:
     print(_row(what, billed, factor_bill, factor_run, measured, bill_load.mean, run_load.mean, bill_s))
     print(f"CPU time: billed {sum(b.seconds for b in bills) / 60:.1f} min one at a time; the sweep used "
           f"{ours / 60:.1f} min")
+    print()
+    own = slowdown(bills[0].costs.load, options.jobs, threads, own=threads) if bills else 1.0
+    print(f"the bill at the load it measured (what --dry-run prints, {own:.2f}x its idle total): "
+          f"{own * billed / 60:.1f} min; measured {measured / 60:.1f} min: {own * billed / measured:.2f}")
+    print()
+    for line in per_configuration(bills, walls, cpu or None, ours, own):
+        print(line)
+
+
+def per_configuration(bills: list, walls: dict[str, float], cpu: dict[str, float] | None, cpu_s: float,
+                      factor: float) -> list[str]:
+    """Per model configuration, the bill of one run against its runs as the sweep measured them (their median): in
+    CPU time (what the bill times: each run's own, ``cpu``, where the runs ran one at a time, else its share of the
+    sweep's CPU time ``cpu_s`` in proportion to its wall time) and on the wall clock (the bill scaled by ``factor``,
+    the slowdown the bill printed at the load it measured)."""
+    ran = sum(walls.get(b.config.run_id, 0.0) for b in bills)
+    if cpu is None:
+        cpu = {run: wall * cpu_s / ran for run, wall in walls.items()} if ran else {}
+    lines = ["| configuration | runs | billed per run (CPU) | measured per run (CPU) | billed / measured (CPU) | "
+             "billed at the bill's load | measured per run (wall) | billed / measured (wall) |",
+             "|---|---|---|---|---|---|---|---|"]
+    groups: dict[str, list] = {}
+    for b in bills:
+        if b.config.run_id in walls:
+            groups.setdefault(b.costs.key, []).append(b)
+    for group in groups.values():
+        c = group[0].config
+        billed = statistics.median(b.seconds for b in group)
+        wall = statistics.median(walls[b.config.run_id] for b in group)
+        used = statistics.median(cpu[b.config.run_id] for b in group)
+        name = f"{c.variant}-d{c.depth}" if c.depth else c.variant
+        lines.append(f"| {name} | {len(group)} | {billed:.1f} s | {used:.1f} s | {billed / used:.2f} | "
+                     f"{factor * billed:.1f} s | {wall:.1f} s | {factor * billed / wall:.2f} |")
+    return lines
 
 if __name__ == "__main__":
     main()

@@ -250,7 +250,7 @@ def test_on_a_busy_cpu_the_bill_reads_the_steps_cpu_time(timed: list[tuple[int, 
     assert bill.slowdown({"load_1m": 6.0, "cpus": 2}, jobs=2, threads=1, own=2) == pytest.approx(3.0)
     assert bill.slowdown({}, jobs=2, threads=1) == 1.0
     busy = dataclasses.replace(c, load={"load_1m": 2.5, "cpus": 2, "other_cpu": 0.75})
-    monkeypatch.setattr(bill, "plan_placements", lambda jobs, gpus: [SimpleNamespace(threads=1)] * jobs)
+    monkeypatch.setattr(bill, "plan_placements", lambda jobs, gpus, **kw: [SimpleNamespace(threads=1)] * jobs)
     lines = bill.render([bill.RunBill(TINY, busy, 10, 0, 0, False)], bill.SweepOptions(jobs=2), "cpu", {})
     idle = bill.RunBill(TINY, c, 10, 0, 0, False).seconds
     said = next(line for line in lines if line.startswith("machine load"))
@@ -284,3 +284,90 @@ def test_at_a_load_the_bill_reads_the_slowdown_its_own_steps_saw() -> None:
     assert bill.slowdown({"load_1m": 1.0, "cpus": 2, "wall_over_cpu": 1.0}, jobs=2, threads=1) == 1.0
     assert bill.slowdown({"load_1m": 1.0, "cpus": 1, "wall_over_cpu": 1.0}, jobs=2, threads=1) == pytest.approx(2.0)
     assert "its steps 1.60x longer on the wall clock than in CPU time" in bill.load_line(seen)
+
+
+def test_the_bill_times_its_steps_with_the_threads_a_run_would_get_now(timed: list[tuple[int, int, int]],
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a busy machine a sweep's run trains on the cores free when it starts (one of two at a load average of 8),
+    so the bill times its steps on as many threads, and says so: two threads that wait on each other where other
+    work holds the cores spin, and their CPU time had billed a pre-activation ResNet's step on digits at 10 to 20 times
+    the run's."""
+    seen: list[int] = []
+    real = bill.measure.time_steps  # the fixture's: 100 ms a step
+
+    def time_steps(step: Any, device: torch.device, warmup: int, repeats: int, steps: int) -> list[float]:
+        seen.append(torch.get_num_threads())
+        return real(step, device, warmup, repeats, steps)
+
+    monkeypatch.setattr(bill.measure, "time_steps", time_steps)
+    monkeypatch.setattr("bench.sweeps.executors.local.usable_cores", lambda: 2)
+    monkeypatch.setattr(bill, "free_cores", lambda: 1, raising=False)  # (the old bill had no such name)
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        said: list[str] = []
+        bills = bill.bill([dataclasses.replace(TINY, measure=())], bill.SweepOptions(), bill.measure.cost_key,
+                          say=said.append)
+        assert torch.get_num_threads() == 2  # restored
+    finally:
+        torch.set_num_threads(before)
+    assert seen == [1] and " (1 thread): " in said[1] and bills[0].costs.load["threads"] == 1
+    monkeypatch.setattr(bill, "free_cores", lambda: 2)  # an idle machine: both cores for one job, one each for two
+    try:
+        torch.set_num_threads(2)
+        assert bill.run_threads(bill.SweepOptions()) == 2 and bill.run_threads(bill.SweepOptions(jobs=2)) == 1
+        torch.set_num_threads(1)  # never more than this process's own threads, as the executor caps its jobs
+        assert bill.run_threads(bill.SweepOptions()) == 1
+    finally:
+        torch.set_num_threads(before)
+
+
+@pytest.mark.usefixtures("clean_plugins")
+def test_the_plugin_cnn_bill_check_runs_the_docs_plugin_as_written() -> None:
+    """scripts/bill_check.py's plugin CNN case (docs/performance.md): the pre-activation plugin of docs/plugins.md,
+    character for character, against `preact` at depths 8 and 20, 2 seeds, 300 steps."""
+    from bench.analysis.studyfile import PLUGIN_ORIGIN, study_plugins
+    from bench.runs import plugins
+    from bench.sweeps.study import load_study
+
+    repo = Path(__file__).resolve().parents[1]
+    page = (repo / "docs" / "plugins.md").read_text(encoding="utf-8")
+    block = re.search(r"```python\n(.*?)```", page.split("the pre-activation plugin", 1)[1], re.S)
+    assert block is not None and (repo / "scripts" / "mixshort.py").read_text(encoding="utf-8") == block.group(1)
+    study = repo / "scripts" / "mixshort_study.toml"
+    plugins.load_plugins(study_plugins(study), PLUGIN_ORIGIN)
+    configs = load_study(study).configs(None)
+    assert sorted((c.variant, c.depth, c.seed) for c in configs) == sorted(
+        (v, d, s) for v in ("preact", "preact_mix") for d in (8, 20) for s in (0, 1))
+    assert {(c.task, c.steps, c.batch_size, c.eval_every, c.probe_every) for c in configs} == {("digits", 300, 128,
+                                                                                                  30, 300)}
+
+
+def test_a_family_is_set_up_once_and_its_deeper_models_counted_on_the_meta_device_only(
+        timed: list[tuple[int, int, int]], monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run's set-up (task, a meta-device forward that checks the model fits, the model built) is made once per
+    family: the deeper configuration is counted on the meta device, with the same FLOPs as when it is set up whole,
+    and its activations counted in that same forward; a deeper model that does not fit is refused as a run's set-up
+    refuses it."""
+    from bench.runs import measure
+    from bench.runs.tasks import TaskError
+
+    calls: list[int | None] = []
+    real = bill._setup
+    monkeypatch.setattr(bill, "_setup", lambda cfg: calls.append(cfg.depth) or real(cfg))
+    shallow, deep = (dataclasses.replace(TINY, depth=d, measure=()) for d in (8, 14))
+    bill.bill([shallow, deep, dataclasses.replace(deep, seed=1)], bill.SweepOptions(), bill.measure.cost_key,
+              say=lambda line: None)
+    assert calls == [8]  # the family's first configuration only
+    like = bill.plan(shallow, "a")
+    lite, whole = bill.plan(deep, "b", like), bill.plan(deep, "c")
+    assert (lite.micro.forward, lite.micro.train_by_class) == (whole.micro.forward, whole.micro.train_by_class)
+    assert lite.timed == whole.timed and lite.s.model_kwargs == whole.s.model_kwargs and lite.setup_s == like.setup_s
+    with torch.device("meta"):
+        model = variants.create("resnet", **whole.s.model_kwargs)
+    alone = measure.meta_activation_bytes(model, torch.empty(32, 1, 8, 8))  # the set-up's own count
+    assert lite.micro.activation_bytes == pytest.approx(alone, rel=0.01)  # under the FLOP counter: one output apart
+    monkeypatch.setattr("bench.runs.tasks.base.available_memory", lambda: 1)
+    with pytest.raises(TaskError, match=r"^resnet with [\d,]+ parameters .* and [\d.]+ MiB of activations at "
+                                        r"--batch-size 32 needs about"):
+        bill.plan(deep, "d", like)

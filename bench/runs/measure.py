@@ -141,6 +141,7 @@ class StepFlops:
 
     forward: int
     train_by_class: dict[str, int]
+    activation_bytes: int = 0  # every op output of the forward (:func:`meta_activation_bytes`), where counted
 
     @property
     def train(self) -> int:
@@ -162,14 +163,26 @@ def count_step_flops(forward: Callable[[], torch.Tensor], device: torch.device) 
 
 
 def meta_step_flops(build: Callable[[], torch.nn.Module], x: torch.Tensor, y: torch.Tensor,
-                    loss: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]) -> StepFlops:
+                    loss: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+                    activations: bool = False) -> StepFlops:
     """FLOPs of one training step of the model ``build()`` returns, on inputs of ``x``'s and targets of ``y``'s shapes
     and dtypes, counted on the meta device: exact (the counter reads shapes only), with no memory and no compute, so
-    a GPT-2-sized model at its full batch costs a second. Attention is counted as the math backend computes it."""
+    a GPT-2-sized model at its full batch costs a second. Attention is counted as the math backend computes it. With
+    ``activations``, the bytes of the forward's op outputs too, from the same forward (:func:`meta_activation_bytes`
+    counts them in a forward of its own)."""
     with torch.device("meta"):
         model = build()
         xm, ym = torch.empty(x.shape, dtype=x.dtype), torch.empty(y.shape, dtype=y.dtype)
-        return count_step_flops(lambda: loss(model(xm), ym), torch.device("cpu"))
+        if not activations:
+            return count_step_flops(lambda: loss(model(xm), ym), torch.device("cpu"))
+        counted = _OutputBytes()
+
+        def forward() -> torch.Tensor:
+            with counted:
+                out = model(xm)
+            return loss(out, ym)
+
+        return dataclasses.replace(count_step_flops(forward, torch.device("cpu")), activation_bytes=counted.total)
 
 
 class _OutputBytes(TorchDispatchMode):

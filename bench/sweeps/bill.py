@@ -1,19 +1,20 @@
 """What a study costs before it runs: ``bench sweep|reproduce ... --dry-run``.
 
-Every model of the grid is built and checked first, as a sweep does (meta device, the confound guard). Then, per
-model configuration (:func:`bench.runs.measure.cost_key`: the runs that share one measure the same step), the bill
-counts the exact FLOPs of one training step at the run's batch on the meta device (``torch.utils.flop_counter``,
-split into matmuls and convolutions). Per family of configurations (:func:`families`: the same but for the depth,
-one block repeated, whose step time grows with its FLOPs at one rate) it times the cheapest configuration's step and
-scales that time to the others by their FLOPs, so a family's bill is monotone in its FLOPs and a deep net's step
-costs the bill a shallow one's. The timed configuration takes a few short steps on the device at hand
-(:meth:`Plan.repeats`: as many as fit a second, up to five; their median), with the threads a run of this sweep
-would get: at the run's batch, or at the largest halving of it whose FLOPs fit :data:`STEP_BUDGET`, after one
-untimed step (a first step pays one-off costs no later step does); a step over the budget even at one sample (GPT-2
-small at 1,024 tokens) is timed once, with no warm-up. On a CPU the steps are timed in CPU time per thread, and so
-are the set-up and the memory probe's process start: what they take on an idle machine, however busy the machine is
-while it bills. Before timing, it prints what the timing will take: those steps' FLOPs at the device's rate for each
-op class (:func:`bench.runs.measure.device_rates`, measured once).
+Every model of the grid is built and checked first, as a sweep does (meta device, the confound guard). Then, per model
+configuration (:func:`bench.runs.measure.cost_key`: the runs that share one measure the same step), the bill counts the
+exact FLOPs of one training step at the run's batch on the meta device (``torch.utils.flop_counter``, split into matmuls
+and convolutions). Per family of configurations (:func:`families`: the same but for the depth, one block repeated, whose
+step time grows with its FLOPs at one rate) it times the cheapest configuration's step and scales that time to the
+others by their FLOPs, so a family's bill is monotone in its FLOPs and a deep net's step costs the bill a shallow one's.
+The timed configuration takes a few short steps on the device at hand (:meth:`Plan.repeats`: as many as fit a second, up
+to five; their median), with the threads a run of this sweep would get if it started now (:func:`run_threads`: the free
+cores split between ``--jobs``): at the run's batch, or at the largest halving of it whose FLOPs fit
+:data:`STEP_BUDGET`, after one untimed step (a first step pays one-off costs no later step does); a step over the budget
+even at one sample (GPT-2 small at 1,024 tokens) is timed once, with no warm-up. On a CPU the steps are timed in CPU
+time per thread, and so are the set-up and the memory probe's process start: what they take on idle cores, however busy
+the machine is while it bills (on a busy machine the runs, and so the timed steps, get fewer threads:
+:func:`run_threads`). Before timing, it prints what the timing will take: those steps' FLOPs at the device's rate for
+each op class (:func:`bench.runs.measure.device_rates`, measured once).
 
 From these (:func:`step_seconds` and :class:`Costs`): a run's step takes the timed step's time scaled by its FLOPs
 (FLOPs grow with the batch; so does a step's time, at the rate the timed step achieved); an evaluated sample costs
@@ -57,10 +58,12 @@ import torch
 import variants
 from bench.runs import budget, measure
 from bench.runs.config import RunConfig
+from bench.runs.cores import free_cores
 from bench.runs.env import cpu_sample, machine_load
 from bench.runs.tasks import TaskError, synth
+from bench.runs.tasks.base import check_fits
 from bench.runs.tasks.tokens import DEFAULT_EVAL_TOKENS
-from bench.runs.train import StepRunner, batch_generator, build_model, setup
+from bench.runs.train import StepRunner, _footprint, batch_generator, build_model, model_kwargs, setup
 from bench.sweeps.executors.local import plan_placements
 from bench.sweeps.options import SweepOptions
 
@@ -196,21 +199,44 @@ def _setup(cfg: RunConfig) -> tuple[Any, int | None, str | None]:
         return setup(stand), num_train, "generated shards" if stand.task == cfg.task else stand.task
 
 
-def plan(cfg: RunConfig, key: str) -> Plan:
+def plan(cfg: RunConfig, key: str, like: Plan | None = None) -> Plan:
     """Set up ``cfg`` (its stand-in where its data is not here), count one micro-batch's FLOPs on the meta device and
-    choose the timed step: the run's batch, halved while its FLOPs exceed :data:`STEP_BUDGET` (down to one sample)."""
-    t0 = cpu_clock()
-    s, num_train, stand = _setup(cfg)
-    setup_s = cpu_clock() - t0
+    choose the timed step: the run's batch, halved while its FLOPs exceed :data:`STEP_BUDGET` (down to one sample).
+
+    ``like``: a plan of ``cfg``'s family (:func:`families`: all but the depth equal), set up already. Its task is
+    this one's, so ``cfg`` is not set up again: its model is built on the meta device only, and the check a run's
+    set-up makes (weights, gradients, two optimiser states and one forward's activations fit the machine) is made on
+    the one meta-device forward that counts its FLOPs. Its set-up time is the family's."""
+    if like is None:
+        t0 = cpu_clock()
+        s, num_train, stand = _setup(cfg)
+        setup_s = cpu_clock() - t0
+    else:
+        s0 = like.s
+        lite = dataclasses.replace(s0.cfg, depth=cfg.depth, batch_size=cfg.batch_size)
+        s = dataclasses.replace(s0, cfg=lite, model_kwargs=model_kwargs(lite, s0.task))
+        setup_s, num_train, stand = like.setup_s, like.num_train, like.stand_in
     x, y = next(s.task.train_batches(1, batch_generator(s, 1)))
     b = cfg.batch_size
-    micro = measure.meta_step_flops(lambda: variants.create(cfg.variant, **s.model_kwargs),
-                                    x.expand(b, *x.shape[1:]), y.expand(b, *y.shape[1:]), s.task.loss)
+    with torch.device("meta"):  # on the meta device: shapes only, nothing allocated
+        model = variants.create(cfg.variant, **s.model_kwargs)
+    micro = measure.meta_step_flops(lambda: model, x.expand(b, *x.shape[1:]), y.expand(b, *y.shape[1:]),
+                                    s.task.loss, activations=like is not None)
+    if like is not None:
+        if s.device.type == "cpu":  # as bench.runs.train.setup checks a run's model before its weights exist
+            params = sum(p.numel() for p in model.parameters())
+            check_fits(16 * params + micro.activation_bytes, _footprint(cfg, params, micro.activation_bytes))
+        s = dataclasses.replace(s, model=model)
     while b > 1 and micro.train * b / cfg.batch_size > STEP_BUDGET:
         b //= 2
     # the model moves to the meta device until its step is timed: a study's models are never all in memory at once
     s = dataclasses.replace(s, cfg=dataclasses.replace(s.cfg, batch_size=b), model=s.model.to("meta"))
     return Plan(cfg, key, s, setup_s, micro, b, num_train, stand)
+
+
+def family_key(cfg: RunConfig) -> str:
+    """What the configurations of one family (:func:`families`) share: everything but the depth."""
+    return measure.cost_key(dataclasses.replace(cfg, depth=None))
 
 
 def _built(s: Any) -> Any:
@@ -297,7 +323,7 @@ def bill(configs: Sequence[RunConfig], options: SweepOptions, cost_key: Any,
          say: Callable[[str], None] = print) -> list[RunBill]:
     """Every run's bill, its configuration's costs measured once (``cost_key`` names a configuration): each
     configuration planned (:func:`plan`), the timing's expected time said, then one step of each timed."""
-    threads = plan_placements(options.jobs, 0)[0].threads
+    threads = run_threads(options)
     before = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
@@ -305,10 +331,12 @@ def bill(configs: Sequence[RunConfig], options: SweepOptions, cost_key: Any,
         keys = {cost_key(cfg) for cfg in configs}
         say(f"  counting the FLOPs of {len(keys)} model configuration{'s' if len(keys) != 1 else ''} on the meta "
             "device ...")
+        set_up: dict[str, Plan] = {}  # each family's configuration that was set up as a run sets up
         for cfg in configs:
             key = cost_key(cfg)
             if key not in plans:
-                plans[key] = plan(cfg, key)
+                plans[key] = plan(cfg, key, set_up.get(family_key(cfg)))
+                set_up.setdefault(family_key(cfg), plans[key])
         first = next(iter(plans.values()), None)
         rates = measure.device_rates(first.s.device, first.cfg.precision) if first else {}
         refs = [family[0] for family in families(plans.values()).values()]  # the steps timed (families())
@@ -334,7 +362,7 @@ def bill(configs: Sequence[RunConfig], options: SweepOptions, cost_key: Any,
             for p in family:
                 costs[p.key] = measure_costs(p, rates, setups[p.cfg.task], start_s,
                                              timed_s=ref_s * p.timed_flops / ref.timed_flops)
-        load = machine_load(sample)
+        load = {**machine_load(sample), "threads": threads}
         if WALL_OVER_CPU and first is not None and first.s.device.type == "cpu":
             load["wall_over_cpu"] = statistics.median(WALL_OVER_CPU)
         costs = {k: dataclasses.replace(c, load=load) for k, c in costs.items()}
@@ -354,6 +382,16 @@ def bill(configs: Sequence[RunConfig], options: SweepOptions, cost_key: Any,
     return out
 
 
+def run_threads(options: SweepOptions) -> int:
+    """The torch threads each run of the sweep gets if it starts now, as the local executor places them: the cores
+    free now (those the 1-minute load average leaves) split between ``--jobs``, at most this process's own threads.
+    The bill times its steps with these. On a busy machine that is fewer than the idle machine's share, and must be:
+    threads that wait on each other where other work holds the cores spin, and a step's CPU time then grows with the
+    load (a pre-activation ResNet's step on digits at two threads took 10 to 20 times its one-thread CPU time at a load
+    average of 8 on 2 cores), while the run itself, started at that load, trains on the one free core."""
+    return plan_placements(options.jobs, 0, cores=free_cores(), thread_cap=torch.get_num_threads())[0].threads
+
+
 def families(plans: Iterable[Plan]) -> dict[str, list[Plan]]:
     """The plans grouped by everything but their depth (variant, model arguments, task, batch, precision ...), each
     cheapest step first. A family's units are one block repeated: its steps' time grows with their FLOPs at one rate,
@@ -361,7 +399,7 @@ def families(plans: Iterable[Plan]) -> dict[str, list[Plan]]:
     bill costs a shallow net's step, and a family's bill rises with its FLOPs)."""
     out: dict[str, list[Plan]] = {}
     for p in plans:
-        out.setdefault(measure.cost_key(dataclasses.replace(p.cfg, depth=None)), []).append(p)
+        out.setdefault(family_key(p.cfg), []).append(p)
     return {k: sorted(v, key=lambda p: p.timed_flops) for k, v in out.items()}
 
 
@@ -460,7 +498,7 @@ def render(bills: Sequence[RunBill], options: SweepOptions, device: str,
                  + (f" ({_clock(checks_s + total)} one at a time)" if slots > 1 else "")
                  + (f", the study's checks ({_clock(checks_s)}) included" if checks_s else ""))
     load = bills[0].costs.load if bills else {}
-    threads = plan_placements(slots, 0)[0].threads
+    threads = int(load.get("threads") or plan_placements(slots, 0)[0].threads)  # the threads its steps were timed at
     factor = slowdown(load, slots, threads, own=threads)
     lines.append(load_line(load) + (f": at that load, {_clock(factor * idle)} ({factor:.2f}x)" if factor > 1 else ""))
     mfus = [b.costs.mfu for b in bills if b.costs.mfu]
