@@ -139,3 +139,36 @@ def test_kaiming_leaves_what_a_scheme_drew_and_draws_the_rest() -> None:
     assert torch.equal(drawn.weight, before)  # a shipped draw is not drawn again
     assert init_marks.is_drawn(bare) and torch.equal(bare.bias, torch.zeros(8))
     assert model[1].weight.std().item() == pytest.approx(0.5, rel=0.25)  # √(2/8), 64 entries
+
+
+@pytest.fixture
+def mlp_plugin() -> Iterator[str]:
+    """A plugin's fully-connected net of plain ``nn.Linear`` layers (torch's default draw in its constructor)."""
+
+    @variants.register("t_mlp", family="mlp", paper="a plugin", spec=variants.MlpSpec(depth=3, width=256, image_size=8))
+    def build(spec: variants.MlpSpec) -> nn.Module:
+        return nn.Sequential(nn.Flatten(), nn.Linear(64, spec.width), nn.ReLU(), nn.Linear(spec.width, spec.width),
+                             nn.ReLU(), nn.Linear(spec.width, spec.num_classes))
+
+    yield "t_mlp"
+    variants.unregister("t_mlp")
+
+
+def test_a_plugins_hidden_linear_is_drawn_hes_way_and_its_classifier_keeps_torchs_default(mlp_plugin: str) -> None:
+    model = variants.create(mlp_plugin, seed=0)
+    first, hidden, head = (m for m in model.modules() if isinstance(m, nn.Linear))
+    for layer in (first, hidden):  # as the shipped MLPs' ReLU layers: He fan-in, std √(2 / fan_in), bias 0
+        assert layer.weight.std().item() == pytest.approx(math.sqrt(2.0 / layer.in_features), rel=0.10)
+        assert torch.equal(layer.bias, torch.zeros_like(layer.bias)) and init_marks.is_drawn(layer)
+    bound = 1 / math.sqrt(256)  # as every shipped classifier: torch's default, uniform within ±1/√fan_in
+    assert head.weight.abs().max().item() <= bound and head.bias.abs().max().item() <= bound
+    assert head.weight.std().item() == pytest.approx(bound / math.sqrt(3), rel=0.15) and head.bias.abs().sum() > 0
+    assert not init_marks.is_drawn(head)
+    shipped = variants.create("plain_mlp", depth=3, width=256, image_size=8, seed=0).head[-1]
+    assert shipped.weight.abs().max().item() <= bound and not init_marks.is_drawn(shipped)
+
+
+def test_kaiming_leaves_the_shipped_mlps_draw_for_its_activation() -> None:
+    model = variants.create("plain_mlp", depth=3, activation="tanh", seed=0)
+    hidden = model.blocks[0].body[0]
+    assert hidden.weight.std().item() == pytest.approx(5 / 3 / math.sqrt(71), rel=0.05)  # tanh's gain, not ReLU's √2

@@ -5,8 +5,13 @@ Under ``init="kaiming"`` (the CNN families' default, He et al. 2015, "Delving De
 ReLU gain, bias 0) the shipped units draw their convolutions as they build them and say so (:func:`drawn`); what no
 scheme drew, such as a plugin's plain ``nn.Conv2d`` still at torch's default draw (a uniform 2.5 times narrower for a
 1×1 conv of 16 channels), is drawn He's way by :func:`kaiming_` once the model is built, so the run's ``kaiming`` is
-true of every convolution. Linear layers keep the draw their family declares (the CNN classifiers: torch's default,
-which any ``nn.Linear`` already has).
+true of every convolution. Linear layers follow the shipped designs by role: a hidden linear layer (one a rectifier
+follows, as in the MLP family's units) gets He's fan-in normal, bias 0 (:func:`he_fan_in_`; He 2015 derive their
+draw for a layer followed by a ReLU, fan-in or fan-out alike), and the classifier, the model's last ``nn.Linear``
+in module order, keeps torch's default (uniform within ±1/√fan_in, weight and bias), which every shipped head has:
+He 2015 give no draw for the layer that feeds the softmax, and their Torch ResNet code and torchvision keep the
+default there. So a plugin's linear layers start as the shipped ones of the same role do; a layer this rule reads
+wrongly (a classifier that is not the last linear layer) keeps its own with ``mark_init(layer, "own")``.
 
 A layer that must keep what its constructor gave it, or that the design declares zero at init (a residual branch's
 last norm, a projection that starts switched off), says so with :func:`mark_init` (or a class attribute
@@ -90,6 +95,22 @@ def he_fan_out_(conv: nn.modules.conv._ConvNd) -> None:
     drawn(conv, "he_fan_out")
 
 
+def he_fan_in_(linear: nn.Linear) -> None:
+    """He-normal weight (fan-in, ReLU gain: std √(2 / fan_in)) and zero bias, recorded as drawn: a hidden linear layer
+    under ``kaiming``, as the MLP family draws its ReLU layers."""
+    nn.init.kaiming_normal_(linear.weight, mode="fan_in", nonlinearity="relu")
+    if linear.bias is not None:
+        nn.init.zeros_(linear.bias)
+    drawn(linear, "he_fan_in")
+
+
+def classifier(model: nn.Module) -> nn.Linear | None:
+    """The model's classifier as the shipped nets build it: its last ``nn.Linear`` in module order (a net registers
+    its head after its body); None for a model without one."""
+    linears = [m for m in model.modules() if isinstance(m, nn.Linear)]
+    return linears[-1] if linears else None
+
+
 def apply_marks_(model: ModuleT) -> ModuleT:
     """Zero every parameter under a ``"zero"`` mark (validating every mark, also on the meta device)."""
     zero = [m for _, m, mark in marks(model) if mark == "zero"]
@@ -102,12 +123,15 @@ def apply_marks_(model: ModuleT) -> ModuleT:
 
 
 def kaiming_(model: ModuleT) -> ModuleT:
-    """``kaiming`` for every convolution of ``model`` that no scheme drew and no mark keeps (module docstring), then
-    the marks; nothing is drawn on the meta device."""
-    keep = kept(model)
+    """``kaiming`` for every convolution and hidden linear layer of ``model`` that no scheme drew and no mark keeps
+    (module docstring: the classifier keeps torch's default), then the marks; nothing is drawn on the meta device."""
+    keep, head = kept(model), classifier(model)
     with torch.no_grad():
         for module in model.modules():
-            if (isinstance(module, nn.modules.conv._ConvNd) and id(module) not in keep and not is_drawn(module)
-                    and not module.weight.is_meta):
+            if id(module) in keep or is_drawn(module) or module is head:
+                continue
+            if isinstance(module, nn.modules.conv._ConvNd) and not module.weight.is_meta:
                 he_fan_out_(module)
+            elif isinstance(module, nn.Linear) and not module.weight.is_meta:
+                he_fan_in_(module)
     return apply_marks_(model)

@@ -24,7 +24,7 @@ from typing import Literal, cast
 import torch
 from torch import nn
 
-from . import axes
+from . import axes, init_marks
 from .blocks import HighwayUnit, PostActivation, PreNorm, ResidualUnit
 from .checks import check_positive, choice, real
 from .combinators import Add, NoShortcut
@@ -48,7 +48,7 @@ def linear(cin: int, cout: int, activation: str) -> nn.Linear:
     layer = nn.Linear(cin, cout)
     nn.init.kaiming_normal_(layer.weight, nonlinearity=cast(Nonlinearity, activation))
     nn.init.zeros_(layer.bias)
-    return layer
+    return init_marks.drawn(layer, f"he_fan_in_{activation}")  # its activation's gain: kaiming leaves it
 
 
 @dataclass(frozen=True, kw_only=True)
