@@ -14,10 +14,11 @@ the sweep's processes used. Nothing is written outside ``--out``.
     python scripts/bill_check.py crosslayer --preset quick --variants preln hyper_connections --jobs 2
     python scripts/bill_check.py degradation --preset quick --plugin gated_resnet.py --add-variant gated_resnet \\
         --variants gated_resnet resnet --depths 20 --jobs 2
-    python scripts/bill_check.py scripts/mixshort_study.toml --jobs 2
+    python scripts/bill_check.py scripts/studies/mixshort_study.toml --jobs 2
 
-The last is a plugin CNN study: docs/plugins.md's pre-activation plugin (``scripts/mixshort.py``, the docs' block as
-written) against ``preact`` at depths 8 and 20, 2 seeds. A table per model configuration follows the row.
+The last is a plugin CNN study: docs/plugins.md's pre-activation plugin (``scripts/studies/mixshort.py``, the
+docs' block as written) against ``preact`` at depths 8 and 20, 2 seeds. A table per model configuration follows the
+row.
 """
 
 from __future__ import annotations

@@ -48,7 +48,12 @@ def timed(owner: Any, name: str, label: str | None = None) -> None:
     setattr(owner, name, wrapper)
 
 
+USAGE = "usage: dry_run_parts.py STUDY [bench reproduce options, e.g. --preset quick]"
+
 if __name__ == "__main__":
+    if len(sys.argv) < 2 or sys.argv[1] in ("-h", "--help"):
+        print(f"{USAGE}\n\n{__doc__}", file=sys.stdout if len(sys.argv) > 1 else sys.stderr)
+        sys.exit(0 if len(sys.argv) > 1 else 2)
     for owner, name, label in [(bill, "plan", None), (bill, "_setup", None), (train, "_meta_footprint", None),
                                (train, "build_model", "setup.build_model"), (measure, "meta_step_flops", None),
                                (measure, "device_rates", None), (bill, "_probe_start", None),

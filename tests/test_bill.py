@@ -333,8 +333,9 @@ def test_the_plugin_cnn_bill_check_runs_the_docs_plugin_as_written() -> None:
     repo = Path(__file__).resolve().parents[1]
     page = (repo / "docs" / "plugins.md").read_text(encoding="utf-8")
     block = re.search(r"```python\n(.*?)```", page.split("the pre-activation plugin", 1)[1], re.S)
-    assert block is not None and (repo / "scripts" / "mixshort.py").read_text(encoding="utf-8") == block.group(1)
-    study = repo / "scripts" / "mixshort_study.toml"
+    folder = repo / "scripts" / "studies"
+    assert block is not None and (folder / "mixshort.py").read_text(encoding="utf-8") == block.group(1)
+    study = folder / "mixshort_study.toml"
     plugins.load_plugins(study_plugins(study), PLUGIN_ORIGIN)
     configs = load_study(study).configs(None)
     assert sorted((c.variant, c.depth, c.seed) for c in configs) == sorted(
