@@ -254,6 +254,31 @@ def test_every_ratio_divides_by_the_one_baseline_timing(tiny: cost.Shape, monkey
     assert (table["step_rel"] == table["step_ms"] / table.loc["preln", "step_ms"]).all()
 
 
+def test_designs_that_do_not_fit_in_memory_together_are_timed_in_rotations_beside_the_baseline(
+        tiny: cost.Shape, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where the memory holds the baseline and one design at a time, each design is timed in a rotation of its own
+    beside the baseline, each ratio divided by the baseline's time in that rotation, which its row shows
+    (`base_step_ms`); the table says so. (One rotation of every design kept 41 GPT-2-small models resident, 16 bytes
+    a parameter each: 80 GB, and the process was killed for memory.)"""
+    assert cost.rotations(["b", "x", "y"], {"b": 1, "x": 1, "y": 1}, None) == [["b", "x", "y"]]  # unknown: one
+    assert cost.rotations(["b", "x"], {"b": 10, "x": 100}, 0) == [["b", "x"]]  # too big even alone: tried alone
+    assert cost.rotations(["b", "x", "y", "z"], {"b": 1, "x": 1, "y": 1, "z": 1}, 2 * 16 * 3) == [["b", "x", "y"],
+                                                                                                  ["b", "z"]]
+    params = {n: cost.count(n, tiny).params for n in ("preln", "mhc", "hyper_connections")}
+    free = 2 * 16 * (params["preln"] + max(params["mhc"], params["hyper_connections"]))
+    monkeypatch.setattr(cost, "free_memory", lambda device: free)
+    clock = iter(range(1, 1000))
+    monkeypatch.setattr(cost, "measured_step", lambda step, device: (float(next(clock)), 100.0))
+    table = cost.cost_table(["mhc", "hyper_connections"], "tiny", repeats=3)
+    # rotation 1, (preln, mhc): rounds (1, 2), (3, 4), (5, 6); rotation 2, (preln, hyper_connections): (7, 8) ...
+    assert table.attrs["rotations"] == 2
+    t = table.set_index("design")
+    assert list(t["step_ms"]) == [6.0, 4.0, 10.0]  # the baseline's: the median of its rotations' 3 and 9
+    assert list(t["base_step_ms"]) == [6.0, 3.0, 9.0]
+    assert list(t["step_rel"]) == [1.0, 4.0 / 3.0, 10.0 / 9.0]
+    assert "timed in 2 rotations of the baseline beside the designs that fit in memory with it" in render_cost(table)
+
+
 @pytest.mark.usefixtures("clean_plugins")
 def test_a_plugin_design_of_its_own_family_at_a_depth_and_baseline_of_choice(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:

@@ -232,6 +232,9 @@ def render_cost(table: pd.DataFrame, fmt: str = "markdown") -> str:
     if "step_ms" in table:
         head += (f"; step time and memory at batch {a.get('batch')} in {a.get('precision', 'fp32')} on "
                  f"{a.get('device')}, median of {a.get('repeats')} alternating steps, memory: {a.get('memory')}")
+        if a.get("rotations"):
+            head += (f"; timed in {a['rotations']} rotations of the baseline beside the designs that fit in memory "
+                     "with it, each ratio divided by the baseline's time in its own rotation (base_step_ms)")
         if a.get("optimizer_impl"):
             head += f"; optimiser kernels: {a['optimizer_impl']}"
         if a.get("compile_mode"):

@@ -25,11 +25,12 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import dataclasses
+import gc
 import statistics
 import sys
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -40,6 +41,7 @@ from torch import nn
 
 import variants
 from bench.runs import execution, measure
+from bench.runs.tasks.base import available_memory
 
 
 @dataclass(frozen=True)
@@ -251,6 +253,39 @@ def medians(by_round: Sequence[Sequence[tuple[float, float]]]) -> list[tuple[flo
             for i in range(len(by_round[0]))]
 
 
+RESIDENT_BYTES_PER_PARAM = 16  # fp32 weight, gradient and two optimiser states (AdamW; SGD's one momentum is less)
+
+
+def rotations(names: Sequence[str], params: Mapping[str, int], free: int | None) -> list[list[str]]:
+    """``names`` (the baseline first) split into rotations, each the baseline and as many of the designs as the memory
+    holds beside it: every model of a rotation stays resident while it is timed (its weights, gradients and optimiser
+    states, :data:`RESIDENT_BYTES_PER_PARAM` a parameter), and half of ``free`` bytes is kept for the steps'
+    activations and the compiler. One rotation where all fit or ``free`` is unknown; a design alone beside the
+    baseline where even that does not fit (its step then fails as it would alone)."""
+    base, rest = names[0], list(names[1:])
+    if free is None:
+        return [[base, *rest]]
+    room = free // 2 - RESIDENT_BYTES_PER_PARAM * params[base]
+    groups: list[list[str]] = [[]]
+    used = 0
+    for name in rest:
+        need = RESIDENT_BYTES_PER_PARAM * params[name]
+        if groups[-1] and used + need > room:
+            groups.append([])
+            used = 0
+        groups[-1].append(name)
+        used += need
+    return [[base, *g] for g in groups]
+
+
+def free_memory(device: torch.device) -> int | None:
+    """Bytes the timing may still fill on ``device``: the accelerator's free memory, else what this process may
+    allocate (:func:`bench.runs.tasks.base.available_memory`)."""
+    if device.type == "cuda":
+        return int(torch.cuda.mem_get_info(device)[0])
+    return available_memory()
+
+
 def trainee(name: str, sh: Shape, batch: tuple[torch.Tensor, torch.Tensor], compiled: bool, precision: str = "fp32",
             compile_mode: str = "default") -> Trainee:
     """Design ``name`` at ``sh`` built from seed 0 on ``batch``'s device, with its optimiser."""
@@ -317,17 +352,31 @@ def cost_table(designs: Sequence[str], shape: str, *, measure_time: bool = True,
             x, y = sh.inputs(b, dev)
             for mode in modes:
                 suffix = "_compiled" if mode else ""
-                say(f"  timing {', '.join(names)}{' compiled' if mode else ''} in turn: {repeats} rounds of one step "
-                    f"of {b} sample{'s' if b > 1 else ''} each ...")
-                group = [trainee(name, sh, (x, y), mode, precision, compile_mode) for name in names]
-                timed = medians(rounds(group, dev, repeats))
-                del group
-                (t0, m0) = timed[0]  # the baseline's one timing: every ratio of this mode divides by it
-                for name, (t1, m1) in zip(names, timed, strict=True):
-                    r = rows[name]
-                    r[f"step_ms{suffix}"], r[f"step_rel{suffix}"] = t1, t1 / t0
-                    r[f"step_mem_mb{suffix}"], r[f"mem_rel{suffix}"] = m1, m1 / m0 if m0 > 0 else float("nan")
-                rows[sh.baseline][f"step_rel{suffix}"] = rows[sh.baseline][f"mem_rel{suffix}"] = 1.0  # by definition
+                groups = rotations(names, {n: rows[n]["params"] for n in names}, free_memory(dev))
+                if len(groups) > 1:
+                    how["rotations"] = len(groups)
+                base_times: list[tuple[float, float]] = []
+                for members in groups:
+                    say(f"  timing {', '.join(members)}{' compiled' if mode else ''} in turn: {repeats} rounds of one "
+                        f"step of {b} sample{'s' if b > 1 else ''} each ...")
+                    group = [trainee(name, sh, (x, y), mode, precision, compile_mode) for name in members]
+                    timed = medians(rounds(group, dev, repeats))
+                    del group
+                    gc.collect()
+                    (t0, m0) = timed[0]  # the baseline's timing in this rotation: its designs' ratios divide by it
+                    base_times.append((t0, m0))
+                    for name, (t1, m1) in zip(members[1:], timed[1:], strict=True):
+                        r = rows[name]
+                        r[f"step_ms{suffix}"], r[f"step_rel{suffix}"] = t1, t1 / t0
+                        r[f"step_mem_mb{suffix}"], r[f"mem_rel{suffix}"] = m1, m1 / m0 if m0 > 0 else float("nan")
+                        if len(groups) > 1:
+                            r[f"base_step_ms{suffix}"] = t0
+                base = rows[sh.baseline]
+                base[f"step_ms{suffix}"] = statistics.median(t for t, _ in base_times)
+                base[f"step_mem_mb{suffix}"] = statistics.median(m for _, m in base_times)
+                base[f"step_rel{suffix}"] = base[f"mem_rel{suffix}"] = 1.0  # by definition
+                if len(groups) > 1:
+                    base[f"base_step_ms{suffix}"] = base[f"step_ms{suffix}"]
                 if partial is not None:
                     partial(_frame(rows, sh, b, dev, repeats, pinned, precision, how))
     return _frame(rows, sh, b, dev, repeats, pinned, precision, how)
