@@ -333,7 +333,7 @@ def cost_table(designs: Sequence[str], shape: str, *, measure_time: bool = True,
     compiled = dev.type != "cpu" if compiled is None else compiled
     b = batch or sh.batch
     pinned = pin_mmap_threshold() if dev.type == "cpu" else True
-    how = {"optimizer_impl": execution.optimizer_impl("adamw" if sh.tokens else "sgd", dev),
+    how: dict[str, Any] = {"optimizer_impl": execution.optimizer_impl("adamw" if sh.tokens else "sgd", dev),
            "compile_mode": compile_mode if compiled else None}
     rows: dict[str, dict[str, Any]] = {}
     modes = [False, True] if compiled else [False]
@@ -362,6 +362,8 @@ def cost_table(designs: Sequence[str], shape: str, *, measure_time: bool = True,
                     group = [trainee(name, sh, (x, y), mode, precision, compile_mode) for name in members]
                     timed = medians(rounds(group, dev, repeats))
                     del group
+                    if mode:  # the compiled graphs hold their models' weights: drop them before the next rotation
+                        torch._dynamo.reset()
                     gc.collect()
                     (t0, m0) = timed[0]  # the baseline's timing in this rotation: its designs' ratios divide by it
                     base_times.append((t0, m0))
