@@ -370,7 +370,8 @@ def bill(configs: Sequence[RunConfig], options: SweepOptions, cost_key: Any,
         costs = {k: dataclasses.replace(c, load=load) for k, c in costs.items()}
     finally:
         torch.set_num_threads(before)
-    out, seen = [], set()
+    out: list[RunBill] = []
+    seen: set[str] = set()
     for cfg in configs:
         key = cost_key(cfg)
         c = costs[key]

@@ -253,8 +253,8 @@ def diff_models(a: str, b: str, depth: int | None = None, model_args: Mapping[st
         facts.append(model_facts(name, depth, args, model))
         profiles.append(weight_profile(model))
         values.append(_values(model))
-    shape = structure_row(*facts)
-    return (_fact_rows(facts[0], facts[1], param_tolerance) + ([shape] if shape else []) + link_rows(*facts)
+    built = structure_row(*facts)
+    return (_fact_rows(facts[0], facts[1], param_tolerance) + ([built] if built else []) + link_rows(*facts)
             + _profile_rows(*profiles) + shared_init_rows(*values))
 
 
