@@ -56,7 +56,7 @@ if __name__ == "__main__":
         sys.exit(0 if len(sys.argv) > 1 else 2)
     for owner, name, label in [(bill, "plan", None), (bill, "_setup", None), (train, "_meta_footprint", None),
                                (train, "build_model", "setup.build_model"), (measure, "meta_step_flops", None),
-                               (measure, "device_rates", None), (bill, "_probe_start", None),
+                               (measure, "device_rates", None), (bill, "process_start", None),
                                (bill, "timed_seconds", None), (study.Study, "configs", "the study's checks")]:
         timed(owner, name, label)
     with tempfile.TemporaryDirectory() as scratch:

@@ -84,6 +84,19 @@ def test_each_run_pays_setup_steps_evaluations_probes_and_the_first_of_a_configu
         bill._steps(RunConfig(variant="a", task="synthetic", epochs=1), unknown)
 
 
+def test_a_run_pays_its_process_start_where_it_starts_one() -> None:
+    """The local executor forks its runs from a server that imports once: the first run pays that start, the others
+    nothing; another executor starts a process per run, each paying it. A run's bill adds it to the rest."""
+    local, ray = bill.SweepOptions(), bill.SweepOptions(executor="ray")
+    assert [bill.start_seconds(i, local, 4.0) for i in range(3)] == [4.0, 0.0, 0.0]
+    assert [bill.start_seconds(i, ray, 4.0) for i in range(3)] == [4.0, 4.0, 4.0]
+    costs = bill.Costs("k", setup_s=2.0, measure_s=0.0, step_s=0.5, eval_s=3.0, probe_s=1.0, flops_per_step=1e9,
+                       peak_mb=None, mfu=None, num_train=1000, stand_in=None)
+    cfg = RunConfig(variant="resnet", steps=10)
+    started = bill.RunBill(cfg, costs, steps=10, evals=1, probe_calls=0, measures=False, start_s=4.0)
+    assert started.seconds == 4.0 + 2.0 + 10 * 0.5 + 3.0
+
+
 def test_the_accelerator_line_is_left_out_when_the_measured_peak_is_not_the_real_one() -> None:
     costs = bill.Costs("k", setup_s=1.0, measure_s=0.0, step_s=0.5, eval_s=0.0, probe_s=0.0, flops_per_step=1e9,
                        peak_mb=None, mfu=0.25, num_train=1000, stand_in=None)
@@ -155,8 +168,9 @@ class CountingRunner(bill.StepRunner):
 def timed(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, int, int]]:
     """Every step the bill takes counted (CountingRunner.calls) and each timing call recorded (warm-up, repeats,
     steps); a timed step reads 100 ms of wall time and 1000 s of CPU time (so the wall time is the step's), the
-    device's rates :data:`RATES`."""
+    device's rates :data:`RATES`, a process's start 4 s (no process started)."""
     CountingRunner.calls = 0
+    monkeypatch.setattr(bill, "process_start", lambda: 4.0)
     monkeypatch.setattr(bill, "StepRunner", CountingRunner)
     clock = iter(range(0, 10**9, 1000))
     monkeypatch.setattr(bill, "cpu_clock", lambda: float(next(clock)))
@@ -223,6 +237,7 @@ def test_the_bill_times_one_step_per_model_configuration(timed: list[tuple[int, 
     bills = bill.bill(configs, bill.SweepOptions(), bill.measure.cost_key, say=said.append)
     assert CountingRunner.calls == 12 and timed == [(1, 5, 1)] * 2
     assert [b.measures for b in bills] == [False] * 4 and bills[0].costs is bills[1].costs
+    assert [b.start_s for b in bills] == [4.0, 0.0, 0.0, 0.0]  # the fork server's start, with the first run
     assert said[0] == "  counting the FLOPs of 2 model configurations on the meta device ..."
     assert re.match(r"  timing 12 steps of 2 model configurations \(\d threads?\): their FLOPs alone take 17 ms at "
                     r"this device's rates \(matmul 40 GFLOP/s, conv 100 GFLOP/s\)$", said[1])

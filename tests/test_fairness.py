@@ -15,12 +15,16 @@ from torch import nn
 
 import variants
 from bench.cli import main
+from bench.runs import plugins
 from bench.runs.config import RunConfig
 from bench.sweeps import fairness, structure
 from bench.sweeps.fairness import Facts, check_grid, diff_models, format_diff, model_facts, weight_profile
 from bench.sweeps.study import load_study
 from variants.blocks import ResidualUnit
 from variants.combinators import Scaled
+
+GUARD = " (the guard's axes, to declare in a study's `vary`)"
+MIXSHORT = Path(__file__).resolve().parents[1] / "scripts" / "studies" / "mixshort.py"
 
 
 def _differing(rows: list) -> dict[str, tuple]:
@@ -39,14 +43,14 @@ def test_postln_vs_preln_differ_in_placement_only() -> None:
     # Same default init (Xavier), same seed: identical stds, q/k/v of the fused projection apart.
     assert {"std blocks.*.attn.body.qkv[q]", "std blocks.*.attn.body.qkv[v]", "std blocks.*.ffn.body.fc2"} <= set(stds)
     assert all(a == b for a, b in stds.values())
-    assert "postln and preln differ in: placement, structure" in format_diff("postln", "preln", rows)
+    assert f"postln and preln differ in: placement, structure{GUARD}" in format_diff("postln", "preln", rows)
 
 
 def test_diff_names_init_and_combinator_of_deepnorm() -> None:
     rows = diff_models("postln", "deepnorm", depth=4, model_args={"d_model": 32, "n_heads": 2, "d_ff": 64})
     diff = _differing(rows)
     assert diff["init"] == ("xavier", "deepnorm")
-    assert {r.axis for r in rows if r.differs} == {"init", "combinator", "structure"}
+    assert {r.axis for r in rows if r.differs} == {"init", "combinator", "scalars", "structure"}
     # DeepNet: q at Xavier-normal of a d x d matrix (std sqrt(1/d)); v scaled by beta = (8N)^-1/4 = 32^-1/4.
     q, v = (float(diff[f"std blocks.*.attn.body.qkv[{p}]"][1].split()[0]) for p in "qv")
     assert q == pytest.approx(32**-0.5, rel=0.05)
@@ -199,7 +203,7 @@ def test_cli_diff(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["diff", "postln", "preln", "--depth", "12"]) == 0
     out = capsys.readouterr().out
     assert out.splitlines()[0] == "postln vs preln, depth 12, seed 0 (built on the CPU):"
-    assert out.rstrip().endswith("postln and preln differ in: placement, structure")
+    assert out.rstrip().endswith(f"postln and preln differ in: placement, structure{GUARD}")
     assert main(["diff", "postln", "nosuch"]) == 2
     assert "unknown variant 'nosuch'" in capsys.readouterr().err
 
@@ -273,7 +277,7 @@ def test_a_norm_only_difference_is_reported_as_the_norm_axis_only() -> None:
     shown = sorted({r.axis for r in rows if r.differs})
     assert "placement" not in shown and "norm" in shown
     summary = format_diff("preln", "preln_rms_for_test", rows).splitlines()[-1]
-    assert summary == f"preln and preln_rms_for_test differ in: {', '.join(shown)}"
+    assert summary == f"preln and preln_rms_for_test differ in: {', '.join(shown)}{GUARD}"
 
 
 # -- structure: what the models are made of, unit by unit ---------------------------------------------------------
@@ -288,7 +292,7 @@ def test_diff_shows_the_branch_order_of_skipinit_and_rezero(capsys: pytest.Captu
     branch opens with a ReLU, ReZero's with the conv), side by side, aligned where they agree."""
     assert main(["diff", "skipinit", "rezero", "--depth", "8"]) == 0
     out = capsys.readouterr().out.rstrip().splitlines()
-    assert _columns(out[3]) == ["structure: first difference", "unit stages.0.0 (ResidualUnit)",
+    assert _columns(out[4]) == ["structure: first difference", "unit stages.0.0 (ResidualUnit)",
                                 "unit stages.0.0 (ResidualUnit)", "structure"]
     start = out.index("first structural difference (ops in the order the forward runs them):")
     conv = "Conv2d 3x3 weight[16,16,3,3] bias[16]"
@@ -298,7 +302,7 @@ def test_diff_shows_the_branch_order_of_skipinit_and_rezero(capsys: pytest.Captu
         [conv, conv], ["ReLU", "ReLU"], [conv, conv],
         ["Scaled beta[] alpha[] fixed", "Scaled beta[] alpha[] fixed"],
     ]
-    assert out[-1] == "skipinit and rezero differ in: init, structure"
+    assert out[-1] == f"skipinit and rezero differ in: init, structure{GUARD}"
 
 
 def test_guard_refuses_a_structural_difference_in_a_study_of_the_init() -> None:
@@ -354,9 +358,10 @@ def test_diff_resnet_fixup_summary_is_the_axes_of_the_table() -> None:
     rows = diff_models("resnet", "fixup", depth=8)
     assert {r.axis for r in rows if r.key.startswith("norm ")} == {"norm"}
     text = format_diff("resnet", "fixup", rows).splitlines()
-    assert text[-1] == "resnet and fixup differ in: combinator, family, init, norm, structure"
+    assert text[-1] == (f"resnet and fixup differ in: combinator, init, norm, structure{GUARD}; also, not guard axes "
+                        "(information only): family, scalars")
     table = text[1:text.index("first structural difference (ops in the order the forward runs them):")]
-    assert {_columns(line)[-1] for line in table} == {"combinator", "family", "init", "norm", "structure"}
+    assert {_columns(line)[-1] for line in table} == {"combinator", "family", "init", "norm", "scalars", "structure"}
 
 
 @pytest.mark.parametrize(("name", "where"), [
@@ -416,7 +421,8 @@ def test_diff_reports_a_shared_layer_whose_init_differs(xavier_stem: str) -> Non
     he, glorot = math.sqrt(2 / (16 * 9)), math.sqrt(2 / (3 * 9 + 16 * 9))
     assert float(init[0].a.split()[1]) == pytest.approx(he, rel=0.1)
     assert float(init[0].b.split()[1]) == pytest.approx(glorot, rel=0.1)
-    assert format_diff("preact", xavier_stem, rows).splitlines()[-1].endswith("init")
+    summary = format_diff("preact", xavier_stem, rows).splitlines()[-1]
+    assert summary == f"preact and {xavier_stem} differ in: init{GUARD}"
     assert not [r for r in diff_models("preact", "preact", depth=8) if r.differs]
 
 
@@ -431,3 +437,73 @@ def test_guard_refuses_designs_whose_shared_layers_start_differently(xavier_stem
     check_grid([dataclasses.replace(c, init_stream="global") for c in configs], ["combinator"], study="t")
     # a Highway gate is drawn beside the plain net's convolutions and moves none of them (the degradation study's guard)
     check_grid(_configs(["highway", "plain"], depth=8), ["combinator", "placement"], param_tolerance=0.1, study="t")
+
+
+# -- diff in the guard's language, at a shape of `bench cost` -------------------------------------------------------
+
+
+@pytest.mark.usefixtures("clean_plugins")
+def test_diff_summary_names_the_guard_axes_and_marks_the_rest_as_information(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """A mixed-shortcut plugin against `preact`: the summary names what the guard checks (params, structure), and the
+    family, the extra layers and the mix scalar only as information; a study varying those two is accepted, one
+    varying neither is refused on one of them."""
+    assert main(["diff", "preact", "preact_mix", "--depth", "8", "--plugin", str(MIXSHORT)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[-1] == (f"preact and preact_mix differ in: params, structure{GUARD}; also, not guard axes "
+                       "(information only): family, layers, scalars")
+    plugins.load_plugins([str(MIXSHORT)])
+    configs = _configs(["preact", "preact_mix"], depth=8)
+    check_grid(configs, ["params", "structure"], study="t")
+    with pytest.raises(ValueError, match=r"also differ in 'params'"):
+        check_grid(configs, [], study="t")
+
+
+def test_guard_axis_is_what_check_grid_checks() -> None:
+    """One row per kind: a registry axis, a confound, the parameters, the structure and a shared layer's init are the
+    guard's; the family, a layer one model has, a residual scalar and a link are not."""
+    row = fairness.DiffRow
+    guarded = [row("combinator", "axes.combinator", "add", "gated", True), row("init", "init", "a", "b", True),
+               row("params", "parameters", 1, 2, True), row("structure", "structure: first difference", 1, 2, True),
+               row("init", "init stem.0.weight", "s", "t", True)]
+    assert [fairness.guard_axis(r) for r in guarded] == ["combinator", "init", "params", "structure", "init"]
+    info = [row("family", "family", "a", "b", True), row("layers", "std x.proj", "-", "1", True),
+            row("scalars", "x alpha", "-", "1", True), row("links", "reads x", "a", "b", True),
+            row("init", "std stem.*", "1", "2", True)]
+    assert [fairness.guard_axis(r) for r in info] == [None] * 5
+    assert format_diff("a", "b", info).splitlines()[-1] == (
+        "a and b differ in no guard axis (a study comparing them declares nothing in `vary`); also, not guard axes "
+        "(information only): family, init, layers, links, scalars")
+
+
+@pytest.mark.usefixtures("clean_plugins")
+def test_diff_at_a_cost_shape_counts_the_parameters_bench_cost_counts(capsys: pytest.CaptureFixture[str]) -> None:
+    """`diff --shape digits` builds at digits' one channel, as `bench cost --shape digits` does (269,434 parameters
+    for a depth-20 preact where its 3-channel default has 269,722), and says the shape it built at."""
+    from bench.runs import cost
+
+    assert main(["diff", "preact", "preact_mix", "--shape", "digits", "--plugin", str(MIXSHORT)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[1] == ("built at: shape digits, one input 1x8x8, model arguments {'depth': 20, 'num_classes': 10, "
+                      "'in_chans': 1} (as `bench cost --shape digits` builds it)")
+    plugins.load_plugins([str(MIXSHORT)])
+    shape = cost.shape_of("digits")
+    counted = [cost.count(name, shape).params for name in ("preact", "preact_mix")]
+    assert counted[0] == 269_434
+    params = next(line.split() for line in out if line.startswith("parameters"))
+    assert params[1:3] == [str(n) for n in counted]
+    assert main(["diff", "preact", "preact_mix", "--depth", "20", "--plugin", str(MIXSHORT)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[1].startswith("built at: each variant's defaults (in_chans=3, num_classes=10; ")
+    assert next(line.split() for line in out if line.startswith("parameters"))[1] == "269722"
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--shape", "nope"], "error: unknown shape 'nope'; shapes: gpt2_small"),
+    (["--shape", "digits", "--depth", "0"], "error: depth must be an integer in 1..2000, got 0"),
+    (["--shape", "gpt2_small"], "error: designs: 'preact' does not build at shape 'gpt2_small'"),
+])
+def test_diff_bad_shape_exits_2_naming_the_field(args: list[str], message: str,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["diff", "preact", "resnet", *args]) == 2
+    assert capsys.readouterr().err.startswith(message)

@@ -19,6 +19,7 @@ from bench.analysis.claims import evaluate_claims, parse_claims
 from bench.analysis.comparison import compare_table
 from bench.analysis.stats import aggregate, t_halfwidth
 from bench.cli import main
+from bench.reports.report import leaderboard_table
 from bench.runs.config import RunConfig
 from bench.runs.env import MACHINE_FIELDS, machine_fingerprint
 from bench.runs.merge import merge
@@ -338,15 +339,64 @@ def test_cost_figures_measured_at_different_loads_are_kept_apart(tmp_path: Path)
     assert list(loss["machine"]) == ["all"] and list(loss["n"]) == [4]
 
 
+def _loaded_store(root: Path, load: Any) -> ResultsStore:
+    """preln and postln, 4 seeds each, throughput 1000, 1100, 400, 380 (and 900, 1000, 420, 410); ``load(variant,
+    seed)``: the 1-minute load average (2 CPUs) recorded with each run's cost figures."""
+    store = ResultsStore(root)
+    speeds = {"preln": (1000.0, 1100.0, 400.0, 380.0), "postln": (900.0, 1000.0, 420.0, 410.0)}
+    for variant, values in speeds.items():
+        for seed, speed in enumerate(values):
+            run_id = add(store, variant, seed, ENV_A, speed, 2.0 + seed / 10)
+            run = store.load_run(run_id)
+            run["measurements"] = {"load": {"load_1m": load(variant, seed), "cpus": 2, "other_cpu": None}}
+            (store.root / "runs" / f"{run_id}.json").write_text(json.dumps(run))
+    return store
+
+
+def _speed_cells(table: str) -> dict[tuple[str, str], str]:
+    """(variant, machine or "") -> the samples/s cell of a report's leaderboard table."""
+    head, _, *rows = [[c.strip() for c in line.strip("|").split("|")] for line in table.splitlines()]
+    col, machine = head.index("samples/s"), head.index("machine") if "machine" in head else None
+    return {(r[0], r[machine] if machine is not None else ""): r[col] for r in rows}
+
+
+def test_the_leaderboard_keeps_apart_what_one_configuration_measured_at_different_loads(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Seeds 2 and 3 measured at a higher load than seeds 0 and 1: the report's leaderboard and `bench leaderboard`
+    give each band its own row, the machine column naming it (as `compare` does), never a pooled 720 samples/s."""
+    store = _loaded_store(tmp_path / "res", lambda variant, seed: 0.4 if seed < 2 else 12.0)
+    fp = machine_fingerprint(ENV_A)
+    cells = _speed_cells(leaderboard_table(store.load_leaderboard(), store.load_runs()))
+    assert cells[("preln", f"{fp} at load/CPU 0-0.5")].startswith("1050 ± ")
+    assert cells[("preln", f"{fp} at load/CPU &gt;=4")].startswith("390 ± ")  # ">=", escaped for markdown
+    assert len(cells) == 4
+    assert main(["leaderboard", "--results-dir", str(store.root), "--metrics", "train_samples_per_s"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split()[:6] == ["variant", "depth", "task", "machine", "n_runs", "n_failed"]
+    banded = [line for line in lines if line.split()[0] == "preln"]
+    assert [" ".join(line.split()[3:6]) for line in banded] == [f"{fp} at load/CPU", f"{fp} at load/CPU"]
+    assert [line.split()[6] for line in banded] == ["0-0.5", ">=4"]
+
+
+def test_the_leaderboard_is_one_row_per_configuration_where_each_shares_a_band(tmp_path: Path) -> None:
+    """preln measured at one load, postln at another: no configuration is split, so no machine column (the table of
+    a committed study stays as it was)."""
+    store = _loaded_store(tmp_path / "res", lambda variant, seed: 0.4 if variant == "preln" else 12.0)
+    cells = _speed_cells(leaderboard_table(store.load_leaderboard(), store.load_runs()))
+    assert sorted(cells) == [("postln", ""), ("preln", "")]
+    assert cells[("preln", "")].startswith("720 ± ")
+
+
 @pytest.mark.usefixtures("clean_plugins")
 def test_a_report_given_its_plugin_says_nothing_of_the_stored_ones(tmp_path: Path,
                                                                      capsys: pytest.CaptureFixture[str]) -> None:
     """`report --plugin FILE` on a results folder whose stored study names plugins: the user's copy gives the
-    variants, so no note tells them to pass --plugin; without it the note stays."""
+    variants, so no note tells them to pass --plugin; without it, no note either: the report reads the runs, which
+    hold what it needs (the study has no analysis step), so --trust-plugins would change nothing."""
     _swept(tmp_path / "a", range(2), 6)
     own = write(tmp_path / "mine" / "twostep.py", toy())
     args = ["report", "--study", "twostep", "--results-dir", str(tmp_path / "a")]
     assert main([*args, "--plugin", str(own)]) == 0
     assert "were not imported" not in capsys.readouterr().err
     main(args)
-    assert "or --plugin FILE to use your own copy" in capsys.readouterr().err
+    assert "--trust-plugins" not in capsys.readouterr().err

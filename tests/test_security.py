@@ -158,8 +158,7 @@ def test_a_folder_study_of_its_own_imports_its_plugins_only_when_trusted_as_reco
     for command in (["leaderboard", "--study", "mine"], ["report", "--study", "mine"]):
         code, _, err = cli([*command, "--results-dir", str(folder)], capsys)
         assert code == 0, err
-        assert f"note: the study file {stored} is stored in the results folder {folder} and names plugins " \
-               "(evil_plugin.py) that were not imported" in err
+        assert "were not imported" not in err and "--trust-plugins" not in err  # the runs hold what they read
     assert not mark.exists()
     code, _, err = cli(["sweep", str(stored), "--results-dir", str(tmp_path / "mine"), "--dry-run"], capsys)
     assert code == 2 and not mark.exists()  # named by its path, a stored study is still data
@@ -174,6 +173,25 @@ def test_a_folder_study_of_its_own_imports_its_plugins_only_when_trusted_as_reco
     manifest.write_text(json.dumps({"files": {"evil_plugin.py": digest}, "modules": {}}))
     code, _, err = cli(["leaderboard", "--study", "mine", "--results-dir", str(folder), "--trust-plugins"], capsys)
     assert code == 0 and mark.exists()  # asked for, and the code the sweep recorded: imported
+
+
+@pytest.mark.parametrize(("command", "noted"), [
+    (["report", "--study", "mine"], True),  # the report runs the analysis step: it builds the models
+    (["compare", "--study", "mine", "--baseline", "resnet"], False),
+    (["leaderboard", "--study", "mine"], False),
+])
+def test_a_stored_study_with_an_analysis_step_notes_its_plugins_where_the_command_runs_it(
+        command: list[str], noted: bool, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Where --trust-plugins would change the output (a report of a study whose analysis builds the models), the
+    note says how to import them; a command that reads the runs only says nothing."""
+    folder, mark = planted(tmp_path, "mine")
+    stored = folder / "studies" / "mine.toml"
+    stored.write_text(stored.read_text(encoding="utf-8") + '[analysis]\nkind = "lesion"\n', encoding="utf-8")
+    _, _, err = cli([*command, "--results-dir", str(folder)], capsys)
+    note = (f"note: the study file {stored} is stored in the results folder {folder} and names plugins "
+            "(evil_plugin.py) that were not imported: a results folder is data, not code. Pass --trust-plugins")
+    assert (note in err) is noted, err
+    assert not mark.exists()
 
 
 def test_a_sweep_stores_its_plugins_with_their_hashes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

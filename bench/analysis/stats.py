@@ -320,6 +320,21 @@ def with_load_bands(board: pd.DataFrame, runs: Sequence[Mapping[str, Any]] | Non
     return board.assign(**{MACHINE_KEY: shown})
 
 
+def with_mixed_load_bands(board: pd.DataFrame, runs: Sequence[Mapping[str, Any]] | None) -> pd.DataFrame:
+    """:func:`with_load_bands` where a configuration's cost figures on one machine were measured in more than one load
+    band (a colleague's seed run beside other work): the leaderboard then keeps each band's rows apart, its
+    ``machine`` naming the band, as ``compare`` does. Where every configuration's runs share a band (whatever the
+    bands of different configurations), ``board`` as it is: one row per configuration."""
+    banded = with_load_bands(board, runs)
+    if banded is board:
+        return board
+    configs = with_config_hash(board)
+    config = configs[CONFIG_KEY].astype(str) if CONFIG_KEY in configs.columns else pd.Series("", index=board.index)
+    groups = pd.DataFrame({"config": config, "machine": machines_of(board), "band": banded[MACHINE_KEY]})
+    mixed = groups.groupby(["config", "machine"], sort=False)["band"].nunique().gt(1).any()
+    return banded if mixed else board
+
+
 def several_machines(df: pd.DataFrame) -> bool:
     """Whether ``df``'s rows were measured on more than one machine (an unrecorded one counts as a machine)."""
     return MACHINE_KEY in df.columns and machines_of(df).nunique() > 1

@@ -150,7 +150,7 @@ def _specs(data: Mapping[str, Any]) -> list[str]:
 
 
 def study_plugins(ref: str | Path, results_dir: str | Path | None = None, trust: bool = False,
-                  own: bool = False) -> list[str]:
+                  own: bool = False, reads: str = "models") -> list[str]:
     """The plugin specs to load for the study ``ref`` (file paths resolved against the study file), read before the
     study itself is validated: its variants exist only once they are loaded. [] when there is no such study (the
     command then says so itself).
@@ -158,7 +158,10 @@ def study_plugins(ref: str | Path, results_dir: str | Path | None = None, trust:
     A study stored in a results folder (:func:`stored_in`) gives its plugins only with ``trust``, each
     checked against the content hash its sweep recorded (ValueError when one is missing or differs); without it a
     note on stderr says what was not imported and how to import it, unless the user gave plugins of their own
-    (``own``: ``--plugin``), which then stand in for them."""
+    (``own``: ``--plugin``), which then stand in for them, or unless importing them would change nothing. ``reads``
+    says what the command reads: ``"models"`` (it builds them: the note), ``"runs"`` (``compare``, ``leaderboard``:
+    the runs hold what it reads, no note) or ``"report"`` (the runs, and the models where the study has an analysis
+    step, which the report runs: the note only then)."""
     try:
         path = find_study(ref, results_dir)
         specs = _specs(read_study_file(path))
@@ -172,6 +175,8 @@ def study_plugins(ref: str | Path, results_dir: str | Path | None = None, trust:
     if not trust:
         if own:  # the user's --plugin gives the variants: nothing to say
             return []
+        if reads == "runs" or (reads == "report" and not read_study_file(path).get("analysis")):
+            return []  # the runs hold what it reads: the plugins would change nothing
         print(f"note: the study file {path} is stored in the results folder {folder} and names plugins "
               f"({', '.join(specs)}) that were not imported: a results folder is data, not code. Pass "
               "--trust-plugins to import them (each checked against the content hash its sweep recorded), or "

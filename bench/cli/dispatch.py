@@ -70,16 +70,23 @@ def _loaded_plugins() -> list:
     return module.loaded() if module is not None else []
 
 
+# What a command reads (bench.analysis.studyfile.study_plugins): recorded runs only, each holding its variant's axes
+# and family; or, for the report, the models too where the study has an analysis step. Any other: the models.
+READS = {"tables:cmd_leaderboard": "runs", "tables:cmd_compare": "runs", "figures:cmd_plot": "runs",
+         "figures:cmd_site": "runs", "figures:cmd_report": "report"}
+
+
 def study_plugins_of(ns: argparse.Namespace) -> list[str]:
     """The plugins named by the study file a command reads: ``sweep FILE``, ``reproduce NAME`` (a shipped study:
     none), or ``--study S`` (the copy a sweep stored in the results directory: its plugins only with
     ``--trust-plugins``, :func:`bench.analysis.studyfile.study_plugins`)."""
     trust, own = bool(getattr(ns, "trust_plugins", False)), bool(getattr(ns, "plugins", None))
+    reads = READS.get(ns.handler, "models")
     if ns.handler.startswith("sweeps:"):  # what runs is a file or a shipped study, never a results folder's copy
         ref = getattr(ns, "file", None) or getattr(ns, "name", None)
         return study_plugins(ref, None, trust, own) if ref else []
     ref = getattr(ns, "study", None)
-    return study_plugins(ref, getattr(ns, "results_dir", None), trust, own) if ref else []
+    return study_plugins(ref, getattr(ns, "results_dir", None), trust, own, reads) if ref else []
 
 
 def is_bad_input(exc: BaseException) -> bool:

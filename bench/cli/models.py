@@ -18,9 +18,9 @@ from bench.cli.parser import config_from_args
 from bench.reports.markdown import render_cost, render_profile
 from bench.runs import plugins
 from bench.runs.config import RECIPES
-from bench.runs.cost import cost_table, profile_pair
+from bench.runs.cost import at_depth, check_designs, cost_table, profile_pair, shape_of
 from bench.runs.probes import format_probe_table, probe, probe_table
-from bench.runs.train import setup
+from bench.runs.train import resolved_kwargs, setup
 from bench.sweeps import structure
 from bench.sweeps.fairness import diff_models, format_diff
 from variants.formulas import readers
@@ -148,12 +148,29 @@ def cmd_probe(ns: argparse.Namespace) -> int:
 
 def cmd_diff(ns: argparse.Namespace) -> int:
     model_args = dict(ns.model_arg or [])
+    shape = shape_of(ns.shape) if ns.shape is not None else None
+    if shape is not None:
+        shape = at_depth(shape, ns.depth)  # --depth checked as `bench cost` checks it
+        check_designs(shape, [ns.a, ns.b])
     with plugins.blame(ns.a, ns.b):
-        rows = diff_models(ns.a, ns.b, ns.depth, model_args, seed=ns.seed, param_tolerance=ns.param_tolerance)
+        rows = diff_models(ns.a, ns.b, ns.depth, model_args, seed=ns.seed, param_tolerance=ns.param_tolerance,
+                           shape=shape)
     print(f"{ns.a} vs {ns.b}" + (f", depth {ns.depth}" if ns.depth is not None else "")
           + "".join(f", {k}={v!r}" for k, v in model_args.items()) + f", seed {ns.seed} (built on the CPU):")
+    print(f"built at: shape {shape.name}, one input {'x'.join(map(str, shape.sample))}, model arguments "
+          f"{shape.model_args} (as `bench cost --shape {ns.shape}` builds it)" if shape is not None else
+          f"built at: each variant's defaults ({_default_input(ns.a)}; "
+          f"--shape NAME builds at a `bench cost` shape, e.g. digits' one channel)")
     print(format_diff(ns.a, ns.b, rows, show_all=ns.all))
     return 0
+
+
+def _default_input(name: str) -> str:
+    """What a variant's defaults build for: its input channels and classes (or vocabulary), where its builder takes
+    them."""
+    kwargs = resolved_kwargs(name, {})
+    said = [f"{k}={kwargs[k]}" for k in ("in_chans", "num_classes", "vocab_size") if k in kwargs]
+    return ", ".join(said) or "no input arguments"
 
 
 def cmd_recipes(ns: argparse.Namespace) -> int:

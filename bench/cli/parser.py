@@ -232,7 +232,10 @@ def _diff(sub: Sub) -> None:
     q = sub.add_parser("diff", help="what differs between two built models: axes, init stds, norms, parameters")
     q.add_argument("a", help="a variant name")
     q.add_argument("b", help="another variant name")
-    q.add_argument("--depth", type=int, help="depth of both (default: each variant's own)")
+    q.add_argument("--depth", type=int, help="depth of both (default: the shape's, else each variant's own)")
+    q.add_argument("--shape", help="build both as `bench cost --shape` does: gpt2_small, gpt2_medium, resnet50_224, "
+                                   "study_quick, cifar_resnet110 or digits (default: each variant's defaults, "
+                                   "3-channel images for a CIFAR net)")
     q.add_argument("--model-arg", action="append", type=parse_model_arg, metavar="KEY=VALUE",
                    help="a keyword argument given to both builders (repeatable)")
     q.add_argument("--seed", type=int, default=0, help="torch seed before building each model (default 0)")

@@ -13,7 +13,14 @@ import pandas as pd
 from bench.analysis.comparison import compare_table
 from bench.analysis.multiplier_columns import NOTE as MULTIPLIER_NOTE
 from bench.analysis.multiplier_columns import has_budget, with_multipliers
-from bench.analysis.stats import aggregate, by_configuration, headline_metrics, primary_metrics, with_derived
+from bench.analysis.stats import (
+    aggregate,
+    by_configuration,
+    headline_metrics,
+    primary_metrics,
+    with_derived,
+    with_mixed_load_bands,
+)
 from bench.reports.markdown import MISSING, render_comparison
 from bench.runs.reading import read_heads, read_runs
 from bench.runs.results import ResultsStore
@@ -47,6 +54,7 @@ def cmd_leaderboard(ns: argparse.Namespace) -> int:
         print(f"no runs in {ns.results_dir}")
         return 0
     df = with_derived(df)  # train_error, val_error: a classifier's primary metric
+    df = with_mixed_load_bands(df, runs)  # a configuration measured at several loads: a row per load band
     metrics = list(ns.metrics or headline_metrics(df))
     unknown = [m for m in metrics if m not in df.columns]
     if unknown:
@@ -65,7 +73,8 @@ def cmd_leaderboard(ns: argparse.Namespace) -> int:
         if path:
             write(path)
             print(f"full table ({len(full.columns)} columns) written to {path}")
-    shown = [*by, *(["machine"] if "machine" in full.columns else [])]  # several machines: cost cells per machine
+    shown = [*by, *(["machine"] if "machine" in full.columns else [])]  # several machines (or load bands): cost cells
+    # per machine
     compact = full[[*shown, "n_runs", "n_failed"]].astype(object)
     compact = compact.where(compact.notna(), MISSING)  # a missing value reads as in `bench compare`
     for m in metrics:

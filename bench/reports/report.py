@@ -36,6 +36,7 @@ from bench.analysis.stats import (
     machines_of,
     several_machines,
     with_derived,
+    with_mixed_load_bands,
 )
 from bench.analysis.studyfile import StandIn, find_study, is_shipped
 from bench.reports import plots
@@ -131,6 +132,7 @@ def leaderboard_table(board: pd.DataFrame, runs: Sequence[Mapping[str, Any]] | N
     set one reads ``no target``.
     """
     columns = table_metrics(board)
+    board = with_mixed_load_bands(board, runs)  # a configuration measured at several loads: a row per load band
     named, by = by_configuration(with_derived(board), runs, ROW_COLUMNS)
     named = named.assign(_targeted=_targeted(named))
     with_target = bool(named["_targeted"].any())

@@ -155,11 +155,16 @@ def check_designs(shape: Shape, designs: Sequence[str], modes: Sequence[str] = (
         raise ValueError(f"unknown precision {precision!r}; precisions: {', '.join(PRECISIONS)}")
 
 
-def build(design: str, shape: Shape) -> nn.Module:
-    """``design`` at ``shape``: the shape's model arguments, less those the design fixes at the same value."""
+def build_args(design: str, shape: Shape) -> dict[str, Any]:
+    """The keyword arguments ``design`` is built with at ``shape``: the shape's model arguments, less those the design
+    fixes (``bench diff --shape`` builds with the same)."""
     fixed = variants.describe(design).get("fixed", {})
-    args = {k: v for k, v in shape.model_args.items() if k not in fixed}
-    return variants.create(design, **args)
+    return {k: v for k, v in shape.model_args.items() if k not in fixed}
+
+
+def build(design: str, shape: Shape) -> nn.Module:
+    """``design`` at ``shape`` (:func:`build_args`)."""
+    return variants.create(design, **build_args(design, shape))
 
 
 @dataclass(frozen=True)

@@ -11,18 +11,20 @@ to five; their median), with the threads a run of this sweep would get if it sta
 cores split between ``--jobs``): at the run's batch, or at the largest halving of it whose FLOPs fit
 :data:`STEP_BUDGET`, after one untimed step (a first step pays one-off costs no later step does); a step over the budget
 even at one sample (GPT-2 small at 1,024 tokens) is timed once, with no warm-up. On a CPU the steps are timed in CPU
-time per thread, and so are the set-up and the memory probe's process start: what they take on idle cores, however busy
-the machine is while it bills (on a busy machine the runs, and so the timed steps, get fewer threads:
+time per thread, and so are the set-up and a process's start (:func:`process_start`): what they take on idle cores,
+however busy the machine is while it bills (on a busy machine the runs, and so the timed steps, get fewer threads:
 :func:`run_threads`). Before timing, it prints what the timing will take: those steps' FLOPs at the device's rate for
 each op class (:func:`bench.runs.measure.device_rates`, measured once).
 
 From these (:func:`step_seconds` and :class:`Costs`): a run's step takes the timed step's time scaled by its FLOPs
 (FLOPs grow with the batch; so does a step's time, at the rate the timed step achieved); an evaluated sample costs
 the forward's share of a training sample's time; a probe call a training step's; the measurement phases of a
-configuration's first run their steps, and the memory probe a process start besides (timed once; on a GPU the
-memory is measured in the run's own process). Each run sets its task up in a process of its own: every run pays
-the slowest set-up of its task the bill saw. Each run's time is then ``setup + [measurement] + steps x step +
-evaluations x evaluation + probes x probe``; the sweep's, the study's checks plus those runs scheduled
+configuration's first run their steps, and the memory probe a process start besides (timed once, a fresh process
+importing what a run imports; on a GPU the memory is measured in the run's own process). Each run sets its task up
+in a process of its own: every run pays the slowest set-up of its task the bill saw, and the process's start where
+it starts one (:func:`start_seconds`: the local executor's first run, whose fork server imports once for all; every
+run of another executor). Each run's time is then ``[start] + setup + [measurement] + steps x step + evaluations x
+evaluation + probes x probe``; the sweep's, the study's checks plus those runs scheduled
 longest-first on ``--jobs`` slots: what it takes on an idle machine. The machine load while the bill timed its
 steps is printed with it, and what the sweep takes at that load (:func:`slowdown`: its threads and the other work
 share the CPUs). Nothing is recorded.
@@ -64,7 +66,7 @@ from bench.runs.tasks import TaskError, synth
 from bench.runs.tasks.base import check_fits
 from bench.runs.tasks.tokens import DEFAULT_EVAL_TOKENS
 from bench.runs.train import StepRunner, _footprint, batch_generator, build_model, model_kwargs, setup
-from bench.sweeps.executors.local import plan_placements
+from bench.sweeps.executors.local import PRELOAD, plan_placements
 from bench.sweeps.options import SweepOptions
 
 
@@ -94,7 +96,7 @@ STAND_INS: dict[str, Callable[[RunConfig], tuple[dict[str, Any], int | None, int
 }
 STEP_BUDGET = 2e10  # FLOPs of a step timed whole here (some 0.3 s on a 2-core CPU); a larger one on fewer samples
 EVAL_SAMPLES = 64  # validation windows of the generated token shards
-PROCESS_START_S = 5.0  # the memory probe's own process where it was not timed: start Python, import torch and resbench
+PROCESS_START_S = 5.0  # a process's start where it was not timed: start Python, import torch, resbench and the data
 TIMING_S = 1.0  # time the steps of one configuration take at most (their FLOPs at the device's rates), repeats
 MAX_REPEATS = 5  # timed steps of one configuration at most: the median of them is its step
 
@@ -128,11 +130,12 @@ class RunBill:
     evals: int
     probe_calls: int
     measures: bool  # the first run of its configuration: it runs the measurement phases
+    start_s: float = 0.0  # the process it starts in (:func:`start_seconds`): imports, paid before its set-up
 
     @property
     def seconds(self) -> float:
         c = self.costs
-        return (c.setup_s + (c.measure_s if self.measures else 0.0) + self.steps * c.step_s
+        return (self.start_s + c.setup_s + (c.measure_s if self.measures else 0.0) + self.steps * c.step_s
                 + self.evals * c.eval_s + self.probe_calls * c.probe_s)
 
     @property
@@ -345,8 +348,7 @@ def bill(configs: Sequence[RunConfig], options: SweepOptions, cost_key: Any,
         say(f"  timing {sum(timed.values())} steps of {len(refs)} model configuration{'s' if len(refs) != 1 else ''} "
             f"({threads} thread{'s' if threads > 1 else ''}): their FLOPs alone take {_clock(expected)} at this "
             f"device's rates ({', '.join(f'{c} {r / 1e9:.0f} GFLOP/s' for c, r in rates.items())})")
-        start_s = _probe_start() if any("memory" in p.cfg.measure and p.s.device.type == "cpu"
-                                         for p in plans.values()) else PROCESS_START_S
+        start_s = process_start() if plans else PROCESS_START_S  # a memory probe's process, and the runs' (below)
         setups: dict[str, float] = {}  # each run sets its task up in a process of its own: the slowest set-up seen
         for p in plans.values():
             setups[p.cfg.task] = max(setups.get(p.cfg.task, 0.0), p.setup_s)
@@ -368,7 +370,8 @@ def bill(configs: Sequence[RunConfig], options: SweepOptions, cost_key: Any,
         costs = {k: dataclasses.replace(c, load=load) for k, c in costs.items()}
     finally:
         torch.set_num_threads(before)
-    out, seen = [], set()
+    out: list[RunBill] = []
+    seen: set[str] = set()
     for cfg in configs:
         key = cost_key(cfg)
         c = costs[key]
@@ -378,8 +381,16 @@ def bill(configs: Sequence[RunConfig], options: SweepOptions, cost_key: Any,
         probe_calls = (steps // cfg.probe_every + (steps % cfg.probe_every == 0)) if cfg.probe_every else 0
         measures = bool(cfg.measure) and (key not in seen or options.measure_every_run)
         seen.add(key)
-        out.append(RunBill(cfg, c, steps, evals, probe_calls, measures))
+        out.append(RunBill(cfg, c, steps, evals, probe_calls, measures, start_seconds(len(out), options, start_s)))
     return out
+
+
+def start_seconds(index: int, options: SweepOptions, start_s: float) -> float:
+    """What run ``index`` of a sweep pays to start its process, ``start_s`` being a fresh process's start
+    (:func:`process_start`). The local executor forks each run from a server that imported torch, resbench and the
+    data modules once (:data:`bench.sweeps.executors.local.PRELOAD`): the first run pays that start, the others a
+    fork (nothing to bill). Another executor (ray) starts each run's process on its own: every run pays it."""
+    return start_s if index == 0 or options.executor != "local" else 0.0
 
 
 def run_threads(options: SweepOptions) -> int:
@@ -410,12 +421,14 @@ def cpu_clock() -> float:
     return t.user + t.system + t.children_user + t.children_system
 
 
-def _probe_start() -> float:
-    """What starting the memory probe's process takes here: Python, torch and resbench imported (timed once, in CPU
-    seconds)."""
+def process_start() -> float:
+    """What starting a run's process takes here, timed once in CPU seconds: Python started and what a run imports
+    before its set-up (torch, resbench, the variants and the data modules: the local executor's fork server's
+    :data:`~bench.sweeps.executors.local.PRELOAD`, which holds what the memory probe's process imports too). The
+    sweep's first run pays it (the fork server's start) and so does each memory probe on a CPU."""
     t0 = cpu_clock()
-    subprocess.run([sys.executable, "-c", "import bench.runs.memprobe"], check=False, capture_output=True,
-                   timeout=600)
+    subprocess.run([sys.executable, "-c", f"import bench.runs.memprobe, {', '.join(PRELOAD)}"], check=False,
+                   capture_output=True, timeout=600)
     return cpu_clock() - t0
 
 

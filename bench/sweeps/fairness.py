@@ -39,7 +39,9 @@ import torch
 from torch import nn
 
 import variants
+from bench.runs import cost
 from bench.runs.config import RunConfig
+from bench.runs.cost import Shape
 from bench.runs.train import resolved_kwargs
 from bench.sweeps import structure
 from bench.sweeps.structure import Part, Structure
@@ -171,7 +173,7 @@ def _profile_rows(pa: Mapping[str, Any], pb: Mapping[str, Any]) -> list[DiffRow]
     for key in sorted(set(sa) | set(sb)):
         va, vb = sa.get(key), sb.get(key)
         same = va is not None and vb is not None and math.isclose(va, vb, rel_tol=1e-6)
-        rows.append(DiffRow("combinator", key, "-" if va is None else f"{va:.4g}",
+        rows.append(DiffRow("scalars", key, "-" if va is None else f"{va:.4g}",
                             "-" if vb is None else f"{vb:.4g}", not same))
     return rows
 
@@ -234,28 +236,32 @@ def shared_init_rows(va: Mapping[str, torch.Tensor], vb: Mapping[str, torch.Tens
 
 
 def diff_models(a: str, b: str, depth: int | None = None, model_args: Mapping[str, Any] | None = None,
-                seed: int = 0, param_tolerance: float = DEFAULT_PARAM_TOLERANCE) -> list[DiffRow]:
+                seed: int = 0, param_tolerance: float = DEFAULT_PARAM_TOLERANCE,
+                shape: Shape | None = None) -> list[DiffRow]:
     """Every compared quantity of variants ``a`` and ``b`` built with the same overrides and seed (on the CPU, by
     common random numbers): the facts, the structure (:func:`structure_row`), what each sublayer reads
     (:func:`link_rows`), the weight profile and every layer both share whose initial values differ
-    (:func:`shared_init_rows`)."""
+    (:func:`shared_init_rows`). With ``shape`` (a ``bench cost`` shape, :mod:`bench.runs.cost`), each is built with
+    the shape's model arguments as ``bench cost`` builds it (its input channels, classes and depth), ``depth`` and
+    ``model_args`` on top; without, with each variant's defaults."""
     facts: list[Facts] = []
     profiles = []
     values = []
     for name in (a, b):  # common random numbers: the layers both share start equal (variants.draws)
-        model = variants.create(name, seed=seed, **_overrides(depth, model_args))
-        facts.append(model_facts(name, depth, model_args, model))
+        args = {**(cost.build_args(name, shape) if shape is not None else {}), **dict(model_args or {})}
+        model = variants.create(name, seed=seed, **_overrides(depth, args))
+        facts.append(model_facts(name, depth, args, model))
         profiles.append(weight_profile(model))
         values.append(_values(model))
-    shape = structure_row(*facts)
-    return (_fact_rows(facts[0], facts[1], param_tolerance) + ([shape] if shape else []) + link_rows(*facts)
+    built = structure_row(*facts)
+    return (_fact_rows(facts[0], facts[1], param_tolerance) + ([built] if built else []) + link_rows(*facts)
             + _profile_rows(*profiles) + shared_init_rows(*values))
 
 
 def format_diff(a: str, b: str, rows: Sequence[DiffRow], show_all: bool = False) -> str:
     """A side-by-side table (only the differing rows unless ``show_all``) with the axis of every row, the first
-    structural difference with both op sequences side by side, and a one-line summary: the axes of the differing
-    rows of the table."""
+    structural difference with both op sequences side by side, and a one-line summary (:func:`summary`): the guard's
+    axes the models differ in, then the other axes of the differing rows, marked as information."""
     shown = [r for r in rows if r.differs or show_all]
     width = max([len(r.key) for r in shown] + [len("quantity")])
     wa = max([len(str(r.a)) for r in shown] + [len(a)])
@@ -268,9 +274,35 @@ def format_diff(a: str, b: str, rows: Sequence[DiffRow], show_all: bool = False)
             parts = [p if isinstance(p, Part) else None for p in (r.a, r.b)]
             lines += ["first structural difference (ops in the order the forward runs them):",
                       structure.sequences(a, parts[0], b, parts[1])]
-    axes = sorted({r.axis for r in rows if r.differs})
-    lines.append(f"{a} and {b} differ in: {', '.join(axes)}" if axes else f"{a} and {b} do not differ")
+    lines.append(summary(a, b, rows))
     return "\n".join(lines)
+
+
+def guard_axis(row: DiffRow) -> str | None:
+    """The axis under which the study guard (:func:`check_grid`) checks ``row``, as a study's ``vary`` names it, or
+    None for a row the guard does not check (the family, layers only one model has, residual scalars, links, weight
+    stds and norms by role: each shows *how* the models differ, and the guarded axes say *whether* they may). Checked:
+    a registry axis (``axes.*``), a keyword argument in :data:`CONFOUNDS`, the parameter count, the structure (in a
+    study varying values only) and the initial values of the layers both models have (``init``)."""
+    if row.key.startswith("axes.") or row.axis == "params" or (row.key == row.axis and row.axis in CONFOUNDS):
+        return row.axis
+    if row.axis == "structure":
+        return "structure"
+    if row.key.startswith("init "):  # shared_init_rows: what _check_shared_init refuses
+        return "init"
+    return None
+
+
+def summary(a: str, b: str, rows: Sequence[DiffRow]) -> str:
+    """The diff's last line in the guard's language: the guard axes (:func:`guard_axis`) along which ``a`` and ``b``
+    differ, which a study comparing them declares in ``vary``, then what else differs, marked as information."""
+    guarded = sorted({axis for r in rows if r.differs and (axis := guard_axis(r)) is not None})
+    other = sorted({r.axis for r in rows if r.differs and guard_axis(r) is None} - set(guarded))
+    head = (f"{a} and {b} differ in: {', '.join(guarded)} (the guard's axes, to declare in a study's `vary`)"
+            if guarded else f"{a} and {b} differ in no guard axis (a study comparing them declares nothing in `vary`)")
+    if not other:
+        return head if guarded else f"{a} and {b} do not differ"
+    return f"{head}; also, not guard axes (information only): {', '.join(other)}"
 
 
 # -- the study guard ------------------------------------------------------------------------------
@@ -315,8 +347,7 @@ def check_grid(configs: Iterable[RunConfig], vary: Sequence[str], param_toleranc
         first, *others = group.values()
         for other in others:
             for row in _fact_rows(first, other, param_tolerance):
-                guarded = row.key.startswith("axes.") or row.axis in (*CONFOUNDS, "params")
-                if row.differs and guarded and row.axis not in vary:
+                if row.differs and guard_axis(row) is not None and row.axis not in vary:
                     what = "parameter counts differ by more than the tolerance" if row.axis == "params" else ""
                     raise ValueError(
                         f"study {study!r} varies {list(vary) or 'nothing'}, but {first.variant} and "

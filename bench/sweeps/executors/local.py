@@ -40,7 +40,7 @@ from bench.sweeps.options import SweepOptions
 STOP_GRACE_S = 60.0
 LAUNCH_TRIES = 3  # a launch that fails because the fork server died is tried again, with a new server
 # Imported once by the server that forks the local executor's processes, so each run starts without importing.
-_PRELOAD = ["torch", "variants", "bench.runs.runner", "bench.runs.probes", "bench.runs.tasks", "sklearn.datasets",
+PRELOAD = ["torch", "variants", "bench.runs.runner", "bench.runs.probes", "bench.runs.tasks", "sklearn.datasets",
             "sklearn.model_selection", "bench.sweeps.executors.local"]  # fmt: skip
 
 
@@ -113,8 +113,8 @@ def _process_context() -> Any:
     if "forkserver" not in multiprocessing.get_all_start_methods():
         return multiprocessing.get_context("spawn")
     ctx = multiprocessing.get_context("forkserver")
-    ctx.set_forkserver_preload(_PRELOAD)
-    forkserver.ensure_running()  # returns at once; the server imports _PRELOAD while this process goes on
+    ctx.set_forkserver_preload(PRELOAD)
+    forkserver.ensure_running()  # returns at once; the server imports PRELOAD while this process goes on
     return ctx
 
 
