@@ -19,6 +19,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
@@ -79,8 +80,12 @@ class Keys:
                 self._frames[id(value)] = known  # the frame is kept, so its id is not reused by another
             return known[1]
         if isinstance(value, Mapping):
-            return repr(sorted((repr(k), self._part(v)) for k, v in value.items()))
-        return repr(value)
+            return repr(sorted((self._part(k), self._part(v)) for k, v in value.items()))
+        if isinstance(value, (tuple, list)):
+            return repr([self._part(v) for v in value])
+        if value is None or isinstance(value, (str, int, float, np.number)):
+            return repr(value)
+        raise TypeError(f"no stable key for a {type(value).__name__}")  # its repr may hold an address
 
     def key(self, drawing: Drawing) -> str | None:
         """The figure's key, or None where an argument cannot be hashed (then it is always drawn)."""
