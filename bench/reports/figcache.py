@@ -1,11 +1,13 @@
 """A figure is drawn again only when what it shows could have changed.
 
 Each figure's key is a hash of the drawing function's name, every argument it receives (a data frame by its values,
-index, columns and dtypes; anything else by its ``repr``) and the drawing code's version (:func:`code_version`: the
-source of the ``bench`` package and the versions of the libraries that draw). The keys of a plots folder are kept
-beside its figures, in ``.figures.json``, with the SHA-256 of each PNG as written. A figure is skipped only when its
-key is unchanged and its PNG on disk still has that SHA-256; a missing, damaged or stale key file, an edited or
-missing PNG, or an argument that cannot be hashed means the figure is drawn. ``--no-cache`` draws every figure.
+index, columns and dtypes; a string, number or container of them by its ``repr``), the variant registry's state
+(:func:`registry_state`: a plugin changes what a figure calls a variant) and the drawing code's version
+(:func:`code_version`: the source of the ``bench`` package and the versions of the libraries that draw). The keys of
+a plots folder are kept beside its figures, in ``.figures.json``, with the SHA-256 of each PNG as written. A figure
+is skipped only when its key is unchanged and its PNG on disk still has that SHA-256; a missing, damaged or stale
+key file, an edited or missing PNG, or an argument that cannot be hashed means the figure is drawn. ``--no-cache``
+draws every figure.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
+from bench.runs import registry_index
 from bench.runs.results import atomic_write_text
 
 KEY_FILE = ".figures.json"
@@ -45,6 +48,16 @@ def code_version() -> str:
         except metadata.PackageNotFoundError:
             h.update(f"{lib}=none".encode())
     return h.hexdigest()
+
+
+def registry_state() -> str:
+    """What the figures read of the variant registry: the static index (part of :func:`code_version`) where the
+    registry is not imported, else every registered variant's description (plugins' included)."""
+    registry = registry_index.loaded_registry()
+    if registry is None:
+        return "index"
+    described = [(name, registry.describe(name)) for name in registry.list_variants()]
+    return hashlib.sha256(json.dumps(described, sort_keys=True, default=repr).encode()).hexdigest()
 
 
 def _frame_digest(df: pd.DataFrame) -> str:
@@ -71,6 +84,7 @@ class Keys:
 
     def __init__(self) -> None:
         self._frames: dict[int, tuple[pd.DataFrame, str]] = {}
+        self._registry = registry_state()
 
     def _part(self, value: Any) -> str:
         if isinstance(value, pd.DataFrame):
@@ -90,7 +104,7 @@ class Keys:
     def key(self, drawing: Drawing) -> str | None:
         """The figure's key, or None where an argument cannot be hashed (then it is always drawn)."""
         try:
-            parts = [code_version(), f"{drawing.draw.__module__}.{drawing.draw.__qualname__}",
+            parts = [code_version(), self._registry, f"{drawing.draw.__module__}.{drawing.draw.__qualname__}",
                      *(self._part(a) for a in drawing.args),
                      *(f"{k}={self._part(v)}" for k, v in sorted(drawing.kwargs.items()))]
         except (TypeError, ValueError):
