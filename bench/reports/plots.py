@@ -44,6 +44,7 @@ from bench.reports.drawing import (
     band_edges,
     config_style,
     figure,
+    fixed_title_y,
     legend,
     limit,
     line_styles,
@@ -128,7 +129,8 @@ def plot_learning_curves(curves: pd.DataFrame, task: str | None = None, val_metr
     for ax, (split, metric, s) in zip(axes, stats, strict=True):
         series_lines(ax, s, "step", colours, styles, True, log=metric in LOG_METRICS)
         ylabel = _label(split, metric)
-        ax.set(xlabel="step (optimizer updates)", ylabel=ylabel, title=f"{ylabel.split(' (')[0]} — {task}")
+        ax.set(xlabel="step (optimizer updates)", ylabel=ylabel)
+        ax.set_title(f"{ylabel.split(' (')[0]} — {task}", y=fixed_title_y(metric in LOG_METRICS))
         limit(ax, metric, log=metric in LOG_METRICS)
     legend(fig, colours, df["series"], styles)
     suptitle(fig, title)
@@ -155,8 +157,9 @@ def plot_loss_vs_time(curves: pd.DataFrame, task: str | None = None, metric: str
                                           f"{CLIP_NOTE}")
     fig, (ax,) = figure()
     series_lines(ax, stats, "time_s", colours, styles, True, log=metric in LOG_METRICS)
-    ax.set(xlabel=xlabel, ylabel=ylabel,
-           title=f"{ylabel.split(' (')[0]} vs wall-clock — {task}\nmean over seeds, band = {CLIP_NOTE}")
+    ax.set(xlabel=xlabel, ylabel=ylabel)
+    ax.set_title(f"{ylabel.split(' (')[0]} vs wall-clock — {task}\nmean over seeds, band = {CLIP_NOTE}",
+                 y=fixed_title_y(metric in LOG_METRICS))
     limit(ax, metric, log=metric in LOG_METRICS)
     legend(fig, colours, part["series"], styles)
     return fig
@@ -206,8 +209,8 @@ def plot_grad_norm_init(probes: pd.DataFrame, task: str | None = None,
         ax.set(
             xlabel=f"{_KIND_TITLES.get(kind, f'{kind} units')} index (input → output)",
             ylabel=ylabel,
-            title=_KIND_TITLES.get(kind, f"{kind} units").capitalize(),
         )
+        ax.set_title(_KIND_TITLES.get(kind, f"{kind} units").capitalize(), y=fixed_title_y(True))
         limit(ax, metric, log=True)
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # units are whole
     legend(fig, colours, stats["series"], styles)
