@@ -3,17 +3,21 @@
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import shutil
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 from PIL import Image
 
 from bench.cli import main
-from bench.reports import plots
+from bench.reports import facets, plots
+from bench.reports.drawing import fixed_title_y
+from bench.reports.facets import Row, faceted
 from bench.reports.figcache import KEY_FILE, Drawing, Keys, read_keys
 from bench.runs.results import ResultsStore
 
@@ -164,3 +168,29 @@ def test_a_key_follows_the_data_and_the_arguments(results):
     assert keys.key(Drawing("c", plots.plot_learning_curves, (curves, "digits"), {"baseline": "plain"})) != key
     assert keys.key(Drawing("c", plots.plot_loss_vs_time, (curves, "digits"))) != key
     assert keys.key(Drawing("c", plots.plot_learning_curves, (curves, object()))) is None  # no stable key: drawn
+
+
+def _png(fig) -> np.ndarray:
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=120, bbox_inches="tight")
+    buffer.seek(0)
+    return np.asarray(Image.open(buffer).convert("RGBA"))
+
+
+def test_a_pinned_title_lands_where_matplotlib_places_it(results, monkeypatch):
+    """A log-axis panel's title at fixed_title_y: the same pixels as matplotlib's automatic placement (a faceted
+    figure and an unfaceted one), which is what the pinning skips."""
+    steps = np.arange(5.0)
+    stats = pd.DataFrame([{"series": s, "style": "depth 20", "step": x, "mean": m * 10 ** -x, "lo": m * 10 ** -x / 2,
+                           "hi": m * 10 ** -x * 2, "ci": 1.0} for s, m in (("plain", 3.0), ("resnet", 2.0))
+                          for x in steps])
+    colours = {"plain": (0.1, 0.2, 0.7), "resnet": (0.8, 0.3, 0.1)}
+    row = Row(stats, "step", "step", "training loss", "loss", True)
+    curves = plots.load_frames(results, "alpha").curves
+    draw = [lambda: faceted([row], colours, "plain", "t"), lambda: plots.plot_learning_curves(curves, colours=colours)]
+    pinned = [_png(d()) for d in draw]
+    monkeypatch.setattr(facets, "fixed_title_y", lambda log: None)
+    monkeypatch.setattr(plots, "fixed_title_y", lambda log: None)
+    automatic = [_png(d()) for d in draw]
+    assert [a.shape == b.shape and (a == b).all() for a, b in zip(pinned, automatic, strict=True)] == [True, True]
+    assert fixed_title_y(True) == 1.0 and fixed_title_y(False) is None  # a linear axis may have an offset text
