@@ -11,6 +11,11 @@ is measured side by side:
     python scripts/read_bench.py --code ../resbench-old --repeat 1
     python scripts/read_bench.py --reports                        # report --study S for every study
     python scripts/read_bench.py --reports --keep /tmp/after      # ... and keep what they wrote, to compare
+    python scripts/read_bench.py --only plot report --warm        # figures already drawn (the figure cache)
+
+Times are cold by default: the figure cache's key files (``plots/**/.figures.json``) are removed before each timed
+run, so every figure is drawn. ``--warm`` runs each command once untimed first and keeps its keys, so the timed runs
+draw only what changed (nothing).
 """
 
 from __future__ import annotations
@@ -70,6 +75,12 @@ def time_once(code: Path, argv: list[str], results: Path, scratch: Path) -> tupl
     return cpu, wall, done.returncode
 
 
+def forget_figures(results: Path) -> None:
+    """Remove the figure cache's key files: the next command draws every figure (a cold run)."""
+    for keys in (results / "plots").rglob(".figures.json"):
+        keys.unlink()
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--results-dir", type=Path, default=REPO / "results", help="the folder to read (copied first)")
@@ -78,6 +89,7 @@ def main() -> int:
     p.add_argument("--only", nargs="*", help="only the commands whose label contains one of these words")
     p.add_argument("--reports", action="store_true", help="time `report --study S` for every study instead")
     p.add_argument("--keep", type=Path, help="a new folder to keep the copy the commands wrote into")
+    p.add_argument("--warm", action="store_true", help="time with the figure cache filled by an untimed run first")
     args = p.parse_args()
     if args.repeat < 1:
         p.error("--repeat: 1 or more")
@@ -96,7 +108,13 @@ def main() -> int:
         results = Path(tmp) / "results"
         shutil.copytree(args.results_dir, results, symlinks=True)
         for label, argv in commands:
-            times = [time_once(args.code.resolve(), argv, results, Path(tmp)) for _ in range(args.repeat)]
+            if args.warm:
+                time_once(args.code.resolve(), argv, results, Path(tmp))
+            times = []
+            for _ in range(args.repeat):
+                if not args.warm:
+                    forget_figures(results)
+                times.append(time_once(args.code.resolve(), argv, results, Path(tmp)))
             cpu, wall = statistics.median(t[0] for t in times), statistics.median(t[1] for t in times)
             failed = sum(1 for t in times if t[2])
             rows.append(f"| `{label}` | {cpu:.2f} s | {wall:.2f} s |" + (f" {failed} failed |" if failed else ""))
@@ -105,7 +123,8 @@ def main() -> int:
             shutil.copytree(results, args.keep, symlinks=True)
     load_after = os.getloadavg()
     print(f"{_cpu_model()}, {os.cpu_count()} logical cores; 1-minute load average {load_before[0]:.1f} before, "
-          f"{load_after[0]:.1f} after; code: {args.code.resolve()}; median of {args.repeat} run(s)\n")
+          f"{load_after[0]:.1f} after; code: {args.code.resolve()}; median of {args.repeat} run(s), "
+          f"{'warm (figures drawn before)' if args.warm else 'cold (every figure drawn)'}\n")
     print("| command | CPU time (user + system) | wall time |\n|---|---|---|")
     print("\n".join(rows))
     return 0

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from bench.reports.plots import make_all
+from bench.reports.plots import make_all, make_every
 from bench.reports.report import write_report
 from bench.reports.site import build_site  # plotly, the site extra, is imported by build_site alone
 from bench.runs import reading
@@ -14,7 +14,10 @@ from bench.runs.cores import free_cores
 
 def cmd_plot(ns: argparse.Namespace) -> int:
     with reading.once():  # each run JSON parsed once, whatever reads it
-        paths = make_all(ns.results_dir, ns.study, _workers(ns))
+        if ns.study:
+            paths = make_all(ns.results_dir, ns.study, _workers(ns), ns.cached)
+        else:  # each study's figures as its report draws them; no pooled cross-study figure
+            paths = make_every(ns.results_dir, _workers(ns), ns.cached)
     if not paths:
         print(f"nothing to plot in {ns.results_dir} (no runs yet)")
     for p in paths:
@@ -24,7 +27,7 @@ def cmd_plot(ns: argparse.Namespace) -> int:
 
 def cmd_report(ns: argparse.Namespace) -> int:
     with reading.once():
-        print(write_report(ns.results_dir, ns.study, _workers(ns)))
+        print(write_report(ns.results_dir, ns.study, _workers(ns), ns.cached))
     return 0
 
 

@@ -250,7 +250,8 @@ def _diff(sub: Sub) -> None:
 def _plot_and_report(sub: Sub) -> None:
     q = sub.add_parser("plot", help="write the seaborn figures of a results directory to DIR/plots/")
     _results(q)
-    q.add_argument("--study", help="only the runs of this study (figures go to DIR/plots/STUDY/)")
+    q.add_argument("--study", help="only the runs of this study (figures go to DIR/plots/STUDY/; without it, each "
+                                   "study's figures go to its own folder)")
     _jobs(q)
     _handler(q, "figures:cmd_plot")
     q = sub.add_parser("report", help="write DIR/REPORT.md: aggregated tables, figures, paper claims vs measured")
@@ -264,6 +265,8 @@ def _jobs(q: argparse.ArgumentParser) -> None:
     q.add_argument("--jobs", type=_positive_int, metavar="N",
                    help="processes drawing the figures (default: the cores free now, as --threads picks; the "
                         "figures are the same files whatever N)")
+    q.add_argument("--no-cache", dest="cached", action="store_false",
+                   help="draw every figure, even one whose data and drawing code are those its PNG was drawn from")
 
 
 def _positive_int(text: str) -> int:

@@ -17,7 +17,16 @@ from dataclasses import dataclass
 import pandas as pd
 from matplotlib.figure import Figure
 
-from bench.reports.drawing import blank, figure_grid, legend, limit, natural, series_lines, suptitle
+from bench.reports.drawing import (
+    blank,
+    figure_grid,
+    fixed_title_y,
+    legend,
+    limit,
+    natural,
+    series_lines,
+    suptitle,
+)
 from bench.reports.plotdata import Colour
 
 MAX_LINES = 6  # lines (designs x configurations) one axis may hold before a figure is faceted
@@ -63,7 +72,8 @@ def faceted(rows: Sequence[Row], colours: Mapping[str, Colour], baseline: str | 
         for ax, group in zip(axes, groups, strict=True):
             series_lines(ax, part[part["series"].isin(group)], row.x, colours, {style: ("-", None)}, True,
                          log=row.log)
-            ax.set_title(", ".join(g for g in group if g != baseline) or str(baseline), fontsize="small")
+            ax.set_title(", ".join(g for g in group if g != baseline) or str(baseline), fontsize="small",
+                         y=fixed_title_y(row.log))
             ax.set_xlabel(row.xlabel, fontsize="small")
             limit(ax, row.metric, log=row.log)
         axes[0].set_ylabel("\n".join(filter(None, [row.ylabel, style])), fontsize="small")

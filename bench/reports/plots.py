@@ -28,13 +28,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
 from bench.analysis.stats import with_derived
+from bench.reports import figcache
 from bench.reports.costfigs import pareto_front, pareto_points, plot_cost, plot_pareto
 from bench.reports.drawing import (
     CLIP_NOTE,
@@ -44,6 +44,7 @@ from bench.reports.drawing import (
     band_edges,
     config_style,
     figure,
+    fixed_title_y,
     legend,
     limit,
     line_styles,
@@ -52,12 +53,14 @@ from bench.reports.drawing import (
     suptitle,
 )
 from bench.reports.facets import Row, crowded, faceted
+from bench.reports.figcache import Drawing
 from bench.reports.forest import forest_data, forest_metrics, plot_forest, study_results
 from bench.reports.parallel import draw_all
 from bench.reports.plotdata import (
     Colour,
     Frames,
     curves_frame,
+    frames_of,
     grad_norm_init_data,
     is_ln_transformer,
     load_frames,
@@ -71,10 +74,12 @@ from bench.reports.plotdata import (
 )
 from bench.runs.names import file_name, slug
 from bench.runs.primary import primary
+from bench.runs.reading import read_runs
+from bench.runs.results import ResultsStore
 
 __all__ = [
     "Colour", "Frames", "curves_frame", "grad_norm_init_data", "is_ln_transformer", "line_styles", "load_frames",
-    "make_all", "palette", "palette_of", "pareto_front", "pareto_points", "plot_cost", "plot_degradation",
+    "make_all", "make_every", "palette", "palette_of", "pareto_front", "pareto_points", "plot_cost", "plot_degradation",
     "plot_grad_norm_init", "plot_learning_curves", "plot_loss_vs_time", "plot_pareto", "plot_warmup",
     "probes_frame", "robust_limits", "variant_key",
 ]  # fmt: skip
@@ -124,7 +129,8 @@ def plot_learning_curves(curves: pd.DataFrame, task: str | None = None, val_metr
     for ax, (split, metric, s) in zip(axes, stats, strict=True):
         series_lines(ax, s, "step", colours, styles, True, log=metric in LOG_METRICS)
         ylabel = _label(split, metric)
-        ax.set(xlabel="step (optimizer updates)", ylabel=ylabel, title=f"{ylabel.split(' (')[0]} — {task}")
+        ax.set(xlabel="step (optimizer updates)", ylabel=ylabel)
+        ax.set_title(f"{ylabel.split(' (')[0]} — {task}", y=fixed_title_y(metric in LOG_METRICS))
         limit(ax, metric, log=metric in LOG_METRICS)
     legend(fig, colours, df["series"], styles)
     suptitle(fig, title)
@@ -151,8 +157,9 @@ def plot_loss_vs_time(curves: pd.DataFrame, task: str | None = None, metric: str
                                           f"{CLIP_NOTE}")
     fig, (ax,) = figure()
     series_lines(ax, stats, "time_s", colours, styles, True, log=metric in LOG_METRICS)
-    ax.set(xlabel=xlabel, ylabel=ylabel,
-           title=f"{ylabel.split(' (')[0]} vs wall-clock — {task}\nmean over seeds, band = {CLIP_NOTE}")
+    ax.set(xlabel=xlabel, ylabel=ylabel)
+    ax.set_title(f"{ylabel.split(' (')[0]} vs wall-clock — {task}\nmean over seeds, band = {CLIP_NOTE}",
+                 y=fixed_title_y(metric in LOG_METRICS))
     limit(ax, metric, log=metric in LOG_METRICS)
     legend(fig, colours, part["series"], styles)
     return fig
@@ -202,8 +209,8 @@ def plot_grad_norm_init(probes: pd.DataFrame, task: str | None = None,
         ax.set(
             xlabel=f"{_KIND_TITLES.get(kind, f'{kind} units')} index (input → output)",
             ylabel=ylabel,
-            title=_KIND_TITLES.get(kind, f"{kind} units").capitalize(),
         )
+        ax.set_title(_KIND_TITLES.get(kind, f"{kind} units").capitalize(), y=fixed_title_y(True))
         limit(ax, metric, log=True)
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # units are whole
     legend(fig, colours, stats["series"], styles)
@@ -240,46 +247,78 @@ def plot_warmup(curves: pd.DataFrame, task: str | None = None,
     return fig
 
 
-def make_all(results_dir: str | Path, study: str | None = None, workers: int = 1) -> list[Path]:
+def make_all(results_dir: str | Path, study: str | None = None, workers: int = 1, cached: bool = True) -> list[Path]:
     """Write every figure there is data for to ``results_dir/plots/`` (``plots/<study>/`` for one study), every
     one with the colours of one :func:`palette` of the runs' variants; a study with claims leads with its forest
     plots, and its crowded curve figures put the claims' baseline in every panel. ``workers`` processes draw them
-    (:func:`bench.reports.parallel.draw_all`: the same files as one)."""
+    (:func:`bench.reports.parallel.draw_all`: the same files as one); with ``cached``, a figure whose data and code
+    are those it was last drawn from is not drawn again (:mod:`bench.reports.figcache`)."""
     frames = load_frames(results_dir, study)
     out = Path(results_dir) / "plots" / (file_name(study, "study") if study else "")
-    board, curves, probes = frames.leaderboard, frames.curves, frames.probes
-    colours = palette_of(board, curves, probes)
-    ok = with_derived(board[board["status"] == "ok"])
-    jobs: list[tuple[str, Any]] = []
-    baseline = None
+    colours = palette_of(frames.leaderboard, frames.curves, frames.probes)
+    baseline, forest = None, []
     if study:
-        _, results, _ = study_results(Path(results_dir), study, board, probes, frames.runs)
+        _, results, _ = study_results(Path(results_dir), study, frames.leaderboard, frames.probes, frames.runs)
         data = forest_data(results)
-        jobs += [(f"forest_{m}", lambda m=m: plot_forest(data, m, colours)) for m in forest_metrics(data)]
+        forest = [Drawing(f"forest_{m}", plot_forest, (data, m, colours)) for m in forest_metrics(data)]
         baseline = str(data["baseline"].mode().iloc[0]) if len(data) else None
+    return draw_jobs(out, [*forest, *drawings(frames, baseline, colours)], workers, cached)
+
+
+def make_every(results_dir: str | Path, workers: int = 1, cached: bool = True) -> list[Path]:
+    """``bench plot`` without ``--study``: each study's figures, as its report draws them (:func:`make_all` of the
+    study, into ``plots/<study>/``), and the runs that belong to no study pooled into ``plots/``."""
+    store = ResultsStore(results_dir)
+    board = store.load_leaderboard()
+    if board.empty:
+        return []
+    study = board["study"].fillna("").astype(str)
+    paths = [p for s in sorted(set(study) - {""}) for p in make_all(results_dir, s, workers, cached)]
+    if (study == "").any():
+        board = board[study == ""].reset_index(drop=True)
+        runs = read_runs(results_dir, set(board["run_id"]))
+        store.warn_missing(board, runs)
+        paths += draw_jobs(Path(results_dir) / "plots", drawings(frames_of(board, runs), None), workers, cached)
+    return paths
+
+
+def draw_jobs(out: Path, jobs: list[Drawing], workers: int, cached: bool) -> list[Path]:
+    """Draw ``jobs`` into ``out`` (those not up to date, with ``cached``) and record their keys; every job's path."""
+    todo = [(out / f"{slug(d.name)}.png", d) for d in jobs]
+    stale_jobs, keys = figcache.stale(todo, cached)
+    draw_all(stale_jobs, workers)
+    figcache.record(stale_jobs, keys)
+    return [path for path, _ in todo]
+
+
+def drawings(frames: Frames, baseline: str | None, colours: Mapping[str, Colour] | None = None) -> list[Drawing]:
+    """The figures there is data for in ``frames``, per task, in ``colours`` (default: one :func:`palette` of the
+    runs' variants)."""
+    board, curves, probes = frames.leaderboard, frames.curves, frames.probes
+    colours = colours or palette_of(board, curves, probes)
+    ok = with_derived(board[board["status"] == "ok"])
+    jobs: list[Drawing] = []
     for task in sorted(board["task"].dropna().unique()):
         t_ok, t_curves = ok[ok["task"] == task], curves[curves["task"] == task]
         if len(t_curves):
-            jobs.append((f"curves_{task}", lambda t=task: plot_learning_curves(curves, t, colours=colours,
-                                                                               baseline=baseline)))
+            jobs.append(Drawing(f"curves_{task}", plot_learning_curves, (curves, task),
+                                {"colours": colours, "baseline": baseline}))
         timed = t_curves[(t_curves["metric"] == "val_loss") & t_curves["train_time_s"].notna()]
         if len(timed):
-            jobs.append((f"loss_vs_time_{task}", lambda t=task: plot_loss_vs_time(curves, t, colours=colours,
-                                                                                   baseline=baseline)))
+            jobs.append(Drawing(f"loss_vs_time_{task}", plot_loss_vs_time, (curves, task),
+                                {"colours": colours, "baseline": baseline}))
         trained = with_key(t_ok[t_ok[primary(task).train].notna()]) if primary(task).train in t_ok else t_ok.iloc[:0]
         if len(trained) and (trained.groupby("key")["depth"].nunique() > 1).any():
-            jobs.append((f"degradation_{task}", lambda t=task: plot_degradation(board, t, colours)))
+            jobs.append(Drawing(f"degradation_{task}", plot_degradation, (board, task, colours)))
         grads = probes["metric"].isin(("grad_norm", "weight_grad_norm"))
         if ((probes["task"] == task) & (probes["step"] == 0) & grads).any():
-            jobs.append((f"grad_norm_init_{task}", lambda t=task: plot_grad_norm_init(probes, t, colours)))
+            jobs.append(Drawing(f"grad_norm_init_{task}", plot_grad_norm_init, (probes, task, colours)))
         if t_ok[["train_samples_per_s", "peak_mem_mb"]].notna().any().any():
-            jobs.append((f"cost_{task}", lambda t=task: plot_cost(board, t, colours)))
+            jobs.append(Drawing(f"cost_{task}", plot_cost, (board, task, colours)))
         final = primary(task).final
         if final in t_ok and (t_ok[final].notna() & t_ok["train_samples_per_s"].notna()).any():
-            jobs.append((f"pareto_{task}", lambda t=task: plot_pareto(board, t, colours=colours)))
+            jobs.append(Drawing(f"pareto_{task}", plot_pareto, (board, task), {"colours": colours}))
         ln = board[(board["task"] == task) & board["variant"].map(lambda v: is_ln_transformer(str(v)) is not None)]
         if ln["warmup_steps"].fillna(0).gt(0).nunique() == 2 and len(t_curves):
-            jobs.append((f"warmup_{task}", lambda t=task: plot_warmup(curves, t, colours)))
-    todo = [(out / f"{slug(name)}.png", make) for name, make in jobs]
-    draw_all(todo, workers)
-    return [path for path, _ in todo]
+            jobs.append(Drawing(f"warmup_{task}", plot_warmup, (curves, task, colours)))
+    return jobs

@@ -281,12 +281,13 @@ def _measured_at(runs: list[dict[str, Any]]) -> str:
             "weighs more than at a paper's width; `python -m bench cost` measures a design's cost at a paper's shape.")
 
 
-def write_report(results_dir: str | Path, study: str | None = None, workers: int = 1) -> Path:
+def write_report(results_dir: str | Path, study: str | None = None, workers: int = 1, cached: bool = True
+                 ) -> Path:
     """Write ``results_dir/REPORT.md`` (figures under ``plots/``) and the tidy probe table ``probes.csv.gz``.
 
     With ``study``, only that study's runs: ``REPORT-<study>.md``, ``plots/<study>/`` and
     ``probes-<study>.csv.gz``, so several studies can share one results directory. ``workers`` processes draw the
-    figures (:func:`bench.reports.plots.make_all`).
+    figures (:func:`bench.reports.plots.make_all`; ``cached``: only those whose data or drawing code changed).
     """
     root = Path(results_dir)
     if study is not None:
@@ -303,7 +304,7 @@ def write_report(results_dir: str | Path, study: str | None = None, workers: int
         return _analysis_only_report(root, study)
     ids = set(board["run_id"])
     runs = read_runs(root, ids)
-    figures = plots.make_all(root, study, workers)
+    figures = plots.make_all(root, study, workers, cached)
     title = f"# resbench report{f' — study {study}' if study else ''}"
     lines = [
         title,
