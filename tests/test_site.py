@@ -101,6 +101,21 @@ def test_a_run_page_shows_its_config_hash_command_and_environment(site: Path) ->
     assert "<td>abc123</td>" in text and "<td>3.11.7</td>" in text  # the environment the run recorded
 
 
+def test_a_plugin_run_alone_loads_the_plugin_copy_its_study_stored(tmp_path: Path) -> None:
+    from bench.reports.site import _run_command
+    root = tmp_path / "res"
+    (root / "studies").mkdir(parents=True)
+    (root / "studies" / "mine.toml").write_text('name = "mine"\nplugins = ["mine.py", "some.module"]\n')
+    recorded = [{"spec": "/home/me/mine.py", "origin": "study file"}, {"spec": "/home/me/mine.py", "origin": "study file"},
+                {"spec": "extra.py", "origin": "--plugin"}]
+    run = {"config": {"variant": "mine", "depth": 8, "seed": 1, "task": "digits", "study": "mine"}, "plugins": recorded}
+    assert _run_command(run, root).endswith(  # the user's own --plugin as given; the study's from the stored copy
+        f" --plugin extra.py --plugin {root.as_posix()}/studies/mine.py --plugin some.module --results-dir {root}")
+    (root / "studies" / "mine.toml").unlink()  # the study file gone: the plugin as the run recorded it
+    assert _run_command(run, root).endswith(f" --plugin extra.py --plugin /home/me/mine.py --results-dir {root}")
+    assert "--plugin" not in _run_command({"config": run["config"] | {"study": None}}, root)
+
+
 def test_site_command_and_its_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                      monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
     root = tmp_path / "results"

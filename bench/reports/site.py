@@ -32,6 +32,7 @@ from bench.analysis.stats import counted_rows, mean_ci, observations, t_ci
 from bench.reports.analysis_summary import Summary, summary_of
 from bench.reports.markdown import TALLY_WORDS, VERDICT_WORDS, fmt_number, test_text
 from bench.reports.plotdata import Frames, frames_of, grad_norm_init_data, with_key
+from bench.reports.reproduce import run_plugin_flags
 from bench.reports.report import _analysis_meta, _shown_path, _study_command, _study_path, study_claims
 from bench.reports.site_scaling import scaling_html
 from bench.runs.config import config_from_dict
@@ -327,7 +328,7 @@ def _run_command(run: Mapping[str, Any], root: Path) -> str:
     cfg = config_from_dict(run["config"])
     head = f"torchrun --nproc-per-node {cfg.world_size} -m bench run" if cfg.world_size > 1 else "python -m bench run"
     argv = cfg.to_argv(skip=("variant", "study", "preset", "world_size"))
-    return f"{head} {shlex.join([*argv, '--results-dir', str(root)])}"
+    return f"{head} {shlex.join([*argv, *run_plugin_flags(run, root), '--results-dir', str(root)])}"
 
 
 def _run_page(run: Mapping[str, Any], row: Mapping[str, Any], figs: _Figures, root: Path) -> str:
