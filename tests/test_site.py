@@ -106,8 +106,8 @@ def test_a_plugin_run_alone_loads_the_plugin_copy_its_study_stored(tmp_path: Pat
     root = tmp_path / "res"
     (root / "studies").mkdir(parents=True)
     (root / "studies" / "mine.toml").write_text('name = "mine"\nplugins = ["mine.py", "some.module"]\n')
-    recorded = [{"spec": "/home/me/mine.py", "origin": "study file"}, {"spec": "/home/me/mine.py", "origin": "study file"},
-                {"spec": "extra.py", "origin": "--plugin"}]
+    mine = {"spec": "/home/me/mine.py", "origin": "study file"}
+    recorded = [mine, mine, {"spec": "extra.py", "origin": "--plugin"}]
     run = {"config": {"variant": "mine", "depth": 8, "seed": 1, "task": "digits", "study": "mine"}, "plugins": recorded}
     assert _run_command(run, root).endswith(  # the user's own --plugin as given; the study's from the stored copy
         f" --plugin extra.py --plugin {root.as_posix()}/studies/mine.py --plugin some.module --results-dir {root}")

@@ -61,7 +61,7 @@ def run_plugin_flags(run: Mapping[str, Any], root: Path) -> list[str]:
         return flags
     try:
         path = find_study(str(study), root)
-        stored = [s if not (s.endswith(".py") or "/" in s) else (path.parent / s).as_posix() for s in _study_specs(path)]
+        stored = [(path.parent / s).as_posix() if s.endswith(".py") or "/" in s else s for s in _study_specs(path)]
     except ValueError:
         stored = []
     return [*flags, *(a for spec in dict.fromkeys(stored or recorded) for a in ("--plugin", spec))]

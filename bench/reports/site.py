@@ -32,8 +32,8 @@ from bench.analysis.stats import counted_rows, mean_ci, observations, t_ci
 from bench.reports.analysis_summary import Summary, summary_of
 from bench.reports.markdown import TALLY_WORDS, VERDICT_WORDS, fmt_number, test_text
 from bench.reports.plotdata import Frames, frames_of, grad_norm_init_data, with_key
-from bench.reports.reproduce import run_plugin_flags
 from bench.reports.report import _analysis_meta, _shown_path, _study_command, _study_path, study_claims
+from bench.reports.reproduce import run_plugin_flags
 from bench.reports.site_scaling import scaling_html
 from bench.runs.config import config_from_dict
 from bench.runs.names import slug
