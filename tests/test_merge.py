@@ -237,7 +237,12 @@ def test_merge_copies_the_plugins_a_study_stored_and_the_report_names_every_set(
     _swept(tmp_path / "b", range(3, 4), 12, {"set": ["seed=3", "depth=12"]})
     out = tmp_path / "merged"
     assert main(["merge", str(tmp_path / "a"), str(tmp_path / "b"), "--out", str(out)]) == 0
-    assert capsys.readouterr().out.endswith("1 study file(s) and 1 file(s) beside them (plugins, looks)\n")
+    assert capsys.readouterr().out.endswith("1 study file(s) and beside them 1 plugin file\n")  # no looks: not named
+    write(tmp_path / "a" / "studies" / "twostep.plugins.json", '{"files": {}, "modules": {}}')
+    write(tmp_path / "b" / "studies" / "other.py", toy())
+    assert main(["merge", str(tmp_path / "a"), str(tmp_path / "b"), "--out", str(tmp_path / "m2")]) == 0
+    assert capsys.readouterr().out.endswith(
+        "1 study file(s) and beside them 2 plugin files, 1 record of plugin hashes\n")
     assert (out / "studies" / "twostep.py").read_text() == (tmp_path / "a" / "studies" / "twostep.py").read_text()
     # the study's plugin loads from the merged folder: commands that read the study work there
     assert main(["compare", "--study", "twostep", "--baseline", "preln", "--results-dir", str(out),

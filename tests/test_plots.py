@@ -323,6 +323,21 @@ def test_cost_plot_has_throughput_and_memory_panels(results):
     assert_legend_outside(fig)
 
 
+def test_the_cost_figure_keeps_apart_the_load_bands_of_a_configuration(results):
+    _, frames = results
+    def cost(f):
+        return next(d for d in plots.drawings(f, None) if d.name == "cost_digits")
+    assert cost(frames).args[0] is frames.leaderboard  # no configuration measured in two bands: drawn as before
+    runs = [r | {"measurements": {"load": {"load_1m": 0.4 if r["row"]["seed"] == 0 else 6.0, "cpus": 2}}}
+            for r in frames.runs]  # seed 0 on a quiet machine, the others beside other work
+    board = frames.leaderboard.assign(config_hash=frames.leaderboard["variant"] + frames.leaderboard["depth"].map(str))
+    fig = plots.plot_cost(*cost(plots.frames_of(board, runs)).args)
+    quiet, busy = (line(fig.axes[0], f"plain (@ unrecorded at load/CPU {band})") for band in ("0-0.5", "2-4"))
+    np.testing.assert_allclose(quiet.get_ydata(), [1000.0, 1000 * 20 / 56])  # seed 0's figure alone
+    np.testing.assert_allclose(busy.get_ydata(), [1001.5, 1000 * 20 / 56 + 1.5])  # seeds 1 and 2's, not seed 0's too
+    assert legend_labels(fig)[-2:] == ["@ unrecorded at load/CPU 0-0.5", "@ unrecorded at load/CPU 2-4"]
+
+
 def test_pareto_front_mask():
     x = np.array([1.0, 2.0, 3.0, 2.0, 0.5])
     y = np.array([0.9, 0.8, 0.5, 0.7, 0.9])

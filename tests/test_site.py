@@ -101,6 +101,21 @@ def test_a_run_page_shows_its_config_hash_command_and_environment(site: Path) ->
     assert "<td>abc123</td>" in text and "<td>3.11.7</td>" in text  # the environment the run recorded
 
 
+def test_a_plugin_run_alone_loads_the_plugin_copy_its_study_stored(tmp_path: Path) -> None:
+    from bench.reports.site import _run_command
+    root = tmp_path / "res"
+    (root / "studies").mkdir(parents=True)
+    (root / "studies" / "mine.toml").write_text('name = "mine"\nplugins = ["mine.py", "some.module"]\n')
+    mine = {"spec": "/home/me/mine.py", "origin": "study file"}
+    recorded = [mine, mine, {"spec": "extra.py", "origin": "--plugin"}]
+    run = {"config": {"variant": "mine", "depth": 8, "seed": 1, "task": "digits", "study": "mine"}, "plugins": recorded}
+    assert _run_command(run, root).endswith(  # the user's own --plugin as given; the study's from the stored copy
+        f" --plugin extra.py --plugin {root.as_posix()}/studies/mine.py --plugin some.module --results-dir {root}")
+    (root / "studies" / "mine.toml").unlink()  # the study file gone: the plugin as the run recorded it
+    assert _run_command(run, root).endswith(f" --plugin extra.py --plugin /home/me/mine.py --results-dir {root}")
+    assert "--plugin" not in _run_command({"config": run["config"] | {"study": None}}, root)
+
+
 def test_site_command_and_its_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                      monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
     root = tmp_path / "results"
@@ -127,6 +142,25 @@ def test_a_cost_figure_measured_once_and_copied_is_one_measurement(tmp_path: Pat
     page = (site / "study" / "no-study.html").read_text(encoding="utf-8")
     bars = re.findall(r'"type":"bar","x":\["preln d2"\],"y":\[([\d.]+)\],"name":"cpu","customdata":\[(\d+)\]', page)
     assert bars == [("200.0", "1"), ("20.0", "1")]  # throughput and memory: one measurement each, not two
+
+
+def test_cost_bars_are_clipped_at_zero_and_the_pareto_counts_a_copied_figure_once(tmp_path: Path) -> None:
+    store = ResultsStore(tmp_path / "results")
+    first = RunConfig(variant="preln", depth=2, seed=0, task="copy").run_id
+    add_run(store, "preln", 2, 0, study=None, cost_source=first)
+    add_run(store, "preln", 2, 1, study=None, cost_source=first)  # a copy of seed 0's 200 samples/s
+    add_run(store, "preln", 2, 2, study=None, train_samples_per_s=500.0)  # a measurement of its own
+    page = (build_site(store.root, tmp_path / "site").root / "study" / "no-study.html").read_text(encoding="utf-8")
+    half = 12.706204736174698 * 150  # t(0.975, 1) · std / √2, the std of (200, 500) being 150·√2
+    bar = re.search(r'"type":"bar","x":\["preln d2"\],"y":\[350.0\],.*?"error_y":(\{[^}]*\})', page)
+    assert bar and json.loads(bar.group(1)) == {"type": "data", "symmetric": False, "array": [pytest.approx(half)],
+                                                "arrayminus": [350.0]}  # down to 0, not below
+    point = re.search(r'"type":"scatter","x":\[([\d.]+)\],"y":\[([\d.]+)\],"name":"preln @ cpu"'
+                      r'.*?"error_y":(\{[^}]*\})', page)
+    accs = [1 - (0.5 + 0.01 * seed) for seed in range(3)]  # add_run's final_val_acc
+    assert point and float(point.group(1)) == 350.0 and float(point.group(2)) == pytest.approx(sum(accs) / 3)
+    spread = json.loads(point.group(3))  # the seeds' 95% CI, clipped to [0, 1]: it reaches neither end here
+    assert spread["array"] == spread["arrayminus"] == [pytest.approx(4.302652729749464 * 0.01 / 3**0.5)]
 
 
 ATINIT = """name = "atinit"

@@ -33,7 +33,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
-from bench.analysis.stats import with_derived
+from bench.analysis.stats import with_derived, with_mixed_load_bands
 from bench.reports import figcache
 from bench.reports.costfigs import pareto_front, pareto_points, plot_cost, plot_pareto
 from bench.reports.drawing import (
@@ -314,7 +314,10 @@ def drawings(frames: Frames, baseline: str | None, colours: Mapping[str, Colour]
         if ((probes["task"] == task) & (probes["step"] == 0) & grads).any():
             jobs.append(Drawing(f"grad_norm_init_{task}", plot_grad_norm_init, (probes, task, colours)))
         if t_ok[["train_samples_per_s", "peak_mem_mb"]].notna().any().any():
-            jobs.append(Drawing(f"cost_{task}", plot_cost, (board, task, colours)))
+            # a configuration measured in several load bands (a colleague's seed run beside other work): a line per
+            # band, as the leaderboard and compare keep them apart; else the board as it is
+            banded = with_mixed_load_bands(board, frames.runs)
+            jobs.append(Drawing(f"cost_{task}", plot_cost, (banded, task, colours)))
         final = primary(task).final
         if final in t_ok and (t_ok[final].notna() & t_ok["train_samples_per_s"].notna()).any():
             jobs.append(Drawing(f"pareto_{task}", plot_pareto, (board, task), {"colours": colours}))

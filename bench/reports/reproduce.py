@@ -48,6 +48,30 @@ def plugin_flags(runs: Sequence[Mapping[str, Any]]) -> list[str]:
     return [a for spec in specs for a in ("--plugin", spec)]
 
 
+def run_plugin_flags(run: Mapping[str, Any], root: Path) -> list[str]:
+    """``--plugin SPEC`` for one run rerun alone with ``bench run`` (no study file loads anything for it): the
+    plugins the user gave, as recorded, and those its study file named, from the study copy stored in ``root``
+    (``root/studies/abmix.py``: the copy whose content hash the sweep recorded, where the report's ``sweep`` line
+    loads them from with ``--trust-plugins``); a module by its name. A study file that is no longer there: the
+    recorded spec."""
+    flags = plugin_flags([run])
+    recorded = [str(p["spec"]) for p in run.get("plugins") or () if p.get("spec") and p.get("origin") == PLUGIN_ORIGIN]
+    study = (run.get("config") or {}).get("study")
+    if not recorded or not study:
+        return flags
+    try:
+        path = find_study(str(study), root)
+        stored = [(path.parent / s).as_posix() if s.endswith(".py") or "/" in s else s for s in _study_specs(path)]
+    except ValueError:
+        stored = []
+    return [*flags, *(a for spec in dict.fromkeys(stored or recorded) for a in ("--plugin", spec))]
+
+
+def _study_specs(path: Path) -> list[str]:
+    specs = read_study_file(path).get("plugins") or []
+    return [s for s in specs if isinstance(s, str) and s.strip()] if isinstance(specs, list) else []
+
+
 def options(runs: Sequence[Mapping[str, Any]]) -> list[list[str]]:
     """Per distinct way the runs were made: the ``--add-variant`` and ``--set`` options their sweep was given (each
     run's ``made_with``; none for a run recorded before runs kept them); ``[[]]`` where there are none."""

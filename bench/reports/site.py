@@ -28,11 +28,12 @@ from typing import Any
 import pandas as pd
 
 from bench.analysis.claims import Group, Result, describe
-from bench.analysis.stats import counted_rows, mean_ci, observations, t_ci
+from bench.analysis.stats import counted_rows, domain, mean_ci, observations, t_ci
 from bench.reports.analysis_summary import Summary, summary_of
 from bench.reports.markdown import TALLY_WORDS, VERDICT_WORDS, fmt_number, test_text
 from bench.reports.plotdata import Frames, frames_of, grad_norm_init_data, with_key
 from bench.reports.report import _analysis_meta, _shown_path, _study_command, _study_path, study_claims
+from bench.reports.reproduce import run_plugin_flags
 from bench.reports.site_scaling import scaling_html
 from bench.runs.config import config_from_dict
 from bench.runs.names import slug
@@ -215,25 +216,46 @@ def _cost_figures(figs: _Figures, frames: Frames, name: str) -> list[str]:
                 traces.append({"type": "bar", "x": list(stats), "y": _floats(s["mean"] for s in stats.values()),
                                "name": str(machine), "customdata": [s["n"] for s in stats.values()],
                                "hovertemplate": "%{x}: %{y:.4g} (%{customdata} measurement(s))<extra></extra>",
-                               "error_y": {"type": "data", "array": _floats(
-                                   0.0 if math.isnan(s["ci"]) else s["ci"] for s in stats.values())}})
+                               "error_y": _error_y(stats.values(), metric)})
             fig = figs.figure(traces, f"{label} — {task}: mean per configuration and machine", "design", label,
                               legend="machine", barmode="group")
             out.append(figs.html(fig, f"cost {name} {task} {metric}"))
-        quality = "final_val_acc" if part["final_val_acc"].notna().any() else "final_val_loss"
-        ok = part[(part["status"] == "ok") & part[quality].notna() & part["train_samples_per_s"].notna()]
-        if len(ok):
-            traces = []
-            for (machine, key), rows in ok.groupby(["_machine", "key"], sort=True):
-                by = rows.groupby(rows["depth"].fillna(-1))
-                traces.append(_scatter(
-                    _floats(by["train_samples_per_s"].mean()), by[quality].mean(), f"{key} @ {machine}", "markers",
-                    text=[f"depth {int(d)}" for d in by.groups],
-                    hovertemplate="%{text}: %{x:.4g} samples/s, " + quality + " %{y:.4g}<extra></extra>"))
-            fig = figs.figure(traces, f"{quality} against throughput — {task} (mean per configuration and "
-                              "machine)", "training samples/s", quality.replace("_", " "), legend="design @ machine")
-            out.append(figs.html(fig, f"pareto {name} {task}"))
+        out += _pareto_figure(figs, part, name, str(task))
     return out
+
+
+def _pareto_figure(figs: _Figures, part: pd.DataFrame, name: str, task: str) -> list[str]:
+    """The final validation metric against throughput, a point per configuration, depth and machine: the seed mean
+    with its 95% t-CI (clipped to the metric's range), against the configuration's throughput counted once per
+    measurement (the figure of the bars and of the PNG Pareto, not a mean over seeds that repeats a copied one)."""
+    quality = "final_val_acc" if part["final_val_acc"].notna().any() else "final_val_loss"
+    ok = part[(part["status"] == "ok") & part[quality].notna() & part["train_samples_per_s"].notna()]
+    if not len(ok):
+        return []
+    traces = []
+    for (machine, key), rows in ok.groupby(["_machine", "key"], sort=True):
+        by = rows.groupby(rows["depth"].fillna(-1), sort=True)
+        speed = [t_ci(observations(g, "train_samples_per_s"))["mean"] for _, g in by]
+        value = [t_ci(observations(g, quality)) for _, g in by]
+        traces.append(_scatter(
+            _floats(speed), [v["mean"] for v in value], f"{key} @ {machine}", "markers",
+            text=[f"depth {int(d)}" for d in by.groups], error_y=_error_y(value, quality),
+            hovertemplate="%{text}: %{x:.4g} samples/s, " + quality + " %{y:.4g}<extra></extra>"))
+    fig = figs.figure(traces, f"{quality} against throughput — {task} (seed means, bars: 95% CI; throughput: one "
+                      "figure per configuration and machine)", "training samples/s", quality.replace("_", " "),
+                      legend="design @ machine")
+    return [figs.html(fig, f"pareto {name} {task}")]
+
+
+def _error_y(stats: Iterable[Mapping[str, float]], metric: str) -> dict[str, Any]:
+    """Plotly error bars of :func:`t_ci` figures: the 95% t-CI, clipped to the metric's valid range as the PNG
+    figures' bands are (a throughput's never below 0); none where a point has one value."""
+    low, high = domain(metric)
+    stats = list(stats)
+    half = [0.0 if math.isnan(s["ci"]) else s["ci"] for s in stats]
+    return {"type": "data", "symmetric": False,
+            "array": _floats(min(s["mean"] + h, high) - s["mean"] for s, h in zip(stats, half, strict=True)),
+            "arrayminus": _floats(s["mean"] - max(s["mean"] - h, low) for s, h in zip(stats, half, strict=True))}
 
 
 def _grad_figures(figs: _Figures, frames: Frames, name: str) -> list[str]:
@@ -327,7 +349,7 @@ def _run_command(run: Mapping[str, Any], root: Path) -> str:
     cfg = config_from_dict(run["config"])
     head = f"torchrun --nproc-per-node {cfg.world_size} -m bench run" if cfg.world_size > 1 else "python -m bench run"
     argv = cfg.to_argv(skip=("variant", "study", "preset", "world_size"))
-    return f"{head} {shlex.join([*argv, '--results-dir', str(root)])}"
+    return f"{head} {shlex.join([*argv, *run_plugin_flags(run, root), '--results-dir', str(root)])}"
 
 
 def _run_page(run: Mapping[str, Any], row: Mapping[str, Any], figs: _Figures, root: Path) -> str:

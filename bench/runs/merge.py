@@ -34,7 +34,24 @@ class Merged:
     duplicates: int
     total: int
     studies: int
-    files: int = 0  # the other files sweeps left beside the study files: plugins, looks
+    beside: tuple[str, ...] = ()  # the names of the other files sweeps left beside the study files (plugins, ...)
+
+    def kinds(self) -> list[str]:
+        """What :attr:`beside` holds, each kind with its count: ``["1 plugin file", "1 record of plugin hashes"]``;
+        only the kinds there are."""
+        kinds = [_kind(name) for name in self.beside]
+        return [f"{kinds.count(k)} {k if kinds.count(k) == 1 else plural}" for k, plural in _KINDS if k in kinds]
+
+
+_KINDS = (("plugin file", "plugin files"), ("record of plugin hashes", "records of plugin hashes"),
+          ("looks file", "looks files"))
+
+
+def _kind(name: str) -> str:
+    """The kind of a file under ``studies/`` that is not a study file, by its name (those :func:`bench.analysis.
+    studyfile.manifest_path` and :func:`bench.analysis.sequential.looks_file` give; any other is a plugin's)."""
+    return ("record of plugin hashes" if name.endswith(".plugins.json") else
+            "looks file" if name.endswith(".looks.json") else "plugin file")
 
 
 def _with_machine(row: dict[str, str], run: Mapping[str, Any] | None) -> dict[str, str]:
@@ -116,7 +133,7 @@ def _merge(sources: Sequence[str | Path], out: str | Path) -> Merged:
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_bytes(text)
     return Merged(len(set(rows) - set(before)), duplicates, len(rows), sum(n.endswith(".toml") for n in studies),
-                  len(studies) - sum(n.endswith(".toml") for n in studies))
+                  tuple(sorted(n for n in studies if not n.endswith(".toml"))))
 
 
 def _collect_studies(folder: Path, studies: dict[str, tuple[bytes, Path]]) -> None:
@@ -157,6 +174,6 @@ def _link(path: Path) -> ValueError:
 
 def describe(merged: Merged, out: str | Path) -> str:
     return (f"{out}: {merged.total} runs ({merged.added} added, {merged.duplicates} identical copies dropped); "
-            f"{merged.studies} study file(s)" + (f" and {merged.files} file(s) beside them (plugins, looks)"
-                                                 if merged.files else ""))
+            f"{merged.studies} study file(s)" + (f" and beside them {', '.join(merged.kinds())}"
+                                                 if merged.beside else ""))
 
