@@ -157,7 +157,8 @@ def test_declared_claims_agree_when_plain_degrades(tmp_path):
     assert claim_block(text, "plain-degrades") == [
         "- **plain-degrades** — He et al. 2015, Fig. 1: deeper plain nets have a higher training error. Test: "
         "train_error where variant=plain: depth=max vs min: greater by more than 0.01.",
-        f"  - depth=20: 0.04 ± {ci_20:.4g} (3/3 runs, 0 above 0.5) → depth=56: 0.18 ± {ci_56:.4g} (3/3 runs, 0 above "
+        f"  - depth=20: 0.04 ± {ci_20:.4g} (95% CI; 3/3 runs, 0 above 0.5) → "
+        f"depth=56: 0.18 ± {ci_56:.4g} (95% CI; 3/3 runs, 0 above "
         f"0.5); difference +0.14 (paired t, 3 seeds: 95% CI {0.14 - half:+.3g} … {0.14 + half:+.3g}; p {p:.2g}, "
         "exact sign-flip p 0.25; margin 0.01): **agrees**.",
     ]
@@ -182,7 +183,7 @@ def test_a_deepest_depth_that_never_trained_counts_as_degradation(tmp_path):
         add(store, "plain", 110, seed, None, status="diverged", error="loss is nan", study="deg")
     text = write_report(tmp_path, "deg").read_text()
     assert claim_block(text, "plain-degrades")[1] == (
-        "  - depth=20: 0.05 ± 0 (2/2 runs, 0 above 0.5) → depth=110: — (0/2 runs, 2 failed, 0 above 0.5); "
+        "  - depth=20: 0.05 ± 0 (95% CI; 2/2 runs, 0 above 0.5) → depth=110: — (0/2 runs, 2 failed, 0 above 0.5); "
         "difference — (margin 0.01): **agrees** — every run of one group failed: it counts as the worse."
     )
     failed = table_row(text, "| plain | 110 |")
@@ -217,9 +218,10 @@ def test_a_rise_within_the_seed_spread_is_inconclusive_and_failed_seeds_are_coun
     resnet = claim_block(text, "resnet-does-not-degrade")[1]
     # 0.24 rise > 0.01, but the CI half-width t(2)·std/√3 ≈ 0.99: the data cannot decide.
     ci = T975_2 * statistics.stdev([0.70, 0.0, 0.02]) / math.sqrt(3)
-    assert f"depth=56: 0.24 ± {ci:.4g} (3/3 runs, 1 above 0.5)" in resnet and resnet.endswith("**inconclusive**.")
+    assert f"depth=56: 0.24 ± {ci:.4g} (95% CI; 3/3 runs, 1 above 0.5)" in resnet
+    assert resnet.endswith("**inconclusive**.")
     plain = claim_block(text, "plain-degrades")[1]
-    assert "(3/3 runs, 3 above 0.5)" in plain and plain.endswith("**agrees**.")
+    assert "(95% CI; 3/3 runs, 3 above 0.5)" in plain and plain.endswith("**agrees**.")
     assert "verdicts: 1 agree, 0 disagree, 1 inconclusive (2 paired t)." in text
 
 
@@ -276,7 +278,8 @@ def test_post_ln_needs_warmup_claims_agree(tmp_path):
                            "than 0.05 x |mean(a)|.")  # fmt: skip
     assert "margin 0.0505" in pre[1] and "difference +0.02" in pre[1] and pre[1].endswith("**agrees**.")
     grows = claim_block(text, "postln-grad-grows")[1]
-    assert grows == "  - all: 4 ± 0 (3/3 runs); mean − 1.5 = +2.5 (95% CI +2.5 … +2.5): **agrees**."  # 4 every seed
+    # 4 every seed
+    assert grows == "  - all: 4 ± 0 (95% CI; 3/3 runs); mean − 1.5 = +2.5 (95% CI +2.5 … +2.5): **agrees**."
     assert "for seed in" not in text and "python -m bench reproduce warmup" in text
     assert "![warmup_copy](plots/warmup_copy.png)" in text
 

@@ -292,7 +292,8 @@ def _group_html(g: Group) -> str:
     """``label: mean ± 95% CI half-width (counted/runs, failed)``, as the report writes a group."""
     spread = f" ± {fmt_number(g.ci, '.2g')}" if g.n > 1 else ""
     failed = f", {g.n_failed} failed" if g.n_failed else ""
-    return f"{html.escape(g.label)}: {fmt_number(g.mean, '.4g')}{spread} ({g.n}/{g.n_runs} runs{failed})"
+    ci = "95% CI; " if spread else ""
+    return f"{html.escape(g.label)}: {fmt_number(g.mean, '.4g')}{spread} ({ci}{g.n}/{g.n_runs} runs{failed})"
 
 
 def _claims_html(results: Sequence[Result]) -> str:
