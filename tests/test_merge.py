@@ -317,6 +317,23 @@ def test_a_changed_study_file_keeps_the_stored_one_beside_it(tmp_path: Path,
     assert f"that copy is kept as {kept}" in capsys.readouterr().out
 
 
+def test_a_dry_run_bills_only_the_runs_a_sweep_would_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A dry run on a folder that holds some of the study's runs counts them and bills the others only; on a folder
+    that holds them all it bills nothing."""
+    res, study = tmp_path / "res", _tiny_study(tmp_path / "tiny.toml")
+    assert main(["sweep", str(study), "--results-dir", str(res), "--quiet"]) == 0
+    capsys.readouterr()
+    assert main(["sweep", str(study), "--results-dir", str(res), "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert out.splitlines()[0] == (f"dry run of study 'tiny': 2 runs checked, 2 of them already recorded in {res} "
+                                   "(a sweep skips them), so 0 to run")
+    assert f"nothing to bill: a sweep into {res} would run nothing" in out and "total:" not in out
+    assert main(["sweep", str(study), "--set", "seed=[0,1]", "--results-dir", str(res), "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "4 runs checked, 2 of them already recorded" in out and "so 2 to run; counting" in out
+    assert "total: 2 runs, 4 steps" in out
+
+
 def test_cost_figures_measured_at_different_loads_are_kept_apart(tmp_path: Path) -> None:
     """One machine, two loads (a colleague's seeds measured while the machine was busy): throughput pools only
     within a band of load per CPU, and compare says which band each figure is from; the loss still pools all seeds."""
