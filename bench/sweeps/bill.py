@@ -536,7 +536,8 @@ def start_lines(bills: Sequence[RunBill]) -> list[str]:
     if not starts:
         return []
     if len(starts) == 1:
-        return [f"+ {_clock(starts[0])} process start, once (the sweep's first run; the others fork from it)"]
+        forked = " (the sweep's first run; the others fork from it)" if len(bills) > 1 else ""
+        return [f"+ {_clock(starts[0])} process start, once{forked}"]
     return [f"+ {_clock(statistics.median(starts))} process start in each of {len(starts)} runs"]
 
 
