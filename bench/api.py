@@ -52,7 +52,7 @@ from bench.runs.results import ResultsStore, atomic_write_text
 from bench.runs.runner import execute
 from bench.runs.train import resolve_device
 from bench.sweeps.bill import accelerators, bill, render
-from bench.sweeps.driver import run_sweep
+from bench.sweeps.driver import recorded_runs, run_sweep
 from bench.sweeps.executors import check_options, make_executor, prestart
 from bench.sweeps.options import FIELDS as OPTION_FIELDS
 from bench.sweeps.options import SweepOptions
@@ -180,7 +180,7 @@ def sweep(study: str | Path, *, results_dir: str | Path = DEFAULT_RESULTS, optio
     # checked for confounds, plugins run forward: before anything runs
     configs = spec.configs(options.preset, options.fields())
     if options.dry_run:
-        return _dry_run(spec, configs, options, time.perf_counter() - t0)
+        return _dry_run(spec, configs, options, results_dir, time.perf_counter() - t0)
     executor = make_executor(configs, options)  # starts nothing (Ray connects at the first run)
     store = ResultsStore(results_dir)
     store.preflight()
@@ -189,7 +189,7 @@ def sweep(study: str | Path, *, results_dir: str | Path = DEFAULT_RESULTS, optio
     _keep_study_file(spec, store.root)
     added = f" with {', '.join(spec.added)} added" if spec.added else ""
     slots = f", {executor.slots} at a time" if executor.slots > 1 else ""
-    print(f"{verb} {spec.name!r} ({options.preset or 'full'}){added}: {len(configs)} runs{slots} -> {results_dir}")
+    print(f"{verb} {spec.name!r}{_preset(spec, options)}{added}: {len(configs)} runs{slots} -> {results_dir}")
     made_with = {k: list(v) for k, v in (("set", options.set), ("add_variants", options.add_variants)) if v}
 
     def run_round(todo: list[RunConfig]) -> None:
@@ -213,13 +213,32 @@ def sweep(study: str | Path, *, results_dir: str | Path = DEFAULT_RESULTS, optio
     return load(results_dir, spec.name)
 
 
-def _dry_run(spec: Study, configs: Sequence[RunConfig], options: SweepOptions, checks_s: float = 0.0) -> Results:
-    """The bill of a study's runs under ``options`` (:mod:`bench.sweeps.bill`); nothing run, nothing recorded.
-    ``checks_s``: what checking the study took (a sweep takes it too, before its first run)."""
-    print(f"dry run of study {spec.name!r} ({options.preset or 'full'}): {len(configs)} runs checked; counting and "
-          "timing what each model configuration costs here", flush=True)
+def _preset(spec: Study, options: SweepOptions) -> str:
+    """How a sweep's first line names what it runs: `` (quick)`` (its preset), `` (full)`` (no preset chosen, of a study
+    that has some), nothing for a study without presets."""
+    if options.preset:
+        return f" ({options.preset})"
+    return " (full)" if spec.presets else ""
+
+
+def _dry_run(spec: Study, configs: Sequence[RunConfig], options: SweepOptions, results_dir: str | Path,
+             checks_s: float = 0.0) -> Results:
+    """The bill of the runs of a study that a sweep into ``results_dir`` would run under ``options`` (those it
+    skips as recorded are counted, not billed: :func:`bench.sweeps.driver.recorded_runs`;
+    :mod:`bench.sweeps.bill`); nothing run, nothing recorded. ``checks_s``: what checking the study took (a sweep
+    takes it too, before its first run)."""
+    recorded = recorded_runs(ResultsStore(results_dir), configs, options.resume, options.retry_failed)
+    todo = [c for c in configs if c.run_id not in recorded]
+    skipped = (f", {len(recorded)} of them already recorded in {results_dir} (a sweep skips them), so {len(todo)} "
+               "to run" if recorded else "")
+    print(f"dry run of study {spec.name!r}{_preset(spec, options)}: {len(configs)} runs checked{skipped}"
+          + ("; counting and timing what each model configuration costs here" if todo else ""), flush=True)
+    empty = pd.DataFrame()
+    if not todo:
+        print(f"nothing to bill: a sweep into {results_dir} would run nothing (--no-resume runs them all again)")
+        return Results(Path("."), spec.name, empty, empty, empty, [])
     t0 = time.perf_counter()
-    bills = bill(configs, options, cost_key, say=lambda line: print(line, flush=True))
+    bills = bill(todo, options, cost_key, say=lambda line: print(line, flush=True))
     device = environment(resolve_device(configs[0].device if configs else "auto"))["device_name"]
     precision = configs[0].precision if configs else "fp32"
     by_class: dict[str, float] = {}
@@ -232,7 +251,6 @@ def _dry_run(spec: Study, configs: Sequence[RunConfig], options: SweepOptions, c
         print(f"with --until-decided, the configurations of claims still open get more seeds, up to "
               f"--max-seeds {options.max_seeds}: at most {options.max_seeds / max(1, _seeds(configs)):.3g}x this bill")
     print(f"billed in {time.perf_counter() - t0:.0f} s")
-    empty = pd.DataFrame()
     return Results(Path("."), spec.name, empty, empty, empty, [])
 
 

@@ -97,6 +97,22 @@ def test_a_run_pays_its_process_start_where_it_starts_one() -> None:
     assert started.seconds == 4.0 + 2.0 + 10 * 0.5 + 3.0
 
 
+def test_the_process_start_is_billed_apart_from_the_per_run_figures() -> None:
+    """The first run's process start is a line of its own: it does not inflate the per-run figure of whichever
+    configuration runs first (two runs each: 5 s a run, not 5 + 4/2); with a process per run, each run pays it."""
+    costs = {k: bill.Costs(k, setup_s=2.0, measure_s=0.0, step_s=0.3, eval_s=0.0, probe_s=0.0, flops_per_step=1e9,
+                           peak_mb=None, mfu=None, num_train=1000, stand_in=None) for k in ("a", "b")}
+    runs = [bill.RunBill(RunConfig(variant=v, steps=10, seed=seed), costs[k], 10, 0, 0, False,
+                         start_s=4.0 if (k, seed) == ("a", 0) else 0.0)
+            for k, v in (("a", "plain"), ("b", "resnet")) for seed in (0, 1)]
+    lines = bill.render(runs, bill.SweepOptions(), "cpu", {})
+    assert [line.split()[-3:] for line in lines[1:3]] == [["5", "s", "n/a"]] * 2  # per run
+    assert lines[3] == "+ 4 s process start, once (the sweep's first run; the others fork from it)"
+    assert lines[4].startswith("total: 4 runs, 40 steps, 4e+10 training FLOPs; on this device (cpu), idle: 24 s")
+    each = [dataclasses.replace(b, start_s=4.0) for b in runs]
+    assert bill.render(each, bill.SweepOptions(executor="ray"), "cpu", {})[3] == "+ 4 s process start in each of 4 runs"
+
+
 def test_the_accelerator_line_is_left_out_when_the_measured_peak_is_not_the_real_one() -> None:
     costs = bill.Costs("k", setup_s=1.0, measure_s=0.0, step_s=0.5, eval_s=0.0, probe_s=0.0, flops_per_step=1e9,
                        peak_mb=None, mfu=0.25, num_train=1000, stand_in=None)

@@ -322,6 +322,23 @@ def test_a_changed_study_file_keeps_the_stored_one_beside_it(tmp_path: Path,
     assert f"that copy is kept as {kept}" in capsys.readouterr().out
 
 
+def test_a_dry_run_bills_only_the_runs_a_sweep_would_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A dry run on a folder that holds some of the study's runs counts them and bills the others only; on a folder
+    that holds them all it bills nothing."""
+    res, study = tmp_path / "res", _tiny_study(tmp_path / "tiny.toml")
+    assert main(["sweep", str(study), "--results-dir", str(res), "--quiet"]) == 0
+    capsys.readouterr()
+    assert main(["sweep", str(study), "--results-dir", str(res), "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert out.splitlines()[0] == (f"dry run of study 'tiny': 2 runs checked, 2 of them already recorded in {res} "
+                                   "(a sweep skips them), so 0 to run")
+    assert f"nothing to bill: a sweep into {res} would run nothing" in out and "total:" not in out
+    assert main(["sweep", str(study), "--set", "seed=[0,1]", "--results-dir", str(res), "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "4 runs checked, 2 of them already recorded" in out and "so 2 to run; counting" in out
+    assert "total: 2 runs, 4 steps" in out
+
+
 def test_cost_figures_measured_at_different_loads_are_kept_apart(tmp_path: Path) -> None:
     """One machine, two loads (a colleague's seeds measured while the machine was busy): throughput pools only
     within a band of load per CPU, and compare says which band each figure is from; the loss still pools all seeds."""
@@ -368,19 +385,27 @@ def _speed_cells(table: str) -> dict[tuple[str, str], str]:
 def test_the_leaderboard_keeps_apart_what_one_configuration_measured_at_different_loads(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """Seeds 2 and 3 measured at a higher load than seeds 0 and 1: the report's leaderboard and `bench leaderboard`
-    give each band its own row, the machine column naming it (as `compare` does), never a pooled 720 samples/s."""
+    keep one row per configuration, its loss pooled over all 4 seeds, its samples/s cell naming each band's figure,
+    never a pooled 720 samples/s."""
     store = _loaded_store(tmp_path / "res", lambda variant, seed: 0.4 if seed < 2 else 12.0)
-    fp = machine_fingerprint(ENV_A)
-    cells = _speed_cells(leaderboard_table(store.load_leaderboard(), store.load_runs()))
-    assert cells[("preln", f"{fp} at load/CPU 0-0.5")].startswith("1050 ± ")
-    assert cells[("preln", f"{fp} at load/CPU &gt;=4")].startswith("390 ± ")  # ">=", escaped for markdown
-    assert len(cells) == 4
-    assert main(["leaderboard", "--results-dir", str(store.root), "--metrics", "train_samples_per_s"]) == 0
-    lines = capsys.readouterr().out.splitlines()
-    assert lines[0].split()[:6] == ["variant", "depth", "task", "machine", "n_runs", "n_failed"]
-    banded = [line for line in lines if line.split()[0] == "preln"]
-    assert [" ".join(line.split()[3:6]) for line in banded] == [f"{fp} at load/CPU", f"{fp} at load/CPU"]
-    assert [line.split()[6] for line in banded] == ["0-0.5", ">=4"]
+    table = leaderboard_table(store.load_leaderboard(), store.load_runs())
+    cells = _speed_cells(table)
+    assert sorted(cells) == [("postln", ""), ("preln", "")]
+    assert cells[("preln", "")] == ("1050 ± 71 (±635, n=2, load/CPU 0-0.5); "
+                                    "390 ± 14 (±127, n=2, load/CPU &gt;=4)")  # ">=", escaped for markdown
+    assert "| preln | 2 | copy | 4/4 | — |" in table  # one row for all 4 seeds
+    csv = tmp_path / "board.csv"
+    assert main(["leaderboard", "--results-dir", str(store.root), "--metrics", "train_samples_per_s",
+                 "final_val_loss", "--csv", str(csv)]) == 0
+    full = pd.read_csv(csv).set_index("variant")
+    assert math.isnan(full.loc["preln", "train_samples_per_s_mean"]) and full.loc["preln", "final_val_loss_n"] == 4
+    bands = full.loc["preln", "train_samples_per_s_by_load_band"]
+    assert bands == "1050 (n=2, load/CPU 0-0.5); 390 (n=2, load/CPU >=4)"
+    lines = capsys.readouterr().out.splitlines()[1:]  # after "full table ... written"
+    assert lines[0].split()[:5] == ["variant", "depth", "task", "n_runs", "n_failed"]
+    (preln,) = [line for line in lines if line.split()[0] == "preln"]
+    assert preln.split()[3:5] == ["4", "0"]
+    assert "1050 (n=2, load/CPU 0-0.5); 390 (n=2, load/CPU >=4)" in preln and preln.endswith(" 2.15 ± 0.21 (4)")
 
 
 def test_the_leaderboard_is_one_row_per_configuration_where_each_shares_a_band(tmp_path: Path) -> None:

@@ -217,7 +217,7 @@ def test_sweep_add_variant_runs_it_in_the_grid(tmp_path: Path, capsys: pytest.Ca
     code, out, err = cli(["sweep", str(tiny_study(tmp_path)), "--plugin", str(plugin), "--add-variant", "toy_half",
                           "--quiet", "--results-dir", str(res)], capsys)
     assert code == 0, err
-    assert "'tiny' (full) with toy_half added: 3 runs" in out
+    assert "'tiny' with toy_half added: 3 runs" in out  # a study without presets: no "(full)"
     board = ResultsStore(res).load_leaderboard()
     assert sorted(board["variant"]) == ["plain", "resnet", "toy_half"] and set(board["study"]) == {"tiny"}
 

@@ -301,18 +301,24 @@ def load_band(load_1m: Any, cpus: Any) -> str | None:
     return f"load/CPU {low:g}-{high:g}" if high < _INF else f"load/CPU >={low:g}"
 
 
+def load_bands(board: pd.DataFrame, runs: Sequence[Mapping[str, Any]] | None) -> pd.Series:
+    """Each row's load band (:func:`load_band`): that of the run that measured its cost figures (its
+    ``cost_source``, else the row's own run), None where the load was not recorded."""
+    if runs is None or board.empty or "run_id" not in board.columns:
+        return pd.Series(None, index=board.index, dtype=object)
+    loads = {r.get("run_id"): (r.get("measurements") or {}).get("load") or {} for r in runs}
+    source = board["cost_source"].astype(object) if "cost_source" in board.columns else board["run_id"]
+    source = source.where(source.notna() & (source.astype(str) != ""), board["run_id"])
+    return pd.Series([load_band(loads.get(s, {}).get("load_1m"), loads.get(s, {}).get("cpus")) for s in source],
+                     index=board.index, dtype=object)
+
+
 def with_load_bands(board: pd.DataFrame, runs: Sequence[Mapping[str, Any]] | None) -> pd.DataFrame:
     """``board`` whose ``machine`` also names the load band its cost figures were measured in (``3f2a1b0c at
     load/CPU 2-4``; the band of the run that measured them, its ``cost_source``), where the rows' figures were
     measured in more than one band; else ``board`` as it is. Cost figures are then pooled and compared within one
     machine and band only (:func:`several_machines`); convergence metrics still pool every seed."""
-    if runs is None or board.empty or "run_id" not in board.columns:
-        return board
-    loads = {r.get("run_id"): (r.get("measurements") or {}).get("load") or {} for r in runs}
-    source = board["cost_source"].astype(object) if "cost_source" in board.columns else board["run_id"]
-    source = source.where(source.notna() & (source.astype(str) != ""), board["run_id"])
-    bands = pd.Series([load_band(loads.get(s, {}).get("load_1m"), loads.get(s, {}).get("cpus")) for s in source],
-                      index=board.index, dtype=object)
+    bands = load_bands(board, runs)
     if bands.dropna().nunique() < 2:
         return board
     machine = machines_of(board)
@@ -320,19 +326,37 @@ def with_load_bands(board: pd.DataFrame, runs: Sequence[Mapping[str, Any]] | Non
     return board.assign(**{MACHINE_KEY: shown})
 
 
-def with_mixed_load_bands(board: pd.DataFrame, runs: Sequence[Mapping[str, Any]] | None) -> pd.DataFrame:
-    """:func:`with_load_bands` where a configuration's cost figures on one machine were measured in more than one load
-    band (a colleague's seed run beside other work): the leaderboard then keeps each band's rows apart, its
-    ``machine`` naming the band, as ``compare`` does. Where every configuration's runs share a band (whatever the
-    bands of different configurations), ``board`` as it is: one row per configuration."""
-    banded = with_load_bands(board, runs)
-    if banded is board:
-        return board
+UNRECORDED_LOAD = "load unrecorded"
+
+
+def cost_by_band(rows: pd.DataFrame, metric: str, bands: pd.Series) -> list[tuple[str, dict[str, float]]]:
+    """The leaderboard's cost cell of one configuration (on one machine) whose figures of ``metric`` were measured
+    in more than one load band: ``(band, t_ci statistics)`` per band, in band order (an unrecorded load last, as
+    :data:`UNRECORDED_LOAD`), so a cell never averages two loads. Empty where ``metric`` is no cost figure or its
+    measured values share one band: the cell then pools them. ``bands``: :func:`load_bands` of ``rows``."""
+    if metric not in COST_COLUMNS or metric not in rows.columns:
+        return []
+    counted = counted_rows(rows, metric)
+    measured = counted[np.isfinite(pd.to_numeric(counted[metric], errors="coerce").to_numpy(dtype=float))]
+    if bands.loc[measured.index].dropna().nunique() < 2:
+        return []
+    band = bands.loc[measured.index].fillna(UNRECORDED_LOAD)
+    order = sorted(band.unique(), key=lambda b: (b == UNRECORDED_LOAD, b))  # "0-0.5" < "0.5-1" < ... < ">=4"
+    return [(b, t_ci(observations(measured[band == b], metric))) for b in order]
+
+
+def split_by_load_band(board: pd.DataFrame, runs: Sequence[Mapping[str, Any]] | None) -> bool:
+    """Whether some configuration of ``board`` (on one machine) measured a cost figure in more than one load band:
+    the leaderboard's cells then name the bands (:func:`cost_by_band`)."""
+    bands = load_bands(board, runs)
+    if bands.dropna().nunique() < 2:
+        return False
     configs = with_config_hash(board)
-    config = configs[CONFIG_KEY].astype(str) if CONFIG_KEY in configs.columns else pd.Series("", index=board.index)
-    groups = pd.DataFrame({"config": config, "machine": machines_of(board), "band": banded[MACHINE_KEY]})
-    mixed = groups.groupby(["config", "machine"], sort=False)["band"].nunique().gt(1).any()
-    return banded if mixed else board
+    keys = [CONFIG_KEY] if CONFIG_KEY in configs.columns else []
+    configs = configs.assign(**{MACHINE_KEY: machines_of(board)})
+    return any(cost_by_band(group, m, bands.loc[group.index])
+               for _, group in configs.groupby([*keys, MACHINE_KEY], sort=False, dropna=False)
+               for m in COST_COLUMNS)
 
 
 def several_machines(df: pd.DataFrame) -> bool:

@@ -14,12 +14,18 @@ from bench.analysis.comparison import compare_table
 from bench.analysis.multiplier_columns import NOTE as MULTIPLIER_NOTE
 from bench.analysis.multiplier_columns import has_budget, with_multipliers
 from bench.analysis.stats import (
+    CONFIG_KEY,
+    MACHINE_KEY,
     aggregate,
     by_configuration,
+    cost_by_band,
     headline_metrics,
+    load_bands,
+    machines_of,
     primary_metrics,
+    several_machines,
+    with_config_hash,
     with_derived,
-    with_mixed_load_bands,
 )
 from bench.reports.markdown import MISSING, render_comparison
 from bench.runs.reading import read_heads, read_runs
@@ -48,20 +54,46 @@ def _cell(mean: float, ci: float, n: float) -> str:
     return f"{mean:.4g} ± {ci:.2g} ({int(n)})"
 
 
+def _by_load_band(full: pd.DataFrame, named: pd.DataFrame, runs: Any, by: list[str], metrics: list[str]
+                  ) -> pd.DataFrame:
+    """``full`` where a row's cost figures of a metric were measured in several load bands: that metric's pooled
+    statistics blanked and each band's figure in ``<metric>_by_load_band`` (``4525 (n=1, load/CPU 1-2); ...``),
+    so no cell averages two loads (:func:`bench.analysis.stats.cost_by_band`); else ``full`` as it is."""
+    named = with_config_hash(named)
+    if several_machines(named):
+        named = named.assign(**{MACHINE_KEY: machines_of(named)})
+    keys = [k for k in (*by, CONFIG_KEY, MACHINE_KEY) if k in full.columns and k in named.columns]
+    bands = load_bands(named, runs)
+    parts = {tuple(map(str, k if isinstance(k, tuple) else (k,))): g
+             for k, g in named.groupby(keys, sort=False, dropna=False)}
+    for m in metrics:
+        for i, key in enumerate(full[keys].astype(str).itertuples(index=False, name=None)):
+            part = parts.get(key)
+            split = cost_by_band(part, m, bands.loc[part.index]) if part is not None else []
+            if not split:
+                continue
+            if f"{m}_by_load_band" not in full.columns:
+                full = full.assign(**{f"{m}_by_load_band": None})
+            pooled = [c for c in full.columns if c.startswith(f"{m}_") and c != f"{m}_by_load_band"]
+            full.loc[full.index[i], pooled] = math.nan
+            full.loc[full.index[i], f"{m}_by_load_band"] = "; ".join(
+                f"{s['mean']:.4g} (n={int(s['n'])}, {band})" for band, s in split)
+    return full
+
+
 def cmd_leaderboard(ns: argparse.Namespace) -> int:
     df, runs = _board(ns, ns.study)
     if df.empty:
         print(f"no runs in {ns.results_dir}")
         return 0
     df = with_derived(df)  # train_error, val_error: a classifier's primary metric
-    df = with_mixed_load_bands(df, runs)  # a configuration measured at several loads: a row per load band
     metrics = list(ns.metrics or headline_metrics(df))
     unknown = [m for m in metrics if m not in df.columns]
     if unknown:
         raise ValueError(f"unknown metric(s) {unknown}; leaderboard columns: {', '.join(df.columns)}")
     # Seeds pool only with seeds: one row per configuration, showing the fields in which configurations differ.
     named, by = by_configuration(df, runs)
-    full = aggregate(named, by=by, metrics=metrics)
+    full = _by_load_band(aggregate(named, by=by, metrics=metrics), named, runs, by, metrics)
     if ns.sort:
         key = ns.sort if ns.sort in full.columns else f"{ns.sort}_mean"
         if key not in full.columns:
@@ -73,12 +105,13 @@ def cmd_leaderboard(ns: argparse.Namespace) -> int:
         if path:
             write(path)
             print(f"full table ({len(full.columns)} columns) written to {path}")
-    shown = [*by, *(["machine"] if "machine" in full.columns else [])]  # several machines (or load bands): cost cells
-    # per machine
+    shown = [*by, *(["machine"] if "machine" in full.columns else [])]  # several machines: cost cells per machine
     compact = full[[*shown, "n_runs", "n_failed"]].astype(object)
     compact = compact.where(compact.notna(), MISSING)  # a missing value reads as in `bench compare`
     for m in metrics:
-        compact[m] = [_cell(*v) for v in zip(full[f"{m}_mean"], full[f"{m}_ci"], full[f"{m}_n"], strict=True)]
+        stats = zip(full[f"{m}_mean"], full[f"{m}_ci"], full[f"{m}_n"], strict=True)
+        banded = full.get(f"{m}_by_load_band", pd.Series(None, index=full.index, dtype=object))
+        compact[m] = [b if isinstance(b, str) else _cell(*v) for b, v in zip(banded, stats, strict=True)]
     with pd.option_context("display.max_rows", None, "display.max_columns", None, "display.width", 250):
         print(compact.to_string(index=False))
     return 0

@@ -32,11 +32,13 @@ from bench.analysis.stats import (
     WELCH,
     aggregate_long,
     by_configuration,
+    cost_by_band,
     group_keys,
+    load_bands,
     machines_of,
     several_machines,
+    split_by_load_band,
     with_derived,
-    with_mixed_load_bands,
 )
 from bench.analysis.studyfile import StandIn, find_study, is_shipped
 from bench.reports import plots
@@ -115,6 +117,19 @@ def _stat_cell(s: pd.Series, scale: float, fmt: str) -> str:
     return f"{mean} ± {std} (±{ci})"
 
 
+def _band_cell(s: Mapping[str, float], scale: float, fmt: str, band: str) -> str:
+    """One load band's part of a cost cell: ``mean (n=1, band)`` or ``mean ± std (±CI, n=k, band)``."""
+    if s["n"] == 1:
+        return f"{fmt_number(s['mean'] * scale, fmt)} (n=1, {band})"
+    mean, std, ci = (fmt_number(s[k] * scale, fmt) for k in ("mean", "std", "ci"))
+    return f"{mean} ± {std} (±{ci}, n={int(s['n'])}, {band})"
+
+
+def _metric_cell(s: pd.Series, split: Sequence[tuple[str, Mapping[str, float]]], scale: float, fmt: str) -> str:
+    """The row's pooled cell ``s``, or where its cost figures span load bands (``split``) each band's, ``; ``-joined."""
+    return "; ".join(_band_cell(b, scale, fmt, band) for band, b in split) if split else _stat_cell(s, scale, fmt)
+
+
 def _targeted(board: pd.DataFrame) -> pd.Series:
     """Per row: did its run set a target (``target_acc`` or ``target_loss``)? Only then is steps-to-target a
     measurement; without one it is empty by construction, not "never reached"."""
@@ -129,12 +144,13 @@ def leaderboard_table(board: pd.DataFrame, runs: Sequence[Mapping[str, Any]] | N
     (:func:`bench.analysis.stats.differing_fields`, from the leaderboard and the run JSONs ``runs``); if two rows
     would still look alike (a difference recorded nowhere but in the config hash), the hash is shown too. The
     steps-to-target column is there only when some run set a target (:func:`_targeted`); a row none of whose runs
-    set one reads ``no target``.
+    set one reads ``no target``. A cost cell of a configuration whose figures were measured in several load bands
+    shows each band's figure, never their average (:func:`bench.analysis.stats.cost_by_band`).
     """
     columns = table_metrics(board)
-    board = with_mixed_load_bands(board, runs)  # a configuration measured at several loads: a row per load band
     named, by = by_configuration(with_derived(board), runs, ROW_COLUMNS)
     named = named.assign(_targeted=_targeted(named))
+    bands = load_bands(named, runs)
     with_target = bool(named["_targeted"].any())
     if several_machines(named):  # cost cells per machine: a row per configuration and machine
         named, by = named.assign(**{MACHINE_KEY: machines_of(named)}), [*by, MACHINE_KEY]
@@ -143,14 +159,15 @@ def leaderboard_table(board: pd.DataFrame, runs: Sequence[Mapping[str, Any]] | N
     keys = group_keys(agg, by)
     configs = agg.drop_duplicates(keys)
     shown = [*by, CONFIG_KEY] if CONFIG_KEY in keys and configs[by].astype(str).duplicated().any() else by
-    per_row = [bool(r["_targeted"].any()) for _, r in named.groupby(keys, sort=True, dropna=False)]
+    parts = [part for _, part in named.groupby(keys, sort=True, dropna=False)]
     rows = []
-    for (_, g), targeted in zip(agg.groupby(keys, sort=True, dropna=False), per_row, strict=True):
-        g = g.set_index("metric")
+    for (_, g), part in zip(agg.groupby(keys, sort=True, dropna=False), parts, strict=True):
+        g, targeted = g.set_index("metric"), bool(part["_targeted"].any())
         first = g.iloc[0]
         runs_cell = f"{int(first['n_runs'] - first['n_failed'])}/{int(first['n_runs'])}"
         cells = [_value(first[c]) for c in shown]
-        row = [*cells, runs_cell, *(_stat_cell(g.loc[m], sc, f) for m, _, sc, f in columns)]
+        stats = [_metric_cell(g.loc[m], cost_by_band(part, m, bands.loc[part.index]), sc, f) for m, _, sc, f in columns]
+        row = [*cells, runs_cell, *stats]
         if with_target:
             target = g.loc["steps_to_target"]
             reached = f"{fmt_number(target['median'], '.0f')} ({int(target['n'])}/{int(target['n_runs'])})"
@@ -314,6 +331,9 @@ def write_report(results_dir: str | Path, study: str | None = None, workers: int
         "",
         "Cells: mean ± std over seeds (±95% CI half-width, Student t); `(n=1)` = a single run, no spread. "
         "Only runs with status `ok` count; `ok/runs` shows how many did." + _measured_at(runs)
+        + (" A configuration whose cost figures were measured in several bands of machine load (load per CPU) "
+           "shows each band's figure in its cost cells, never their average; its other cells pool every seed."
+           if split_by_load_band(board, runs) else "")
         + (" steps→target: median over the runs that reached the target, (reached/runs); a run that never "
            "reached it is not counted as its last step." if has_target(board) else ""),
         "",

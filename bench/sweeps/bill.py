@@ -498,10 +498,11 @@ def render(bills: Sequence[RunBill], options: SweepOptions, device: str,
         first = group[0]
         name = f"{first.config.variant}" + (f"-d{first.config.depth}" if first.config.depth else "") + \
             f" {first.config.task}" + (f" (as {first.costs.stand_in})" if first.costs.stand_in else "")
-        per_run = statistics.median(b.seconds for b in group)
+        per_run = statistics.median(b.seconds - b.start_s for b in group)  # the process start: its own line
         peak = f"{first.costs.peak_mb:.0f}" if first.costs.peak_mb is not None else "n/a"
         lines.append(f"{name:<44} {len(group):>4} {sum(b.steps for b in group):>8} "
                      f"{sum(b.train_flops for b in group):>12.3g} {_clock(per_run):>9} {peak:>9}")
+    lines += start_lines(bills)
     total = sum(b.seconds for b in bills)
     flops = sum(b.train_flops for b in bills)
     slots = options.jobs
@@ -525,6 +526,19 @@ def render(bills: Sequence[RunBill], options: SweepOptions, device: str,
                      f"FLOPs alone would take: {cells} (one device, no evaluation; small models use less of an "
                      "accelerator's peak than of a CPU's: read these as lower bounds)")
     return lines
+
+
+def start_lines(bills: Sequence[RunBill]) -> list[str]:
+    """The bill's line for the run processes' start (Python, torch, resbench and the data modules imported), kept
+    out of the per-run figures, which it would otherwise inflate for whichever configuration's run comes first:
+    paid once where the runs fork from one server (the local executor), by every run otherwise."""
+    starts = [b.start_s for b in bills if b.start_s > 0]
+    if not starts:
+        return []
+    if len(starts) == 1:
+        forked = " (the sweep's first run; the others fork from it)" if len(bills) > 1 else ""
+        return [f"+ {_clock(starts[0])} process start, once{forked}"]
+    return [f"+ {_clock(statistics.median(starts))} process start in each of {len(starts)} runs"]
 
 
 def accelerators(precision: str, flops: Mapping[str, float] | None = None) -> dict[str, float]:

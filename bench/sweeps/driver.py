@@ -97,6 +97,44 @@ def _sigterm_as_interrupt() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
+def edited_plugins(store: ResultsStore, cfg: RunConfig) -> list[str]:
+    """The loaded plugins the recorded run ``cfg`` depends on (its variant, or a value of an axis it names in its
+    model arguments) whose source differs from the one the recorded run loaded (sha256 in its run JSON)."""
+    names = {str(v) for _, v in cfg.model_args}
+    relevant = [p for p in plugins.loaded()
+                if cfg.variant in p.variants or any(name in names for _, name in p.axis_values)]
+    if not relevant:
+        return []
+    try:
+        recorded = store.load_run(cfg.run_id).get("plugins") or []
+    except (ValueError, OSError):
+        return []  # a row without a readable JSON: the cost-figure reuse will measure again anyway
+
+    def same_code(p: plugins.Plugin) -> bool:  # a recorded plugin that registered what p does, with p's source
+        mine = {*p.variants, *(f"{a}:{n}" for a, n in p.axis_values)}
+        return any(r.get("sha256") == p.sha256 and mine & {*r.get("variants", ()),
+                                                          *(f"{a}:{n}" for a, n in r.get("axis_values", ()))}
+                   for r in recorded)  # fmt: skip
+
+    return [p.spec for p in relevant if not same_code(p)]
+
+
+def settled_runs(board: Any, resume: bool, retry_failed: bool = False) -> set[str]:
+    """The run ids of leaderboard ``board`` a sweep does not run again: with ``resume``, those whose row says ok,
+    and those that diverged or ended at chance unless ``retry_failed`` (:data:`SETTLED`)."""
+    settled = ("ok",) if retry_failed else SETTLED
+    return set(board.loc[board["status"].isin(settled), "run_id"]) if resume and not board.empty else set()
+
+
+def recorded_runs(store: ResultsStore, configs: Sequence[RunConfig], resume: bool = True,
+                  retry_failed: bool = False) -> set[str]:
+    """The run ids of ``configs`` a sweep into ``store`` would skip as already recorded (those
+    :meth:`_Driver.skip_recorded` skips: settled rows whose plugins' code has not changed since); a dry run bills
+    the others."""
+    done = settled_runs(store.load_leaderboard(), resume, retry_failed)
+    return {c.run_id for c in configs if c.run_id in done and not edited_plugins(store, c)}
+
+
 class _Driver:
     """The state of one sweep: what is pending, in flight and done, and whose cost figures to reuse."""
 
@@ -141,14 +179,14 @@ class _Driver:
         module changed in git since is kept, with a warning naming it."""
         board = self.store.load_leaderboard()
         settled = ("ok",) if retry_failed else SETTLED
-        done = set(board.loc[board["status"].isin(settled), "run_id"]) if resume and not board.empty else set()
+        done = settled_runs(board, resume, retry_failed)
         statuses = dict(zip(board["run_id"], board["status"], strict=True)) if not board.empty else {}
         self.settled = settled if resume else ()  # what a row another sweep writes meanwhile must say to count
         self.recorded = dict(zip(board["run_id"], board["created_at"], strict=True)) if not board.empty else {}
         shas = dict(zip(board["run_id"], board["git_sha"], strict=True)) if not board.empty else {}
         stale_code: dict[str, list[str]] = {}
         for i, cfg in enumerate(self.configs, 1):
-            edited = self._edited_plugins(cfg) if cfg.run_id in done else []
+            edited = edited_plugins(self.store, cfg) if cfg.run_id in done else []
             if cfg.run_id in done and not edited:
                 status = statuses.get(cfg.run_id)
                 if status != "ok":
@@ -170,27 +208,6 @@ class _Driver:
             print(f"warning: {len(ids)} recorded run(s) were made before a change to {module} (git log says so): "
                   f"{', '.join(ids)}; their rows describe the code of then: rerun them with --no-resume to measure "
                   "the code of now", file=sys.stderr, flush=True)
-
-    def _edited_plugins(self, cfg: RunConfig) -> list[str]:
-        """The loaded plugins the run depends on (its variant, or a value of an axis it names in its model
-        arguments) whose source differs from the one the recorded run loaded (sha256 in its run JSON)."""
-        names = {str(v) for _, v in cfg.model_args}
-        relevant = [p for p in plugins.loaded()
-                    if cfg.variant in p.variants or any(name in names for _, name in p.axis_values)]
-        if not relevant:
-            return []
-        try:
-            recorded = self.store.load_run(cfg.run_id).get("plugins") or []
-        except (ValueError, OSError):
-            return []  # a row without a readable JSON: the cost-figure reuse will measure again anyway
-
-        def same_code(p: plugins.Plugin) -> bool:  # a recorded plugin that registered what p does, with p's source
-            mine = {*p.variants, *(f"{a}:{n}" for a, n in p.axis_values)}
-            return any(r.get("sha256") == p.sha256 and mine & {*r.get("variants", ()),
-                                                              *(f"{a}:{n}" for a, n in r.get("axis_values", ()))}
-                       for r in recorded)  # fmt: skip
-
-        return [p.spec for p in relevant if not same_code(p)]
 
     def _reuse_recorded(self, cfg: RunConfig) -> None:
         """Take a recorded run's cost figures for its configuration, if it measured (or reused) them all."""

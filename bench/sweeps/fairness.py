@@ -308,6 +308,19 @@ def summary(a: str, b: str, rows: Sequence[DiffRow]) -> str:
 # -- the study guard ------------------------------------------------------------------------------
 
 
+def run_model_args(cfg: RunConfig) -> dict[str, Any]:
+    """``cfg``'s model arguments, after those its task gives its model where a ``bench cost`` shape of the task's
+    name states them without loading the data (:data:`bench.runs.cost.SHAPES`: digits' one input channel and 10
+    classes; less what the variant's builder does not take, and the shape's depth). Other tasks: ``cfg``'s own only
+    (the builders' defaults for the rest). The guard then counts the parameters the runs will have."""
+    shape = cost.SHAPES.get(cfg.task)
+    if shape is None or cfg.variant.startswith("timm:"):
+        return dict(cfg.model_overrides())
+    accepted = set(variants.describe(cfg.variant)["defaults"])
+    args = {k: v for k, v in cost.build_args(cfg.variant, shape).items() if k in accepted and k != "depth"}
+    return {**args, **cfg.model_overrides()}
+
+
 def _group_key(cfg: RunConfig) -> str:
     """Everything of a config except the variant and the seed: configs with one key are compared with each other."""
     d = cfg.to_dict()
@@ -332,7 +345,7 @@ def check_grid(configs: Iterable[RunConfig], vary: Sequence[str], param_toleranc
             continue  # timm models carry no axes: nothing to compare them by
         group = groups[_group_key(cfg)]
         if cfg.variant not in group:
-            group[cfg.variant] = model_facts(cfg.variant, cfg.depth, cfg.model_overrides(),
+            group[cfg.variant] = model_facts(cfg.variant, cfg.depth, run_model_args(cfg),
                                              described=compares_structure)
     known = {"params", "structure"}
     for group in groups.values():
@@ -372,9 +385,10 @@ def _check_shared_init(configs: Iterable[RunConfig], vary: Sequence[str], study:
                 group.append(cfg)
     for group in (g for g in groups.values() if len(g) > 1):
         first, *others = group
-        base = initial_values(first.variant, first.depth, first.model_overrides())
+        base = initial_values(first.variant, first.depth, run_model_args(first))
         for other in others:
-            rows = shared_init_rows(base, initial_values(other.variant, other.depth, other.model_overrides()))
+            rows = shared_init_rows(base, initial_values(other.variant, other.depth,
+                                                         run_model_args(other)))
             if rows:
                 listed = "; ".join(f"{r.key[len('init '):]}: {r.a} vs {r.b}" for r in rows[:3])
                 more = f" (and {len(rows) - 3} more)" if len(rows) > 3 else ""
