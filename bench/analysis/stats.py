@@ -359,6 +359,13 @@ def split_by_load_band(board: pd.DataFrame, runs: Sequence[Mapping[str, Any]] | 
                for m in COST_COLUMNS)
 
 
+def with_mixed_load_bands(board: pd.DataFrame, runs: Sequence[Mapping[str, Any]] | None) -> pd.DataFrame:
+    """The board a cost figure draws: :func:`with_load_bands` (its ``machine`` naming the band, a line per band) where
+    some configuration measured a cost figure in more than one load band (:func:`split_by_load_band`), else
+    ``board`` as it is."""
+    return with_load_bands(board, runs) if split_by_load_band(board, runs) else board
+
+
 def several_machines(df: pd.DataFrame) -> bool:
     """Whether ``df``'s rows were measured on more than one machine (an unrecorded one counts as a machine)."""
     return MACHINE_KEY in df.columns and machines_of(df).nunique() > 1
