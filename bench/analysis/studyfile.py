@@ -97,7 +97,7 @@ def find_study(ref: str | Path, results_dir: str | Path | None = None) -> Path:
         _refuse_link(stored)
     if stored is None or not stored.is_file():
         return shipped_study(name)
-    if name in shipped_studies() and _specs(read_study_file(stored)):
+    if name in shipped_studies() and named_plugins(read_study_file(stored)):
         raise StandIn(f"{stored} names plugins, but {name!r} is a shipped study, which names none: a results "
                          "folder's copy never stands in for a shipped study with code of its own; name the copy by "
                          "its path to use it (its plugins then need --trust-plugins)")
@@ -144,7 +144,8 @@ def read_study_file(path: str | Path) -> dict[str, Any]:
                          "levels") from None
 
 
-def _specs(data: Mapping[str, Any]) -> list[str]:
+def named_plugins(data: Mapping[str, Any]) -> list[str]:
+    """The plugin specs a study file's ``plugins`` list names (``data``: the file read), as written."""
     specs = data.get("plugins", [])
     return [s for s in specs if isinstance(s, str) and s.strip()] if isinstance(specs, list) else []
 
@@ -164,7 +165,7 @@ def study_plugins(ref: str | Path, results_dir: str | Path | None = None, trust:
     step, which the report runs: the note only then)."""
     try:
         path = find_study(ref, results_dir)
-        specs = _specs(read_study_file(path))
+        specs = named_plugins(read_study_file(path))
     except StandIn:
         raise
     except ValueError:

@@ -21,6 +21,7 @@ from bench.analysis.studyfile import (
     PLUGIN_ORIGIN,
     StandIn,
     find_study,
+    named_plugins,
     read_study_file,
     shipped_studies,
     stored_in,
@@ -61,15 +62,11 @@ def run_plugin_flags(run: Mapping[str, Any], root: Path) -> list[str]:
         return flags
     try:
         path = find_study(str(study), root)
-        stored = [(path.parent / s).as_posix() if s.endswith(".py") or "/" in s else s for s in _study_specs(path)]
+        stored = [(path.parent / s).as_posix() if s.endswith(".py") or "/" in s else s
+                  for s in named_plugins(read_study_file(path))]
     except ValueError:
         stored = []
     return [*flags, *(a for spec in dict.fromkeys(stored or recorded) for a in ("--plugin", spec))]
-
-
-def _study_specs(path: Path) -> list[str]:
-    specs = read_study_file(path).get("plugins") or []
-    return [s for s in specs if isinstance(s, str) and s.strip()] if isinstance(specs, list) else []
 
 
 def options(runs: Sequence[Mapping[str, Any]]) -> list[list[str]]:
