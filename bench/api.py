@@ -44,7 +44,7 @@ from bench.reports.trackers import Tracker, log_all, make_trackers
 from bench.runs import distributed, plugins
 from bench.runs.config import DEFAULT_RESULTS, RunConfig, build
 from bench.runs.cost import cost_table
-from bench.runs.env import environment
+from bench.runs.env import environment, machine_id
 from bench.runs.measure import cost_key
 from bench.runs.names import file_name
 from bench.runs.progress import Progress
@@ -52,7 +52,7 @@ from bench.runs.results import ResultsStore, atomic_write_text
 from bench.runs.runner import execute
 from bench.runs.train import resolve_device
 from bench.sweeps.bill import accelerators, bill, render
-from bench.sweeps.driver import recorded_runs, run_sweep
+from bench.sweeps.driver import recorded_figures, recorded_runs, run_sweep
 from bench.sweeps.executors import check_options, make_executor, prestart
 from bench.sweeps.options import FIELDS as OPTION_FIELDS
 from bench.sweeps.options import SweepOptions
@@ -225,9 +225,11 @@ def _dry_run(spec: Study, configs: Sequence[RunConfig], options: SweepOptions, r
              checks_s: float = 0.0) -> Results:
     """The bill of the runs of a study that a sweep into ``results_dir`` would run under ``options`` (those it
     skips as recorded are counted, not billed: :func:`bench.sweeps.driver.recorded_runs`;
-    :mod:`bench.sweeps.bill`); nothing run, nothing recorded. ``checks_s``: what checking the study took (a sweep
-    takes it too, before its first run)."""
-    recorded = recorded_runs(ResultsStore(results_dir), configs, options.resume, options.retry_failed)
+    :mod:`bench.sweeps.bill`), and so are the measurement phases of a configuration whose cost figures it reuses
+    from those (:func:`bench.sweeps.driver.recorded_figures`, measured on this machine); nothing run, nothing
+    recorded. ``checks_s``: what checking the study took (a sweep takes it too, before its first run)."""
+    store = ResultsStore(results_dir)
+    recorded = recorded_runs(store, configs, options.resume, options.retry_failed)
     todo = [c for c in configs if c.run_id not in recorded]
     skipped = (f", {len(recorded)} of them already recorded in {results_dir} (a sweep skips them), so {len(todo)} "
                "to run" if recorded else "")
@@ -238,8 +240,12 @@ def _dry_run(spec: Study, configs: Sequence[RunConfig], options: SweepOptions, r
         print(f"nothing to bill: a sweep into {results_dir} would run nothing (--no-resume runs them all again)")
         return Results(Path("."), spec.name, empty, empty, empty, [])
     t0 = time.perf_counter()
-    bills = bill(todo, options, cost_key, say=lambda line: print(line, flush=True))
-    device = environment(resolve_device(configs[0].device if configs else "auto"))["device_name"]
+    env = environment(resolve_device(configs[0].device if configs else "auto"))
+    figures = recorded_figures(store, [c for c in configs if c.run_id in recorded], options.measure_every_run)
+    here = machine_id(env)  # figures measured on another machine are measured again (bench.runs.runner)
+    reused = {key for key, r in figures.items() if r.machine is None or r.machine == here}
+    bills = bill(todo, options, cost_key, say=lambda line: print(line, flush=True), recorded=reused)
+    device = env["device_name"]
     precision = configs[0].precision if configs else "fp32"
     by_class: dict[str, float] = {}
     for b in bills:

@@ -55,8 +55,8 @@ def test_a_dry_run_prints_the_bill_and_records_nothing(tmp_path: Path, capsys: p
                       r"--jobs 2 \((.+) one at a time\)", out)
     assert total is not None and float(total.group(1)) > 0
     assert re.search(r"with --jobs 2 \(.+ one at a time\), the study's checks \(\d+ m?s\) included", out)
-    assert re.search(r"machine load while timing: 1-min load average \d+\.\d on \d+ CPUs, other processes \d+% "
-                     r"of the CPU time", out)
+    assert re.search(r"machine load while billing: 1-min load average \d+\.\d on \d+ CPUs, other processes \d+% "
+                     r"of the CPU time, the bill \d+\.\d\dx longer on the wall clock than in CPU time over \d+ s", out)
     assert "the training FLOPs alone would take: H200 " in out and "read these as lower bounds" in out
 
 
@@ -106,9 +106,10 @@ def test_the_process_start_is_billed_apart_from_the_per_run_figures() -> None:
                          start_s=4.0 if (k, seed) == ("a", 0) else 0.0)
             for k, v in (("a", "plain"), ("b", "resnet")) for seed in (0, 1)]
     lines = bill.render(runs, bill.SweepOptions(), "cpu", {})
-    assert [line.split()[-3:] for line in lines[1:3]] == [["5", "s", "n/a"]] * 2  # per run
+    assert [line.split()[-4:] for line in lines[1:3]] == [["5", "s", "-", "n/a"]] * 2  # per run, no measurement
     assert lines[3] == "+ 4 s process start, once (the sweep's first run; the others fork from it)"
-    assert lines[4].startswith("total: 4 runs, 40 steps, 4e+10 training FLOPs; on this device (cpu), idle: 24 s")
+    assert lines[4].startswith("total: 4 runs, 40 steps, 4e+10 training FLOPs; on this device (cpu), idle: 24 s "
+                               "with --jobs 1 (the CPUs to itself: no load makes it shorter)")
     each = [dataclasses.replace(b, start_s=4.0) for b in runs]
     assert bill.render(each, bill.SweepOptions(executor="ray"), "cpu", {})[3] == "+ 4 s process start in each of 4 runs"
 
@@ -123,8 +124,10 @@ def test_the_accelerator_line_is_left_out_when_the_measured_peak_is_not_the_real
     assert "would take: H100 <1 ms (one device" in lines[-1]  # 1e10 FLOPs / (0.25 x 1e15 FLOP/s)
     over = dataclasses.replace(costs, mfu=6.25)  # a CPU's emulated bf16 matmul taken for its peak
     lines = bill.render([bill.RunBill(cfg, over, 10, 1, 0, False)], options, "cpu", {"H100": 1e15})
-    assert lines[-1] == ("no accelerator figures: the model FLOP utilisation measured here (625%) exceeds this "
-                         "device's measured peak, so that peak is not its real one")
+    assert lines[-1] == ("no accelerator figures: the steps timed here ran at 625% of the peak this device reached on "
+                         "a lone matmul and convolution, so that peak is below its real one and no utilisation can be "
+                         "read from it; bill again on a quieter machine (on a CPU in bf16 or fp16, also with --set "
+                         "precision=fp32)")
 
 
 def test_a_cpu_peak_in_bf16_is_never_below_fp32s() -> None:
@@ -285,9 +288,10 @@ def test_on_a_busy_cpu_the_bill_reads_the_steps_cpu_time(timed: list[tuple[int, 
     lines = bill.render([bill.RunBill(TINY, busy, 10, 0, 0, False)], bill.SweepOptions(jobs=2), "cpu", {})
     idle = bill.RunBill(TINY, c, 10, 0, 0, False).seconds
     said = next(line for line in lines if line.startswith("machine load"))
-    assert said == ("machine load while timing: 1-min load average 2.5 on 2 CPUs, other processes 75% of the CPU "
+    assert said == ("machine load while billing: 1-min load average 2.5 on 2 CPUs, other processes 75% of the CPU "
                     "time (the steps were timed in CPU time: an idle machine's figures; the sweep shares the CPUs "
-                    f"with the other work): at that load, {bill._clock(1.75 * idle)} (1.75x)")
+                    f"with the other work): at that load, {bill._clock(1.75 * idle)} (1.75x), while the load stays "
+                    "as it was when billed")
 
 
 def test_a_family_is_timed_once_and_its_bill_rises_with_its_flops(timed: list[tuple[int, int, int]]) -> None:
@@ -305,8 +309,8 @@ def test_a_family_is_timed_once_and_its_bill_rises_with_its_flops(timed: list[tu
     assert [len(f) for f in bill.families([bill.plan(c, str(i)) for i, c in enumerate(configs)]).values()] == [2]
 
 
-def test_at_a_load_the_bill_reads_the_slowdown_its_own_steps_saw() -> None:
-    """A load average of 12 on 2 CPUs, most of it threads that hardly run: the bill's steps took 1.6x longer on the
+def test_at_a_load_the_bill_reads_the_slowdown_it_saw_itself() -> None:
+    """A load average of 12 on 2 CPUs, most of it threads that hardly run: the bill took 1.6x longer on the
     wall clock than in CPU time, and that, not (1 + 11) / 2 = 6, is what the sweep's one job sees; two jobs on two
     idle CPUs see nothing; two jobs where the bill's one thread had the CPU to itself get half as much each."""
     seen = {"load_1m": 12.0, "cpus": 2, "wall_over_cpu": 1.6}
@@ -314,7 +318,9 @@ def test_at_a_load_the_bill_reads_the_slowdown_its_own_steps_saw() -> None:
     assert bill.slowdown({"load_1m": 12.0, "cpus": 2}, jobs=1, threads=1) == pytest.approx(6.0)
     assert bill.slowdown({"load_1m": 1.0, "cpus": 2, "wall_over_cpu": 1.0}, jobs=2, threads=1) == 1.0
     assert bill.slowdown({"load_1m": 1.0, "cpus": 1, "wall_over_cpu": 1.0}, jobs=2, threads=1) == pytest.approx(2.0)
-    assert "its steps 1.60x longer on the wall clock than in CPU time" in bill.load_line(seen)
+    assert "the bill 1.60x longer on the wall clock than in CPU time (" in bill.load_line(seen)
+    assert "the bill 1.60x longer on the wall clock than in CPU time over 12 s (" in bill.load_line(
+        {**seen, "window_s": 12.0})
 
 
 def test_the_bill_times_its_steps_with_the_threads_a_run_would_get_now(timed: list[tuple[int, int, int]],
@@ -403,3 +409,126 @@ def test_a_family_is_set_up_once_and_its_deeper_models_counted_on_the_meta_devic
     with pytest.raises(TaskError, match=r"^resnet with [\d,]+ parameters .* and [\d.]+ MiB of activations at "
                                         r"--batch-size 32 needs about"):
         bill.plan(deep, "d", like)
+
+
+def test_the_device_rates_are_timed_in_cpu_time_on_a_cpu_and_on_the_wall_clock_on_cuda(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The bill's steps are timed in CPU time per thread on a CPU (an idle core's figure); the peak rates it divides
+    them by are timed alike, or a busy machine lowers the peak alone and the utilisation comes out over 100 %. Here
+    each repeat reads 2^-20 s of CPU time, less than any wall time: the rates are their FLOPs over that."""
+    from bench.runs import measure
+
+    tick = 2.0**-20
+    clock = iter(k * tick for k in range(10**6))
+    monkeypatch.setattr(measure, "cpu_seconds", lambda: next(clock), raising=False)  # (the old one had none)
+    monkeypatch.setattr(measure, "_RATES", {})
+    threads = torch.get_num_threads()
+    rates = measure.device_rates(torch.device("cpu"), "fp32")
+    per_step = tick / threads  # one matmul repeat is 3 steps, a convolution's 1
+    assert rates["matmul"] == pytest.approx(2 * 512**3 / (per_step / 3))
+    assert rates["conv"] == pytest.approx(2 * 8 * 32 * 32 * 64 * 64 * 9 / per_step)
+    # on CUDA the kernels are not this process's CPU time: the wall clock, as before (device faked: 10 ms a step)
+    monkeypatch.setattr(measure, "synchronize", lambda device: None)
+    times = measure.idle_steps(lambda: __import__("time").sleep(0.01), torch.device("cuda"), warmup=0, repeats=2,
+                               steps=1)
+    assert len(times) == 2 and min(times) >= 10.0
+
+
+def test_the_slowdown_rests_on_the_whole_bill_and_two_estimates_apart_print_a_range(
+        timed: list[tuple[int, int, int]], monkeypatch: pytest.MonkeyPatch) -> None:
+    """The measured slowdown is the bill's whole wall time over its CPU time (30 s of wall over 12 s of CPU here),
+    not the fraction of a second its timed steps take; where it and the load-average model disagree by more than
+    25 % the bill prints the range between them, each named, else the higher; nothing on an idle machine."""
+    walls = iter([100.0, 130.0])
+    monkeypatch.setattr(bill, "time", SimpleNamespace(perf_counter=lambda: next(walls)))
+    cpus = iter([0.0] + [12.0] * 100)  # the bill's start, then 12 CPU seconds later for every later reading
+    monkeypatch.setattr(bill, "cpu_clock", lambda: next(cpus))
+    monkeypatch.setattr(bill, "timed_seconds", lambda p, rates: 0.1)
+    bills = bill.bill([dataclasses.replace(TINY, measure=())], bill.SweepOptions(), bill.measure.cost_key,
+                      say=lambda line: None)
+    load = bills[0].costs.load
+    assert (load["wall_over_cpu"], load["window_s"]) == (2.5, 30.0)
+    # a load average of 3.1 on 2 CPUs: (1 + 2.1) / 2 = 1.55x by the model; the bill's own 2.00x (the same share)
+    busy = {"load_1m": 3.1, "cpus": 2, "wall_over_cpu": 2.0}
+    factors = bill.slowdowns(busy, jobs=1, threads=1)
+    assert factors == {"by the load average": pytest.approx(1.55), "by the bill's own wall over CPU time": 2.0}
+    assert bill.at_load(72.0, factors) == (": at that load, between 1.9 min and 2.4 min (1.55x by the load average, "
+                                           "2.00x by the bill's own wall over CPU time), while the load stays as it "
+                                           "was when billed")
+    close = bill.slowdowns({**busy, "wall_over_cpu": 1.7}, jobs=1, threads=1)  # 1.7 / 1.55: within 25 %
+    assert bill.at_load(72.0, close) == ": at that load, 2.0 min (1.70x), while the load stays as it was when billed"
+    assert bill.at_load(72.0, bill.slowdowns({"load_1m": 0.5, "cpus": 2, "wall_over_cpu": 1.0}, 1, 1)) == ""
+    assert bill.at_load(72.0, bill.slowdowns({}, 1, 1)) == ""
+
+
+STUDY_MEASURED = STUDY.replace("timing_steps = 2\n", 'timing_steps = 2\nmeasure = ["flops", "throughput"]\n').replace(
+    "seed = [0, 1, 2]", "seed = [0, 1]")
+
+
+def test_a_configuration_whose_figures_are_recorded_is_billed_no_measurement(
+        timed: list[tuple[int, int, int]], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A sweep reuses the cost figures of a recorded run of a configuration (bench.sweeps.driver.recorded_figures):
+    the dry run on that folder bills no run of it a measurement, and its table says so ("recorded"); the other
+    configuration's measurement is billed once, in a column of its own, and the per-run column is the training
+    alone, so the two configurations' per-run figures are equal (same steps, same timed step here)."""
+    from bench.runs.results import ResultsStore
+    from bench.sweeps.study import load_study
+
+    study = write(tmp_path / "tiny.toml", STUDY_MEASURED)
+    configs = load_study(study).configs(None)
+    plain = next(c for c in configs if c.variant == "plain" and c.seed == 0)
+    res = tmp_path / "res"
+    ResultsStore(res).append({"run_id": plain.run_id, "status": "ok"},
+                             {"run_id": plain.run_id, "env": {}, "measurements": {
+                                 "flops": {"train_flops_per_sample": 1.0}, "throughput": {"step_time_ms": 1.0},
+                                 "peak_flops": 1e12}})
+    assert main(["sweep", str(study), "--dry-run", "--results-dir", str(res)]) == 0
+    out = capsys.readouterr().out
+    assert "4 runs checked, 1 of them already recorded in" in out
+    rows = {line.split()[0]: line.split()[1:] for line in out.splitlines() if re.match(r"(plain|resnet)-d8 ", line)}
+    assert rows["plain-d8"][1:3] == ["1", "12"] and rows["plain-d8"][-2:] == ["recorded", "n/a"]
+    assert rows["resnet-d8"][1:3] == ["2", "24"] and rows["resnet-d8"][-3] != "-"  # measured once: its seconds
+    assert rows["plain-d8"][4:6] == rows["resnet-d8"][4:6]  # per run: the training alone
+    assert "measure" in out.splitlines()[out.splitlines().index(next(line for line in out.splitlines()
+                                                                      if line.startswith("configuration")))]
+
+    todo = [c for c in configs if c.run_id != plain.run_id]
+    key = bill.measure.cost_key(plain)
+    fresh = bill.bill(todo, bill.SweepOptions(), bill.measure.cost_key, say=lambda line: None)
+    reused = bill.bill(todo, bill.SweepOptions(), bill.measure.cost_key, say=lambda line: None, recorded={key})
+    mine = [(a, b) for a, b in zip(fresh, reused, strict=True) if a.costs.key == key]
+    assert [(a.measures, b.measures, b.recorded) for a, b in mine] == [(True, False, True)]
+    assert mine[0][0].seconds - mine[0][1].seconds == pytest.approx(mine[0][0].costs.measure_s)  # the measurement
+    assert mine[0][0].costs.measure_s > 0
+    assert [(a.measures, b.measures) for a, b in zip(fresh, reused, strict=True) if a.costs.key != key] == [
+        (True, True), (False, False)]  # the other configuration: measured in its first run as before
+    lines = bill.render(reused, bill.SweepOptions(), "cpu", {})
+    assert lines[0].split()[-4:] == ["run", "measure", "peak", "MiB"] and lines[1].split()[-2:] == ["recorded", "n/a"]
+
+
+def test_the_recorded_figures_are_each_configurations_first_complete_ones() -> None:
+    """One function says which configurations a folder has complete figures for (the driver's reuse and the dry
+    run's bill both ask it): the first recorded run of a key whose measurements cover every phase it asks for; a run
+    whose phase failed, or without its JSON, gives none; --measure-every-run reuses nothing."""
+    from bench.sweeps.driver import recorded_figures
+
+    ok = {"flops": {"x": 1}, "throughput": {"x": 2}, "peak_flops": 1e12}
+    base = dataclasses.replace(TINY, measure=("flops", "throughput"))
+    a = [dataclasses.replace(base, seed=s) for s in range(3)]
+    b = [dataclasses.replace(base, variant="plain", seed=s) for s in range(2)]
+    runs = {a[0].run_id: {"measurements": {**ok, "throughput": {"error": "oom"}}},  # a failed phase: not complete
+            a[1].run_id: {"measurements": ok, "cost_source": "a9", "env": {"hostname": "h", "device_name": "cpu"}},
+            a[2].run_id: {"measurements": ok},
+            b[0].run_id: {"measurements": {"flops": {"x": 1}}}}  # b[1]: no JSON
+
+    def load_run(run_id: str) -> dict[str, Any]:
+        if run_id not in runs:
+            raise ValueError(f"no run {run_id}")
+        return runs[run_id]
+
+    store: Any = SimpleNamespace(load_run=load_run)
+    found = recorded_figures(store, [*a, *b])
+    assert list(found) == [bill.measure.cost_key(a[0])]
+    reuse = found[bill.measure.cost_key(a[0])]
+    assert (reuse.source, reuse.machine, reuse.measurements) == ("a9", "h/cpu", ok)  # a[1]'s, not a[2]'s
+    assert recorded_figures(store, [*a, *b], measure_every_run=True) == {}

@@ -244,6 +244,33 @@ def time_steps(step: StepFn, device: torch.device, warmup: int, repeats: int, st
     return times
 
 
+def cpu_seconds() -> float:
+    """CPU seconds this process (all its threads, to the nanosecond clock's resolution) and the children it waited
+    for (to the clock tick's) have used: what a piece of work takes on an idle core, however busy the machine is."""
+    t = os.times()
+    return time.process_time() + t.children_user + t.children_system
+
+
+def idle_steps(step: StepFn, device: torch.device, warmup: int, repeats: int, steps: int) -> list[float]:
+    """Per-step time in ms of each repeat, as :func:`time_steps` times it; on a CPU each repeat's CPU time per torch
+    thread where that is less than its wall time: what the step takes on idle cores, however busy the machine is
+    (other work stretches the wall clock, not the CPU time). On an accelerator, the wall clock (its kernels are not
+    this process's CPU time)."""
+    if device.type != "cpu":
+        return time_steps(step, device, warmup, repeats, steps)
+    for _ in range(warmup):
+        step()
+    threads = torch.get_num_threads()
+    times = []
+    for _ in range(repeats):
+        c0, t0 = cpu_seconds(), time.perf_counter()
+        for _ in range(steps):
+            step()
+        wall, cpu = time.perf_counter() - t0, (cpu_seconds() - c0) / threads
+        times.append((min(wall, cpu) if cpu > 0 else wall) * 1e3 / steps)
+    return times
+
+
 def median(xs: list[float]) -> float:
     return float(statistics.median(xs))
 
@@ -297,20 +324,24 @@ def _matmul(n: int, device: torch.device, dtype: torch.dtype) -> StepFn:
     return lambda: a @ b
 
 
-def measured_matmul_peak(device: torch.device, precision: str, n: int = 1024, repeats: int = 5) -> tuple[float, str]:
+def measured_matmul_peak(device: torch.device, precision: str, n: int = 1024, repeats: int = 5,
+                         timer: Callable[..., list[float]] | None = None) -> tuple[float, str]:
     """Best achieved FLOP/s of an n×n matmul on ``device``: the peak used where no datasheet figure is known.
+    ``timer``: how its repeats are timed (by default :func:`time_steps`, the wall clock, as a run times its steps;
+    :func:`idle_steps` as the bill times its own).
 
     On a CPU a run in bf16 or fp16 is timed against the faster of that dtype's matmul and fp32's: a CPU without
     native bf16 units emulates bf16 matmuls slowly while the convolutions and matmuls of a run under autocast
     reach fp32's rate (oneDNN computes them wider), so the bf16 matmul alone would put the model FLOP utilisation
     of such a run above 100%."""
+    timer = timer or time_steps
     dtype = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[precision]
     dtypes = [dtype]
     if device.type == "cpu" and dtype != torch.float32:
         dtypes = [torch.float32] if dtype == torch.float16 else [dtype, torch.float32]  # no fast fp16 on CPUs
     best: tuple[float, str] = (0.0, "")
     for dt in dtypes:
-        ms = time_steps(_matmul(n, device, dt), device, warmup=2, repeats=repeats, steps=3)
+        ms = timer(_matmul(n, device, dt), device, warmup=2, repeats=repeats, steps=3)
         best = max(best, (2 * n**3 / (min(ms) / 1e3), str(dt).replace("torch.", "")))
     tried = " and ".join(str(dt).replace("torch.", "") for dt in dtypes)
     return best[0], f"measured: {n}x{n} {best[1]} matmul, best of {repeats}" + (
@@ -330,13 +361,15 @@ _RATES: dict[tuple[str, str, int], dict[str, float]] = {}
 def device_rates(device: torch.device, precision: str) -> dict[str, float]:
     """FLOP/s this device reaches on each op class (:data:`OP_CLASSES`) in ``precision`` with the current torch
     threads: the best of 3 timings of a 512x512 matmul (:func:`measured_matmul_peak`) and of a 3x3 convolution
-    (:func:`_conv`). Measured once per process (device, precision, threads), in well under a second on a CPU."""
+    (:func:`_conv`). Measured once per process (device, precision, threads), in well under a second on a CPU.
+    Timed as the bill times its steps (:func:`idle_steps`): on a CPU in CPU time per thread where that is less than
+    the wall time, so a busy machine lowers neither side of the bill's model FLOP utilisation; on CUDA, wall time."""
     key = (str(device), precision, torch.get_num_threads())
     if key not in _RATES:
-        matmul, _ = measured_matmul_peak(device, precision, n=512, repeats=3)
+        matmul, _ = measured_matmul_peak(device, precision, n=512, repeats=3, timer=idle_steps)
         dtype = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[precision]
         conv, flops = _conv(device, torch.float32 if device.type == "cpu" and dtype == torch.float16 else dtype)
-        ms = time_steps(conv, device, warmup=1, repeats=3, steps=1)
+        ms = idle_steps(conv, device, warmup=1, repeats=3, steps=1)
         _RATES[key] = {"matmul": matmul, "conv": flops / (min(ms) / 1e3)}
     return _RATES[key]
 

@@ -157,7 +157,7 @@ def _meta_footprint(cfg: RunConfig, task: Task, kw: Mapping[str, Any]) -> tuple[
     except (RuntimeError, NotImplementedError):
         return 0, 0
     params = sum(p.numel() for p in model.parameters())
-    check_fits(16 * params, _footprint(cfg, params, 0))  # before the forward: minutes for a model that large
+    check_model_fits(cfg, params, 0)  # before the forward: minutes for a model that large
     try:
         x, _ = next(task.train_batches(1, torch.Generator(device=budget.task_device(task)).manual_seed(0)))
         return params, measure.meta_activation_bytes(model, x.expand(cfg.batch_size, *x.shape[1:]))
@@ -165,10 +165,13 @@ def _meta_footprint(cfg: RunConfig, task: Task, kw: Mapping[str, Any]) -> tuple[
         return params, 0
 
 
-def _footprint(cfg: RunConfig, params: int, acts: int) -> str:
-    """What :func:`check_fits` names when a run's model does not fit the machine."""
-    return (f"{cfg.variant} with {params:,} parameters (4-byte weights, gradients and two optimiser states each)"
+def check_model_fits(cfg: RunConfig, params: int, acts: int) -> None:
+    """TaskError, before any weight exists, when ``cfg``'s model of ``params`` parameters (4-byte weights, gradients
+    and two optimiser states each) and ``acts`` bytes of one forward's activations, both counted on the meta device,
+    needs more memory than this process may allocate (:func:`bench.runs.tasks.base.check_fits`)."""
+    what = (f"{cfg.variant} with {params:,} parameters (4-byte weights, gradients and two optimiser states each)"
             + (f" and {acts / 2**20:,.1f} MiB of activations at --batch-size {cfg.batch_size}" if acts else ""))
+    check_fits(16 * params + acts, what)
 
 
 def setup(cfg: RunConfig) -> Setup:
@@ -192,7 +195,7 @@ def setup(cfg: RunConfig) -> Setup:
     kw = model_kwargs(cfg, task)
     if device.type == "cpu":  # before the weights exist: a model too large for the machine is bad input, not an OOM
         params, acts = _meta_footprint(cfg, task, kw)
-        check_fits(16 * params + acts, _footprint(cfg, params, acts))
+        check_model_fits(cfg, params, acts)
     model = build_model(cfg, kw).to(device)  # after the count: the model drawn is the same with and without it
     if cfg.channels_last:
         model = model.to(memory_format=torch.channels_last)

@@ -45,12 +45,12 @@ from __future__ import annotations
 import dataclasses
 import heapq
 import math
-import os
 import statistics
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable, Iterable, Mapping, Sequence
+import time
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -63,9 +63,8 @@ from bench.runs.config import RunConfig
 from bench.runs.cores import free_cores
 from bench.runs.env import cpu_sample, machine_load
 from bench.runs.tasks import TaskError, synth
-from bench.runs.tasks.base import check_fits
 from bench.runs.tasks.tokens import DEFAULT_EVAL_TOKENS
-from bench.runs.train import StepRunner, _footprint, batch_generator, build_model, model_kwargs, setup
+from bench.runs.train import StepRunner, batch_generator, build_model, check_model_fits, model_kwargs, setup
 from bench.sweeps.executors.local import PRELOAD, plan_placements
 from bench.sweeps.options import SweepOptions
 
@@ -131,12 +130,18 @@ class RunBill:
     probe_calls: int
     measures: bool  # the first run of its configuration: it runs the measurement phases
     start_s: float = 0.0  # the process it starts in (:func:`start_seconds`): imports, paid before its set-up
+    recorded: bool = False  # its configuration's cost figures are recorded in the results folder: none measures
+
+    @property
+    def measure_s(self) -> float:
+        """What its measurement phases take: the configuration's, in the run that measures them; 0 in the others."""
+        return self.costs.measure_s if self.measures else 0.0
 
     @property
     def seconds(self) -> float:
         c = self.costs
-        return (self.start_s + c.setup_s + (c.measure_s if self.measures else 0.0) + self.steps * c.step_s
-                + self.evals * c.eval_s + self.probe_calls * c.probe_s)
+        return (self.start_s + c.setup_s + self.measure_s + self.steps * c.step_s + self.evals * c.eval_s
+                + self.probe_calls * c.probe_s)
 
     @property
     def train_flops(self) -> float:
@@ -227,8 +232,7 @@ def plan(cfg: RunConfig, key: str, like: Plan | None = None) -> Plan:
                                     s.task.loss, activations=like is not None)
     if like is not None:
         if s.device.type == "cpu":  # as bench.runs.train.setup checks a run's model before its weights exist
-            params = sum(p.numel() for p in model.parameters())
-            check_fits(16 * params + micro.activation_bytes, _footprint(cfg, params, micro.activation_bytes))
+            check_model_fits(cfg, sum(p.numel() for p in model.parameters()), micro.activation_bytes)
         s = dataclasses.replace(s, model=model)
     while b > 1 and micro.train * b / cfg.batch_size > STEP_BUDGET:
         b //= 2
@@ -258,16 +262,10 @@ def timed_seconds(p: Plan, rates: Mapping[str, float]) -> float:
         torch.cuda.reset_peak_memory_stats(device)
     cpu0 = cpu_clock()
     times = measure.time_steps(runner, device, warmup=p.warmup, repeats=p.repeats(rates), steps=1)
-    wall_s = timed_s = measure.median(times) / 1e3
+    timed_s = measure.median(times) / 1e3
     if device.type == "cpu":
         timed_s = min(timed_s, (cpu_clock() - cpu0) / (p.warmup + len(times)) / torch.get_num_threads())
-    WALL_OVER_CPU.append(wall_s / timed_s if timed_s > 0 else 1.0)
     return timed_s
-
-
-# Each timed configuration's wall time over its CPU time per thread, while the bill ran (cleared by bill()): how much
-# of a CPU a process got at the machine's load, measured rather than inferred from the load average.
-WALL_OVER_CPU: list[float] = []
 
 
 def measure_costs(p: Plan, rates: Mapping[str, float], setup_s: float | None = None,
@@ -323,9 +321,16 @@ def _steps(cfg: RunConfig, costs: Costs) -> int:
 
 
 def bill(configs: Sequence[RunConfig], options: SweepOptions, cost_key: Any,
-         say: Callable[[str], None] = print) -> list[RunBill]:
+         say: Callable[[str], None] = print, recorded: Collection[str] = ()) -> list[RunBill]:
     """Every run's bill, its configuration's costs measured once (``cost_key`` names a configuration): each
-    configuration planned (:func:`plan`), the timing's expected time said, then one step of each timed."""
+    configuration planned (:func:`plan`), the timing's expected time said, then one step of each timed.
+    ``recorded``: the keys whose cost figures the results folder holds already
+    (:func:`bench.sweeps.driver.recorded_figures`): a sweep reuses them, so no run of those measures.
+
+    The bill's whole wall time over its CPU time (process and children: mostly one thread's work, counting FLOPs,
+    setting up, starting a process) is the load's measured slowdown (``load["wall_over_cpu"]``, over
+    ``load["window_s"]`` seconds): a window of seconds, steadier than the timed steps' own fraction of one."""
+    wall0, cpu0 = time.perf_counter(), cpu_clock()
     threads = run_threads(options)
     before = torch.get_num_threads()
     torch.set_num_threads(threads)
@@ -353,7 +358,6 @@ def bill(configs: Sequence[RunConfig], options: SweepOptions, cost_key: Any,
         for p in plans.values():
             setups[p.cfg.task] = max(setups.get(p.cfg.task, 0.0), p.setup_s)
         costs = {}
-        WALL_OVER_CPU.clear()
         sample = cpu_sample()
         for family in families(plans.values()).values():
             ref = family[0]  # the cheapest step of the family is timed; the others scale by their FLOPs
@@ -365,8 +369,9 @@ def bill(configs: Sequence[RunConfig], options: SweepOptions, cost_key: Any,
                 costs[p.key] = measure_costs(p, rates, setups[p.cfg.task], start_s,
                                              timed_s=ref_s * p.timed_flops / ref.timed_flops)
         load = {**machine_load(sample), "threads": threads}
-        if WALL_OVER_CPU and first is not None and first.s.device.type == "cpu":
-            load["wall_over_cpu"] = statistics.median(WALL_OVER_CPU)
+        wall, cpu = time.perf_counter() - wall0, cpu_clock() - cpu0
+        if first is not None and first.s.device.type == "cpu" and cpu > 0:
+            load.update(wall_over_cpu=wall / cpu, window_s=wall)
         costs = {k: dataclasses.replace(c, load=load) for k, c in costs.items()}
     finally:
         torch.set_num_threads(before)
@@ -379,9 +384,10 @@ def bill(configs: Sequence[RunConfig], options: SweepOptions, cost_key: Any,
         every = cfg.eval_every or max(1, steps // 10)
         evals = len({*range(every, steps + 1, every), steps})
         probe_calls = (steps // cfg.probe_every + (steps % cfg.probe_every == 0)) if cfg.probe_every else 0
-        measures = bool(cfg.measure) and (key not in seen or options.measure_every_run)
+        measures = bool(cfg.measure) and key not in recorded and (key not in seen or options.measure_every_run)
         seen.add(key)
-        out.append(RunBill(cfg, c, steps, evals, probe_calls, measures, start_seconds(len(out), options, start_s)))
+        out.append(RunBill(cfg, c, steps, evals, probe_calls, measures, start_seconds(len(out), options, start_s),
+                           recorded=bool(cfg.measure) and key in recorded))
     return out
 
 
@@ -415,10 +421,9 @@ def families(plans: Iterable[Plan]) -> dict[str, list[Plan]]:
 
 
 def cpu_clock() -> float:
-    """CPU seconds this process and the children it waited for have used: what a piece of work takes on an idle
-    core, however busy the machine is while the bill times it."""
-    t = os.times()
-    return t.user + t.system + t.children_user + t.children_system
+    """CPU seconds this process and the children it waited for have used (:func:`bench.runs.measure.cpu_seconds`):
+    what a piece of work takes on an idle core, however busy the machine is while the bill times it."""
+    return measure.cpu_seconds()
 
 
 def process_start() -> float:
@@ -437,10 +442,10 @@ def slowdown(load: Mapping[str, Any], jobs: int, threads: int, own: int = 1) -> 
     ``load["cpus"]`` CPUs, :func:`bench.runs.env.machine_load`), ``own`` of its threads being the measuring
     process's: the other processes keep ``E = load_1m - own`` threads runnable, and the sweep's ``jobs`` x ``threads``
     share the CPUs with them, ``max(1, (jobs · threads + E) / cpus)``; 1 where the load is not known. Where the bill
-    measured how much longer its own steps took on the wall clock than in CPU time (``load["wall_over_cpu"]``: a
-    load average counts threads that hardly run, and overstates the slowdown on a machine of many light processes),
-    that ratio is the slowdown, times how much smaller the sweep's share of the CPUs is than the bill's was:
-    ``min(1, cpus / (own + E)) / min(1, cpus / (jobs · threads + E))``."""
+    measured how much longer its own work took on the wall clock than in CPU time (``load["wall_over_cpu"]``, over
+    the whole bill, :func:`bill`: a load average counts threads that hardly run, and overstates the slowdown on a
+    machine of many light processes), that ratio is the slowdown, times how much smaller the sweep's share of the
+    CPUs is than the bill's was: ``min(1, cpus / (own + E)) / min(1, cpus / (jobs · threads + E))``."""
     average, cpus = load.get("load_1m"), load.get("cpus")
     if average is None or not cpus:
         return 1.0
@@ -452,15 +457,43 @@ def slowdown(load: Mapping[str, Any], jobs: int, threads: int, own: int = 1) -> 
     return max(1.0, (jobs * threads + others) / cpus)
 
 
+AGREE = 1.25  # two estimates of the slowdown further apart than this ratio are printed as a range
+
+
+def slowdowns(load: Mapping[str, Any], jobs: int, threads: int, own: int = 1) -> dict[str, float]:
+    """The sweep's slowdown at ``load`` (:func:`slowdown`) by each estimate the bill has: the load average alone, and
+    where it measured one, its own wall time over its CPU time; the lower first."""
+    out = {"by the load average": slowdown({k: v for k, v in load.items() if k != "wall_over_cpu"}, jobs, threads,
+                                           own)}
+    if load.get("wall_over_cpu") is not None:
+        out["by the bill's own wall over CPU time"] = slowdown(load, jobs, threads, own)
+    return dict(sorted(out.items(), key=lambda item: item[1]))
+
+
+def at_load(idle_s: float, factors: Mapping[str, float]) -> str:
+    """What the sweep of ``idle_s`` idle seconds takes at the load the bill saw, from :func:`slowdowns`: one figure
+    where the estimates agree within :data:`AGREE` (the higher), else the range between them, each named; nothing on
+    an idle machine. It holds while the load stays as it was: the load when the runs run decides their time."""
+    low, high = min(factors.values(), default=1.0), max(factors.values(), default=1.0)
+    if high <= 1:
+        return ""
+    until = ", while the load stays as it was when billed"
+    if high <= AGREE * low:
+        return f": at that load, {_clock(high * idle_s)} ({high:.2f}x){until}"
+    named = ", ".join(f"{f:.2f}x {name}" for name, f in factors.items())
+    return f": at that load, between {_clock(low * idle_s)} and {_clock(high * idle_s)} ({named}){until}"
+
+
 def load_line(load: Mapping[str, Any]) -> str:
     """The machine load a bill's steps were timed under, in words; a busier machine when the runs run makes them
     slower, an idler one faster."""
     if not load or load.get("load_1m") is None:
-        return "machine load while timing: not known here"
+        return "machine load while billing: not known here"
     other = load.get("other_cpu")
-    return (f"machine load while timing: 1-min load average {load['load_1m']:.1f} on {load.get('cpus')} CPUs"
+    return (f"machine load while billing: 1-min load average {load['load_1m']:.1f} on {load.get('cpus')} CPUs"
             + (f", other processes {100 * other:.0f}% of the CPU time" if other is not None else "")
-            + (f", its steps {load['wall_over_cpu']:.2f}x longer on the wall clock than in CPU time"
+            + (f", the bill {load['wall_over_cpu']:.2f}x longer on the wall clock than in CPU time"
+               + (f" over {_clock(load['window_s'])}" if load.get("window_s") else "")
                if load.get("wall_over_cpu") is not None else "")
             + " (the steps were timed in CPU time: an idle machine's figures; the sweep shares the CPUs with the "
               "other work)")
@@ -490,7 +523,8 @@ def render(bills: Sequence[RunBill], options: SweepOptions, device: str,
            accelerators: Mapping[str, float], checks_s: float = 0.0) -> list[str]:
     """The bill as lines: per configuration, in total (with ``checks_s``, what checking the study took before its
     first run, and the machine load its steps were timed under), and on the accelerators of the peak table."""
-    lines = [f"{'configuration':<44} {'runs':>4} {'steps':>8} {'train FLOPs':>12} {'per run':>9} {'peak MiB':>9}"]
+    lines = [f"{'configuration':<44} {'runs':>4} {'steps':>8} {'train FLOPs':>12} {'per run':>9} {'measure':>9} "
+             f"{'peak MiB':>9}"]
     by_key: dict[str, list[RunBill]] = {}
     for b in bills:
         by_key.setdefault(b.costs.key, []).append(b)
@@ -498,34 +532,50 @@ def render(bills: Sequence[RunBill], options: SweepOptions, device: str,
         first = group[0]
         name = f"{first.config.variant}" + (f"-d{first.config.depth}" if first.config.depth else "") + \
             f" {first.config.task}" + (f" (as {first.costs.stand_in})" if first.costs.stand_in else "")
-        per_run = statistics.median(b.seconds - b.start_s for b in group)  # the process start: its own line
+        # a run's training alone: the process start has its line, the measurement its column (paid once)
+        per_run = statistics.median(b.seconds - b.start_s - b.measure_s for b in group)
         peak = f"{first.costs.peak_mb:.0f}" if first.costs.peak_mb is not None else "n/a"
         lines.append(f"{name:<44} {len(group):>4} {sum(b.steps for b in group):>8} "
-                     f"{sum(b.train_flops for b in group):>12.3g} {_clock(per_run):>9} {peak:>9}")
+                     f"{sum(b.train_flops for b in group):>12.3g} {_clock(per_run):>9} {_measure_cell(group):>9} "
+                     f"{peak:>9}")
     lines += start_lines(bills)
     total = sum(b.seconds for b in bills)
     flops = sum(b.train_flops for b in bills)
     slots = options.jobs
     idle = checks_s + schedule([b.seconds for b in bills], slots)
     lines.append(f"total: {len(bills)} runs, {sum(b.steps for b in bills):,} steps, {flops:.3g} training FLOPs; "
-                 f"on this device ({device}), idle: {_clock(idle)} with --jobs {slots}"
+                 f"on this device ({device}), idle: {_clock(idle)} with --jobs {slots} (the CPUs to itself: no "
+                 "load makes it shorter)"
                  + (f" ({_clock(checks_s + total)} one at a time)" if slots > 1 else "")
                  + (f", the study's checks ({_clock(checks_s)}) included" if checks_s else ""))
     load = bills[0].costs.load if bills else {}
     threads = int(load.get("threads") or plan_placements(slots, 0)[0].threads)  # the threads its steps were timed at
-    factor = slowdown(load, slots, threads, own=threads)
-    lines.append(load_line(load) + (f": at that load, {_clock(factor * idle)} ({factor:.2f}x)" if factor > 1 else ""))
+    lines.append(load_line(load) + at_load(idle, slowdowns(load, slots, threads, own=threads)))
     mfus = [b.costs.mfu for b in bills if b.costs.mfu]
     mfu = statistics.median(mfus) if mfus else 0.0
     if flops and mfu > 1:
-        lines.append(f"no accelerator figures: the model FLOP utilisation measured here ({mfu:.0%}) exceeds this "
-                     "device's measured peak, so that peak is not its real one")
+        lines.append(f"no accelerator figures: the steps timed here ran at {mfu:.0%} of the peak this device "
+                     "reached on a lone matmul and convolution, so that peak is below its real one and no utilisation "
+                     "can be read from it; bill again on a quieter machine (on a CPU in bf16 or fp16, also with --set "
+                     "precision=fp32)")
     elif flops and mfu:
         cells = ", ".join(f"{name} {_clock(flops / (mfu * peak))}" for name, peak in accelerators.items())
         lines.append(f"at the model FLOP utilisation measured here ({mfu:.1%} of this device's peak), the training "
                      f"FLOPs alone would take: {cells} (one device, no evaluation; small models use less of an "
                      "accelerator's peak than of a CPU's: read these as lower bounds)")
     return lines
+
+
+def _measure_cell(group: Sequence[RunBill]) -> str:
+    """A configuration's measurement phases in the bill: ``-`` where the study measures nothing, ``recorded`` where
+    the results folder holds its figures (no run measures), else the seconds billed, once (``4x 3 s`` with
+    ``--measure-every-run``)."""
+    if not group[0].config.measure:
+        return "-"
+    if group[0].recorded:
+        return "recorded"
+    paid = [b.measure_s for b in group if b.measures]
+    return _clock(paid[0]) if len(paid) == 1 else f"{len(paid)}x {_clock(statistics.median(paid))}" if paid else "-"
 
 
 def start_lines(bills: Sequence[RunBill]) -> list[str]:

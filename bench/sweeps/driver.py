@@ -119,11 +119,40 @@ def edited_plugins(store: ResultsStore, cfg: RunConfig) -> list[str]:
     return [p.spec for p in relevant if not same_code(p)]
 
 
+def settled_statuses(retry_failed: bool = False) -> tuple[str, ...]:
+    """The row statuses a resumed sweep keeps: ok, and diverged or at chance unless ``retry_failed``
+    (:data:`SETTLED`)."""
+    return ("ok",) if retry_failed else SETTLED
+
+
 def settled_runs(board: Any, resume: bool, retry_failed: bool = False) -> set[str]:
-    """The run ids of leaderboard ``board`` a sweep does not run again: with ``resume``, those whose row says ok,
-    and those that diverged or ended at chance unless ``retry_failed`` (:data:`SETTLED`)."""
-    settled = ("ok",) if retry_failed else SETTLED
+    """The run ids of leaderboard ``board`` a sweep does not run again: with ``resume``, those whose row has a
+    status of :func:`settled_statuses`."""
+    settled = settled_statuses(retry_failed)
     return set(board.loc[board["status"].isin(settled), "run_id"]) if resume and not board.empty else set()
+
+
+def recorded_figures(store: ResultsStore, recorded: Sequence[RunConfig], measure_every_run: bool = False
+                     ) -> dict[str, Reuse]:  # fmt: skip
+    """The cost figures a sweep takes from the recorded runs ``recorded`` of ``store`` (those it skips), by cost key
+    (:func:`bench.runs.measure.cost_key`): the first run of each key that measured (or reused) every phase its
+    configuration asks for; no run of such a key measures again. None with ``measure_every_run``. The driver
+    reuses them (:meth:`_Driver.skip_recorded`) and the dry run bills no measurement for them."""
+    sources: dict[str, Reuse] = {}
+    for cfg in recorded:
+        key = cost_key(cfg)
+        if measure_every_run or not cfg.measure or key in sources:
+            continue
+        try:
+            run = store.load_run(cfg.run_id)
+        except (ValueError, OSError):
+            continue  # a row without its JSON: the next run of the configuration measures again
+        measurements = run.get("measurements") or {}
+        if complete(measurements, cfg.measure):
+            env = run.get("env") or {}
+            machine = machine_id(env) if env.get("hostname") else None
+            sources[key] = Reuse(run.get("cost_source") or cfg.run_id, measurements, machine)
+    return sources
 
 
 def recorded_runs(store: ResultsStore, configs: Sequence[RunConfig], resume: bool = True,
@@ -178,13 +207,14 @@ class _Driver:
         plugin's source changed since is run again (its row replaced), saying so; a run of a shipped variant whose
         module changed in git since is kept, with a warning naming it."""
         board = self.store.load_leaderboard()
-        settled = ("ok",) if retry_failed else SETTLED
         done = settled_runs(board, resume, retry_failed)
         statuses = dict(zip(board["run_id"], board["status"], strict=True)) if not board.empty else {}
-        self.settled = settled if resume else ()  # what a row another sweep writes meanwhile must say to count
+        # what a row another sweep writes meanwhile must say to count
+        self.settled = settled_statuses(retry_failed) if resume else ()
         self.recorded = dict(zip(board["run_id"], board["created_at"], strict=True)) if not board.empty else {}
         shas = dict(zip(board["run_id"], board["git_sha"], strict=True)) if not board.empty else {}
         stale_code: dict[str, list[str]] = {}
+        skipped: list[RunConfig] = []
         for i, cfg in enumerate(self.configs, 1):
             edited = edited_plugins(self.store, cfg) if cfg.run_id in done else []
             if cfg.run_id in done and not edited:
@@ -195,7 +225,7 @@ class _Driver:
                     how = "" if status == "ok" else f" as {status} (--retry-failed runs it again)"
                     print(f"[{i}/{self.n}] {cfg.run_id}: already recorded{how}, skipped", flush=True)
                 self.ok += status == "ok"
-                self._reuse_recorded(cfg)
+                skipped.append(cfg)
                 changed = _variant_changed_since(cfg.variant, str(shas.get(cfg.run_id) or ""))
                 if changed:
                     stale_code.setdefault(changed, []).append(cfg.run_id)
@@ -204,25 +234,11 @@ class _Driver:
                     print(f"[{i}/{self.n}] {cfg.run_id}: recorded with another version of {', '.join(edited)}: run "
                           "again (its row will be replaced)", flush=True)
                 self.pending.append((i, cfg))
+        self.sources = recorded_figures(self.store, skipped, self.measure_every_run)
         for module, ids in stale_code.items():
             print(f"warning: {len(ids)} recorded run(s) were made before a change to {module} (git log says so): "
                   f"{', '.join(ids)}; their rows describe the code of then: rerun them with --no-resume to measure "
                   "the code of now", file=sys.stderr, flush=True)
-
-    def _reuse_recorded(self, cfg: RunConfig) -> None:
-        """Take a recorded run's cost figures for its configuration, if it measured (or reused) them all."""
-        key = cost_key(cfg)
-        if self.measure_every_run or not cfg.measure or key in self.sources:
-            return
-        try:
-            run = self.store.load_run(cfg.run_id)
-        except (ValueError, OSError):
-            return  # a row without its JSON: the next run of the configuration measures again
-        measurements = run.get("measurements") or {}
-        if complete(measurements, cfg.measure):
-            env = run.get("env") or {}
-            machine = machine_id(env) if env.get("hostname") else None
-            self.sources[key] = Reuse(run.get("cost_source") or cfg.run_id, measurements, machine)
 
     def _clean_partial_files(self, pending: set[str], with_row: set[str]) -> None:
         """Remove what a driver killed while writing left of runs still to run: temporary files, and a run JSON
