@@ -38,7 +38,7 @@ from pathlib import Path
 from bench.analysis.studyfile import PLUGIN_ORIGIN, study_plugins
 from bench.runs import plugins
 from bench.runs.measure import cost_key
-from bench.sweeps.bill import bill, schedule, slowdown
+from bench.sweeps.bill import bill, schedule, slowdown, slowdowns
 from bench.sweeps.driver import run_sweep
 from bench.sweeps.executors import make_executor
 from bench.sweeps.executors.local import plan_placements
@@ -152,8 +152,10 @@ def main() -> None:
           f"{ours / 60:.1f} min")
     print()
     own = slowdown(bills[0].costs.load, options.jobs, threads, own=threads) if bills else 1.0
-    print(f"the bill at the load it measured (what --dry-run prints, {own:.2f}x its idle total): "
-          f"{own * billed / 60:.1f} min; measured {measured / 60:.1f} min: {own * billed / measured:.2f}")
+    factors = slowdowns(bills[0].costs.load, options.jobs, threads, own=threads) if bills else {}
+    print("the bill at the load it measured (what --dry-run prints): "
+          + "; ".join(f"{f:.2f}x {name}, {f * billed / 60:.1f} min, {f * billed / measured:.2f} of the measured"
+                      for name, f in factors.items()) + f"; measured {measured / 60:.1f} min")
     print()
     for line in per_configuration(bills, walls, cpu or None, ours, own):
         print(line)

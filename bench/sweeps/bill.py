@@ -14,20 +14,24 @@ even at one sample (GPT-2 small at 1,024 tokens) is timed once, with no warm-up.
 time per thread, and so are the set-up and a process's start (:func:`process_start`): what they take on idle cores,
 however busy the machine is while it bills (on a busy machine the runs, and so the timed steps, get fewer threads:
 :func:`run_threads`). Before timing, it prints what the timing will take: those steps' FLOPs at the device's rate for
-each op class (:func:`bench.runs.measure.device_rates`, measured once).
+each op class (:func:`bench.runs.measure.device_rates`, measured once, and timed as the steps are: in CPU time per
+thread on a CPU, so that the model FLOP utilisation divides like by like).
 
 From these (:func:`step_seconds` and :class:`Costs`): a run's step takes the timed step's time scaled by its FLOPs
 (FLOPs grow with the batch; so does a step's time, at the rate the timed step achieved); an evaluated sample costs
 the forward's share of a training sample's time; a probe call a training step's; the measurement phases of a
-configuration's first run their steps, and the memory probe a process start besides (timed once, a fresh process
+configuration's first run their steps, and the memory probe a process start besides (no run of a configuration
+whose figures the results folder holds already: the sweep reuses those; the table bills the measurement in a
+column of its own, apart from the per-run training figure) (timed once, a fresh process
 importing what a run imports; on a GPU the memory is measured in the run's own process). Each run sets its task up
 in a process of its own: every run pays the slowest set-up of its task the bill saw, and the process's start where
 it starts one (:func:`start_seconds`: the local executor's first run, whose fork server imports once for all; every
 run of another executor). Each run's time is then ``[start] + setup + [measurement] + steps x step + evaluations x
 evaluation + probes x probe``; the sweep's, the study's checks plus those runs scheduled
-longest-first on ``--jobs`` slots: what it takes on an idle machine. The machine load while the bill timed its
-steps is printed with it, and what the sweep takes at that load (:func:`slowdown`: its threads and the other work
-share the CPUs). Nothing is recorded.
+longest-first on ``--jobs`` slots: what it takes on an idle machine, which no load makes shorter. The machine
+load while the bill ran is printed with it, and what the sweep takes at that load (:func:`slowdowns`: by the load
+average, and by the bill's own wall time over its CPU time over the whole bill; a range where the two disagree),
+which holds while the load stays as it was. Nothing is recorded.
 
 A task whose data is not on this machine (CIFAR not downloaded) is measured on a stand-in of the same shapes
 (:data:`STAND_INS`: what a step costs depends on the shapes only), with the real dataset's size for the run length.

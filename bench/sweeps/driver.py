@@ -136,7 +136,7 @@ def recorded_figures(store: ResultsStore, recorded: Sequence[RunConfig], measure
                      ) -> dict[str, Reuse]:  # fmt: skip
     """The cost figures a sweep takes from the recorded runs ``recorded`` of ``store`` (those it skips), by cost key
     (:func:`bench.runs.measure.cost_key`): the first run of each key that measured (or reused) every phase its
-    configuration asks for; no run of such a key measures again. None with ``measure_every_run``. The driver
+    configuration asks for; no run of such a key measures again. Empty with ``measure_every_run``. The driver
     reuses them (:meth:`_Driver.skip_recorded`) and the dry run bills no measurement for them."""
     sources: dict[str, Reuse] = {}
     for cfg in recorded:
