@@ -579,7 +579,9 @@ def _measure_cell(group: Sequence[RunBill]) -> str:
     if group[0].recorded:
         return "recorded"
     paid = [b.measure_s for b in group if b.measures]
-    return _clock(paid[0]) if len(paid) == 1 else f"{len(paid)}x {_clock(statistics.median(paid))}" if paid else "-"
+    if len(paid) <= 1:
+        return _clock(paid[0]) if paid else "-"
+    return f"{len(paid)}x {_clock(statistics.median(paid))}"
 
 
 def start_lines(bills: Sequence[RunBill]) -> list[str]:
