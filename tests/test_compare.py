@@ -218,8 +218,8 @@ def timed_once() -> tuple[pd.DataFrame, list[dict[str, object]]]:
             source = run_id if seed != 1 else f"{variant}-d8-digits-{k:08x}-s0"
             rows.append(dict.fromkeys(COLUMNS, None) | {
                 "run_id": run_id, "config_hash": f"{k:08x}", "variant": variant, "depth": 8, "task": "digits",
-                "seed": seed, "status": "ok", "final_val_loss": 0.3 + seed * (1 + k) / 100 + k / 10, "cost_source": source,
-                "train_samples_per_s": busy if seed == 2 else quiet, "study": "abmix"})
+                "seed": seed, "status": "ok", "final_val_loss": 0.3 + seed * (1 + k) / 100 + k / 10,
+                "cost_source": source, "train_samples_per_s": busy if seed == 2 else quiet, "study": "abmix"})
             runs.append({"run_id": run_id, "measurements": {"load": {"load_1m": 6.0 if seed == 2 else 2.4, "cpus": 2}}})
     return pd.DataFrame(rows, columns=list(COLUMNS)), runs
 
@@ -234,8 +234,8 @@ def test_a_difference_of_one_timing_against_one_is_no_result_and_the_note_says_w
     loss = t[(t["metric"] == "final_val_loss") & (t["variant"] == "preact_abmix")]
     assert list(loss["test"]) == ["paired t"]  # a convergence metric is tested as before
     md = render(t)
-    assert ("| preact_abmix | 8 | digits | unrecorded at load/CPU 1-2 | train_samples_per_s | +2750 | one timing each: no test | "
-            "— | — | 7275 ± — (1) |") in md
+    assert ("| preact_abmix | 8 | digits | unrecorded at load/CPU 1-2 | train_samples_per_s | +2750 | "
+            "one timing each: no test | — | — | 7275 ± — (1) |") in md
     assert md.endswith(
         "\n\nTimed once: such a cost figure is one timing by one run, taken at its own moment on the wall clock, so a "
         "difference of two is one timing against another, not a result; on a shared machine one configuration's "
