@@ -126,9 +126,9 @@ def compare_table(
         (x, seeds), (base_x, base_seeds) = (seeded(counted_rows(rows_of(r), metric), metric) for r in (row, ref))
         alone = all(_same(row[f], ref[f]) for f in implied)  # the variant is the one difference: its runs pair
         pair = difference(x, base_x, seeds if alone else None, base_seeds if alone else None)
-        once = not pair.test and rests_on_one_timing(metric, pair.n, pair.n_base)  # no test; the note says why
+        single = not pair.test and rests_on_one_timing(metric, pair.n, pair.n_base)  # no test; the note says why
         found.append({"diff": pair.diff, "diff_lo": pair.low, "diff_hi": pair.high,
-                      "test": ONCE if once else pair.test or None,
+                      "test": ONCE if single else pair.test or None,
                       "pairs": pair.pairs or None, "n_base": pair.n_base, "p": pair.p,
                       "p_exact": pair.p_exact})
     stats = pd.DataFrame(found, index=table.index, columns=list(COLUMNS[4:-1]))
@@ -136,10 +136,10 @@ def compare_table(
     table["p_holm"] = holm(table["p"].to_numpy(dtype=float))
     if per_machine:  # which machine a figure came from; a convergence metric's are all of them
         table[MACHINE_KEY] = table[MACHINE_KEY].astype(object).where(table[MACHINE_KEY].notna(), "all")
-    once = [f.get("test") == ONCE for f in found]
+    once = table["test"].to_numpy(dtype=object) == ONCE  # the rows whose difference rests on one timing a side
     key = [CONFIG_KEY] if CONFIG_KEY in table.columns and CONFIG_KEY not in by else []  # a row's runs, for a join
     out = table[[*by, *([MACHINE_KEY] if per_machine else []), *COLUMNS, *key]].reset_index(drop=True)
-    if any(once):
+    if once.any():
         timed = table[once]
         out.attrs[ONCE_NOTE] = note(spread, cost_command(list(dict.fromkeys(timed["variant"])), baseline,
                                                          list(timed["depth"]) if "depth" in timed.columns else []))
