@@ -202,3 +202,48 @@ def test_constants_are_equal_or_exact_never_tested_and_warn_nothing() -> None:
     md = render(t)
     assert "| good | 6 | tinytext | xavier | params | +13 | exact: no spread, no test | — | — |" in md
     assert "| pinned | 6 | tinytext | t_fixup | params | 0 | equal: no spread, no test | — | — |" in md
+
+
+# Throughput of preact and its plugin rival at depth 8, timed once per configuration by its seed 0 (seed 1 copies it)
+# at load 2.4 on 2 CPUs, and by a colleague's merged seed 2 at load 6: (samples/s at seed 0, at seed 2).
+SPEEDS = {"preact": (4525.0, 1454.0), "preact_abmix": (7275.0, 2600.0)}
+
+
+def timed_once() -> tuple[pd.DataFrame, list[dict[str, object]]]:
+    """A results folder whose every timing was made once, in one of two load bands."""
+    rows, runs = [], []
+    for k, (variant, (quiet, busy)) in enumerate(SPEEDS.items()):
+        for seed in range(3):
+            run_id = f"{variant}-d8-digits-{k:08x}-s{seed}"
+            source = run_id if seed != 1 else f"{variant}-d8-digits-{k:08x}-s0"
+            rows.append(dict.fromkeys(COLUMNS, None) | {
+                "run_id": run_id, "config_hash": f"{k:08x}", "variant": variant, "depth": 8, "task": "digits",
+                "seed": seed, "status": "ok", "final_val_loss": 0.3 + seed * (1 + k) / 100 + k / 10,
+                "cost_source": source, "train_samples_per_s": busy if seed == 2 else quiet, "study": "abmix"})
+            runs.append({"run_id": run_id, "measurements": {"load": {"load_1m": 6.0 if seed == 2 else 2.4, "cpus": 2}}})
+    return pd.DataFrame(rows, columns=list(COLUMNS)), runs
+
+
+def test_a_difference_of_one_timing_against_one_is_no_result_and_the_note_says_what_ranks_designs() -> None:
+    """The +2750 samples/s of one timing against one (each made at its own moment, in one band) makes no test; the
+    note under the table quotes preact's own 3.1x spread across bands and the bench cost command."""
+    board, runs = timed_once()
+    t = compare_table(board, runs, "preact", ["train_samples_per_s", "final_val_loss"])
+    speed = t[(t["metric"] == "train_samples_per_s") & (t["variant"] == "preact_abmix")].set_index("machine")
+    assert list(speed["test"]) == ["one timing", "one timing"] and list(speed["diff"]) == [2750.0, 1146.0]
+    loss = t[(t["metric"] == "final_val_loss") & (t["variant"] == "preact_abmix")]
+    assert list(loss["test"]) == ["paired t"]  # a convergence metric is tested as before
+    md = render(t)
+    assert ("| preact_abmix | 8 | digits | unrecorded at load/CPU 1-2 | train_samples_per_s | +2750 | "
+            "one timing each: no test | — | — | 7275 ± — (1) |") in md
+    assert md.endswith(
+        "\n\nTimed once: such a cost figure is one timing by one run, taken at its own moment on the wall clock, so a "
+        "difference of two is one timing against another, not a result; on a shared machine one configuration's "
+        "timings can differ several-fold (here preact, depth 8, digits: train_samples_per_s 1454 to 4525 across load "
+        "bands, 3.1x). To rank designs' cost, time them side by side, alternating steps: `python -m bench cost "
+        "--designs preact_abmix --baseline preact --shape SHAPE --depth 8` (`--shape`: see `python -m bench cost "
+        "--help`; `--plugin` for your own designs).")
+    t = compare_table(board[board["seed"] != 2], runs, "preact", ["train_samples_per_s"])  # one band: no spread shown
+    assert "timings can differ several-fold. To rank" in render(t)
+    quiet = compare_table(board[board["seed"] != 2], runs, "preact", ["final_val_loss"])
+    assert "Timed once" not in render(quiet) and not quiet.attrs  # no timed figure: no note

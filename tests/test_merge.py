@@ -19,7 +19,7 @@ from bench.analysis.claims import evaluate_claims, parse_claims
 from bench.analysis.comparison import compare_table
 from bench.analysis.stats import aggregate, t_halfwidth
 from bench.cli import main
-from bench.reports.report import leaderboard_table
+from bench.reports.report import leaderboard_table, write_report
 from bench.runs.config import RunConfig
 from bench.runs.env import MACHINE_FIELDS, machine_fingerprint
 from bench.runs.merge import merge
@@ -412,9 +412,38 @@ def test_the_leaderboard_is_one_row_per_configuration_where_each_shares_a_band(t
     """preln measured at one load, postln at another: no configuration is split, so no machine column (the table of
     a committed study stays as it was)."""
     store = _loaded_store(tmp_path / "res", lambda variant, seed: 0.4 if variant == "preln" else 12.0)
-    cells = _speed_cells(leaderboard_table(store.load_leaderboard(), store.load_runs()))
+    table = leaderboard_table(store.load_leaderboard(), store.load_runs())
+    cells = _speed_cells(table)
     assert sorted(cells) == [("postln", ""), ("preln", "")]
     assert cells[("preln", "")].startswith("720 ± ")
+    assert not table.split_bands and not table.timed_once  # 4 timings a cell: the report adds no note
+
+
+def test_the_report_says_what_a_figure_timed_once_is_and_quotes_the_spread_of_a_configurations_timings(
+        tmp_path: Path) -> None:
+    """Two seeds a design, each timed once, one on a quiet machine and one beside other work: each band's cell rests
+    on one timing, and the report's leaderboard says so under the table, with preln's 2.5x spread across bands."""
+    store = ResultsStore(tmp_path / "res")
+    for variant, speeds in {"preln": (1000.0, 400.0), "postln": (900.0, 420.0)}.items():
+        for seed, speed in enumerate(speeds):
+            run_id = add(store, variant, seed, ENV_A, speed, 2.0 + seed / 10)
+            run = store.load_run(run_id)
+            run["measurements"] = {"load": {"load_1m": (0.4, 12.0)[seed], "cpus": 2, "other_cpu": None}}
+            (store.root / "runs" / f"{run_id}.json").write_text(json.dumps(run))
+    table = leaderboard_table(store.load_leaderboard(), store.load_runs())
+    assert table.split_bands and table.timed_once
+    assert _speed_cells(table)[("preln", "")] == "1000 (n=1, load/CPU 0-0.5); 400 (n=1, load/CPU &gt;=4)"
+    text = write_report(store.root).read_text()
+    caption, note = (next(line for line in text.splitlines() if line.startswith(s)) for s in ("Cells: ", "Timed once"))
+    assert "shows each band's figure in its cost cells, never their average" in caption
+    assert note == (
+        "Timed once: such a cost figure is one timing by one run, taken at its own moment on the wall clock, so a "
+        "difference of two is one timing against another, not a result; on a shared machine one configuration's "
+        "timings can differ several-fold (here preln, depth 2, copy: train_samples_per_s 400 to 1000 across load "
+        "bands, 2.5x). To rank designs' cost, time them side by side, alternating steps: `python -m bench cost "
+        "--designs DESIGN ... --baseline BASELINE --shape SHAPE --depth 2` (`--shape`: see `python -m bench cost "
+        "--help`; `--plugin` for your own designs).")
+    assert text.index("| preln |") < text.index(note)  # under the table
 
 
 @pytest.mark.usefixtures("clean_plugins")

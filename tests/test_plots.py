@@ -338,6 +338,25 @@ def test_the_cost_figure_keeps_apart_the_load_bands_of_a_configuration(results):
     assert legend_labels(fig)[-2:] == ["@ unrecorded at load/CPU 0-0.5", "@ unrecorded at load/CPU 2-4"]
 
 
+def test_the_pareto_figure_has_a_point_per_load_band_at_the_configurations_seed_mean(results):
+    """Seed 0 timed on a quiet machine, seeds 1 and 2 beside other work: each configuration gets a point per band,
+    at that band's throughput, labelled with the band; its validation error is the mean over all three seeds."""
+    _, frames = results
+    runs = [r | {"measurements": {"load": {"load_1m": 0.4 if r["row"]["seed"] == 0 else 6.0, "cpus": 2}}}
+            for r in frames.runs]
+    board = frames.leaderboard.assign(config_hash=frames.leaderboard["variant"] + frames.leaderboard["depth"].map(str))
+    pareto = next(d for d in plots.drawings(plots.frames_of(board, runs), None) if d.name == "pareto_digits")
+    pts, column, _, _ = plots.pareto_points(*pareto.args)
+    resnet = pts[pts["series"] == "resnet"].set_index(["style", "depth"])
+    quiet, busy = "@ unrecorded at load/CPU 0-0.5", "@ unrecorded at load/CPU 2-4"
+    assert sorted(resnet.index) == [(quiet, 20), (quiet, 56), (busy, 20), (busy, 56)]
+    assert resnet.loc[(quiet, 20), column] == 1000.0 and resnet.loc[(busy, 20), column] == 1001.5
+    for band in (quiet, busy):  # every seed's error, whichever band timed it
+        assert resnet.loc[(band, 56), "val_error"] == pytest.approx(1 - (np.mean(ACC[("resnet", 56)]) - 0.05))
+    ax = plots.plot_pareto(*pareto.args, **pareto.kwargs).axes[0]
+    np.testing.assert_allclose(line(ax, f"resnet ({busy})").get_xdata(), [1001.5, 1000 * 20 / 56 + 1.5])
+
+
 def test_pareto_front_mask():
     x = np.array([1.0, 2.0, 3.0, 2.0, 0.5])
     y = np.array([0.9, 0.8, 0.5, 0.7, 0.9])

@@ -163,6 +163,28 @@ def test_cost_bars_are_clipped_at_zero_and_the_pareto_counts_a_copied_figure_onc
     assert spread["array"] == spread["arrayminus"] == [pytest.approx(4.302652729749464 * 0.01 / 3**0.5)]
 
 
+def test_cost_bars_and_pareto_points_keep_the_load_bands_of_a_configuration_apart(tmp_path: Path) -> None:
+    """preln timed by seed 0 on a quiet machine (seed 1 a copy) and by seed 2 beside other work: a bar series and a
+    Pareto point per band, named by it, never one 350 samples/s; each point at the mean error of all three seeds."""
+    store = ResultsStore(tmp_path / "results")
+    first = RunConfig(variant="preln", depth=2, seed=0, task="copy").run_id
+    for seed, load, row in ((0, 0.4, {}), (1, 0.4, {}), (2, 6.0, {"train_samples_per_s": 500.0})):
+        cfg = add_run(store, "preln", 2, seed, study=None, cost_source=first if seed < 2 else None, **row)
+        path = store.root / "runs" / f"{cfg.run_id}.json"
+        run = json.loads(path.read_text(encoding="utf-8"))
+        run |= {"measurements": {"load": {"load_1m": load, "cpus": 2}}}
+        path.write_text(json.dumps(run), encoding="utf-8")
+    page = (build_site(store.root, tmp_path / "site").root / "study" / "no-study.html").read_text(encoding="utf-8")
+    bars = [(y, json.loads(f'"{name}"'), n) for y, name, n in re.findall(
+        r'"type":"bar","x":\["preln d2"\],"y":\[([\d.]+)\],"name":"([^"]+)","customdata":\[(\d+)\]', page)]
+    quiet, busy = "unrecorded at load/CPU 0-0.5", "unrecorded at load/CPU 2-4"
+    assert bars == [("200.0", quiet, "1"), ("500.0", busy, "1"), ("20.0", quiet, "1"), ("20.0", busy, "1")]
+    points = re.findall(r'"type":"scatter","x":\[([\d.]+)\],"y":\[([\d.]+)\],"name":"preln @ ([^"]+)"', page)
+    error = sum(1 - (0.5 + 0.01 * seed) for seed in range(3)) / 3  # add_run's final_val_acc, every seed's
+    assert [(float(x), json.loads(f'"{name}"')) for x, _, name in points] == [(200.0, quiet), (500.0, busy)]
+    assert [float(y) for _, y, _ in points] == [pytest.approx(error)] * 2
+
+
 ATINIT = """name = "atinit"
 [analysis]
 kind = "gradcorr"

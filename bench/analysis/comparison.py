@@ -13,7 +13,10 @@ compared with the baseline's configuration that matches it in every field the va
   for few pairs, the exact sign-flip ``p_exact``). Otherwise Welch's t-test (unequal variances, two-sided),
   ``diff = mean - mean(baseline)`` and its 95% Welch interval. ``test`` names which; at least two counted runs a
   side, else no interval and no p-value. A cost figure a sweep measured once and copied into its other seeds' rows
-  counts once (:func:`bench.analysis.stats.observations`): ``n = 1``, no p-value from copies, never paired.
+  counts once (:func:`bench.analysis.stats.observations`): ``n = 1``, no p-value from copies, never paired. A timed
+  figure (throughput, step time) with one timing on a side is no result: ``test`` reads
+  :data:`bench.analysis.timed_once.ONCE`, and ``table.attrs[ONCE_NOTE]`` holds the line saying why and which
+  ``bench cost`` command ranks the designs (:mod:`bench.analysis.timed_once`).
 - **Cost per machine.** Where the runs were measured on several machines (:func:`bench.analysis.stats.aggregate_long`),
   a cost metric has a row per configuration and machine (the ``machine`` column), compared with the baseline's runs
   on the same machine only; convergence metrics pool the machines (their ``machine`` reads ``all``). With the run
@@ -47,7 +50,9 @@ from bench.analysis.stats import (
     with_config_hash,
     with_load_bands,
 )
+from bench.analysis.timed_once import ONCE, band_spread, cost_command, note, rests_on_one_timing
 
+ONCE_NOTE = "timed_once_note"  # the key in ``table.attrs`` of the line on differences resting on one timing a side
 COLUMNS = ("metric", "n", "mean", "ci", "diff", "diff_lo", "diff_hi", "test", "pairs", "n_base", "p", "p_exact",
            "p_holm")
 
@@ -89,6 +94,7 @@ def compare_table(
     missing = [m for m in metrics if m not in board.columns]
     if missing:
         raise ValueError(f"unknown metric(s) {missing}; leaderboard columns: {', '.join(board.columns)}")
+    spread = band_spread(board, runs, metrics)  # before the bands become machines: one configuration's spread
     board = with_load_bands(board, runs)  # cost figures measured at different loads are kept apart, as machines are
     named, by = by_configuration(with_config_hash(board), runs, base)
     by = [f for f in by if f not in ignore]
@@ -120,7 +126,9 @@ def compare_table(
         (x, seeds), (base_x, base_seeds) = (seeded(counted_rows(rows_of(r), metric), metric) for r in (row, ref))
         alone = all(_same(row[f], ref[f]) for f in implied)  # the variant is the one difference: its runs pair
         pair = difference(x, base_x, seeds if alone else None, base_seeds if alone else None)
-        found.append({"diff": pair.diff, "diff_lo": pair.low, "diff_hi": pair.high, "test": pair.test or None,
+        single = not pair.test and rests_on_one_timing(metric, pair.n, pair.n_base)  # no test; the note says why
+        found.append({"diff": pair.diff, "diff_lo": pair.low, "diff_hi": pair.high,
+                      "test": ONCE if single else pair.test or None,
                       "pairs": pair.pairs or None, "n_base": pair.n_base, "p": pair.p,
                       "p_exact": pair.p_exact})
     stats = pd.DataFrame(found, index=table.index, columns=list(COLUMNS[4:-1]))
@@ -128,8 +136,14 @@ def compare_table(
     table["p_holm"] = holm(table["p"].to_numpy(dtype=float))
     if per_machine:  # which machine a figure came from; a convergence metric's are all of them
         table[MACHINE_KEY] = table[MACHINE_KEY].astype(object).where(table[MACHINE_KEY].notna(), "all")
+    once = table["test"].to_numpy(dtype=object) == ONCE  # the rows whose difference rests on one timing a side
     key = [CONFIG_KEY] if CONFIG_KEY in table.columns and CONFIG_KEY not in by else []  # a row's runs, for a join
-    return table[[*by, *([MACHINE_KEY] if per_machine else []), *COLUMNS, *key]].reset_index(drop=True)
+    out = table[[*by, *([MACHINE_KEY] if per_machine else []), *COLUMNS, *key]].reset_index(drop=True)
+    if once.any():
+        timed = table[once]
+        out.attrs[ONCE_NOTE] = note(spread, cost_command(list(dict.fromkeys(timed["variant"])), baseline,
+                                                         list(timed["depth"]) if "depth" in timed.columns else []))
+    return out
 
 
 def _same(a: Any, b: Any) -> bool:

@@ -359,11 +359,26 @@ def split_by_load_band(board: pd.DataFrame, runs: Sequence[Mapping[str, Any]] | 
                for m in COST_COLUMNS)
 
 
+LOAD_BAND_KEY = "load_band"  # the column of a figure's board that names each row's band (with_mixed_load_bands)
+
+
 def with_mixed_load_bands(board: pd.DataFrame, runs: Sequence[Mapping[str, Any]] | None) -> pd.DataFrame:
-    """The board a cost figure draws: :func:`with_load_bands` (its ``machine`` naming the band, a line per band) where
-    some configuration measured a cost figure in more than one load band (:func:`split_by_load_band`), else
-    ``board`` as it is."""
-    return with_load_bands(board, runs) if split_by_load_band(board, runs) else board
+    """The board a cost figure draws: :func:`with_load_bands` (its ``machine`` naming the band, a line, bar or point per
+    band; the band alone in :data:`LOAD_BAND_KEY`) where some configuration measured a cost figure in more than one
+    load band (:func:`split_by_load_band`), else ``board`` as it is."""
+    if not split_by_load_band(board, runs):
+        return board
+    return with_load_bands(board, runs).assign(**{LOAD_BAND_KEY: load_bands(board, runs)})
+
+
+def unbanded_machines(df: pd.DataFrame) -> pd.Series:
+    """:func:`machines_of` without the load band :func:`with_mixed_load_bands` added: the machine a figure's
+    convergence value pools the seeds of, whatever band their cost figures were measured in."""
+    machine = machines_of(df)
+    if LOAD_BAND_KEY not in df.columns:
+        return machine
+    return pd.Series([m.removesuffix(f" at {b}") if isinstance(b, str) else m
+                      for m, b in zip(machine, df[LOAD_BAND_KEY], strict=True)], index=df.index, dtype=object)
 
 
 def several_machines(df: pd.DataFrame) -> bool:

@@ -17,7 +17,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
-from bench.analysis.stats import domain, t_halfwidth, with_derived
+from bench.analysis.stats import MACHINE_KEY, domain, t_halfwidth, unbanded_machines, with_derived
 from bench.reports.drawing import (
     CLIP_NOTE,
     config_style,
@@ -109,20 +109,25 @@ def pareto_front(x: np.ndarray, y: np.ndarray) -> np.ndarray:
 def pareto_points(leaderboard: pd.DataFrame, task: str | None = None, metric: str | None = None
                   ) -> tuple[pd.DataFrame, str, str, str]:
     """The points of the Pareto figure: per (variant, configuration, depth) the seed mean of ``metric`` (default:
-    the task's primary metric, :mod:`bench.runs.primary`) and the configuration's throughput (measured once),
+    the task's primary metric, :mod:`bench.runs.primary`) and the configuration's throughput (measured once); where
+    a configuration's throughput was measured in several load bands (a board of
+    :func:`bench.analysis.stats.with_mixed_load_bands`), a point per band, its style naming it, each at the seed mean
+    over every band (a convergence value pools every seed of a machine),
     and ``front``, whether no other point has both a higher throughput and a better value (lower for a loss or an
     error, higher for an accuracy); with the throughput column, its unit and the task."""
     df, task = one_task(leaderboard[leaderboard["status"] == "ok"], task)
     metric = metric or primary(task).final
-    df = per_machine(config_style(with_key(df)))
-    df = with_derived(df)  # train_error, val_error: a classifier's
+    df = with_derived(config_style(with_key(df)))  # train_error, val_error: a classifier's
+    pooled = per_machine(df.assign(**{MACHINE_KEY: unbanded_machines(df)}))["style"]  # its machine's, every band
+    df = per_machine(df).assign(_pooled=pooled)
     column, unit = throughput_column(df)
     keys = ["series", "style", "depth"]
-    values = df.assign(_v=pd.to_numeric(df[metric], errors="coerce")).groupby(keys)["_v"]
+    values = df.assign(_v=pd.to_numeric(df[metric], errors="coerce")).groupby(["series", "_pooled", "depth"])["_v"]
     value = values.mean().rename(metric)
     half = pd.Series(t_halfwidth(values.std().to_numpy(), values.count().to_numpy()), index=value.index, name="ci")
-    speed = measured_once(df).groupby(keys)[column].mean(numeric_only=True)
-    pts = pd.concat([speed, value, half], axis=1).dropna(subset=[column, metric]).reset_index()
+    speed = measured_once(df).groupby([*keys, "_pooled"])[column].mean(numeric_only=True).reset_index()
+    pts = speed.merge(pd.concat([value, half], axis=1).reset_index(), on=["series", "_pooled", "depth"])
+    pts = pts.dropna(subset=[column, metric]).drop(columns="_pooled")
     low, high = domain(metric)
     pts = pts.assign(lo=(pts[metric] - pts["ci"]).clip(low, high), hi=(pts[metric] + pts["ci"]).clip(low, high))
     better = -pts[metric] if _lower_is_better(metric) else pts[metric]

@@ -19,10 +19,12 @@ import pandas as pd
 
 from bench.analysis.claims import Group, Result, describe
 from bench.analysis.comparison import COLUMNS as COMPARISON_COLUMNS
+from bench.analysis.comparison import ONCE_NOTE
 from bench.analysis.multiplier_columns import COLUMNS as MULTIPLIER_COLUMNS
 from bench.analysis.multiplier_columns import NOTE as MULTIPLIER_NOTE
 from bench.analysis.sequential import Looks
 from bench.analysis.stats import CONFIG_KEY, EQUAL, EXACT, PAIRED
+from bench.analysis.timed_once import ONCE, once_words
 
 FORMATS = ("markdown", "csv", "latex")
 MISSING = "—"  # how every table shows a value that is not there
@@ -107,6 +109,8 @@ def test_text(test: str, pairs: int, n_a: int = 0, n_b: int = 0) -> str:
     """Which test produced a difference's interval, on how many runs: ``paired t, 3 seeds`` or ``Welch, 3 + 3 runs``."""
     if test in (EQUAL, EXACT):
         return f"{test}: no spread, no test"
+    if test == ONCE:
+        return once_words(n_a, n_b)
     if test == PAIRED:
         return f"{test}, {pairs} seed{'s' if pairs != 1 else ''}"
     return f"{test}, {n_a} + {n_b} runs"
@@ -178,8 +182,8 @@ def render_comparison(table: pd.DataFrame, fmt: str = "markdown") -> str:
                 strict=True)]})
     if fmt == "latex":
         return shown.to_latex(index=False)
-    note = table.attrs.get(MULTIPLIER_NOTE)
-    return markdown_table(list(shown.columns), shown.to_numpy().tolist()) + (f"\n\n{md(note)}" if note else "")
+    notes = [table.attrs[k] for k in (ONCE_NOTE, MULTIPLIER_NOTE) if table.attrs.get(k)]
+    return markdown_table(list(shown.columns), shown.to_numpy().tolist()) + "".join(f"\n\n{md(n)}" for n in notes)
 
 
 def bound_cell(value: float, lo: float, hi: float, short: float) -> str:

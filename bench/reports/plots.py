@@ -313,14 +313,15 @@ def drawings(frames: Frames, baseline: str | None, colours: Mapping[str, Colour]
         grads = probes["metric"].isin(("grad_norm", "weight_grad_norm"))
         if ((probes["task"] == task) & (probes["step"] == 0) & grads).any():
             jobs.append(Drawing(f"grad_norm_init_{task}", plot_grad_norm_init, (probes, task, colours)))
-        if t_ok[["train_samples_per_s", "peak_mem_mb"]].notna().any().any():
-            # a configuration measured in several load bands (a colleague's seed run beside other work): a line per
-            # band, as the leaderboard and compare keep them apart; else the board as it is
-            banded = with_mixed_load_bands(board, frames.runs)
+        # a configuration measured in several load bands (a colleague's seed run beside other work): a line or point
+        # per band, as the leaderboard and compare keep them apart; else the board as it is
+        measured = bool(t_ok[["train_samples_per_s", "peak_mem_mb"]].notna().any().any())
+        banded = with_mixed_load_bands(board, frames.runs) if measured else board
+        if measured:
             jobs.append(Drawing(f"cost_{task}", plot_cost, (banded, task, colours)))
         final = primary(task).final
         if final in t_ok and (t_ok[final].notna() & t_ok["train_samples_per_s"].notna()).any():
-            jobs.append(Drawing(f"pareto_{task}", plot_pareto, (board, task), {"colours": colours}))
+            jobs.append(Drawing(f"pareto_{task}", plot_pareto, (banded, task), {"colours": colours}))
         ln = board[(board["task"] == task) & board["variant"].map(lambda v: is_ln_transformer(str(v)) is not None)]
         if ln["warmup_steps"].fillna(0).gt(0).nunique() == 2 and len(t_curves):
             jobs.append(Drawing(f"warmup_{task}", plot_warmup, (curves, task, colours)))

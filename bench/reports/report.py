@@ -37,10 +37,11 @@ from bench.analysis.stats import (
     load_bands,
     machines_of,
     several_machines,
-    split_by_load_band,
     with_derived,
 )
 from bench.analysis.studyfile import StandIn, find_study, is_shipped
+from bench.analysis.timed_once import TIMED, band_spread, cost_command
+from bench.analysis.timed_once import note as once_note
 from bench.reports import plots
 from bench.reports import scaling as scaling_report
 from bench.reports.analysis_summary import report_lines
@@ -137,7 +138,21 @@ def _targeted(board: pd.DataFrame) -> pd.Series:
     return board[cols].notna().any(axis=1) if cols else pd.Series(False, index=board.index)
 
 
-def leaderboard_table(board: pd.DataFrame, runs: Sequence[Mapping[str, Any]] | None = None) -> str:
+class Table(str):
+    """A table's Markdown, and what its cells show that the text around it must say: ``split_bands`` (some cost cell
+    lists each load band's figure) and ``timed_once`` (some timed cost cell rests on one timing,
+    :mod:`bench.analysis.timed_once`)."""
+
+    split_bands = False
+    timed_once = False
+
+
+def _once(s: pd.Series, split: Sequence[tuple[str, Mapping[str, float]]]) -> bool:
+    """Whether a timed cell (its pooled statistics ``s``, or each band's) shows a figure timed once."""
+    return any(b["n"] == 1 for _, b in split) if split else s["n"] == 1
+
+
+def leaderboard_table(board: pd.DataFrame, runs: Sequence[Mapping[str, Any]] | None = None) -> Table:
     """The aggregated leaderboard: one row per configuration (seeds pooled, nothing else; rules: bench.analysis.stats).
 
     Rows are named by variant, depth, task and every configuration field that differs between them
@@ -145,7 +160,8 @@ def leaderboard_table(board: pd.DataFrame, runs: Sequence[Mapping[str, Any]] | N
     would still look alike (a difference recorded nowhere but in the config hash), the hash is shown too. The
     steps-to-target column is there only when some run set a target (:func:`_targeted`); a row none of whose runs
     set one reads ``no target``. A cost cell of a configuration whose figures were measured in several load bands
-    shows each band's figure, never their average (:func:`bench.analysis.stats.cost_by_band`).
+    shows each band's figure, never their average (:func:`bench.analysis.stats.cost_by_band`). The Markdown comes as a
+    :class:`Table` saying whether a cell was split so, and whether a timed cell rests on one timing.
     """
     columns = table_metrics(board)
     named, by = by_configuration(with_derived(board), runs, ROW_COLUMNS)
@@ -160,13 +176,16 @@ def leaderboard_table(board: pd.DataFrame, runs: Sequence[Mapping[str, Any]] | N
     configs = agg.drop_duplicates(keys)
     shown = [*by, CONFIG_KEY] if CONFIG_KEY in keys and configs[by].astype(str).duplicated().any() else by
     parts = [part for _, part in named.groupby(keys, sort=True, dropna=False)]
-    rows = []
+    rows, split_bands, timed_once = [], False, False
     for (_, g), part in zip(agg.groupby(keys, sort=True, dropna=False), parts, strict=True):
         g, targeted = g.set_index("metric"), bool(part["_targeted"].any())
         first = g.iloc[0]
         runs_cell = f"{int(first['n_runs'] - first['n_failed'])}/{int(first['n_runs'])}"
         cells = [_value(first[c]) for c in shown]
-        stats = [_metric_cell(g.loc[m], cost_by_band(part, m, bands.loc[part.index]), sc, f) for m, _, sc, f in columns]
+        splits = {m: cost_by_band(part, m, bands.loc[part.index]) for m, *_ in columns}
+        stats = [_metric_cell(g.loc[m], splits[m], sc, f) for m, _, sc, f in columns]
+        split_bands = split_bands or any(splits.values())
+        timed_once = timed_once or any(_once(g.loc[m], splits[m]) for m in splits if m in TIMED)
         row = [*cells, runs_cell, *stats]
         if with_target:
             target = g.loc["steps_to_target"]
@@ -174,7 +193,16 @@ def leaderboard_table(board: pd.DataFrame, runs: Sequence[Mapping[str, Any]] | N
             row.append(reached if targeted else "no target")
         rows.append(row)
     headers = [*shown, "ok/runs", *(h for _, h, *_ in columns)]
-    return markdown_table([*headers, *(["steps→target (reached)"] if with_target else [])], rows)
+    table = Table(markdown_table([*headers, *(["steps→target (reached)"] if with_target else [])], rows))
+    table.split_bands, table.timed_once = split_bands, timed_once
+    return table
+
+
+def timed_once_note(board: pd.DataFrame, runs: Sequence[Mapping[str, Any]] | None) -> str:
+    """The line under a leaderboard some of whose timed cells rest on one timing: the one ``bench compare`` prints
+    (:func:`bench.analysis.timed_once.note`), at the depths of ``board``."""
+    depths = board["depth"].dropna().unique().tolist() if "depth" in board.columns else []
+    return once_note(band_spread(board, runs), cost_command(depths=depths))
 
 
 def has_target(board: pd.DataFrame) -> bool:
@@ -322,6 +350,7 @@ def write_report(results_dir: str | Path, study: str | None = None, workers: int
     ids = set(board["run_id"])
     runs = read_runs(root, ids)
     figures = plots.make_all(root, study, workers, cached)
+    table = leaderboard_table(board, runs)
     title = f"# resbench report{f' — study {study}' if study else ''}"
     lines = [
         title,
@@ -333,12 +362,13 @@ def write_report(results_dir: str | Path, study: str | None = None, workers: int
         "Only runs with status `ok` count; `ok/runs` shows how many did." + _measured_at(runs)
         + (" A configuration whose cost figures were measured in several bands of machine load (load per CPU) "
            "shows each band's figure in its cost cells, never their average; its other cells pool every seed."
-           if split_by_load_band(board, runs) else "")
+           if table.split_bands else "")
         + (" steps→target: median over the runs that reached the target, (reached/runs); a run that never "
            "reached it is not counted as its last step." if has_target(board) else ""),
         "",
-        leaderboard_table(board, runs),
+        table,
         "",
+        *([md(timed_once_note(board, runs)), ""] if table.timed_once else []),
     ]
     if figures:
         lines += ["## Figures", "", FIGURE_NOTE, ""]

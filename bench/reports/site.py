@@ -28,7 +28,16 @@ from typing import Any
 import pandas as pd
 
 from bench.analysis.claims import Group, Result, describe
-from bench.analysis.stats import counted_rows, domain, mean_ci, observations, t_ci
+from bench.analysis.stats import (
+    LOAD_BAND_KEY,
+    counted_rows,
+    domain,
+    mean_ci,
+    observations,
+    t_ci,
+    unbanded_machines,
+    with_mixed_load_bands,
+)
 from bench.reports.analysis_summary import Summary, summary_of
 from bench.reports.markdown import TALLY_WORDS, VERDICT_WORDS, fmt_number, test_text
 from bench.reports.plotdata import Frames, frames_of, grad_norm_init_data, with_key
@@ -194,14 +203,18 @@ def _curve_figures(figs: _Figures, frames: Frames, name: str) -> list[str]:
 
 def _machine_of(board: pd.DataFrame) -> pd.Series:
     if "machine" in board.columns and board["machine"].notna().any():
-        return board["machine"].fillna("unrecorded").astype(str)
-    return board["device_name"].fillna("unrecorded").astype(str)
+        return board["machine"].astype(object).fillna("unrecorded").astype(str)
+    return board["device_name"].astype(object).fillna("unrecorded").astype(str)
 
 
 def _cost_figures(figs: _Figures, frames: Frames, name: str) -> list[str]:
     """Throughput and peak memory per design and depth, one bar series per machine (cost is never pooled across
     machines); and the Pareto view, final validation metric against throughput, a marker per configuration."""
-    board = with_key(frames.leaderboard).assign(_machine=lambda d: _machine_of(d))
+    # a configuration measured in several load bands: a bar and a point per band, named by it (machine at band)
+    banded = with_mixed_load_bands(frames.leaderboard, frames.runs)
+    board = with_key(banded).assign(_machine=_machine_of(banded),
+                                    _pooled=_machine_of(banded.assign(machine=unbanded_machines(banded)))
+                                    if LOAD_BAND_KEY in banded.columns else _machine_of(banded))
     out = []
     for task, part in board.groupby("task", sort=True):
         for metric, label in (("train_samples_per_s", "training samples/s"), ("peak_mem_mb", "peak memory (MB)")):
@@ -225,18 +238,21 @@ def _cost_figures(figs: _Figures, frames: Frames, name: str) -> list[str]:
 
 
 def _pareto_figure(figs: _Figures, part: pd.DataFrame, name: str, task: str) -> list[str]:
-    """The final validation metric against throughput, a point per configuration, depth and machine: the seed mean
-    with its 95% t-CI (clipped to the metric's range), against the configuration's throughput counted once per
+    """The final validation metric against throughput, a point per configuration, depth and machine (and load band,
+    where the configuration's throughput was measured in several): the seed mean over every band of the machine with
+    its 95% t-CI (clipped to the metric's range), against the configuration's throughput counted once per
     measurement (the figure of the bars and of the PNG Pareto, not a mean over seeds that repeats a copied one)."""
     quality = "final_val_acc" if part["final_val_acc"].notna().any() else "final_val_loss"
     ok = part[(part["status"] == "ok") & part[quality].notna() & part["train_samples_per_s"].notna()]
     if not len(ok):
         return []
     traces = []
+    depth = ok["depth"].fillna(-1)
     for (machine, key), rows in ok.groupby(["_machine", "key"], sort=True):
-        by = rows.groupby(rows["depth"].fillna(-1), sort=True)
+        by = rows.groupby(depth.loc[rows.index], sort=True)
         speed = [t_ci(observations(g, "train_samples_per_s"))["mean"] for _, g in by]
-        value = [t_ci(observations(g, quality)) for _, g in by]
+        pooled = ok[(ok["_pooled"] == rows["_pooled"].iloc[0]) & (ok["key"] == key)]  # every band of its machine
+        value = [t_ci(observations(pooled[depth.loc[pooled.index] == d], quality)) for d in by.groups]
         traces.append(_scatter(
             _floats(speed), [v["mean"] for v in value], f"{key} @ {machine}", "markers",
             text=[f"depth {int(d)}" for d in by.groups], error_y=_error_y(value, quality),

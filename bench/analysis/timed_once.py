@@ -1,0 +1,110 @@
+"""Cost figures timed once: what a difference of one timing against one timing can say, in one place for ``bench
+compare``'s test column and the note under its table, and for the note under the report's leaderboard.
+
+A sweep times each model configuration once (its first run; the others copy the figures, ``cost_source``), on the
+wall clock, at whatever moment that run reached its timing phase. Two such figures were taken at two moments: on a
+machine shared with other work, the same configuration's throughput differs several-fold from one moment to the next
+(:func:`band_spread` finds the widest such spread the data holds), so their difference is no evidence that one design
+is faster. No test is made on it (:data:`ONCE`), and the note (:func:`note`) names the command that times designs
+side by side, alternating steps: ``bench cost``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pandas as pd
+
+from bench.analysis.stats import (
+    CONFIG_KEY,
+    MACHINE_KEY,
+    cost_by_band,
+    load_bands,
+    machines_of,
+    with_config_hash,
+)
+from bench.runs.schema import COST_COLUMNS
+
+# The cost figures read off the wall clock (a load beside them changes them); FLOPs are counted, memory is a peak.
+TIMED: tuple[str, ...] = tuple(m for m in COST_COLUMNS if m not in (
+    "peak_mem_mb", "fwd_flops_per_sample", "train_flops_per_sample"))
+ONCE = "one timing"  # bench compare's test code of a timed figure's difference with one timing on a side
+
+
+def rests_on_one_timing(metric: str, n: Any, n_base: Any) -> bool:
+    """Whether a difference of ``metric`` between ``n`` and ``n_base`` counted measurements rests on one timing on
+    either side (a timed cost figure, both sides measured, one of them once)."""
+    try:
+        n, n_base = float(n), float(n_base)
+    except (TypeError, ValueError):
+        return False
+    return metric in TIMED and min(n, n_base) == 1
+
+
+def once_words(n: int, n_base: int) -> str:
+    """:data:`ONCE`'s words in a test column, as the constant case says ``exact: no spread, no test``."""
+    return "one timing each: no test" if n == n_base == 1 else "one timing on one side: no test"
+
+
+@dataclass(frozen=True)
+class Spread:
+    """The widest spread the data shows of one configuration's timed figure across load bands (one machine)."""
+
+    label: str  # the configuration: "preact, depth 8, digits"
+    metric: str
+    low: float
+    high: float
+
+    @property
+    def ratio(self) -> float:
+        return self.high / self.low
+
+
+def _label(rows: pd.DataFrame) -> str:
+    first = rows.iloc[0]
+    depth = [f"depth {first['depth']}"] if "depth" in rows.columns and pd.notna(first["depth"]) else []
+    return ", ".join([str(first["variant"]), *depth, *([str(first["task"])] if "task" in rows.columns else [])])
+
+
+def band_spread(board: pd.DataFrame, runs: Sequence[Mapping[str, Any]] | None,
+                metrics: Sequence[str] = TIMED) -> Spread | None:
+    """The widest ratio, over ``board``'s configurations (each on one machine) and its timed ``metrics``, between the
+    highest and the lowest load band's mean figure (:func:`bench.analysis.stats.cost_by_band`); None where no
+    configuration was timed in two bands."""
+    bands = load_bands(board, runs)
+    if bands.dropna().nunique() < 2:
+        return None
+    configs = with_config_hash(board).assign(**{MACHINE_KEY: machines_of(board)})
+    keys = [CONFIG_KEY] if CONFIG_KEY in configs.columns else []
+    widest: Spread | None = None
+    for _, group in configs.groupby([*keys, MACHINE_KEY], sort=True, dropna=False):
+        for m in (m for m in metrics if m in TIMED):
+            means = [s["mean"] for _, s in cost_by_band(group, m, bands.loc[group.index])
+                     if math.isfinite(s["mean"]) and s["mean"] > 0]
+            if len(means) > 1 and (widest is None or max(means) / min(means) > widest.ratio):
+                widest = Spread(_label(group), m, min(means), max(means))
+    return widest
+
+
+def cost_command(designs: Sequence[str] = (), baseline: str | None = None, depths: Sequence[Any] = ()) -> str:
+    """The ``bench cost`` command that times ``designs`` beside ``baseline``, alternating steps, at ``depths`` (one
+    command per depth: ``DEPTH`` and the list where there are several); placeholders where a name is not known."""
+    shown = sorted({int(d) for d in depths if pd.notna(d)})
+    at = f"--depth {shown[0]}" if len(shown) == 1 else "--depth DEPTH"
+    command = (f"python -m bench cost --designs {' '.join(designs) or 'DESIGN ...'} --baseline {baseline or 'BASELINE'}"
+               f" --shape SHAPE {at}")
+    return f"`{command}`" + (f" (DEPTH: {', '.join(map(str, shown))})" if len(shown) > 1 else "")
+
+
+def note(spread: Spread | None, command: str) -> str:
+    """The line under a table holding a timed figure measured once: what such a figure is, how far apart the data
+    shows one configuration's timings (``spread``), and ``command`` (:func:`cost_command`), which ranks designs."""
+    seen = (f" (here {spread.label}: {spread.metric} {spread.low:.4g} to {spread.high:.4g} across load bands, "
+            f"{spread.ratio:.2g}x)" if spread is not None else "")
+    return (f"Timed once: such a cost figure is one timing by one run, taken at its own moment on the wall clock, so a "
+            f"difference of two is one timing against another, not a result; on a shared machine one configuration's "
+            f"timings can differ several-fold{seen}. To rank designs' cost, time them side by side, alternating "
+            f"steps: {command} (`--shape`: see `python -m bench cost --help`; `--plugin` for your own designs).")
