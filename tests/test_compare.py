@@ -241,8 +241,7 @@ def test_a_difference_of_one_timing_against_one_is_no_result_and_the_note_says_w
         "difference of two is one timing against another, not a result; on a shared machine one configuration's "
         "timings can differ several-fold (here preact, depth 8, digits: train_samples_per_s 1454 to 4525 across load "
         "bands, 3.1x). To rank designs' cost, time them side by side, alternating steps: `python -m bench cost "
-        "--designs preact_abmix --baseline preact --shape SHAPE --depth 8` (`--shape`: see `python -m bench cost "
-        "--help`; `--plugin` for your own designs).")
+        "--designs preact_abmix --baseline preact --shape digits --depth 8` (`--plugin` for your own designs).")
     t = compare_table(board[board["seed"] != 2], runs, "preact", ["train_samples_per_s"])  # one band: no spread shown
     assert "timings can differ several-fold. To rank" in render(t)
     quiet = compare_table(board[board["seed"] != 2], runs, "preact", ["final_val_loss"])

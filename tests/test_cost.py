@@ -311,3 +311,14 @@ def test_bad_baseline_and_depth_exit_2_naming_the_field_and_write_nothing(
     err = capsys.readouterr().err
     assert err.startswith(message), err
     assert not out.exists()
+
+
+def test_the_shapes_named_after_a_task_are_those_the_timed_once_note_names() -> None:
+    """bench compare's note on a figure timed once names `--shape TASK` where a shape is named after the runs' task;
+    it reads the list without torch (bench.analysis.timed_once.TASK_SHAPES), which must be this one."""
+    from bench.analysis.timed_once import TASK_SHAPES, cost_command
+    from bench.runs.tasks import TASKS
+
+    assert set(cost.SHAPES) & set(TASKS) == TASK_SHAPES
+    assert "--shape digits --depth 8`" in cost_command(["a"], "b", [8], ["digits"])
+    assert "--shape SHAPE --depth DEPTH` (DEPTH: 6, 24)" in cost_command(["a"], "b", [6, 24], ["tinytext"])

@@ -142,7 +142,8 @@ def compare_table(
     if once.any():
         timed = table[once]
         out.attrs[ONCE_NOTE] = note(spread, cost_command(list(dict.fromkeys(timed["variant"])), baseline,
-                                                         list(timed["depth"]) if "depth" in timed.columns else []))
+                                                         list(timed["depth"]) if "depth" in timed.columns else [],
+                                                         list(timed["task"]) if "task" in timed.columns else []))
     return out
 
 

@@ -32,6 +32,9 @@ from bench.runs.schema import COST_COLUMNS
 TIMED: tuple[str, ...] = tuple(m for m in COST_COLUMNS if m not in (
     "peak_mem_mb", "fwd_flops_per_sample", "train_flops_per_sample"))
 ONCE = "one timing"  # bench compare's test code of a timed figure's difference with one timing on a side
+# The tasks a ``bench cost`` shape is named after (:data:`bench.runs.cost.SHAPES`, which needs torch; a test keeps the
+# two in step): the command :func:`cost_command` gives names the shape where the runs' one task has one.
+TASK_SHAPES = frozenset({"digits"})
 
 
 def rests_on_one_timing(metric: str, n: Any, n_base: Any) -> bool:
@@ -89,13 +92,17 @@ def band_spread(board: pd.DataFrame, runs: Sequence[Mapping[str, Any]] | None,
     return widest
 
 
-def cost_command(designs: Sequence[str] = (), baseline: str | None = None, depths: Sequence[Any] = ()) -> str:
+def cost_command(designs: Sequence[str] = (), baseline: str | None = None, depths: Sequence[Any] = (),
+                 tasks: Sequence[Any] = ()) -> str:
     """The ``bench cost`` command that times ``designs`` beside ``baseline``, alternating steps, at ``depths`` (one
-    command per depth: ``DEPTH`` and the list where there are several); placeholders where a name is not known."""
+    command per depth: ``DEPTH`` and the list where there are several), at the shape of the runs' one task where a
+    shape is named after it (:data:`TASK_SHAPES`); placeholders where a name is not known."""
     shown = sorted({int(d) for d in depths if pd.notna(d)})
     at = f"--depth {shown[0]}" if len(shown) == 1 else "--depth DEPTH"
+    named = {str(t) for t in tasks if pd.notna(t)}
+    shape = next(iter(named)) if len(named) == 1 and named <= TASK_SHAPES else "SHAPE"
     command = (f"python -m bench cost --designs {' '.join(designs) or 'DESIGN ...'} --baseline {baseline or 'BASELINE'}"
-               f" --shape SHAPE {at}")
+               f" --shape {shape} {at}")
     return f"`{command}`" + (f" (DEPTH: {', '.join(map(str, shown))})" if len(shown) > 1 else "")
 
 
@@ -107,4 +114,6 @@ def note(spread: Spread | None, command: str) -> str:
     return (f"Timed once: such a cost figure is one timing by one run, taken at its own moment on the wall clock, so a "
             f"difference of two is one timing against another, not a result; on a shared machine one configuration's "
             f"timings can differ several-fold{seen}. To rank designs' cost, time them side by side, alternating "
-            f"steps: {command} (`--shape`: see `python -m bench cost --help`; `--plugin` for your own designs).")
+            f"steps: {command} ("
+            + ("`--shape`: see `python -m bench cost --help`; " if "--shape SHAPE" in command else "")
+            + "`--plugin` for your own designs).")

@@ -202,7 +202,8 @@ def timed_once_note(board: pd.DataFrame, runs: Sequence[Mapping[str, Any]] | Non
     """The line under a leaderboard some of whose timed cells rest on one timing: the one ``bench compare`` prints
     (:func:`bench.analysis.timed_once.note`), at the depths of ``board``."""
     depths = board["depth"].dropna().unique().tolist() if "depth" in board.columns else []
-    return once_note(band_spread(board, runs), cost_command(depths=depths))
+    tasks = board["task"].dropna().unique().tolist() if "task" in board.columns else []
+    return once_note(band_spread(board, runs), cost_command(depths=depths, tasks=tasks))
 
 
 def has_target(board: pd.DataFrame) -> bool:
