@@ -239,10 +239,10 @@ def test_a_difference_of_one_timing_against_one_is_no_result_and_the_note_says_w
     assert md.endswith(
         "\n\nTimed once: such a cost figure is one timing by one run, taken at its own moment on the wall clock, so a "
         "difference of two is one timing against another, not a result; on a shared machine one configuration's "
-        "timings can differ several-fold (here preact, depth 8, digits: train_samples_per_s 1454 to 4525 across load "
-        "bands, 3.1x). To rank designs' cost, time them side by side, alternating steps: `python -m bench cost "
+        "timings change with the load on it (here preact, depth 8, digits: train_samples_per_s 1454 to 4525 across "
+        "load bands, 3.11x). To rank designs' cost, time them side by side, alternating steps: `python -m bench cost "
         "--designs preact_abmix --baseline preact --shape digits --depth 8` (`--plugin` for your own designs).")
     t = compare_table(board[board["seed"] != 2], runs, "preact", ["train_samples_per_s"])  # one band: no spread shown
-    assert "timings can differ several-fold. To rank" in render(t)
+    assert "timings change with the load on it. To rank" in render(t)
     quiet = compare_table(board[board["seed"] != 2], runs, "preact", ["final_val_loss"])
     assert "Timed once" not in render(quiet) and not quiet.attrs  # no timed figure: no note

@@ -439,11 +439,28 @@ def test_the_report_says_what_a_figure_timed_once_is_and_quotes_the_spread_of_a_
     assert note == (
         "Timed once: such a cost figure is one timing by one run, taken at its own moment on the wall clock, so a "
         "difference of two is one timing against another, not a result; on a shared machine one configuration's "
-        "timings can differ several-fold (here preln, depth 2, copy: train_samples_per_s 400 to 1000 across load "
-        "bands, 2.5x). To rank designs' cost, time them side by side, alternating steps: `python -m bench cost "
+        "timings change with the load on it (here preln, depth 2, copy: samples/s 400 to 1000 across load "
+        "bands, 2.50x). To rank designs' cost, time them side by side, alternating steps: `python -m bench cost "
         "--designs DESIGN ... --baseline BASELINE --shape SHAPE --depth 2` (`--shape`: see `python -m bench cost "
         "--help`; `--plugin` for your own designs).")
     assert text.index("| preln |") < text.index(note)  # under the table
+
+
+def test_a_cost_cell_resting_on_fewer_timings_than_its_rows_runs_says_how_many(tmp_path: Path) -> None:
+    """Seed 1 reused seed 0's timing (its cost_source), seed 2 was timed again: the samples/s cell of the 3-run row
+    rests on 2 measurements (mean 1100, not 1067) and says n=2; the caption says cost figures count once per measurement."""
+    store = ResultsStore(tmp_path / "res")
+    first, copy, _ = (add(store, "preln", seed, ENV_A, speed, 2.0 + seed / 10)
+                      for seed, speed in enumerate((1000.0, 1000.0, 1200.0)))
+    board = store.load_leaderboard().astype({"cost_source": object})
+    board["cost_source"] = board["run_id"].replace({copy: first})  # as a sweep writes it: the run that measured
+    board.to_csv(store.root / "leaderboard.csv", index=False)
+    table = leaderboard_table(store.load_leaderboard(), store.load_runs())
+    assert "| preln | 2 | copy | 3/3 | — | — | — | 1100 ± 141 (±1271, n=2) | — |" in table
+    text = write_report(store.root).read_text()
+    assert ("Cost figures (samples/s, memory) count once per measurement, not per seed: a seed that reused another "
+            "run's figure adds none, and a cost cell resting on fewer measurements than its row's runs says how many "
+            "(`n=2`).") in text
 
 
 @pytest.mark.usefixtures("clean_plugins")

@@ -3,9 +3,9 @@ compare``'s test column and the note under its table, and for the note under the
 
 A sweep times each model configuration once (its first run; the others copy the figures, ``cost_source``), on the
 wall clock, at whatever moment that run reached its timing phase. Two such figures were taken at two moments: on a
-machine shared with other work, the same configuration's throughput differs several-fold from one moment to the next
-(:func:`band_spread` finds the widest such spread the data holds), so their difference is no evidence that one design
-is faster. No test is made on it (:data:`ONCE`), and the note (:func:`note`) names the command that times designs
+machine shared with other work, the same configuration's throughput changes with the load from one moment to the next
+(:func:`band_spread` finds the widest such spread the data holds, quoted as it is, with no adjective the example could
+contradict), so their difference is no evidence that one design is faster. No test is made on it (:data:`ONCE`), and the note (:func:`note`) names the command that times designs
 side by side, alternating steps: ``bench cost``.
 """
 
@@ -110,10 +110,10 @@ def note(spread: Spread | None, command: str) -> str:
     """The line under a table holding a timed figure measured once: what such a figure is, how far apart the data
     shows one configuration's timings (``spread``), and ``command`` (:func:`cost_command`), which ranks designs."""
     seen = (f" (here {spread.label}: {spread.metric} {spread.low:.4g} to {spread.high:.4g} across load bands, "
-            f"{spread.ratio:.2g}x)" if spread is not None else "")
+            f"{spread.ratio:.2f}x)" if spread is not None else "")
     return (f"Timed once: such a cost figure is one timing by one run, taken at its own moment on the wall clock, so a "
             f"difference of two is one timing against another, not a result; on a shared machine one configuration's "
-            f"timings can differ several-fold{seen}. To rank designs' cost, time them side by side, alternating "
+            f"timings change with the load on it{seen}. To rank designs' cost, time them side by side, alternating "
             f"steps: {command} ("
             + ("`--shape`: see `python -m bench cost --help`; " if "--shape SHAPE" in command else "")
             + "`--plugin` for your own designs).")

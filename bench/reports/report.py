@@ -16,6 +16,7 @@ import gzip
 import json
 import math
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +53,7 @@ from bench.runs.names import file_name
 from bench.runs.primary import primaries
 from bench.runs.reading import read_runs
 from bench.runs.results import atomic_write_bytes, atomic_write_text, check_writable
+from bench.runs.schema import COST_COLUMNS
 
 FIGURE_NOTE = (
     "Lines: mean over seeds. Bands and error bars: 95% Student-t CI of that mean, clipped to the metric's "
@@ -118,6 +120,15 @@ def _stat_cell(s: pd.Series, scale: float, fmt: str) -> str:
     return f"{mean} ± {std} (±{ci})"
 
 
+def _cost_cell(s: pd.Series, scale: float, fmt: str) -> str:
+    """A cost figure's pooled cell: :func:`_stat_cell`, with the number of measurements it rests on where that is not
+    the row's number of runs (seeds that reused another run's figure add none): ``mean ± std (±CI, n=k)``."""
+    cell = _stat_cell(s, scale, fmt)
+    if s["n"] < 2 or s["n"] == s["n_runs"]:
+        return cell
+    return f"{cell[:-1]}, n={int(s['n'])})"
+
+
 def _band_cell(s: Mapping[str, float], scale: float, fmt: str, band: str) -> str:
     """One load band's part of a cost cell: ``mean (n=1, band)`` or ``mean ± std (±CI, n=k, band)``."""
     if s["n"] == 1:
@@ -128,7 +139,9 @@ def _band_cell(s: Mapping[str, float], scale: float, fmt: str, band: str) -> str
 
 def _metric_cell(s: pd.Series, split: Sequence[tuple[str, Mapping[str, float]]], scale: float, fmt: str) -> str:
     """The row's pooled cell ``s``, or where its cost figures span load bands (``split``) each band's, ``; ``-joined."""
-    return "; ".join(_band_cell(b, scale, fmt, band) for band, b in split) if split else _stat_cell(s, scale, fmt)
+    if split:
+        return "; ".join(_band_cell(b, scale, fmt, band) for band, b in split)
+    return _cost_cell(s, scale, fmt) if s.name in COST_COLUMNS else _stat_cell(s, scale, fmt)
 
 
 def _targeted(board: pd.DataFrame) -> pd.Series:
@@ -200,10 +213,14 @@ def leaderboard_table(board: pd.DataFrame, runs: Sequence[Mapping[str, Any]] | N
 
 def timed_once_note(board: pd.DataFrame, runs: Sequence[Mapping[str, Any]] | None) -> str:
     """The line under a leaderboard some of whose timed cells rest on one timing: the one ``bench compare`` prints
-    (:func:`bench.analysis.timed_once.note`), at the depths of ``board``."""
+    (:func:`bench.analysis.timed_once.note`), at the depths of ``board``. Its example spread is of a timed figure the
+    table shows, named by its column's header (``samples/s``), never of one the reader cannot find in it."""
     depths = board["depth"].dropna().unique().tolist() if "depth" in board.columns else []
     tasks = board["task"].dropna().unique().tolist() if "task" in board.columns else []
-    return once_note(band_spread(board, runs), cost_command(depths=depths, tasks=tasks))
+    headers = {m: h for m, h, *_ in table_metrics(board) if m in TIMED}
+    spread = band_spread(board, runs, list(headers))
+    shown = replace(spread, metric=headers[spread.metric]) if spread is not None else None
+    return once_note(shown, cost_command(depths=depths, tasks=tasks))
 
 
 def has_target(board: pd.DataFrame) -> bool:
@@ -360,7 +377,9 @@ def write_report(results_dir: str | Path, study: str | None = None, workers: int
         "## Leaderboard",
         "",
         "Cells: mean ± std over seeds (±95% CI half-width, Student t); `(n=1)` = a single run, no spread. "
-        "Only runs with status `ok` count; `ok/runs` shows how many did." + _measured_at(runs)
+        "Only runs with status `ok` count; `ok/runs` shows how many did. Cost figures (samples/s, memory) count once per "
+        "measurement, not per seed: a seed that reused another run's figure adds none, and a cost cell resting on "
+        "fewer measurements than its row's runs says how many (`n=2`)." + _measured_at(runs)
         + (" A configuration whose cost figures were measured in several bands of machine load (load per CPU) "
            "shows each band's figure in its cost cells, never their average; its other cells pool every seed."
            if table.split_bands else "")
