@@ -98,6 +98,9 @@ def test_a_run_page_shows_its_config_hash_command_and_environment(site: Path) ->
     text = (site / "run" / f"{slug(cfg.run_id)}.html").read_text(encoding="utf-8")
     assert f'<code id="config-hash">{cfg.config_hash()}</code>' in text
     assert "python -m bench run --variant rezero --depth 4 --task copy --seed 1 --results-dir" in text
+    assert text.count("-rerun</pre>") == 1  # the run alone writes to a scratch folder, never into the results folder
+    assert ("-rerun, beside the results folder, whose leaderboard it leaves as it is): the same training, seed "
+            "included, so its curves and final metrics, and its cost figures as measured on your machine") in text
     assert "<td>abc123</td>" in text and "<td>3.11.7</td>" in text  # the environment the run recorded
 
 
@@ -110,9 +113,10 @@ def test_a_plugin_run_alone_loads_the_plugin_copy_its_study_stored(tmp_path: Pat
     recorded = [mine, mine, {"spec": "extra.py", "origin": "--plugin"}]
     run = {"config": {"variant": "mine", "depth": 8, "seed": 1, "task": "digits", "study": "mine"}, "plugins": recorded}
     assert _run_command(run, root).endswith(  # the user's own --plugin as given; the study's from the stored copy
-        f" --plugin extra.py --plugin {root.as_posix()}/studies/mine.py --plugin some.module --results-dir {root}")
+        f" --plugin extra.py --plugin {root.as_posix()}/studies/mine.py --plugin some.module "
+        f"--results-dir {tmp_path / 'res-rerun'}")
     (root / "studies" / "mine.toml").unlink()  # the study file gone: the plugin as the run recorded it
-    assert _run_command(run, root).endswith(f" --plugin extra.py --plugin /home/me/mine.py --results-dir {root}")
+    assert _run_command(run, root).endswith(f" --plugin extra.py --plugin /home/me/mine.py --results-dir {root}-rerun")
     assert "--plugin" not in _run_command({"config": run["config"] | {"study": None}}, root)
 
 

@@ -361,12 +361,19 @@ def _leaderboard_html(board: pd.DataFrame, depth: int) -> str:
             f'<tr class="filters">{"".join(filters)}</tr></thead><tbody>{"".join(body)}</tbody></table>')
 
 
+def rerun_folder(root: Path) -> Path:
+    """The scratch results folder a run page's "this run alone" command writes to, beside ``root``: a run made
+    outside its study has another config hash, so in ``root`` it would add a row of no study to its leaderboard."""
+    return root.with_name(f"{root.name}-rerun")
+
+
 def _run_command(run: Mapping[str, Any], root: Path) -> str:
-    """``python -m bench run ...``: the whole config the run recorded, as options (its seed included)."""
+    """``python -m bench run ...``: the whole config the run recorded, as options (its seed included), into
+    :func:`rerun_folder`, never into ``root``."""
     cfg = config_from_dict(run["config"])
     head = f"torchrun --nproc-per-node {cfg.world_size} -m bench run" if cfg.world_size > 1 else "python -m bench run"
     argv = cfg.to_argv(skip=("variant", "study", "preset", "world_size"))
-    return f"{head} {shlex.join([*argv, *run_plugin_flags(run, root), '--results-dir', str(root)])}"
+    return f"{head} {shlex.join([*argv, *run_plugin_flags(run, root), '--results-dir', str(rerun_folder(root))])}"
 
 
 def _run_page(run: Mapping[str, Any], row: Mapping[str, Any], figs: _Figures, root: Path) -> str:
@@ -378,8 +385,11 @@ def _run_page(run: Mapping[str, Any], row: Mapping[str, Any], figs: _Figures, ro
         commands.append(("the study it belongs to (this run is one of its runs; resume skips the recorded ones)",
                          _study_command(study, config.get("preset"), root, [run])))
     if config:
-        what = "this run alone" + (" (outside its study: the study's name is part of the config hash, so it is "
-                                   "recorded under another hash)" if study else "")
+        what = ("this run alone, into a scratch folder of its own (" + rerun_folder(root).name + ", beside the results "
+                "folder, whose leaderboard it leaves as it is): the same training, seed included, so its curves and "
+                "final metrics, and its cost figures as measured on your machine at your load"
+                + (" (outside its study: the study's name is part of the config hash, so it is recorded under "
+                   "another hash)" if study else ""))
         commands.append((what, _run_command(run, root)))
     env = run.get("env") or {}
     provenance = {k: row.get(k) for k in ("git_sha", "created_at", "torch_version", "cost_source", "machine")
