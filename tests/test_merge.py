@@ -448,7 +448,8 @@ def test_the_report_says_what_a_figure_timed_once_is_and_quotes_the_spread_of_a_
 
 def test_a_cost_cell_resting_on_fewer_timings_than_its_rows_runs_says_how_many(tmp_path: Path) -> None:
     """Seed 1 reused seed 0's timing (its cost_source), seed 2 was timed again: the samples/s cell of the 3-run row
-    rests on 2 measurements (mean 1100, not 1067) and says n=2; the caption says cost figures count once per measurement."""
+    rests on 2 measurements (mean 1100, not 1067) and says n=2; the caption says cost figures count once per
+    measurement."""
     store = ResultsStore(tmp_path / "res")
     first, copy, _ = (add(store, "preln", seed, ENV_A, speed, 2.0 + seed / 10)
                       for seed, speed in enumerate((1000.0, 1000.0, 1200.0)))

@@ -15,6 +15,7 @@ from torch import nn
 
 import variants
 from bench.reports import plots
+from bench.reports.drawing import CLIP_NOTE
 from bench.runs.config import RunConfig
 from bench.runs.results import ResultsStore
 from variants import registry
@@ -538,6 +539,30 @@ def test_loss_vs_time_plots_mean_loss_at_mean_training_time(tmp_path):
     assert "training time" in ax.get_xlabel() and ax.get_yscale() == "log"
     names = [p.stem for p in plots.make_all(tmp_path)]
     assert "loss_vs_time_tinytext" in names
+
+
+def test_loss_vs_time_says_in_its_title_where_its_runs_were_made_in_several_load_bands(tmp_path):
+    """Seed 0 run on a quiet machine, seed 1 beside other work: the x axis pools two loads' seconds, and the title
+    says so, naming the bands; with every run in one band the drawing and its title are as before."""
+    store = ResultsStore(tmp_path)
+    for seed, load in enumerate((0.4, 6.0)):
+        run_id = f"slow-d6-tinytext-00000000-s{seed}"
+        row = {"run_id": run_id, "variant": "slow", "depth": 6, "task": "tinytext", "seed": seed, "status": "ok"}
+        evals = [{"step": 10, "train_time_s": 2.0 + seed, "val_loss": 3.0}]
+        store.append(row, {"run_id": run_id, "row": row, "curves": {"train": [{"step": 1, "loss": 3.0}], "eval": evals},
+                           "probes": [], "measurements": {"load": {"load_1m": load, "cpus": 2}}})
+    frames = plots.load_frames(tmp_path)
+    drawing = next(d for d in plots.drawings(frames, None) if d.name == "loss_vs_time_tinytext")
+    assert drawing.kwargs["bands"] == ["load/CPU 0-0.5", "load/CPU 2-4"]
+    title = plots.plot_loss_vs_time(*drawing.args, **drawing.kwargs).axes[0].get_title()
+    assert title.endswith("\nruns made in 2 load bands (load/CPU 0-0.5, load/CPU 2-4): x is each run's wall clock at "
+                          "its own load")
+    quiet = plots.frames_of(frames.leaderboard, [r | {"measurements": {"load": {"load_1m": 0.4, "cpus": 2}}}
+                                                  for r in frames.runs])
+    drawing = next(d for d in plots.drawings(quiet, None) if d.name == "loss_vs_time_tinytext")
+    assert "bands" not in drawing.kwargs
+    title = plots.plot_loss_vs_time(*drawing.args, **drawing.kwargs).axes[0].get_title()
+    assert title.endswith("mean over seeds, band = " + CLIP_NOTE) and "load" not in title
 
 
 def test_a_configuration_without_a_value_leaves_a_gap(tmp_path):

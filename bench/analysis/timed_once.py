@@ -5,8 +5,8 @@ A sweep times each model configuration once (its first run; the others copy the 
 wall clock, at whatever moment that run reached its timing phase. Two such figures were taken at two moments: on a
 machine shared with other work, the same configuration's throughput changes with the load from one moment to the next
 (:func:`band_spread` finds the widest such spread the data holds, quoted as it is, with no adjective the example could
-contradict), so their difference is no evidence that one design is faster. No test is made on it (:data:`ONCE`), and the note (:func:`note`) names the command that times designs
-side by side, alternating steps: ``bench cost``.
+contradict), so their difference is no evidence that one design is faster. No test is made on it (:data:`ONCE`), and
+the note (:func:`note`) names the command that times designs side by side, alternating steps: ``bench cost``.
 """
 
 from __future__ import annotations

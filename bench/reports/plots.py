@@ -26,14 +26,14 @@ Figures are :class:`matplotlib.figure.Figure` objects: nothing leaks into pyplot
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
-from bench.analysis.stats import with_derived, with_mixed_load_bands
+from bench.analysis.stats import load_bands, with_derived, with_mixed_load_bands
 from bench.reports import figcache
 from bench.reports.costfigs import pareto_front, pareto_points, plot_cost, plot_pareto
 from bench.reports.drawing import (
@@ -137,11 +137,21 @@ def plot_learning_curves(curves: pd.DataFrame, task: str | None = None, val_metr
     return fig
 
 
+def _load_words(bands: Sequence[str]) -> str:
+    """The title's words on the load bands the drawn runs were made in: none for one band (the figure unchanged)."""
+    if len(bands) < 2:
+        return ""
+    return (f"; runs made in {len(bands)} load bands ({', '.join(bands)}): x is each run's wall clock at its own "
+            "load")
+
+
 def plot_loss_vs_time(curves: pd.DataFrame, task: str | None = None, metric: str = "val_loss",
-                      colours: Mapping[str, Colour] | None = None, baseline: str | None = None) -> Figure:
+                      colours: Mapping[str, Colour] | None = None, baseline: str | None = None,
+                      bands: Sequence[str] = ()) -> Figure:
     """Validation loss (log y) against training time: one point per evaluation, at the mean over seeds of the
     time trained up to it (x) and the mean loss (y, clipped 95% t-CI band). What a design buys per second of
-    this machine, where a step that costs more counts against it. Faceted as :func:`plot_learning_curves`."""
+    this machine, where a step that costs more counts against it. Faceted as :func:`plot_learning_curves`. Where
+    the runs were made in more than one load band (``bands``), the title says so: their seconds were not alike."""
     colours = colours or palette_of(curves)
     df, task = one_task(curves, task)
     part = with_key(df[(df["split"] == "eval") & (df["metric"] == metric)])
@@ -154,11 +164,12 @@ def plot_loss_vs_time(curves: pd.DataFrame, task: str | None = None, metric: str
     if crowded(stats):
         return faceted([Row(stats, "time_s", xlabel, ylabel, metric, metric in LOG_METRICS)],
                        colours, baseline, f"{ylabel.split(' (')[0]} vs wall-clock — {task}: mean over seeds, band = "
-                                          f"{CLIP_NOTE}")
+                                          f"{CLIP_NOTE}{_load_words(bands)}")
     fig, (ax,) = figure()
     series_lines(ax, stats, "time_s", colours, styles, True, log=metric in LOG_METRICS)
     ax.set(xlabel=xlabel, ylabel=ylabel)
-    ax.set_title(f"{ylabel.split(' (')[0]} vs wall-clock — {task}\nmean over seeds, band = {CLIP_NOTE}",
+    loads = _load_words(bands).replace("; ", "\n", 1)
+    ax.set_title(f"{ylabel.split(' (')[0]} vs wall-clock — {task}\nmean over seeds, band = {CLIP_NOTE}{loads}",
                  y=fixed_title_y(metric in LOG_METRICS))
     limit(ax, metric, log=metric in LOG_METRICS)
     legend(fig, colours, part["series"], styles)
@@ -304,9 +315,12 @@ def drawings(frames: Frames, baseline: str | None, colours: Mapping[str, Colour]
             jobs.append(Drawing(f"curves_{task}", plot_learning_curves, (curves, task),
                                 {"colours": colours, "baseline": baseline}))
         timed = t_curves[(t_curves["metric"] == "val_loss") & t_curves["train_time_s"].notna()]
-        if len(timed):
+        if len(timed):  # the load bands of the runs drawn, named in the title where there are several
+            drawn = board[board["run_id"].isin(set(timed["run_id"]))] if "run_id" in timed else board.iloc[:0]
+            bands = sorted(load_bands(drawn, frames.runs).dropna().unique())
             jobs.append(Drawing(f"loss_vs_time_{task}", plot_loss_vs_time, (curves, task),
-                                {"colours": colours, "baseline": baseline}))
+                                {"colours": colours, "baseline": baseline, **({"bands": bands} if len(bands) > 1
+                                                                              else {})}))
         trained = with_key(t_ok[t_ok[primary(task).train].notna()]) if primary(task).train in t_ok else t_ok.iloc[:0]
         if len(trained) and (trained.groupby("key")["depth"].nunique() > 1).any():
             jobs.append(Drawing(f"degradation_{task}", plot_degradation, (board, task, colours)))

@@ -377,8 +377,8 @@ def write_report(results_dir: str | Path, study: str | None = None, workers: int
         "## Leaderboard",
         "",
         "Cells: mean ± std over seeds (±95% CI half-width, Student t); `(n=1)` = a single run, no spread. "
-        "Only runs with status `ok` count; `ok/runs` shows how many did. Cost figures (samples/s, memory) count once per "
-        "measurement, not per seed: a seed that reused another run's figure adds none, and a cost cell resting on "
+        "Only runs with status `ok` count; `ok/runs` shows how many did. Cost figures (samples/s, memory) count once "
+        "per measurement, not per seed: a seed that reused another run's figure adds none, and a cost cell resting on "
         "fewer measurements than its row's runs says how many (`n=2`)." + _measured_at(runs)
         + (" A configuration whose cost figures were measured in several bands of machine load (load per CPU) "
            "shows each band's figure in its cost cells, never their average; its other cells pool every seed."
