@@ -39,6 +39,8 @@ from bench.analysis.stats import (
     with_mixed_load_bands,
 )
 from bench.reports.analysis_summary import Summary, summary_of
+from bench.reports.costfigs import PER_POINT, label_lines
+from bench.reports.drawing import LOG_BAND_NOTE, band_edges
 from bench.reports.markdown import TALLY_WORDS, VERDICT_WORDS, fmt_number, test_text
 from bench.reports.plotdata import Frames, frames_of, grad_norm_init_data, with_key
 from bench.reports.report import _analysis_meta, _shown_path, _study_command, _study_path, study_claims
@@ -50,6 +52,7 @@ from bench.runs.reading import read_runs
 from bench.runs.results import ResultsStore, check_writable
 
 ASSETS = Path(__file__).resolve().parent / "site_assets"
+BAR_MEAN = PER_POINT.replace("point", "bar")  # a cost bar's height: the mean of its measurements, as a PNG point's
 NO_STUDY = "no-study"  # the page of the runs recorded outside any study
 # The leaderboard table's columns: what names a run, then the main metrics (the full row is on the run's page).
 NAME_COLUMNS = ("study", "family", "variant", "depth", "task", "seed", "device", "machine", "status")
@@ -136,12 +139,15 @@ class _Figures:
         return f'<figure class="plot" data-figure="{html.escape(name)}">{div}</figure>'
 
     @staticmethod
-    def series(stats: pd.DataFrame, x: str, label: str, colour: str) -> list[dict[str, Any]]:
+    def series(stats: pd.DataFrame, x: str, label: str, colour: str, log: bool = False) -> list[dict[str, Any]]:
         """A design's mean line and its 95% CI band (a trace of its legend group, without a legend entry of its
-        own): one legend entry, one hover label per design."""
+        own): one legend entry, one hover label per design. On a ``log`` axis the band's edges are the PNG figures'
+        (:func:`bench.reports.drawing.band_edges`: the lower side the upper side's factor below the mean), not an
+        interval clipped at 0 that drops in strips to the axis' bottom."""
         s = stats.sort_values(x)
         xs, mean = _floats(s[x]), _floats(s["mean"])
-        band = {"type": "scatter", "x": xs + xs[::-1], "y": _floats(s["hi"]) + _floats(s["lo"])[::-1],
+        lo, hi = band_edges(*(s[k].to_numpy(dtype=float) for k in ("mean", "lo", "hi")), log)
+        band = {"type": "scatter", "x": xs + xs[::-1], "y": _floats(hi) + _floats(lo)[::-1],
                 "fill": "toself", "line": {"width": 0}, "fillcolor": colour, "opacity": 0.2, "hoverinfo": "skip",
                 "legendgroup": label, "showlegend": False, "name": f"{label} 95% CI"}
         line = {"type": "scatter", "x": xs, "y": mean, "mode": "lines", "name": label, "legendgroup": label,
@@ -192,11 +198,13 @@ def _curve_figures(figs: _Figures, frames: Frames, name: str) -> list[str]:
             if rows["value"].notna().sum() == 0:
                 continue
             stats = mean_ci(rows, ["key"], "step", "value", metric)
+            log = metric in _LOG
             traces = [t for key, s in stats.groupby("key", sort=True)
-                      for t in figs.series(s, "step", str(key), colours[str(key)])]
+                      for t in figs.series(s, "step", str(key), colours[str(key)], log)]
             label = "training loss" if split == "train" else metric.replace("_", " ")
-            fig = figs.figure(traces, f"{label} — {where}: mean over seeds, band = 95% CI",
-                              "step (optimizer updates)", label, log=metric in _LOG)
+            fig = figs.figure(traces, f"{label} — {where}: mean over seeds, band = 95% CI"
+                              + (f" ({LOG_BAND_NOTE} below the mean)" if log else ""),
+                              "step (optimizer updates)", label, log=log)
             out.append(figs.html(fig, f"curves {name} {task} d{depth} {split} {metric}"))
     return out
 
@@ -215,6 +223,7 @@ def _cost_figures(figs: _Figures, frames: Frames, name: str) -> list[str]:
     board = with_key(banded).assign(_machine=_machine_of(banded),
                                     _pooled=_machine_of(banded.assign(machine=unbanded_machines(banded)))
                                     if LOAD_BAND_KEY in banded.columns else _machine_of(banded))
+    legend = "machine, load band" if LOAD_BAND_KEY in banded.columns else "machine"  # what a bar series is
     out = []
     for task, part in board.groupby("task", sort=True):
         for metric, label in (("train_samples_per_s", "training samples/s"), ("peak_mem_mb", "peak memory (MB)")):
@@ -230,8 +239,8 @@ def _cost_figures(figs: _Figures, frames: Frames, name: str) -> list[str]:
                                "name": str(machine), "customdata": [s["n"] for s in stats.values()],
                                "hovertemplate": "%{x}: %{y:.4g} (%{customdata} measurement(s))<extra></extra>",
                                "error_y": _error_y(stats.values(), metric)})
-            fig = figs.figure(traces, f"{label} — {task}: mean per configuration and machine", "design", label,
-                              legend="machine", barmode="group")
+            fig = figs.figure(traces, f"{label} — {task}: a bar per configuration and {legend}, {BAR_MEAN}", "design",
+                              label, legend=legend, barmode="group")
             out.append(figs.html(fig, f"cost {name} {task} {metric}"))
         out += _pareto_figure(figs, part, name, str(task))
     return out
@@ -246,19 +255,24 @@ def _pareto_figure(figs: _Figures, part: pd.DataFrame, name: str, task: str) -> 
     ok = part[(part["status"] == "ok") & part[quality].notna() & part["train_samples_per_s"].notna()]
     if not len(ok):
         return []
-    traces = []
+    points = []
     depth = ok["depth"].fillna(-1)
     for (machine, key), rows in ok.groupby(["_machine", "key"], sort=True):
         by = rows.groupby(depth.loc[rows.index], sort=True)
         speed = [t_ci(observations(g, "train_samples_per_s"))["mean"] for _, g in by]
         pooled = ok[(ok["_pooled"] == rows["_pooled"].iloc[0]) & (ok["key"] == key)]  # every band of its machine
         value = [t_ci(observations(pooled[depth.loc[pooled.index] == d], quality)) for d in by.groups]
-        traces.append(_scatter(
-            _floats(speed), [v["mean"] for v in value], f"{key} @ {machine}", "markers",
-            text=[f"depth {int(d)}" for d in by.groups], error_y=_error_y(value, quality),
-            hovertemplate="%{text}: %{x:.4g} samples/s, " + quality + " %{y:.4g}<extra></extra>"))
-    fig = figs.figure(traces, f"{quality} against throughput — {task} (seed means, bars: 95% CI; throughput: one "
-                      "figure per configuration and machine)", "training samples/s", quality.replace("_", " "),
+        points.append((f"{key} @ {machine}", speed, value, [str(int(d)) if d != -1 else "" for d in by.groups]))
+    # the depth beside each point, as the PNG labels it; a point nearly on an earlier one's has its label below
+    flat = pd.DataFrame([(x, v["mean"]) for _, xs, vs, _ in points for x, v in zip(xs, vs, strict=True)], dtype=float)
+    lower = iter(label_lines(flat[0], flat[1]) if len(flat) else [])
+    traces = [_scatter(_floats(xs), [v["mean"] for v in vs], name, "markers+text", text=depths,
+                       textposition=["bottom right" if next(lower) else "top right" for _ in depths],
+                       error_y=_error_y(vs, quality),
+                       hovertemplate="depth %{text}: %{x:.4g} samples/s, " + quality + " %{y:.4g}<extra></extra>")
+              for name, xs, vs, depths in points]
+    fig = figs.figure(traces, f"{quality} against throughput — {task} (seed means, bars: 95% CI; labels: depth; "
+                      f"throughput: {PER_POINT})", "training samples/s", quality.replace("_", " "),
                       legend="design @ machine")
     return [figs.html(fig, f"pareto {name} {task}")]
 
@@ -290,8 +304,9 @@ def _grad_figures(figs: _Figures, frames: Frames, name: str) -> list[str]:
             lambda st: f" ({st})" if st else "") + stats["kind"].map(lambda k: f" {k}" if k else ""))
         colours = _colour(stats["design"])
         traces = [t for design, s in stats.groupby("design", sort=True)
-                  for t in figs.series(s, "index", str(design), colours[str(design)])]
-        fig = figs.figure(traces, f"{metric} at initialisation per unit — {task}",
+                  for t in figs.series(s, "index", str(design), colours[str(design)], True)]
+        fig = figs.figure(traces, f"{metric} at initialisation per unit — {task} (band = 95% CI, {LOG_BAND_NOTE} "
+                          "below the mean)",
                           "unit index (0 = nearest the input)", metric, log=True)
         out.append(figs.html(fig, f"grad {name} {task}"))
     return out
