@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 import seaborn as sns
 from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -356,6 +357,19 @@ def test_the_pareto_figure_has_a_point_per_load_band_at_the_configurations_seed_
         assert resnet.loc[(band, 56), "val_error"] == pytest.approx(1 - (np.mean(ACC[("resnet", 56)]) - 0.05))
     ax = plots.plot_pareto(*pareto.args, **pareto.kwargs).axes[0]
     np.testing.assert_allclose(line(ax, f"resnet ({busy})").get_xdata(), [1001.5, 1000 * 20 / 56 + 1.5])
+    assert ax.get_xlabel() == "training throughput (samples/s; each point the mean of its measurements)"
+    # each configuration's two bands nearly coincide: the second label one line under the first, never "2020"
+    labels = sorted((t.get_text(), t.xy, t.xyann) for t in ax.texts)
+    at = {(text, round(xy[0], 1)): offset for text, xy, offset in labels}
+    assert at[("20", 1000.0)] == (3, 3) and at[("20", 1001.5)] == (3, -6)
+
+
+def test_label_lines_lowers_the_labels_of_points_near_an_earlier_one() -> None:
+    from bench.reports.costfigs import label_lines
+    x, y = pd.Series([100.0, 101.0, 500.0, 102.0]), pd.Series([0.5, 0.5, 0.1, 0.5])
+    assert label_lines(x, y) == [0, 1, 0, 2]  # 101 and 102 lie within 3% of the spans of 100; 500 alone
+    assert label_lines(x, pd.Series([0.5, 0.1, 0.5, 0.3])) == [0, 0, 0, 0]  # same x, far apart in y
+    assert label_lines(pd.Series([], dtype=float), pd.Series([], dtype=float)) == []
 
 
 def test_pareto_front_mask():

@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
 import pytest
 
 from bench.cli import main
@@ -187,6 +188,27 @@ def test_cost_bars_and_pareto_points_keep_the_load_bands_of_a_configuration_apar
     error = sum(1 - (0.5 + 0.01 * seed) for seed in range(3)) / 3  # add_run's final_val_acc, every seed's
     assert [(float(x), json.loads(f'"{name}"')) for x, _, name in points] == [(200.0, quiet), (500.0, busy)]
     assert [float(y) for _, y, _ in points] == [pytest.approx(error)] * 2
+    # the bars are a machine's load bands, and the legend says so; the Pareto labels its points with their depth,
+    # and its title and the bars' say what a point's or a bar's throughput is
+    assert page.count('"legend":{"title":{"text":"machine, load band"}}') == 2  # samples/s and peak memory
+    labels = r'"name":"preln @ [^"]+","mode":"markers\+text","text":\["2"\],"textposition":\["top right"\]'
+    assert len(re.findall(labels, page)) == 2  # 200 and 500 samples/s, far apart: each label in its usual place
+    assert "(seed means, bars: 95% CI; labels: depth; throughput: each point the mean of its measurements)" in page
+    assert "a bar per configuration and machine, load band, each bar the mean of its measurements" in page
+
+
+def test_the_site_draws_a_log_axis_band_as_the_pngs_do_and_its_title_says_so(site: Path) -> None:
+    """A training loss of mean 1 whose clipped CI reaches 0: on a log axis the band's lower side is mean²/upper
+    (0.25 under an upper side of 4), not 0; on a linear axis the interval as it is."""
+    from bench.reports.site import _Figures
+    stats = pd.DataFrame({"step": [1, 2], "mean": [1.0, 0.5], "lo": [0.0, 0.25], "hi": [4.0, 1.0], "count": [3, 3]})
+    band, _ = _Figures.series(stats, "step", "preln", "#000000", log=True)
+    assert band["y"] == [4.0, 1.0, 0.25, 0.25]  # upper side out, lower side back: 0.5²/1 = 0.25, 1²/4 = 0.25
+    band, _ = _Figures.series(stats, "step", "preln", "#000000")
+    assert band["y"] == [4.0, 1.0, 0.25, 0.0]
+    page = (site / "study" / "mini.html").read_text(encoding="utf-8")
+    assert ("training loss \\u2014 copy, depth 4: mean over seeds, band = 95% CI (on a log axis, the band's lower "
+            "side is its upper side's factor below the mean)") in page  # the dash as plotly's JSON writes it
 
 
 ATINIT = """name = "atinit"
