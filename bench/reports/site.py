@@ -146,7 +146,8 @@ class _Figures:
         interval clipped at 0 that drops in strips to the axis' bottom."""
         s = stats.sort_values(x)
         xs, mean = _floats(s[x]), _floats(s["mean"])
-        lo, hi = band_edges(*(s[k].to_numpy(dtype=float) for k in ("mean", "lo", "hi")), log)
+        lo, hi = band_edges(s["mean"].to_numpy(dtype=float), s["lo"].to_numpy(dtype=float),
+                            s["hi"].to_numpy(dtype=float), log)
         band = {"type": "scatter", "x": xs + xs[::-1], "y": _floats(hi) + _floats(lo)[::-1],
                 "fill": "toself", "line": {"width": 0}, "fillcolor": colour, "opacity": 0.2, "hoverinfo": "skip",
                 "legendgroup": label, "showlegend": False, "name": f"{label} 95% CI"}
