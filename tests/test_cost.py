@@ -396,4 +396,4 @@ def test_the_cli_prints_the_timing_notes_and_says_what_the_memory_is(
 def test_the_batch_help_is_the_shapes_batches() -> None:
     from bench.cli.parser import COST_BATCHES
 
-    assert COST_BATCHES == {name: s.batch for name, s in cost.SHAPES.items()}
+    assert {name: s.batch for name, s in cost.SHAPES.items()} == COST_BATCHES
