@@ -328,10 +328,12 @@ def test_the_shapes_named_after_a_task_are_those_the_timed_once_note_names() -> 
     assert "--shape SHAPE --depth DEPTH` (DEPTH: 6, 24)" in cost_command(["a"], "b", [6, 24], ["tinytext"])
 
 
-def test_diff_names_the_depth_a_design_refuses() -> None:
+def test_diff_names_the_depth_a_design_refuses(capsys: pytest.CaptureFixture[str]) -> None:
     """`bench diff --shape digits --depth 21` shares the check: the field is the depth, not the designs."""
-    with pytest.raises(ValueError, match=r"^depth: 'preact' \(designs\) does not build at depth 21: Pre-activation "):
-        cost.check_designs(cost.at_depth(cost.SHAPES["digits"], 21), ["preact", "resnet"])
+    assert main(["diff", "preact", "resnet", "--shape", "digits", "--depth", "21"]) == 2
+    assert capsys.readouterr().err == ("error: depth: 'preact' (designs) does not build at depth 21: Pre-activation "
+                                       "ResNet depth must be 6n+2 (basic) with n >= 1, e.g. 8, 14, 20, 32, 38, 56, "
+                                       "110, got 21\n")
 
 
 def test_a_shape_at_another_depth_says_only_that_depth() -> None:
