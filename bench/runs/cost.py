@@ -7,7 +7,10 @@ ResNet-50 at 224x224, the CIFAR ResNet-110), each relative to the family's basel
   meta device: no memory, no compute, so GPT-2 medium costs a second or two);
 * the measured time of one training step (forward, backward, optimiser) and the memory it needs, at a small batch
   (the shape of one sequence or image is the paper's), the baseline and the design built side by side in one process
-  and timed alternately, so that drifts of a shared machine fall on both. Eager, and with ``compiled`` under
+  and timed alternately, so that drifts of a shared machine fall on both (each turn as many steps as fill
+  :data:`ROUND_S`; on a CPU with the cores free now, as a run started now would get them: threads that wait on each
+  other where other work holds a core spin, and a step's time then grows with the load). Eager, and with
+  ``compiled`` under
   ``torch.compile`` as well; in fp32, or with ``precision="bf16"`` under bf16 autocast (the precision the papers
   train in on accelerators; the FLOPs are the same).
 
@@ -333,8 +336,7 @@ def timing_notes(table: pd.DataFrame) -> list[str]:
     if "threads" not in a:
         return []
     load = a.get("load") or {}
-    said = [f"timed with {a['threads']} torch thread{'s' if a['threads'] != 1 else ''} (those a run started now "
-            "would get: the cores free now)"]
+    said = [f"timed with {a['threads']} torch thread{'s' if a['threads'] != 1 else ''} ({a['threads_rule']})"]
     if load.get("load_1m") is not None:
         other = load.get("other_cpu")
         said[0] += (f"; machine load while timing: {load['load_1m']:.2f} (1-minute average) on {load['cpus']} CPUs"
@@ -421,13 +423,17 @@ def cost_table(designs: Sequence[str], shape: str, *, measure_time: bool = True,
     the baseline's. The baseline is ``baseline`` (default: the shape's), the model at ``depth`` where given (else the
     shape's); a design of any family, a plugin's included, is admitted where it builds at the shape
     (:func:`check_designs`). Every design and the baseline are built once per mode and timed in one rotation
-    (:func:`rounds`: one step of each per round, so that a drift of a shared machine falls on all), medians over the
-    rounds: the baseline has one step time per mode, which every ratio of the table divides by (``step_rel`` is
+    (:func:`rounds`: a turn of steps of each per round, so that a drift of a shared machine falls on all; on a CPU
+    with the threads a run started now would get, :func:`timing_threads`), medians over the rounds: the baseline has
+    one step time per mode, which every ratio of the table divides by (``step_rel`` is
     ``step_ms`` over the baseline row's ``step_ms``). Eager and, with ``compiled``, under ``torch.compile`` in
     ``compile_mode`` beside it (``compiled`` None: on an accelerator, not on a CPU, where compiling a large model takes
     minutes); ``time_per_flop`` the eager time ratio over the FLOPs ratio (``time_per_flop_compiled`` the compiled
     one); every step in ``precision`` (:data:`PRECISIONS`), its optimiser fused where the device has fused kernels.
     ``partial`` is called with the table so far after each mode is timed (a long measurement keeps what it has).
+    ``attrs`` say how it was timed: ``threads``, the machine's ``load`` (:func:`bench.runs.env.machine_load`) and
+    each design's per-round ratios (``round_ratios``, by design and column suffix), which :func:`timing_notes` puts
+    in words.
     ValueError naming the field for an unknown shape, precision, baseline, a depth out of range or a design that does
     not build at the shape."""
     sh = at_depth(shape_of(shape), depth)
@@ -457,6 +463,8 @@ def cost_table(designs: Sequence[str], shape: str, *, measure_time: bool = True,
         if measure_time:
             x, y = sh.inputs(b, dev)
             how["threads"] = timing_threads(dev)
+            how["threads_rule"] = ("those a run started now would get: the cores free now" if dev.type == "cpu" else
+                                   "torch's own count")
             how["round_ratios"] = {}
             sample = cpu_sample()
             for mode in modes:
