@@ -602,8 +602,9 @@ def overhead_rounds(designs: Sequence[str], shape: str, *, repeats: int = 3, mod
     """What each design adds to its family's baseline at ``shape``, one row per design, mode and timed round: the
     fractions ``params_overhead`` and ``flops_overhead`` (exact, the same in every round) and ``step_overhead`` and
     ``mem_overhead``, the design's step time and memory over those of the baseline step taken right before it in the
-    same round, minus 1 (:func:`timed_pair`): the rounds are the independent draws a claim's interval is over, as seeds
-    are for a trained metric. The ``cost`` analysis of a study (:mod:`bench.analysis.analyses`) is this table."""
+    same round, minus 1 (:func:`timed_pair`, with the threads of :func:`timing_threads`): the rounds are the
+    independent draws a claim's interval is over, as seeds are for a trained metric. The ``cost`` analysis of a study
+    (:mod:`bench.analysis.analyses`) is this table."""
     sh = shape_of(shape)
     check_designs(sh, designs, modes)
     dev = torch.device(device)
@@ -619,8 +620,9 @@ def overhead_rounds(designs: Sequence[str], shape: str, *, repeats: int = 3, mod
             c = count(name, sh)
             for mode in modes:
                 say(f"  timing {sh.baseline} vs {name} ({mode}): {repeats} alternating steps of {b} each ...")
-                for i, ((t0, m0), (t1, m1)) in enumerate(timed_pair([sh.baseline, name], sh, (x, y), dev, repeats,
-                                                                    mode == "compiled")):
+                with threads_set(timing_threads(dev)):
+                    pairs = timed_pair([sh.baseline, name], sh, (x, y), dev, repeats, mode == "compiled")
+                for i, ((t0, m0), (t1, m1)) in enumerate(pairs):
                     out.append({"variant": name, "baseline": sh.baseline, "shape": sh.name, "mode": mode,
                                 "device": device_name, "batch": b, "repeat": i,
                                 "params_overhead": c.params / base.params - 1,
