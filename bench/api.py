@@ -407,7 +407,10 @@ def cost(designs: Sequence[str], shape: str = "gpt2_small", *, measure_time: boo
     ``gpt2_medium``, ``resnet50_224``, ``study_quick``, ``cifar_resnet110``, ``digits``). Any registered variant
     that builds at the shape is a design (a plugin's too); ``baseline`` (default: the shape's) is what every ratio is
     relative to, timed once beside all of them; ``depth`` builds every model at that depth. ValueError naming the
-    field for an unknown shape, precision, baseline, a depth out of range or a design that does not build there."""
+    field for an unknown shape, precision, baseline, a depth out of range or a design that does not build there.
+    The table's ``attrs`` say how it was timed (``threads``, the machine's ``load``, each design's per-round ratios in
+    ``round_ratios``); :func:`bench.runs.cost.timing_notes` says it in words, with a warning where the rounds spread
+    too widely for a ranking."""
     return cost_table(designs, shape, measure_time=measure_time, compiled=compiled, compile_mode=compile_mode,
                       batch=batch, repeats=repeats, device=device, precision=precision, progress=progress,
                       baseline=baseline, depth=depth)

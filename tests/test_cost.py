@@ -22,6 +22,7 @@ TINY = cost.Shape("tiny", "a tiny LM", "preln", ("transformer",),
 @pytest.fixture
 def tiny(monkeypatch: pytest.MonkeyPatch) -> cost.Shape:
     monkeypatch.setitem(cost.SHAPES, "tiny", TINY)
+    monkeypatch.setattr(cost, "ROUND_S", 0.0)  # one step a turn: the tests count steps
     return TINY
 
 
@@ -78,9 +79,10 @@ def test_the_table_is_relative_to_the_baseline_timed_alternately(tiny: cost.Shap
     order: list[int] = []
     real = cost.measured_step
 
-    def measured_step(step: cost.Trainee, device: torch.device) -> tuple[float, float]:
+    def measured_step(step: cost.Trainee, device: torch.device, steps: int) -> tuple[float, float]:
         order.append(sum(p.numel() for p in step.model.parameters()))
-        return real(step, device)
+        assert steps == 1
+        return real(step, device, steps)
 
     monkeypatch.setattr(cost, "measured_step", measured_step)
     partial: list[cost.pd.DataFrame] = []
@@ -169,7 +171,7 @@ def test_unknown_shapes_and_designs_name_the_choices(capsys: pytest.CaptureFixtu
 
 def _fixed_steps(monkeypatch: pytest.MonkeyPatch, baseline_params: int) -> None:
     """Every timed step of the baseline takes 10 ms and 100 MiB, every other model's 15 ms and 130 MiB."""
-    def measured_step(step: cost.Trainee, device: torch.device) -> tuple[float, float]:
+    def measured_step(step: cost.Trainee, device: torch.device, steps: int = 1) -> tuple[float, float]:
         ours = sum(p.numel() for p in step.model.parameters())
         return (10.0, 100.0) if ours == baseline_params else (15.0, 130.0)
 
@@ -245,7 +247,7 @@ def test_every_ratio_divides_by_the_one_baseline_timing(tiny: cost.Shape, monkey
     baseline and both designs, so the baseline has one median time and `step_rel` is `step_ms` over it in every row
     (each design timed beside a run of its own gave a table whose ratios disagreed with its own step times)."""
     clock = iter(range(1, 1000))
-    monkeypatch.setattr(cost, "measured_step", lambda step, device: (float(next(clock)), 100.0))
+    monkeypatch.setattr(cost, "measured_step", lambda step, device, steps: (float(next(clock)), 100.0))
     table = cost.cost_table(["mhc", "hyper_connections"], "tiny", repeats=3).set_index("design")
     assert list(table.index) == ["preln", "mhc", "hyper_connections"]
     # after one untimed step each: rounds (1, 2, 3), (4, 5, 6), (7, 8, 9): medians 4, 5, 6
@@ -268,7 +270,7 @@ def test_designs_that_do_not_fit_in_memory_together_are_timed_in_rotations_besid
     free = 2 * 16 * (params["preln"] + max(params["mhc"], params["hyper_connections"]))
     monkeypatch.setattr(cost, "free_memory", lambda device: free)
     clock = iter(range(1, 1000))
-    monkeypatch.setattr(cost, "measured_step", lambda step, device: (float(next(clock)), 100.0))
+    monkeypatch.setattr(cost, "measured_step", lambda step, device, steps: (float(next(clock)), 100.0))
     table = cost.cost_table(["mhc", "hyper_connections"], "tiny", repeats=3)
     # rotation 1, (preln, mhc): rounds (1, 2), (3, 4), (5, 6); rotation 2, (preln, hyper_connections): (7, 8) ...
     assert table.attrs["rotations"] == 2
@@ -302,7 +304,9 @@ def test_a_plugin_design_of_its_own_family_at_a_depth_and_baseline_of_choice(
     (["--baseline", "nope"], "error: baseline: unknown variant 'nope'"),
     (["--depth", "0"], "error: depth must be an integer in 1..2000, got 0"),
     (["--depth", "5000"], "error: depth must be an integer in 1..2000, got 5000"),
-    (["--depth", "21"], "error: baseline: 'resnet' does not build at shape 'digits at depth 21' "),
+    (["--depth", "21"], "error: depth: 'resnet' (baseline) does not build at depth 21: CIFAR ResNet depth must be "
+                        "6n+2 (basic) with n >= 1, e.g. 8, 14, 20, 32, 38, 56, 110, got 21\n"),
+    (["--baseline", "preln"], "error: baseline: 'preln' does not build at shape 'digits' "),
 ])
 def test_bad_baseline_and_depth_exit_2_naming_the_field_and_write_nothing(
         args: list[str], message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -322,3 +326,76 @@ def test_the_shapes_named_after_a_task_are_those_the_timed_once_note_names() -> 
     assert set(cost.SHAPES) & set(TASKS) == TASK_SHAPES
     assert "--shape digits --depth 8`" in cost_command(["a"], "b", [8], ["digits"])
     assert "--shape SHAPE --depth DEPTH` (DEPTH: 6, 24)" in cost_command(["a"], "b", [6, 24], ["tinytext"])
+
+
+def test_diff_names_the_depth_a_design_refuses(capsys: pytest.CaptureFixture[str]) -> None:
+    """`bench diff --shape digits --depth 21` shares the check: the field is the depth, not the designs."""
+    assert main(["diff", "preact", "resnet", "--shape", "digits", "--depth", "21"]) == 2
+    assert capsys.readouterr().err == ("error: depth: 'preact' (designs) does not build at depth 21: Pre-activation "
+                                       "ResNet depth must be 6n+2 (basic) with n >= 1, e.g. 8, 14, 20, 32, 38, 56, "
+                                       "110, got 21\n")
+
+
+def test_a_shape_at_another_depth_says_only_that_depth() -> None:
+    sh = cost.at_depth(cost.SHAPES["digits"], 8)
+    assert sh.what == ("CIFAR nets (He et al. 2015, §4.2) on the bundled digits task's 8x8 one-channel images, 10 "
+                       "classes, timed at 128 images, the batch of the degradation study, every model at depth 8")
+    for shape in cost.SHAPES.values():  # every shape's depth-free description leaves its depth out
+        assert shape.at_any_depth and not re.search(r"depth|layers|ResNet-\d|n = ", shape.at_any_depth)
+
+
+def test_each_turn_is_as_many_steps_as_fill_the_round() -> None:
+    assert [cost.steps_per_turn(s, 0.25) for s in (1.0, 0.25, 0.037, 0.001, 0.0)] == [1, 1, 7, 50, 50]
+    calls: list[int] = []
+    ms, _ = cost.measured_step(lambda: calls.append(1), torch.device("cpu"), 5)
+    assert len(calls) == 5 and ms >= 0
+
+
+def test_the_steps_are_timed_with_the_threads_a_run_would_get(tiny: cost.Shape,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a busy machine a step timed with torch's default threads spins where other work holds a core (a pair's
+    step_rel read 1.50, 0.74 and 1.37 in a row at a load of 2 on 2 CPUs): it is timed with the free cores'."""
+    seen: list[int] = []
+    monkeypatch.setattr(cost, "free_cores", lambda: 1)
+    monkeypatch.setattr(cost, "measured_step", lambda step, device, steps: (seen.append(torch.get_num_threads())
+                                                                            or 1.0, 1.0))
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        table = cost.cost_table(["mhc"], "tiny", repeats=2)
+        assert set(seen) == {1} and torch.get_num_threads() == 2 and table.attrs["threads"] == 1
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_the_rounds_spread_is_said_and_a_wide_one_warns(tiny: cost.Shape, monkeypatch: pytest.MonkeyPatch) -> None:
+    times = iter([10.0, 13.0, 10.0, 14.0, 10.0, 12.0,  # mhc: ratios 1.3, 1.4, 1.2 (spread 17 %)
+                  10.0, 10.0, 10.0, 15.0, 10.0, 12.0])  # the second table: 1.0, 1.5, 1.2 (spread 50 %)
+    monkeypatch.setattr(cost, "measured_step", lambda step, device, steps: (next(times), 1.0))
+    monkeypatch.setattr(cost, "machine_load", lambda before: {"load_1m": 1.93, "cpus": 2, "other_cpu": 0.45})
+    monkeypatch.setattr(cost, "free_cores", lambda: 1)
+    calm = cost.timing_notes(cost.cost_table(["mhc"], "tiny", repeats=3))
+    assert calm == ["timed with 1 torch thread (those a run started now would get: the cores free now); machine load "
+                    "while timing: 1.93 (1-minute average) on 2 CPUs, other processes 45% of all CPU time",
+                    "mhc: step_rel 1.3 (rounds 1.2-1.4)"]
+    busy = cost.timing_notes(cost.cost_table(["mhc"], "tiny", repeats=3))
+    assert busy[1:] == ["mhc: step_rel 1.2 (rounds 1-1.5)",
+                        "warning: the rounds' ratios of mhc spread by more than 25%: the machine was too busy to rank "
+                        "these designs' step time; time again with more --repeats, or on a quieter machine"]
+    assert cost.timing_notes(cost.cost_table(["mhc"], "tiny", measure_time=False)) == []
+
+
+def test_the_cli_prints_the_timing_notes_and_says_what_the_memory_is(
+        tiny: cost.Shape, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setattr(cost, "measured_step", lambda step, device, steps: (10.0, 1.0))
+    assert main(["cost", "--designs", "mhc", "--shape", "tiny", "--repeats", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "memory: the step's own, above what the process held before it" in out
+    assert "which a run's peak memory counts too" in out
+    assert out.endswith("\n\nmhc: step_rel 1 (rounds 1-1)\n")
+
+
+def test_the_batch_help_is_the_shapes_batches() -> None:
+    from bench.cli.parser import COST_BATCHES
+
+    assert {name: s.batch for name, s in cost.SHAPES.items()} == COST_BATCHES

@@ -18,7 +18,7 @@ from bench.cli.parser import config_from_args
 from bench.reports.markdown import render_cost, render_profile
 from bench.runs import plugins
 from bench.runs.config import RECIPES
-from bench.runs.cost import at_depth, check_designs, cost_table, profile_pair, shape_of
+from bench.runs.cost import at_depth, check_designs, cost_table, profile_pair, shape_of, timing_notes
 from bench.runs.probes import format_probe_table, probe, probe_table
 from bench.runs.train import resolved_kwargs, setup
 from bench.sweeps import structure
@@ -204,6 +204,12 @@ def cmd_cost(ns: argparse.Namespace) -> int:
                            partial=lambda t: write(render_cost(t, ns.format),
                                                    " (unfinished: the designs timed so far)"))
         text = render_cost(table, ns.format)
+        notes = timing_notes(table)
+        if ns.format == "markdown" and notes:
+            text += "\n" + "\n\n".join(notes) + "\n"
+        else:
+            for line in notes:
+                print(line, file=sys.stderr)
     print(text, end="")
     write(text)
     return 0

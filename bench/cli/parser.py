@@ -473,14 +473,19 @@ def _analyses(sub: Sub) -> None:
     _handler(q, "analyses:cmd_landscape")
 
 
+# `bench cost`'s shapes and the batch each is timed at (bench.runs.cost.SHAPES, which imports torch; a test keeps
+# the two equal)
+COST_BATCHES = {"gpt2_small": 1, "gpt2_medium": 1, "resnet50_224": 1, "study_quick": 16, "cifar_resnet110": 8,
+                "digits": 128}
+
+
 def _cost(sub: Sub) -> None:
     q = sub.add_parser("cost", help="what designs cost at a reference shape (GPT-2 small, ResNet-50 ...) relative to "
                        "a baseline: parameters, exact training FLOPs, step time and memory, timed in turn")
     q.add_argument("--designs", nargs="+", required=True, metavar="DESIGN",
                    help="registered variants (a plugin's too, with --plugin) that build at the shape")
     q.add_argument("--shape", default="gpt2_small",
-                   help="gpt2_small, gpt2_medium, resnet50_224, study_quick, cifar_resnet110 or digits "
-                        "(default: gpt2_small)")
+                   help=f"{', '.join(COST_BATCHES)} (default: gpt2_small)")
     q.add_argument("--baseline", metavar="VARIANT",
                    help="what every ratio is relative to (default: the shape's: preln, resnet50 or resnet)")
     q.add_argument("--depth", type=int, help="build every model at this depth instead of the shape's (1..2000; the "
@@ -493,8 +498,11 @@ def _cost(sub: Sub) -> None:
                         "max-autotune-no-cudagraphs searches kernels (default: default)")
     q.add_argument("--no-timing", dest="measure_time", action="store_false",
                    help="count parameters and FLOPs only (meta device: seconds at any shape)")
-    q.add_argument("--batch", type=_positive(int), help="samples of the timed step (default: the shape's, 1 or 8)")
-    q.add_argument("--repeats", type=_positive(int), default=3, help="alternating timed steps of each (default: 3)")
+    q.add_argument("--batch", type=_positive(int), help="samples of the timed step (default: the shape's: "
+                   + ", ".join(f"{name} {b}" for name, b in COST_BATCHES.items()) + ")")
+    q.add_argument("--repeats", type=_positive(int), default=3,
+                   help="alternating timed rounds, each a turn of steps of the baseline then of each design "
+                        "(default: 3)")
     q.add_argument("--device", default="cpu", help="where to time (default: cpu)")
     q.add_argument("--precision", choices=("fp32", "bf16"), default="fp32",
                    help="the timed steps' arithmetic: fp32, or bf16 autocast as the papers train on accelerators "

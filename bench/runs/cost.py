@@ -7,7 +7,10 @@ ResNet-50 at 224x224, the CIFAR ResNet-110), each relative to the family's basel
   meta device: no memory, no compute, so GPT-2 medium costs a second or two);
 * the measured time of one training step (forward, backward, optimiser) and the memory it needs, at a small batch
   (the shape of one sequence or image is the paper's), the baseline and the design built side by side in one process
-  and timed alternately, so that drifts of a shared machine fall on both. Eager, and with ``compiled`` under
+  and timed alternately, so that drifts of a shared machine fall on both (each turn as many steps as fill
+  :data:`ROUND_S`; on a CPU with the cores free now, as a run started now would get them: threads that wait on each
+  other where other work holds a core spin, and a step's time then grows with the load). Eager, and with
+  ``compiled`` under
   ``torch.compile`` as well; in fp32, or with ``precision="bf16"`` under bf16 autocast (the precision the papers
   train in on accelerators; the FLOPs are the same).
 
@@ -26,6 +29,7 @@ import contextlib
 import ctypes
 import dataclasses
 import gc
+import math
 import statistics
 import sys
 import time
@@ -41,6 +45,8 @@ from torch import nn
 
 import variants
 from bench.runs import execution, measure
+from bench.runs.cores import free_cores
+from bench.runs.env import cpu_sample, machine_load
 from bench.runs.tasks.base import available_memory
 
 
@@ -57,6 +63,8 @@ class Shape:
     sample: tuple[int, ...]  # one input's shape (tokens: (seq_len,); images: (C, H, W))
     classes: int  # the vocabulary or the classes
     batch: int = 1  # timed on a CPU
+    at_any_depth: str = ""  # ``what`` less its depth: the description of the shape built at another ``--depth``
+    own_depth: int | None = None  # the shape's own depth where :func:`at_depth` rebuilt it at another
 
     @property
     def tokens(self) -> bool:
@@ -82,23 +90,32 @@ _CONV_FAMILIES = ("resnet", "plain", "highway", "preact", "normfree", "densenet"
 SHAPES: dict[str, Shape] = {s.name: s for s in (
     Shape("gpt2_small", "GPT-2 small (Radford et al. 2019, 124M): 12 layers x 768, 12 heads, d_ff 3,072, vocabulary "
           "50,257, one sequence of 1,024 tokens", "preln", ("transformer",),
-          {"depth": 12, "d_model": 768, "n_heads": 12, "d_ff": 3072, **_GPT2}, (1024,), 50257),
+          {"depth": 12, "d_model": 768, "n_heads": 12, "d_ff": 3072, **_GPT2}, (1024,), 50257,
+          at_any_depth="GPT-2 small's width (768, 12 heads, d_ff 3,072, vocabulary 50,257), one sequence of 1,024 "
+          "tokens"),
     Shape("gpt2_medium", "GPT-2 medium (Radford et al. 2019, 350M): 24 layers x 1,024, 16 heads, d_ff 4,096, "
           "vocabulary 50,257, one sequence of 1,024 tokens", "preln", ("transformer",),
-          {"depth": 24, "d_model": 1024, "n_heads": 16, "d_ff": 4096, **_GPT2}, (1024,), 50257),
+          {"depth": 24, "d_model": 1024, "n_heads": 16, "d_ff": 4096, **_GPT2}, (1024,), 50257,
+          at_any_depth="GPT-2 medium's width (1,024, 16 heads, d_ff 4,096, vocabulary 50,257), one sequence of 1,024 "
+          "tokens"),
     Shape("resnet50_224", "ResNet-50 (He et al. 2015, Table 1) on one 224x224 ImageNet image, 1,000 classes",
-          "resnet50", ("resnet_imagenet",), {"num_classes": 1000}, (3, 224, 224), 1000),
+          "resnet50", ("resnet_imagenet",), {"num_classes": 1000}, (3, 224, 224), 1000,
+          at_any_depth="ImageNet ResNets (He et al. 2015, Table 1) on one 224x224 image, 1,000 classes"),
     Shape("study_quick", "the Transformer the frontier and crosslayer studies' quick presets train (6 layers x 64, 4 "
           "heads, d_ff 256, GPT-2's init, bytes: vocabulary 256), on 16 sequences of 32 tokens: the width their "
           "committed runs were made at, where a design's joins weigh more than at GPT-2's", "preln", ("transformer",),
           {"depth": 6, "d_model": 64, "n_heads": 4, "d_ff": 256, "init": "gpt2", "vocab_size": 256, "max_len": 32},
-          (32,), 256, batch=16),
+          (32,), 256, batch=16, at_any_depth="the quick presets' Transformer width (64, 4 heads, d_ff 256, GPT-2's "
+          "init, bytes: vocabulary 256) on 16 sequences of 32 tokens"),
     Shape("cifar_resnet110", "the CIFAR ResNet-110 (He et al. 2015, §4.2: 6n+2 layers, n = 18) on 32x32 images, "
           "10 classes, timed at 8 images", "resnet", _CONV_FAMILIES, {"depth": 110, "num_classes": 10},
-          (3, 32, 32), 10, batch=8),
+          (3, 32, 32), 10, batch=8, at_any_depth="CIFAR nets (He et al. 2015, §4.2) on 32x32 images, 10 classes, "
+          "timed at 8 images"),
     Shape("digits", "CIFAR nets (He et al. 2015, §4.2) of depth 20 on the bundled digits task's 8x8 one-channel "
           "images, 10 classes, timed at 128 images, the batch of the degradation study", "resnet", _CONV_FAMILIES,
-          {"depth": 20, "num_classes": 10, "in_chans": 1}, (1, 8, 8), 10, batch=128),
+          {"depth": 20, "num_classes": 10, "in_chans": 1}, (1, 8, 8), 10, batch=128,
+          at_any_depth="CIFAR nets (He et al. 2015, §4.2) on the bundled digits task's 8x8 one-channel images, 10 "
+          "classes, timed at 128 images, the batch of the degradation study"),
 )}  # fmt: skip
 
 
@@ -127,14 +144,16 @@ def at_depth(shape: Shape, depth: int | None) -> Shape:
         return shape
     if isinstance(depth, bool) or not isinstance(depth, int) or not 1 <= depth <= MAX_DEPTH:
         raise ValueError(f"depth must be an integer in 1..{MAX_DEPTH}, got {depth!r}")
-    return dataclasses.replace(shape, name=f"{shape.name} at depth {depth}", what=f"{shape.what}; every model at "
-                               f"depth {depth}", model_args={**shape.model_args, "depth": depth})
+    return dataclasses.replace(shape, name=f"{shape.name} at depth {depth}", own_depth=shape.model_args.get("depth"),
+                               what=f"{shape.at_any_depth or shape.what}, every model at depth {depth}",
+                               model_args={**shape.model_args, "depth": depth})
 
 
 def check_designs(shape: Shape, designs: Sequence[str], modes: Sequence[str] = ("eager",), precision: str = "fp32",
                   baseline: str | None = None) -> None:
     """ValueError naming the field for an unregistered design or ``baseline`` (with the closest names), one that does
-    not build at ``shape`` (of another kind of model, or at a depth its rule refuses: the builder's own message), an
+    not build at ``shape`` (of another kind of model: ``designs`` or ``baseline``; at a ``--depth`` its rule refuses
+    where it builds at the shape's own: ``depth``, with the builder's own message, which says the depths it takes), an
     unknown mode or an unknown precision. A design of any family, a plugin's included, is admitted where it builds."""
     for field_, names in (("baseline", [baseline] if baseline is not None else []), ("designs", designs)):
         for name in names:
@@ -146,6 +165,10 @@ def check_designs(shape: Shape, designs: Sequence[str], modes: Sequence[str] = (
                 with torch.device("meta"):
                     build(name, shape)
             except (ValueError, TypeError) as e:
+                own = dataclasses.replace(shape, model_args={**shape.model_args, "depth": shape.own_depth})
+                if shape.own_depth is not None and builds(name, own):
+                    raise ValueError(f"depth: {name!r} ({field_}) does not build at depth "
+                                     f"{shape.model_args['depth']}: {e}") from None
                 raise ValueError(f"{field_}: {name!r} does not build at shape {shape.name!r} ({shape.what}; model "
                                  f"arguments {shape.model_args}): {e}") from None
     bad = [m for m in modes if m not in MODES]
@@ -153,6 +176,16 @@ def check_designs(shape: Shape, designs: Sequence[str], modes: Sequence[str] = (
         raise ValueError(f"unknown mode(s) {', '.join(map(repr, bad))}; modes: {', '.join(MODES)}")
     if precision not in PRECISIONS:
         raise ValueError(f"unknown precision {precision!r}; precisions: {', '.join(PRECISIONS)}")
+
+
+def builds(design: str, shape: Shape) -> bool:
+    """Whether ``design`` builds at ``shape`` (on the meta device: no memory, no compute)."""
+    try:
+        with torch.device("meta"):
+            build(design, shape)
+    except (ValueError, TypeError):
+        return False
+    return True
 
 
 def build_args(design: str, shape: Shape) -> dict[str, Any]:
@@ -224,9 +257,9 @@ class Trainee:
         self.opt.step()
 
 
-def measured_step(step: Callable[[], None], device: torch.device) -> tuple[float, float]:
-    """One step's time in ms and the memory it needs above what was resident before it (module docstring), from the
-    same call."""
+def measured_step(step: Callable[[], None], device: torch.device, steps: int = 1) -> tuple[float, float]:
+    """The time in ms of one of ``steps`` steps taken in a row (their mean) and the memory a step needs above what was
+    resident before them (module docstring), from the same calls."""
     if device.type == "cuda":
         torch.cuda.synchronize(device)
         allocated = torch.cuda.memory_allocated(device)
@@ -235,21 +268,91 @@ def measured_step(step: Callable[[], None], device: torch.device) -> tuple[float
         resident = measure.rss_mb()
         measure.reset_peak_rss()
     t0 = time.perf_counter()
-    step()
+    for _ in range(steps):
+        step()
     measure.synchronize(device)
-    ms = (time.perf_counter() - t0) * 1e3
+    ms = (time.perf_counter() - t0) * 1e3 / steps
     if device.type == "cuda":
         return ms, (torch.cuda.max_memory_allocated(device) - allocated) / 2**20
     return ms, measure.max_rss_mb() - resident
 
 
+ROUND_S = 0.25  # what each trainee's turn in a round lasts at least: a single short step is too brief to time
+MAX_STEPS = 50  # steps of a turn at most
+
+
+def steps_per_turn(step_s: float, round_s: float) -> int:
+    """How many steps of ``step_s`` seconds fill a turn of ``round_s`` seconds: at least 1, at most
+    :data:`MAX_STEPS`."""
+    return max(1, min(MAX_STEPS, math.ceil(round_s / step_s) if step_s > 0 else MAX_STEPS))
+
+
 def rounds(trainees: Sequence[Callable[[], None]], device: torch.device, repeats: int
            ) -> list[list[tuple[float, float]]]:
-    """Per round, (step ms, step memory MiB) of each trainee: one untimed step each, then ``repeats`` rounds in
-    which each takes one measured step in turn (alternating, so that a drift of the machine falls on every one)."""
+    """Per round, (step ms, step memory MiB) of each trainee: one untimed step each (timed only to size the turns),
+    then ``repeats`` rounds in which each takes its turn, as many steps in a row as fill :data:`ROUND_S`
+    (:func:`steps_per_turn`), alternating, so that a drift of the machine falls on every one."""
+    steps = []
     for t in trainees:
+        t0 = time.perf_counter()
         t()
-    return [[measured_step(t, device) for t in trainees] for _ in range(repeats)]
+        measure.synchronize(device)
+        steps.append(steps_per_turn(time.perf_counter() - t0, ROUND_S))
+    return [[measured_step(t, device, n) for t, n in zip(trainees, steps, strict=True)] for _ in range(repeats)]
+
+
+def timing_threads(device: torch.device) -> int:
+    """The torch threads a step is timed with: on a CPU those a run started now would get (torch's own count capped at
+    the cores free now, :func:`bench.runs.cores.free_cores`, as :func:`bench.runs.threads.threads_for` places a run):
+    threads that wait on each other where other work holds a core spin, and a step's time then grows with the load.
+    Elsewhere torch's own count."""
+    own = torch.get_num_threads()
+    return min(own, free_cores()) if device.type == "cpu" else own
+
+
+@contextlib.contextmanager
+def threads_set(n: int) -> Iterator[None]:
+    before = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+SPREAD_WARN = 0.25  # rounds' step-time ratios spread by more than this (highest over lowest, minus 1): no ranking
+
+
+def round_ratios(by_round: Sequence[Sequence[tuple[float, float]]]) -> list[list[float]]:
+    """Per trainee after the first (the baseline), its step time over the baseline's in each round."""
+    return [[r[i][0] / r[0][0] for r in by_round] for i in range(1, len(by_round[0]))]
+
+
+def timing_notes(table: pd.DataFrame) -> list[str]:
+    """What the table's timing needs said beside it: the threads and the machine's load while it timed, each design's
+    spread of per-round ratios (``step_rel 1.37 (rounds 1.31-1.42)``), and a warning where they spread by more than
+    :data:`SPREAD_WARN`. Nothing where nothing was timed."""
+    a = table.attrs
+    if "threads" not in a:
+        return []
+    load = a.get("load") or {}
+    said = [f"timed with {a['threads']} torch thread{'s' if a['threads'] != 1 else ''} ({a['threads_rule']})"]
+    if load.get("load_1m") is not None:
+        other = load.get("other_cpu")
+        said[0] += (f"; machine load while timing: {load['load_1m']:.2f} (1-minute average) on {load['cpus']} CPUs"
+                    + (f", other processes {other:.0%} of all CPU time" if other is not None else ""))
+    wide = []
+    for (design, suffix), ratios in a.get("round_ratios", {}).items():
+        lo, hi = min(ratios), max(ratios)
+        rel = table.loc[table["design"] == design, f"step_rel{suffix}"].iloc[0]
+        said.append(f"{design}{' compiled' if suffix else ''}: step_rel {rel:.3g} (rounds {lo:.3g}-{hi:.3g})")
+        if hi > lo * (1 + SPREAD_WARN):
+            wide.append(design + (" compiled" if suffix else ""))
+    if wide:
+        said.append(f"warning: the rounds' ratios of {', '.join(wide)} spread by more than {SPREAD_WARN:.0%}: the "
+                    "machine was too busy to rank these designs' step time; time again with more --repeats, or on a "
+                    "quieter machine")
+    return said
 
 
 def medians(by_round: Sequence[Sequence[tuple[float, float]]]) -> list[tuple[float, float]]:
@@ -320,13 +423,17 @@ def cost_table(designs: Sequence[str], shape: str, *, measure_time: bool = True,
     the baseline's. The baseline is ``baseline`` (default: the shape's), the model at ``depth`` where given (else the
     shape's); a design of any family, a plugin's included, is admitted where it builds at the shape
     (:func:`check_designs`). Every design and the baseline are built once per mode and timed in one rotation
-    (:func:`rounds`: one step of each per round, so that a drift of a shared machine falls on all), medians over the
-    rounds: the baseline has one step time per mode, which every ratio of the table divides by (``step_rel`` is
+    (:func:`rounds`: a turn of steps of each per round, so that a drift of a shared machine falls on all; on a CPU
+    with the threads a run started now would get, :func:`timing_threads`), medians over the rounds: the baseline has
+    one step time per mode, which every ratio of the table divides by (``step_rel`` is
     ``step_ms`` over the baseline row's ``step_ms``). Eager and, with ``compiled``, under ``torch.compile`` in
     ``compile_mode`` beside it (``compiled`` None: on an accelerator, not on a CPU, where compiling a large model takes
     minutes); ``time_per_flop`` the eager time ratio over the FLOPs ratio (``time_per_flop_compiled`` the compiled
     one); every step in ``precision`` (:data:`PRECISIONS`), its optimiser fused where the device has fused kernels.
     ``partial`` is called with the table so far after each mode is timed (a long measurement keeps what it has).
+    ``attrs`` say how it was timed: ``threads``, the machine's ``load`` (:func:`bench.runs.env.machine_load`) and
+    each design's per-round ratios (``round_ratios``, by design and column suffix), which :func:`timing_notes` puts
+    in words.
     ValueError naming the field for an unknown shape, precision, baseline, a depth out of range or a design that does
     not build at the shape."""
     sh = at_depth(shape_of(shape), depth)
@@ -355,6 +462,11 @@ def cost_table(designs: Sequence[str], shape: str, *, measure_time: bool = True,
             r["flops_rel"] = r["train_flops_per_sample"] / base["train_flops_per_sample"]
         if measure_time:
             x, y = sh.inputs(b, dev)
+            how["threads"] = timing_threads(dev)
+            how["threads_rule"] = ("those a run started now would get: the cores free now" if dev.type == "cpu" else
+                                   "torch's own count")
+            how["round_ratios"] = {}
+            sample = cpu_sample()
             for mode in modes:
                 suffix = "_compiled" if mode else ""
                 groups = rotations(names, {n: rows[n]["params"] for n in names}, free_memory(dev))
@@ -362,10 +474,15 @@ def cost_table(designs: Sequence[str], shape: str, *, measure_time: bool = True,
                     how["rotations"] = len(groups)
                 base_times: list[tuple[float, float]] = []
                 for members in groups:
-                    say(f"  timing {', '.join(members)}{' compiled' if mode else ''} in turn: {repeats} rounds of one "
-                        f"step of {b} sample{'s' if b > 1 else ''} each ...")
-                    group = [trainee(name, sh, (x, y), mode, precision, compile_mode) for name in members]
-                    timed = medians(rounds(group, dev, repeats))
+                    say(f"  timing {', '.join(members)}{' compiled' if mode else ''} in turn: {repeats} rounds of "
+                        f"{b} sample{'s' if b > 1 else ''} a step, each's turn at least {ROUND_S:g} s of steps, "
+                        f"{how['threads']} thread{'s' if how['threads'] != 1 else ''} ...")
+                    with threads_set(how["threads"]):
+                        group = [trainee(name, sh, (x, y), mode, precision, compile_mode) for name in members]
+                        by_round = rounds(group, dev, repeats)
+                    timed = medians(by_round)
+                    how["round_ratios"].update({(name, suffix): ratios for name, ratios
+                                                in zip(members[1:], round_ratios(by_round), strict=True)})
                     del group
                     if mode:  # the compiled graphs hold their models' weights: drop them before the next rotation
                         torch._dynamo.reset()
@@ -384,6 +501,7 @@ def cost_table(designs: Sequence[str], shape: str, *, measure_time: bool = True,
                 base[f"step_rel{suffix}"] = base[f"mem_rel{suffix}"] = 1.0  # by definition
                 if len(groups) > 1:
                     base[f"base_step_ms{suffix}"] = base[f"step_ms{suffix}"]
+                how["load"] = machine_load(sample)
                 if partial is not None:
                     partial(_frame(rows, sh, b, dev, repeats, pinned, precision, how))
     return _frame(rows, sh, b, dev, repeats, pinned, precision, how)
@@ -398,6 +516,13 @@ def implementations(design: str, sh: Shape, modes: Sequence[bool]) -> dict[str, 
             for mode in modes}
 
 
+MEMORY_CPU = ("the step's own, above what the process held before it (the resident set's high-water mark: "
+              "activations, gradients, optimiser temporaries; not the weights, Python or torch, which a run's peak "
+              "memory counts too)")
+MEMORY_CUDA = ("the step's own, above what was allocated before it (CUDA's peak allocated: activations, gradients, "
+               "optimiser temporaries; not the weights, which a run's peak memory counts too)")
+
+
 def _frame(rows: dict[str, dict[str, Any]], sh: Shape, batch: int, dev: torch.device, repeats: int, pinned: bool,
            precision: str, how: dict[str, Any]) -> pd.DataFrame:
     """The rows measured so far as a table (``time_per_flop`` where a step was timed, eager and compiled), saying how
@@ -409,8 +534,9 @@ def _frame(rows: dict[str, dict[str, Any]], sh: Shape, batch: int, dev: torch.de
     table = pd.DataFrame([{**r, **per_flop(r)} for r in rows.values()])
     table = table[[c for c in table if not c.startswith("impl")] + [c for c in table if c.startswith("impl")]]
     table.attrs.update(shape=sh.name, what=sh.what, batch=batch, device=measure.device_name(dev), repeats=repeats,
-                       precision=precision, memory="cuda_max_memory_allocated" if dev.type == "cuda" else
-                       "rss_high_water_mark" + ("" if pinned else " (mmap threshold not pinned: rough)"), **how)
+                       precision=precision, memory=MEMORY_CUDA if dev.type == "cuda" else
+                       MEMORY_CPU + ("" if pinned else " (rough here: the allocator's threshold could not be pinned)"),
+                       **how)
     return table
 
 
@@ -476,8 +602,9 @@ def overhead_rounds(designs: Sequence[str], shape: str, *, repeats: int = 3, mod
     """What each design adds to its family's baseline at ``shape``, one row per design, mode and timed round: the
     fractions ``params_overhead`` and ``flops_overhead`` (exact, the same in every round) and ``step_overhead`` and
     ``mem_overhead``, the design's step time and memory over those of the baseline step taken right before it in the
-    same round, minus 1 (:func:`timed_pair`): the rounds are the independent draws a claim's interval is over, as seeds
-    are for a trained metric. The ``cost`` analysis of a study (:mod:`bench.analysis.analyses`) is this table."""
+    same round, minus 1 (:func:`timed_pair`, with the threads of :func:`timing_threads`): the rounds are the
+    independent draws a claim's interval is over, as seeds are for a trained metric. The ``cost`` analysis of a study
+    (:mod:`bench.analysis.analyses`) is this table."""
     sh = shape_of(shape)
     check_designs(sh, designs, modes)
     dev = torch.device(device)
@@ -493,8 +620,9 @@ def overhead_rounds(designs: Sequence[str], shape: str, *, repeats: int = 3, mod
             c = count(name, sh)
             for mode in modes:
                 say(f"  timing {sh.baseline} vs {name} ({mode}): {repeats} alternating steps of {b} each ...")
-                for i, ((t0, m0), (t1, m1)) in enumerate(timed_pair([sh.baseline, name], sh, (x, y), dev, repeats,
-                                                                    mode == "compiled")):
+                with threads_set(timing_threads(dev)):
+                    pairs = timed_pair([sh.baseline, name], sh, (x, y), dev, repeats, mode == "compiled")
+                for i, ((t0, m0), (t1, m1)) in enumerate(pairs):
                     out.append({"variant": name, "baseline": sh.baseline, "shape": sh.name, "mode": mode,
                                 "device": device_name, "batch": b, "repeat": i,
                                 "params_overhead": c.params / base.params - 1,
