@@ -7,10 +7,12 @@ this tree's, timed step by step in alternation in one process.
 The earlier commit's ``variants/`` package is read with ``git archive`` into a temporary folder and imported under
 another name, so both forms of a design sit side by side, built from seed 0 with the same weights (a design whose
 parameter names or shapes changed is refused), on the same batch, with the same optimiser (:class:`bench.runs.cost.
-Trainee`). Per design: one untimed step of each, then ``repeats`` rounds of one timed step of each (alternating, so a
-drift of a shared machine falls on both), eager and with ``--compile`` compiled. Printed per design and mode: the
-median step time of each and their ratio (after / before) with the range of the per-round ratios, which is the
-noise a verdict reads against. A check, not a benchmark: the cost table (``bench cost``) is what users read.
+Trainee`). Per design: one untimed step of each, then ``repeats`` rounds in which each takes a turn of timed steps
+(:func:`bench.runs.cost.rounds`: as many as fill its ``ROUND_S``; GPT-2 small's one step on a CPU, as when
+results/cost/gpt2_small_past_port.md was measured), alternating, so a drift of a shared machine falls on both,
+eager and with ``--compile`` compiled. Printed per design and mode: the median step time of each and their ratio
+(after / before) with the range of the per-round ratios, which is the noise a verdict reads against. A check, not a
+benchmark: the cost table (``bench cost``) is what users read.
 """
 
 from __future__ import annotations

@@ -151,6 +151,8 @@ def test_bf16_steps_run_the_forward_under_autocast(tiny: cost.Shape, monkeypatch
     assert set(seen) == {torch.bfloat16} and len(seen) == 2 * 2  # each model: one untimed step, one timed
     assert table.attrs["precision"] == "bf16" and table.iloc[1].step_ms > 0
     assert "; step time and memory at batch 1 in bf16 on " in render_cost(table)
+    assert re.search(r" on \d+ threads?, per step the median of 1 rounds in which each design in turn takes as many "
+                     r"steps as fill 0 s, memory: ", render_cost(table))  # the tiny fixture's turns: one step each
     seen.clear()
     cost.cost_table(["mhc"], "tiny", repeats=1)
     assert set(seen) == {torch.float32}

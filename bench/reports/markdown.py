@@ -236,7 +236,11 @@ def render_cost(table: pd.DataFrame, fmt: str = "markdown") -> str:
     head = f"Cost at {a.get('shape')} ({a.get('what')}), relative to {table['design'].iloc[0]}"
     if "step_ms" in table:
         head += (f"; step time and memory at batch {a.get('batch')} in {a.get('precision', 'fp32')} on "
-                 f"{a.get('device')}, median of {a.get('repeats')} alternating steps, memory: {a.get('memory')}")
+                 f"{a.get('device')}"
+                 + (f" on {a['threads']} thread{'s' if a['threads'] != 1 else ''}" if a.get("threads") else "")
+                 + f", per step the median of {a.get('repeats')} rounds in which each design in turn takes "
+                 + (f"as many steps as fill {a['round_s']:g} s" if a.get("round_s") is not None else "its steps")
+                 + f", memory: {a.get('memory')}")
         if a.get("rotations"):
             head += (f"; timed in {a['rotations']} rotations of the baseline beside the designs that fit in memory "
                      "with it, each ratio divided by the baseline's time in its own rotation (base_step_ms)")

@@ -534,7 +534,7 @@ def _frame(rows: dict[str, dict[str, Any]], sh: Shape, batch: int, dev: torch.de
     table = pd.DataFrame([{**r, **per_flop(r)} for r in rows.values()])
     table = table[[c for c in table if not c.startswith("impl")] + [c for c in table if c.startswith("impl")]]
     table.attrs.update(shape=sh.name, what=sh.what, batch=batch, device=measure.device_name(dev), repeats=repeats,
-                       precision=precision, memory=MEMORY_CUDA if dev.type == "cuda" else
+                       round_s=ROUND_S, precision=precision, memory=MEMORY_CUDA if dev.type == "cuda" else
                        MEMORY_CPU + ("" if pinned else " (rough here: the allocator's threshold could not be pinned)"),
                        **how)
     return table
