@@ -27,8 +27,8 @@ import variants
 from bench.analysis.studyfile import find_study
 from bench.cli import main
 from bench.runs import plugins
-from bench.sweeps import fairness
 from bench.runs.results import ResultsStore
+from bench.sweeps import fairness
 from bench.sweeps.study import Study, load_study
 
 REPO = Path(__file__).resolve().parents[1]
