@@ -120,7 +120,9 @@ def test_the_accelerator_line_is_left_out_when_the_measured_peak_is_not_the_real
     cfg = RunConfig(variant="resnet", steps=10)
     options = bill.SweepOptions()
     lines = bill.render([bill.RunBill(cfg, costs, 10, 1, 0, False)], options, "cpu", {"H100": 1e15})
-    assert lines[-1].startswith("at the model FLOP utilisation measured here (25.0% of this device's peak)")
+    assert lines[-1].startswith("at the model FLOP utilisation measured here (25.0% of this device's peak; on a CPU "
+                                "timed in CPU time per thread, an idle machine's figure, not the `mfu` a run records, "
+                                "timed on the wall clock at the run's load), the training FLOPs alone would take: ")
     assert "would take: H100 <1 ms (one device" in lines[-1]  # 1e10 FLOPs / (0.25 x 1e15 FLOP/s)
     over = dataclasses.replace(costs, mfu=6.25)  # a CPU's emulated bf16 matmul taken for its peak
     lines = bill.render([bill.RunBill(cfg, over, 10, 1, 0, False)], options, "cpu", {"H100": 1e15})

@@ -364,7 +364,11 @@ def test_diff_resnet_fixup_summary_is_the_axes_of_the_table() -> None:
     assert text[-1] == (f"resnet and fixup differ in: combinator, init, norm, structure{GUARD}; also, not guard axes "
                         "(information only): family, scalars")
     table = text[1:text.index("first structural difference (ops in the order the forward runs them):")]
-    assert {_columns(line)[-1] for line in table} == {"combinator", "family", "init", "norm", "scalars", "structure"}
+    # The parameter counts, within the guard's tolerance, are shown (with the difference) and not summarised.
+    params = next(line for line in table if line.startswith("parameters"))
+    assert params.endswith("; within the guard's tolerance)  params")
+    assert {_columns(line)[-1] for line in table} == {"combinator", "family", "init", "norm", "params", "scalars",
+                                                      "structure"}
 
 
 @pytest.mark.parametrize(("name", "where"), [
@@ -498,7 +502,24 @@ def test_diff_at_a_cost_shape_counts_the_parameters_bench_cost_counts(capsys: py
     assert main(["diff", "preact", "preact_mix", "--depth", "20", "--plugin", str(MIXSHORT)]) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[1].startswith("built at: each variant's defaults (in_chans=3, num_classes=10; ")
-    assert next(line.split() for line in out if line.startswith("parameters"))[1] == "269722"
+    params_row = next(line for line in out if line.startswith("parameters"))
+    assert params_row.split()[1:] == ["269722", "283299", "(+13,577,", "+5.0%)", "params"]
+
+
+def test_diff_parameters_row_shows_the_difference_and_its_share() -> None:
+    """The parameters row gives the second model's count with its difference from the first's and that difference's
+    share of the first's, either sign; a count within the guard's tolerance is shown too, and says so; an equal
+    count (shown with --all) and other rows stay bare."""
+    row = fairness.DiffRow
+    more = format_diff("a", "b", [row("params", "parameters", 269722, 283308, True)]).splitlines()
+    assert more[1] == "parameters  269722  283308 (+13,586, +5.0%)  params"
+    fewer = format_diff("a", "b", [row("params", "parameters", 2000, 1900, True)], show_all=True).splitlines()
+    assert fewer[1] == "parameters  2000  1900 (-100, -5.0%)  params   <- differs"
+    within = format_diff("a", "b", [row("params", "parameters", 2000, 1990, False)]).splitlines()
+    assert within[1] == "parameters  2000  1990 (-10, -0.5%; within the guard's tolerance)  params"
+    same = format_diff("a", "b", [row("params", "parameters", 7, 7, False),
+                                  row("combinator", "axes.combinator", 7, 8, True)], show_all=True).splitlines()
+    assert same[1:3] == ["parameters       7  7  params", "axes.combinator  7  8  combinator   <- differs"]
 
 
 @pytest.mark.parametrize(("args", "message"), [

@@ -28,6 +28,7 @@ from bench.analysis.studyfile import find_study
 from bench.cli import main
 from bench.runs import plugins
 from bench.runs.results import ResultsStore
+from bench.sweeps import fairness
 from bench.sweeps.study import Study, load_study
 
 REPO = Path(__file__).resolve().parents[1]
@@ -357,12 +358,17 @@ def test_readme_plugin_and_command(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     assert [(r["step"], r["module"], r["scalar"]) for r in run["residual_scalars"]] == \
         [(2, f"stages.{i}.0.combine", "alpha") for i in range(3)]
 
-    # What the section says of the variant: 1,008 gate parameters more than resnet at depth 56, 0.1%.
+    # What the section quotes of `bench diff resnet gated_resnet --depth 56`: its parameters row, 1,008 gate
+    # parameters more than resnet, 0.1%, within the guard's tolerance.
     plugins.load_plugins([plugin_name])
     with torch.device("meta"):
         n = {v: sum(p.numel() for p in variants.create(v, depth=56).parameters()) for v in ("resnet", variant)}
     assert n[variant] - n["resnet"] == 1008 and round(1008 / n["resnet"], 3) == 0.001
-    assert "the gate's 1,008 parameters, 0.1%" in " ".join((REPO / "README.md").read_text().split())
+    quoted = f"`{n[variant]} (+1,008, +0.1%; within the guard's tolerance)`"
+    assert quoted in " ".join((REPO / "README.md").read_text().split())
+    assert fairness.format_diff("resnet", variant, [fairness.DiffRow("params", "parameters", n["resnet"], n[variant],
+                                                                     False)]).splitlines()[1].split(None, 2)[2] == \
+        f"{quoted.strip('`')}  params"
 
 
 @pytest.mark.slow  # measurement subprocesses of a plugin variant: about 30 s
@@ -397,8 +403,9 @@ def test_docs_preact_plugin_is_preact_but_for_its_shortcut(tmp_path: Path, monke
     monkeypatch.chdir(tmp_path)
     code, out, err = cli(["diff", "preact", "preact_mix", "--depth", "20", "--plugin", "mixshort.py"], capsys)
     assert code == 0, err
-    assert re.search(r"^parameters\s+269722\s+283299\s", out, re.M)  # the docs' 13,577
-    assert "13,577 extra parameters" in " ".join((REPO / "docs" / "plugins.md").read_text().split())
+    row = re.search(r"^parameters\s+269722\s+(283299 \(\+13,577, \+5\.0%\))\s+params$", out, re.M)
+    assert row is not None, out
+    assert f"as `{row[1]}`" in " ".join((REPO / "docs" / "plugins.md").read_text().split())  # what the docs quote
     differs = [line.split() for line in out.splitlines() if line.endswith("<- differs")]
     assert differs == [["-", "Conv2d", "1x1", "weight[16,16,1,1]", "<-", "differs"],
                        ["-", "MixShortcut", "a[]", "<-", "differs"]]
@@ -430,3 +437,21 @@ def test_show_variant_names_shortcuts_and_gates(capsys: pytest.CaptureFixture[st
            "gate:\n    TransformGate: 9 units\n" in out
     code, out, _ = cli(["show-variant", "plain20"], capsys)
     assert "shortcut (what each join receives as x):\n    none (the join drops it: y = F(x)): 9 units\n" in out
+
+
+def test_a_stored_study_notes_its_untrusted_plugins_once_per_command(tmp_path: Path,
+                                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    """`sweep` of a study stored in a results folder reads the study twice (the command line loads plugins, then
+    the API it calls): the note that its plugins were not imported is printed once; a second command notes again."""
+    folder = tmp_path / "res"
+    (folder / "runs").mkdir(parents=True)  # a results folder: data
+    write(folder / "studies" / "mine.py", "raise SystemExit('a stored plugin was imported')\n")
+    stored = write(folder / "studies" / "mine.toml", 'name = "mine"\nplugins = ["mine.py"]\n[grid]\n'
+                   'variant = ["resnet", "mine_net"]\ndepth = [8]\nseed = [0]\n')
+    note = (f"note: the study file {stored} is stored in the results folder {folder} and names plugins (mine.py) "
+            "that were not imported: a results folder is data, not code. Pass --trust-plugins to import them (each "
+            "checked against the content hash its sweep recorded), or --plugin FILE to use your own copy\n")
+    for _ in range(2):
+        code, _, err = cli(["sweep", str(stored), "--results-dir", str(folder), "--dry-run"], capsys)
+        assert code == 2 and err.count("note: the study file") == 1
+        assert err.startswith(note) and "error: unknown variant 'mine_net'" in err

@@ -191,19 +191,24 @@ def test_a_deepest_depth_that_never_trained_counts_as_degradation(tmp_path):
     assert claim_block(text, "resnet-does-not-degrade")[1] == "  - **inconclusive** — no runs match its where."
 
 
-@pytest.mark.parametrize(("shallow", "deep", "verdict"), [
-    ((0.96, 0.97, 0.98), (0.955, 0.965, 0.975), "agrees"),  # paired: +0.5 points at every seed, below the margin
-    ((0.97, 0.97, 0.97), (0.9655, 0.965, 0.9645), "agrees"),  # +0.5 points, CI to +0.62: below the margin
-    ((0.96, 0.97, 0.98), (0.965, 0.955, 0.975), "inconclusive"),  # -0.5, +1.5, +0.5 points: the CI reaches +3
+@pytest.mark.parametrize(("shallow", "deep", "verdict", "warned"), [
+    ((0.96, 0.97, 0.98), (0.955, 0.965, 0.975), "agrees", False),  # paired: +0.5 points at every seed, below the margin
+    # +0.5 points, CI to +0.62: below the margin, which is 20 times the seeds' spread (0.0005): a warning says so
+    ((0.97, 0.97, 0.97), (0.9655, 0.965, 0.9645), "agrees", True),
+    ((0.96, 0.97, 0.98), (0.965, 0.955, 0.975), "inconclusive", False),  # -0.5, +1.5, +0.5 points: the CI reaches +3
 ])
-def test_a_small_difference_is_no_degradation_only_where_its_interval_says_so(tmp_path, shallow, deep, verdict):
+def test_a_small_difference_is_no_degradation_only_where_its_interval_says_so(tmp_path, shallow, deep, verdict,
+                                                                              warned):
     store = ResultsStore(tmp_path)
     write_study(tmp_path, "deg", DEGRADATION_CLAIMS)
     for seed in range(3):
         add(store, "resnet", 20, seed, shallow[seed], study="deg")
         add(store, "resnet", 56, seed, deep[seed], study="deg")
     line = claim_block(write_report(tmp_path, "deg").read_text(), "resnet-does-not-degrade")[1]
-    assert "difference +0.005" in line and line.endswith(f"**{verdict}**.")
+    head, _, warning = line.partition(" — warning: the margin 0.01 exceeds the values' spread (seed-to-seed standard "
+                                      "deviation at most 0.0005, the margin 20 times that; ")
+    assert "difference +0.005" in head and head.endswith(f"**{verdict}**" + ("" if warned else "."))
+    assert bool(warning) is warned
 
 
 def test_a_rise_within_the_seed_spread_is_inconclusive_and_failed_seeds_are_counted(tmp_path):

@@ -314,6 +314,7 @@ class Group:
     ci: float
     n_above: int | None = None  # counted runs whose value is above the claim's count_above
     run_ids: tuple[str, ...] = ()  # the group's runs (what --until-decided adds seeds to)
+    std: float = math.nan  # the seed-to-seed standard deviation of the counted runs' values (ddof 1)
 
 
 @dataclass(frozen=True)
@@ -451,7 +452,7 @@ def _group(label: str, rows: pd.DataFrame, claim: Claim, level: float = 0.95) ->
     s = t_ci(values, level)
     above = int((values[np.isfinite(values)] > claim.count_above).sum()) if claim.count_above is not None else None
     return Group(label, len(rows), int((rows["status"] != "ok").sum()), int(s["n"]), s["mean"], s["ci"], above,
-                 tuple(map(str, rows["run_id"])) if "run_id" in rows else ())
+                 tuple(map(str, rows["run_id"])) if "run_id" in rows else (), s["std"])
 
 
 def _test(d: float, tol: float, half: float, enough: bool) -> str:
@@ -711,19 +712,33 @@ def _evaluate(claim: Claim, frame: pd.DataFrame, fields: Sequence[str], probes: 
     return out
 
 
+# The expectations an absolute margin makes easier to meet: a difference up to the margin is granted.
+GRANTING = ("not_greater", "not_less", "similar")
+_RELATIVE = "for a margin relative to the values, set relative = true (margin x |mean(a)|)"
+
+
 def margin_warning(r: Result) -> str:
-    """A warning where a compare claim's absolute margin exceeds the values it compares (a margin of 0.01 on losses
-    near 0.001): every difference of such values is smaller than the margin, so the verdict says little; names the
-    relative margin, ``relative = true`` (the margin times ``|mean(a)|``)."""
+    """A warning where a compare claim's absolute margin dwarfs what it compares: where the margin exceeds the values
+    themselves (0.01 on losses near 0.001: every difference between them is smaller), or, for an expectation the
+    margin makes easier to meet (:data:`GRANTING`), where it exceeds the values' spread: the larger of the two
+    groups' seed-to-seed standard deviations (0.05 on losses that move 0.004 from seed to seed grants any difference
+    seeds alone could make, and more). Names the relative margin, ``relative = true`` (the margin times
+    ``|mean(a)|``)."""
     c = r.claim
-    if not r.groups or not all(math.isfinite(g.mean) for g in r.groups):  # a group without values: failures decide
-        return ""
+    if c.kind != "compare" or c.relative or not r.groups or not all(math.isfinite(g.mean) for g in r.groups):
+        return ""  # a group without values: failures decide
     scale = max(abs(g.mean) for g in r.groups)
-    if c.kind != "compare" or c.relative or not (math.isfinite(scale) and r.threshold > scale):
+    if math.isfinite(scale) and r.threshold > scale:
+        return (f"warning: the margin {r.threshold:g} exceeds the values compared (|mean| at most {scale:.3g}): every "
+                f"difference between them is smaller, so the verdict reads the margin, not the data; {_RELATIVE}")
+    stds = [g.std for g in r.groups]
+    if c.expect not in GRANTING or not all(math.isfinite(v) for v in stds) or not r.threshold > max(stds):
         return ""
-    return (f"warning: the margin {r.threshold:g} exceeds the values compared (|mean| at most {scale:.3g}): every "
-            f"difference between them is smaller, so the verdict reads the margin, not the data; for a margin relative "
-            f"to the values, set relative = true (margin x |mean(a)|)")
+    spread = max(stds)
+    times = f", the margin {r.threshold / spread:.3g} times that" if spread > 0 else ""
+    return (f"warning: the margin {r.threshold:g} exceeds the values' spread (seed-to-seed standard deviation at most "
+            f"{spread:.3g}{times}; |mean| at most {scale:.3g}): the claim grants any difference up to the margin, more "
+            f"than seeds alone move the values, so an agreement says little; {_RELATIVE}")
 
 
 def describe(claim: Claim) -> str:

@@ -18,12 +18,13 @@ be checked), so the claims and the reports can read it without the sweep's code.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.util
 import json
 import os
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +37,7 @@ else:  # pragma: no cover - Python 3.10
 
 STUDIES_DIR = Path(__file__).resolve().parent.parent / "studies"
 PLUGIN_ORIGIN = "study file"  # the origin of the plugins a study file names, as bench.runs.plugins records it
+_NOTED: list[set[str]] = []  # inside one_note_per_study(): the stored studies whose untrusted-plugins note was printed
 
 
 def shipped_studies() -> list[str]:
@@ -178,13 +180,28 @@ def study_plugins(ref: str | Path, results_dir: str | Path | None = None, trust:
             return []
         if reads == "runs" or (reads == "report" and not read_study_file(path).get("analysis")):
             return []  # the runs hold what it reads: the plugins would change nothing
-        print(f"note: the study file {path} is stored in the results folder {folder} and names plugins "
-              f"({', '.join(specs)}) that were not imported: a results folder is data, not code. Pass "
-              "--trust-plugins to import them (each checked against the content hash its sweep recorded), or "
-              "--plugin FILE to use your own copy", file=sys.stderr)
+        if not _NOTED or str(path) not in _NOTED[-1]:
+            print(f"note: the study file {path} is stored in the results folder {folder} and names plugins "
+                  f"({', '.join(specs)}) that were not imported: a results folder is data, not code. Pass "
+                  "--trust-plugins to import them (each checked against the content hash its sweep recorded), or "
+                  "--plugin FILE to use your own copy", file=sys.stderr)
+        if _NOTED:
+            _NOTED[-1].add(str(path))
         return []
     recorded = _recorded_hashes(path)
     return [_verified(spec, path, recorded) for spec in specs]
+
+
+@contextlib.contextmanager
+def one_note_per_study() -> Iterator[None]:
+    """Within it (one command), :func:`study_plugins` notes a stored study's plugins that were not imported once,
+    however often the study is read: the command line reads it to load plugins, then the API it calls reads it
+    again. Outside it, every call notes."""
+    _NOTED.append(set())
+    try:
+        yield
+    finally:
+        _NOTED.pop()
 
 
 def manifest_path(study: Path) -> Path:

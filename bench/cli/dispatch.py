@@ -12,7 +12,7 @@ import traceback
 from pathlib import Path
 from types import ModuleType
 
-from bench.analysis.studyfile import PLUGIN_ORIGIN, study_plugins
+from bench.analysis.studyfile import PLUGIN_ORIGIN, one_note_per_study, study_plugins
 from bench.runs.config import PLUGIN_ENTRY_POINTS, PLUGINS_ENV_VAR
 from bench.runs.stops import EXIT_PREEMPTED, Preempted, RunsPreempted, RunsRefused
 
@@ -23,6 +23,13 @@ _OWN = (_BENCH.parent / "variants", _BENCH)  # variants/ (beside bench/: not imp
 
 
 def dispatch(ns: argparse.Namespace) -> int:
+    """Run the command ``ns`` names: its plugins loaded, bad input an ``error:`` line and exit 2, and a note about a
+    stored study's plugins printed once."""
+    with one_note_per_study():
+        return _dispatch(ns)
+
+
+def _dispatch(ns: argparse.Namespace) -> int:
     module, _, name = str(ns.handler).partition(":")
     handler = getattr(importlib.import_module(f"bench.cli.{module}"), name)
     before = _loaded_plugins()

@@ -564,9 +564,11 @@ def render(bills: Sequence[RunBill], options: SweepOptions, device: str,
                      "precision=fp32)")
     elif flops and mfu:
         cells = ", ".join(f"{name} {_clock(flops / (mfu * peak))}" for name, peak in accelerators.items())
-        lines.append(f"at the model FLOP utilisation measured here ({mfu:.1%} of this device's peak), the training "
-                     f"FLOPs alone would take: {cells} (one device, no evaluation; small models use less of an "
-                     "accelerator's peak than of a CPU's: read these as lower bounds)")
+        lines.append(f"at the model FLOP utilisation measured here ({mfu:.1%} of this device's peak; on a CPU timed in "
+                     "CPU time per thread, an idle machine's figure, not the `mfu` a run records, timed on the wall "
+                     f"clock at the run's load), the training FLOPs alone would take: {cells} (one device, no "
+                     "evaluation; small models use less of an accelerator's peak than of a CPU's: read these as lower "
+                     "bounds)")
     return lines
 
 

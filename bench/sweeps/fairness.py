@@ -259,16 +259,18 @@ def diff_models(a: str, b: str, depth: int | None = None, model_args: Mapping[st
 
 
 def format_diff(a: str, b: str, rows: Sequence[DiffRow], show_all: bool = False) -> str:
-    """A side-by-side table (only the differing rows unless ``show_all``) with the axis of every row, the first
-    structural difference with both op sequences side by side, and a one-line summary (:func:`summary`): the guard's
-    axes the models differ in, then the other axes of the differing rows, marked as information."""
-    shown = [r for r in rows if r.differs or show_all]
+    """A side-by-side table (only the differing rows unless ``show_all``, and the parameter counts wherever they are
+    not equal, with the difference and its share) with the axis of every row, the first structural difference with
+    both op sequences side by side, and a one-line summary (:func:`summary`): the guard's axes the models differ in,
+    then the other axes of the differing rows, marked as information."""
+    shown = [r for r in rows if r.differs or show_all or (r.axis == "params" and r.a != r.b)]
+    cells = [(r, str(r.a), _b_cell(r)) for r in shown]
     width = max([len(r.key) for r in shown] + [len("quantity")])
-    wa = max([len(str(r.a)) for r in shown] + [len(a)])
-    wb = max([len(str(r.b)) for r in shown] + [len(b)])
+    wa = max([len(ca) for _, ca, _ in cells] + [len(a)])
+    wb = max([len(cb) for _, _, cb in cells] + [len(b)])
     lines = [f"{'quantity':<{width}}  {a:<{wa}}  {b:<{wb}}  axis"]
-    lines += [f"{r.key:<{width}}  {r.a!s:<{wa}}  {r.b!s:<{wb}}  {r.axis}"
-              f"{'   <- differs' if r.differs and show_all else ''}" for r in shown]
+    lines += [f"{r.key:<{width}}  {ca:<{wa}}  {cb:<{wb}}  {r.axis}"
+              f"{'   <- differs' if r.differs and show_all else ''}" for r, ca, cb in cells]
     for r in rows:
         if r.axis == "structure" and r.differs:
             parts = [p if isinstance(p, Part) else None for p in (r.a, r.b)]
@@ -276,6 +278,18 @@ def format_diff(a: str, b: str, rows: Sequence[DiffRow], show_all: bool = False)
                       structure.sequences(a, parts[0], b, parts[1])]
     lines.append(summary(a, b, rows))
     return "\n".join(lines)
+
+
+def _b_cell(row: DiffRow) -> str:
+    """The second model's cell of ``row``: its value, and for a parameter count that differs from the first
+    model's, the difference and its share of the first's, e.g. ``283299 (+13,577, +5.0%)``; a difference the guard
+    tolerates says so (the row is shown so the extra parameters are seen, yet it is not a difference)."""
+    if row.axis != "params" or row.a == row.b or not isinstance(row.a, int) or not isinstance(row.b, int):
+        return str(row.b)
+    extra = row.b - row.a
+    share = f", {100 * extra / row.a:+.1f}%" if row.a else ""
+    tolerated = "" if row.differs else "; within the guard's tolerance"
+    return f"{row.b} ({extra:+,}{share}{tolerated})"
 
 
 def guard_axis(row: DiffRow) -> str | None:
