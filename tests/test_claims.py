@@ -738,26 +738,28 @@ def test_an_absolute_margin_larger_than_the_values_warns_and_names_relative() ->
     assert "set relative = true" in text
 
 
-def test_an_absolute_margin_above_the_seed_to_seed_spread_warns_where_it_grants_the_claim() -> None:
-    """not_greater by 0.05 on losses near 0.085 that move 0.005 from seed to seed agrees whatever the designs do
-    within ten seeds' spread: a warning gives the spread (the larger group's seed-to-seed standard deviation), the
-    ratio and `relative = true`. A margin within the spread, a relative one, or one a claim must exceed (greater,
-    less) warns of nothing."""
+def test_a_margin_above_the_seed_spread_and_a_tenth_of_the_values_warns_where_it_grants_the_claim() -> None:
+    """not_greater by 0.05 on losses near 0.085 that move 0.005 from seed to seed grants a difference of more than half
+    the values, ten times what seeds make: a warning gives both and names `relative = true`. A margin within the
+    spread, below a tenth of the values (what a well-sized similarity margin is), relative, or one a claim must
+    exceed (greater, less) warns of nothing."""
     df = board(runs("plain", 20, [0.080, 0.085, 0.090]), runs("plain", 56, [0.082, 0.086, 0.088]))
     r = one(depth_claim("not_greater", threshold=0.05), df)
     assert r.verdict == "agrees"
-    assert r.note == ("warning: the margin 0.05 exceeds the values' spread (seed-to-seed standard deviation at most "
-                      "0.005, the margin 10 times that; |mean| at most 0.0853): the claim grants any difference up to "
-                      "the margin, more than seeds alone move the values, so an agreement says little; for a margin "
+    assert r.note == ("warning: the margin 0.05 is 59% of the values compared (|mean| at most 0.0853), 10 times their "
+                      "spread (seed-to-seed standard deviation at most 0.005): the claim grants a difference that "
+                      "large, beyond what seeds alone move the values, so an agreement says little; for a margin "
                       "relative to the values, set relative = true (margin x |mean(a)|)")
     assert one(depth_claim("similar", threshold=0.05), df).note == r.note
     assert one(depth_claim("not_less", threshold=0.05), df).note == r.note
     assert one(depth_claim("not_greater", threshold=0.004), df).note == ""  # within the spread
+    assert one(depth_claim("not_greater", threshold=0.008), df).note == ""  # above it, but under a tenth of the values
     assert one(depth_claim("not_greater", threshold=0.5, relative=True), df).note == ""
     assert one(depth_claim("greater", threshold=0.05), df).note == ""
     assert one(depth_claim("less", threshold=0.05), df).note == ""
     still = board(runs("plain", 20, [0.08, 0.08]), runs("plain", 56, [0.08, 0.08]))  # seeds move nothing
     assert one(depth_claim("similar", threshold=0.05), still).note.startswith(
-        "warning: the margin 0.05 exceeds the values' spread (seed-to-seed standard deviation at most 0; |mean| ")
+        "warning: the margin 0.05 is 62% of the values compared (|mean| at most 0.08), above their spread "
+        "(seed-to-seed standard deviation at most 0): ")
     single = board(runs("plain", 20, [0.08]), runs("plain", 56, [0.09]))  # one seed: no spread to compare with
     assert one(depth_claim("not_greater", threshold=0.05), single).note == ""

@@ -714,16 +714,21 @@ def _evaluate(claim: Claim, frame: pd.DataFrame, fields: Sequence[str], probes: 
 
 # The expectations an absolute margin makes easier to meet: a difference up to the margin is granted.
 GRANTING = ("not_greater", "not_less", "similar")
+# The share of the values' |mean| above which a granting margin that also exceeds the seeds' spread is too wide for
+# its verdict to say much: a margin above the spread is what a similarity or non-inferiority claim needs (else no
+# number of seeds shows it), so the spread alone decides nothing; a margin of a tenth of the values grants a
+# difference that large.
+SHARE = 0.1
 _RELATIVE = "for a margin relative to the values, set relative = true (margin x |mean(a)|)"
 
 
 def margin_warning(r: Result) -> str:
     """A warning where a compare claim's absolute margin dwarfs what it compares: where the margin exceeds the values
     themselves (0.01 on losses near 0.001: every difference between them is smaller), or, for an expectation the
-    margin makes easier to meet (:data:`GRANTING`), where it exceeds the values' spread: the larger of the two
-    groups' seed-to-seed standard deviations (0.05 on losses that move 0.004 from seed to seed grants any difference
-    seeds alone could make, and more). Names the relative margin, ``relative = true`` (the margin times
-    ``|mean(a)|``)."""
+    margin makes easier to meet (:data:`GRANTING`), where it exceeds both the values' spread (the larger of the two
+    groups' seed-to-seed standard deviations) and :data:`SHARE` of their |mean| (0.05 on losses near 0.085 that move
+    0.005 from seed to seed grants a difference of more than half the values, ten times what seeds alone make). Names
+    the relative margin, ``relative = true`` (the margin times ``|mean(a)|``)."""
     c = r.claim
     if c.kind != "compare" or c.relative or not r.groups or not all(math.isfinite(g.mean) for g in r.groups):
         return ""  # a group without values: failures decide
@@ -732,13 +737,16 @@ def margin_warning(r: Result) -> str:
         return (f"warning: the margin {r.threshold:g} exceeds the values compared (|mean| at most {scale:.3g}): every "
                 f"difference between them is smaller, so the verdict reads the margin, not the data; {_RELATIVE}")
     stds = [g.std for g in r.groups]
-    if c.expect not in GRANTING or not all(math.isfinite(v) for v in stds) or not r.threshold > max(stds):
+    if c.expect not in GRANTING or not all(math.isfinite(v) for v in stds) or not scale > 0:
         return ""
     spread = max(stds)
-    times = f", the margin {r.threshold / spread:.3g} times that" if spread > 0 else ""
-    return (f"warning: the margin {r.threshold:g} exceeds the values' spread (seed-to-seed standard deviation at most "
-            f"{spread:.3g}{times}; |mean| at most {scale:.3g}): the claim grants any difference up to the margin, more "
-            f"than seeds alone move the values, so an agreement says little; {_RELATIVE}")
+    if not (r.threshold > spread and r.threshold >= SHARE * scale):
+        return ""
+    times = f", {r.threshold / spread:.3g} times" if spread > 0 else ", above"
+    return (f"warning: the margin {r.threshold:g} is {r.threshold / scale:.0%} of the values compared (|mean| at most "
+            f"{scale:.3g}){times} their spread (seed-to-seed standard deviation at most {spread:.3g}): the claim "
+            f"grants a difference that large, beyond what seeds alone move the values, so an agreement says little; "
+            f"{_RELATIVE}")
 
 
 def describe(claim: Claim) -> str:
