@@ -203,6 +203,8 @@ def test_learning_curves_plot_seed_means(results):
     assert [h.get_linestyle() for h in fig.legends[0].legend_handles[2:]] == ["-", "--"]
     assert_legend_outside(fig)
     assert "validation error" in right.get_ylabel() and "clipped" in fig.get_suptitle()
+    assert "(on a log axis, the band's lower side is its upper side's factor below the mean)" in " ".join(
+        fig.get_suptitle().split())  # the title wraps
 
 
 def test_learning_curve_bands_stay_in_the_metric_range(results):
@@ -318,7 +320,7 @@ def test_cost_plot_has_throughput_and_memory_panels(results):
     thr, mem = fig.axes
     np.testing.assert_allclose(line(thr, "plain").get_ydata(), [1001.0, 1000 * 20 / 56 + 1])
     np.testing.assert_allclose(line(mem, "resnet").get_ydata(), [201.0, 561.0])
-    assert "samples/s" in thr.get_ylabel() and "MB" in mem.get_ylabel()
+    assert "samples/s" in thr.get_ylabel() and mem.get_ylabel() == "peak memory (MiB)"  # 2**20 bytes, as measured
     assert bar_ys(thr).min() >= 0 and bar_ys(mem).min() >= 0
     assert_labelled(thr) and assert_labelled(mem)
     assert legend_labels(fig) == ["plain", "resnet"]

@@ -122,7 +122,7 @@ def test_the_leaderboard_says_at_which_scale_speed_and_memory_were_measured(tmp_
     assert f"measured at these runs' scale (batch {batch})" in write_report(tmp_path).read_text()
     runs = [{"model_kwargs": {"d_model": d}, "config": {"batch_size": 16}, "env": {"device_name": "AMD EPYC"}}
             for d in (64, 128, 64)]
-    assert _measured_at(runs).startswith(" samples/s and peak MB were measured at these runs' scale "
+    assert _measured_at(runs).startswith(" samples/s and peak MiB were measured at these runs' scale "
                                          "(d_model 64, 128; batch 16 on AMD EPYC)")
     assert _measured_at([{}]) == ""  # nothing recorded, nothing claimed
 
@@ -133,7 +133,7 @@ def test_no_steps_to_target_column_when_no_run_set_a_target(tmp_path):
         add(store, "resnet", 20, seed, 0.9)
     text = write_report(tmp_path).read_text()
     assert table_row(text, "| variant |") == ["variant", "depth", "task", "ok/runs", "val error (%)",
-                                              "train error (%)", "train loss", "samples/s", "peak MB"]
+                                              "train error (%)", "train loss", "samples/s", "peak MiB"]
     assert "steps→target" not in text and "(0/3)" not in text
 
 
@@ -444,3 +444,26 @@ def test_the_reproduce_lines_rebuild_each_run_outside_a_study(tmp_path):
         assert argv[-2:] == ["--seed", "$seed"]
         ns = build_parser().parse_args(["run", *argv[:-2]])
         assert config_from_args(ns) == cfg and ns.results_dir == str(tmp_path)
+
+
+def test_the_leaderboard_marks_a_wall_time_that_pools_a_measuring_run_with_runs_that_reused_its_figures(
+        tmp_path, capsys):  # fmt: skip
+    """Seeds 0 and 2 ran the cost-measurement phases (6 s, 7 s), seed 1 reused seed 0's figures (2 s): the mean of
+    the three says so, and a note says what wall_time_s includes; resnet 56's runs all measured, so no mark."""
+    from bench.cli import main
+    store = ResultsStore(tmp_path)
+    first = RunConfig(variant="resnet", depth=20, seed=0).run_id
+    for seed, wall in enumerate((6.0, 2.0, 7.0)):
+        own = RunConfig(variant="resnet", depth=20, seed=seed).run_id
+        add(store, "resnet", 20, seed, 0.9, wall_time_s=wall, cost_source=first if seed == 1 else own)
+    for seed in range(2):
+        add(store, "resnet", 56, seed, 0.9, wall_time_s=9.0 + seed,
+            cost_source=RunConfig(variant="resnet", depth=56, seed=seed).run_id)
+    assert main(["leaderboard", "--metrics", "wall_time_s", "--results-dir", str(tmp_path)]) == 0
+    out, err = capsys.readouterr()
+    half = T975_2 * statistics.stdev((6.0, 2.0, 7.0)) / math.sqrt(3)
+    cells = [line.split(maxsplit=5)[5] for line in out.splitlines()[1:]]  # after variant ... n_failed
+    assert cells == [f"5 ± {half:.2g} (3) 2 measuring", f"9.5 ± {sps.t.ppf(0.975, 1) * 0.5:.2g} (2)"]
+    assert err.strip().startswith("wall_time_s: each run's whole time, its cost-measurement phases")
+    main(["leaderboard", "--results-dir", str(tmp_path)])
+    assert "wall_time_s" not in "".join(capsys.readouterr())  # the note comes only with the column

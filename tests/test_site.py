@@ -147,6 +147,34 @@ def test_a_cost_figure_measured_once_and_copied_is_one_measurement(tmp_path: Pat
     page = (site / "study" / "no-study.html").read_text(encoding="utf-8")
     bars = re.findall(r'"type":"bar","x":\["preln d2"\],"y":\[([\d.]+)\],"name":"cpu","customdata":\[(\d+)\]', page)
     assert bars == [("200.0", "1"), ("20.0", "1")]  # throughput and memory: one measurement each, not two
+    spreads = re.findall(r'"type":"bar","x":\["preln d2"\].*?"error_y":(\{[^}]*\})', page)
+    no_bar = {"type": "data", "symmetric": False, "array": ["NaN"], "arrayminus": ["NaN"]}  # plotly draws no caps
+    assert [json.loads(e) for e in spreads] == [no_bar, no_bar]  # as the PNG's "no bars (n = 1)"
+    assert '"title":{"text":"peak memory (MiB)"}' in page and "peak memory (MiB) \\u2014 copy: a bar" in page
+    assert '<th data-col="peak_mem_mb">peak_mem_mb (MiB)</th>' in page  # the schema's column, its unit beside it
+
+
+def test_a_digits_run_page_shows_the_data_the_task_used_beside_config_fields_it_does_not_read(tmp_path: Path) -> None:
+    """The digits are 8x8 images of one channel in a 1437/360 split, unaugmented, whatever the config's defaults
+    (image size 32, 4096/1024 samples, augment on) say: the Config rows say so instead of contradicting the task
+    data on the same page."""
+    store = ResultsStore(tmp_path / "results")
+    cfg = RunConfig(variant="preact", depth=8, seed=0, task="digits")
+    row = {"run_id": cfg.run_id, "config_hash": cfg.config_hash(), "variant": "preact", "depth": 8, "task": "digits",
+           "seed": 0, "status": "ok", "device": "cpu", "final_val_acc": 0.97}
+    task = {"train_size": 1437, "val_size": 360, "image_shape": [1, 8, 8], "num_classes": 10, "augment": "none"}
+    store.append(row, {"run_id": cfg.run_id, "row": row, "config": cfg.to_dict(), "task": task,
+                       "curves": {"train": [{"step": 1, "loss": 1.0}]}})
+    page = (build_site(store.root, tmp_path / "site").root / "run" / f"{slug(cfg.run_id)}.html").read_text("utf-8")
+    config = page.split("<h2>Config</h2>")[1].split("<h2>")[0]
+    rows = dict(re.findall(r"<tr><td>(\w+)</td><td>([^<]*)</td></tr>", config))
+    assert {k: rows[k] for k in ("image_size", "train_size", "val_size", "augment", "channels", "num_classes")} == {
+        "image_size": "32 (not used by digits: the run used image_shape [1, 8, 8])",
+        "train_size": "4096 (not used by digits: the run used train_size 1437)",
+        "val_size": "1024 (not used by digits: the run used val_size 360)",
+        "augment": "True (not used by digits: the run used augment none)",
+        "channels": "1", "num_classes": "10"}  # the fields the task data agrees with, as they are
+    assert rows["depth"] == "8" and rows["batch_size"] == "128"  # fields the task data does not state
 
 
 def test_cost_bars_are_clipped_at_zero_and_the_pareto_counts_a_copied_figure_once(tmp_path: Path) -> None:

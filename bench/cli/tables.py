@@ -81,6 +81,30 @@ def _by_load_band(full: pd.DataFrame, named: pd.DataFrame, runs: Any, by: list[s
     return full
 
 
+WALL_NOTE = ("wall_time_s: each run's whole time, its cost-measurement phases (throughput, memory, FLOPs) included "
+             "where it measured its cost figures itself; a run that reused another run's (its cost_source) ran none. "
+             "A cell marked 'k measuring' pools k runs that measured with n - k that did not.")
+
+
+def _measuring(full: pd.DataFrame, named: pd.DataFrame, by: list[str]) -> list[int | None]:
+    """Per row of ``full``: how many of its runs measured their own cost figures (``cost_source`` is the run), where
+    its runs mix such runs with runs that reused another's figures; else None (no mark)."""
+    if "cost_source" not in named.columns:
+        return [None] * len(full)
+    named = with_config_hash(named)
+    if several_machines(named):
+        named = named.assign(**{MACHINE_KEY: machines_of(named)})
+    keys = [k for k in (*by, CONFIG_KEY, MACHINE_KEY) if k in full.columns and k in named.columns]
+    measured = named["cost_source"].astype(str) == named["run_id"].astype(str)
+    counts = {tuple(map(str, k if isinstance(k, tuple) else (k,))): (int(m.sum()), len(m))
+              for k, m in measured.groupby([named[k] for k in keys], sort=False, dropna=False)}
+    out: list[int | None] = []
+    for key in full[keys].astype(str).itertuples(index=False, name=None):
+        k, n = counts.get(key, (0, 0))
+        out.append(k if 0 < k < n else None)
+    return out
+
+
 def cmd_leaderboard(ns: argparse.Namespace) -> int:
     df, runs = _board(ns, ns.study)
     if df.empty:
@@ -112,8 +136,14 @@ def cmd_leaderboard(ns: argparse.Namespace) -> int:
         stats = zip(full[f"{m}_mean"], full[f"{m}_ci"], full[f"{m}_n"], strict=True)
         banded = full.get(f"{m}_by_load_band", pd.Series(None, index=full.index, dtype=object))
         compact[m] = [b if isinstance(b, str) else _cell(*v) for b, v in zip(banded, stats, strict=True)]
+    if "wall_time_s" in metrics:  # a measuring run's time pools with its seeds' that reused its figures: say so
+        marks = _measuring(full, named, by)
+        compact["wall_time_s"] = [c if k is None else f"{c} {k} measuring"
+                                  for c, k in zip(compact["wall_time_s"], marks, strict=True)]
     with pd.option_context("display.max_rows", None, "display.max_columns", None, "display.width", 250):
         print(compact.to_string(index=False))
+    if "wall_time_s" in metrics:
+        print(WALL_NOTE, file=sys.stderr)
     return 0
 
 

@@ -83,7 +83,7 @@ def plot_cost(leaderboard: pd.DataFrame, task: str | None = None,
     fig, axes = figure(2)
     notes = []
     for ax, col, ylabel in zip(
-        axes, (column, "peak_mem_mb"), (f"training throughput ({unit})", "peak memory (MB)"), strict=True
+        axes, (column, "peak_mem_mb"), (f"training throughput ({unit})", "peak memory (MiB)"), strict=True
     ):
         stats = mean_ci(df, ["series", "style"], "depth", col)  # a depth without a value: a gap in its line
         series_lines(ax, stats, "depth", colours, styles, False)

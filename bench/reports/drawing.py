@@ -47,7 +47,7 @@ _ROBUST_MIN = 20
 _MARGIN = 0.05  # of the range, either side, as matplotlib's autoscale leaves
 _OFF_SCALE = "_off-scale"  # label of the edge markers of off-scale points (underscore: not in a legend)
 CLIP_NOTE = "95% t-CI clipped to the metric's range"
-LOG_BAND_NOTE = "on a log axis, the band's lower side is its upper side's factor"  # band_edges
+LOG_BAND_NOTE = "on a log axis, the band's lower side is its upper side's factor below the mean"  # band_edges
 
 
 def band_edges(mean: np.ndarray, lo: np.ndarray, hi: np.ndarray, log: bool) -> tuple[np.ndarray, np.ndarray]:

@@ -93,13 +93,13 @@ TABLE_METRICS: dict[str, tuple[tuple[str, str, float, str], ...]] = {
         ("train_error", "train error (%)", 100.0, ".2f"),
         ("final_train_loss", "train loss", 1.0, ".4f"),
         ("train_samples_per_s", "samples/s", 1.0, ".0f"),
-        ("peak_mem_mb", "peak MB", 1.0, ".1f"),
+        ("peak_mem_mb", "peak MiB", 1.0, ".1f"),
     ),
     "final_val_loss": (
         ("final_val_loss", "val loss (nats)", 1.0, ".4f"),
         ("final_train_loss", "train loss (nats)", 1.0, ".4f"),
         ("train_tokens_per_s", "tokens/s", 1.0, ".0f"),
-        ("peak_mem_mb", "peak MB", 1.0, ".1f"),
+        ("peak_mem_mb", "peak MiB", 1.0, ".1f"),
     ),
 }
 
@@ -340,7 +340,7 @@ def _measured_at(runs: list[dict[str, Any]]) -> str:
     if not parts and not devices:
         return ""
     where = md("; ".join(parts) + (f" on {devices}" if devices else ""))
-    return (f" samples/s and peak MB were measured at these runs' scale ({where.strip()}), where per-op overhead "
+    return (f" samples/s and peak MiB were measured at these runs' scale ({where.strip()}), where per-op overhead "
             "weighs more than at a paper's width; `python -m bench cost` measures a design's cost at a paper's shape.")
 
 

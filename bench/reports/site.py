@@ -20,7 +20,7 @@ import json
 import math
 import shlex
 import shutil
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -53,12 +53,16 @@ from bench.runs.results import ResultsStore, check_writable
 
 ASSETS = Path(__file__).resolve().parent / "site_assets"
 BAR_MEAN = PER_POINT.replace("point", "bar")  # a cost bar's height: the mean of its measurements, as a PNG point's
+NO_ERROR = "NaN"  # an error bar's length where a point rests on one value: plotly.js draws no bar there (_error_y)
 NO_STUDY = "no-study"  # the page of the runs recorded outside any study
 # The leaderboard table's columns: what names a run, then the main metrics (the full row is on the run's page).
 NAME_COLUMNS = ("study", "family", "variant", "depth", "task", "seed", "device", "machine", "status")
 FILTERED = ("study", "family", "variant", "depth", "task", "device", "machine", "status")
 METRIC_COLUMNS = ("final_train_loss", "final_val_loss", "final_val_acc", "train_samples_per_s", "peak_mem_mb",
                   "wall_time_s")
+_UNITS = {"peak_mem_mb": " (MiB)"}  # the schema's column name stays; the value is in MiB (2**20 bytes)
+_HEAD_NOTES = {"wall_time_s": ' title="the whole run, its cost-measurement phases included where it measured its cost '
+                              'figures itself (cost_source: the run) rather than reusing another seed\'s"'}
 _LOG = ("loss", "train_loss", "val_loss", "perplexity", "bpc", "grad_norm", "weight_grad_norm")
 
 
@@ -204,7 +208,7 @@ def _curve_figures(figs: _Figures, frames: Frames, name: str) -> list[str]:
                       for t in figs.series(s, "step", str(key), colours[str(key)], log)]
             label = "training loss" if split == "train" else metric.replace("_", " ")
             fig = figs.figure(traces, f"{label} — {where}: mean over seeds, band = 95% CI"
-                              + (f" ({LOG_BAND_NOTE} below the mean)" if log else ""),
+                              + (f" ({LOG_BAND_NOTE})" if log else ""),
                               "step (optimizer updates)", label, log=log)
             out.append(figs.html(fig, f"curves {name} {task} d{depth} {split} {metric}"))
     return out
@@ -227,7 +231,7 @@ def _cost_figures(figs: _Figures, frames: Frames, name: str) -> list[str]:
     legend = "machine, load band" if LOAD_BAND_KEY in banded.columns else "machine"  # what a bar series is
     out = []
     for task, part in board.groupby("task", sort=True):
-        for metric, label in (("train_samples_per_s", "training samples/s"), ("peak_mem_mb", "peak memory (MB)")):
+        for metric, label in (("train_samples_per_s", "training samples/s"), ("peak_mem_mb", "peak memory (MiB)")):
             if part[metric].notna().sum() == 0:
                 continue
             traces = []
@@ -280,13 +284,16 @@ def _pareto_figure(figs: _Figures, part: pd.DataFrame, name: str, task: str) -> 
 
 def _error_y(stats: Iterable[Mapping[str, float]], metric: str) -> dict[str, Any]:
     """Plotly error bars of :func:`t_ci` figures: the 95% t-CI, clipped to the metric's valid range as the PNG
-    figures' bands are (a throughput's never below 0); none where a point has one value."""
+    figures' bands are (a throughput's never below 0); none where a point has one value, as the PNGs draw none over
+    n = 1. There the length is :data:`NO_ERROR`: plotly.js reads a length as a JavaScript number, where null is 0 (a
+    bar of no length, still with its caps) and the string ``"NaN"`` is no number, so it draws nothing."""
     low, high = domain(metric)
     stats = list(stats)
-    half = [0.0 if math.isnan(s["ci"]) else s["ci"] for s in stats]
+    up = [min(s["mean"] + s["ci"], high) - s["mean"] for s in stats]
+    down = [s["mean"] - max(s["mean"] - s["ci"], low) for s in stats]
     return {"type": "data", "symmetric": False,
-            "array": _floats(min(s["mean"] + h, high) - s["mean"] for s, h in zip(stats, half, strict=True)),
-            "arrayminus": _floats(s["mean"] - max(s["mean"] - h, low) for s, h in zip(stats, half, strict=True))}
+            "array": [NO_ERROR if math.isnan(s["ci"]) else v for s, v in zip(stats, _floats(up), strict=True)],
+            "arrayminus": [NO_ERROR if math.isnan(s["ci"]) else v for s, v in zip(stats, _floats(down), strict=True)]}
 
 
 def _grad_figures(figs: _Figures, frames: Frames, name: str) -> list[str]:
@@ -306,8 +313,7 @@ def _grad_figures(figs: _Figures, frames: Frames, name: str) -> list[str]:
         colours = _colour(stats["design"])
         traces = [t for design, s in stats.groupby("design", sort=True)
                   for t in figs.series(s, "index", str(design), colours[str(design)], True)]
-        fig = figs.figure(traces, f"{metric} at initialisation per unit — {task} (band = 95% CI, {LOG_BAND_NOTE} "
-                          "below the mean)",
+        fig = figs.figure(traces, f"{metric} at initialisation per unit — {task} (band = 95% CI, {LOG_BAND_NOTE})",
                           "unit index (0 = nearest the input)", metric, log=True)
         out.append(figs.html(fig, f"grad {name} {task}"))
     return out
@@ -350,7 +356,8 @@ def _leaderboard_html(board: pd.DataFrame, depth: int) -> str:
     """Every run a row; a select per naming column filters, a click on a header sorts (``site.js``)."""
     columns = [c for c in NAME_COLUMNS if c in board.columns and board[c].notna().any()]
     metrics = [m for m in METRIC_COLUMNS if m in board.columns]
-    head = "".join(f'<th data-col="{c}">{c}</th>' for c in ["run", *columns, *metrics])
+    head = "".join(f'<th data-col="{c}"{_HEAD_NOTES.get(c, "")}>{c}{_UNITS.get(c, "")}</th>'
+                   for c in ["run", *columns, *metrics])
     filters = ["<th></th>"]
     for c in columns:
         if c in FILTERED:
@@ -392,6 +399,35 @@ def _run_command(run: Mapping[str, Any], root: Path) -> str:
     return f"{head} {shlex.join([*argv, *run_plugin_flags(run, root), '--results-dir', str(rerun_folder(root))])}"
 
 
+# A config field and how the run's task data states the quantity it names (a task may not read the field: the digits
+# are 8x8 images of one channel whatever --image-size says, and their split sizes are the dataset's).
+_TASK_STATES: dict[str, tuple[str, Callable[[Mapping[str, Any]], Any]]] = {
+    "train_size": ("train_size", lambda t: t.get("train_size")),
+    "val_size": ("val_size", lambda t: t.get("val_size")),
+    "num_classes": ("num_classes", lambda t: t.get("num_classes")),
+    "image_size": ("image_shape", lambda t: (t.get("image_shape") or [None])[-1]),
+    "channels": ("image_shape", lambda t: (t.get("image_shape") or [None])[0]),
+    "augment": ("augment", lambda t: t["augment"] != "none" if "augment" in t else None),
+}
+
+
+def config_as_used(config: Mapping[str, Any], task: Mapping[str, Any] | None) -> dict[str, str]:
+    """The run page's Config section: each field's value, except where the run's task data states the quantity the
+    field names otherwise (``train_size 4096`` where the digits task used 1437): there the value says the task did
+    not use it and what the task used, so the page never shows both unqualified."""
+    task = task or {}
+    out = {}
+    for field, value in config.items():
+        key, used = _TASK_STATES.get(field, ("", lambda t: None))
+        stated = used(task)
+        if stated is None or stated == value:
+            out[field] = _text(value)
+        else:
+            name = config.get("task") or "this task"
+            out[field] = f"{_text(value)} (not used by {name}: the run used {key} {_text(task[key])})"
+    return out
+
+
 def _run_page(run: Mapping[str, Any], row: Mapping[str, Any], figs: _Figures, root: Path) -> str:
     run_id = str(run["run_id"])
     config = run.get("config") or {}
@@ -419,7 +455,7 @@ def _run_page(run: Mapping[str, Any], row: Mapping[str, Any], figs: _Figures, ro
             "<h2>Curves</h2>", *_run_curves(run, figs),
             "<h2>Probes</h2>", *_run_probes(run, figs),
             "<h2>Leaderboard row</h2>", _kv({k: v for k, v in row.items() if _text(v) != ""}),
-            "<h2>Config</h2>", _kv(config) if config else "<p>not recorded</p>",
+            "<h2>Config</h2>", _kv(config_as_used(config, run.get("task"))) if config else "<p>not recorded</p>",
             "<h2>Model arguments</h2>", _kv(run.get("model_kwargs") or {}),
             "<h2>Environment</h2>", _kv(env),
             "<h2>Provenance</h2>", _kv(provenance),
