@@ -370,6 +370,19 @@ def test_study_page_in_a_browser_filters_sorts_and_draws_a_trace_per_design(site
     assert p.errors == []
 
 
+def test_a_cost_bar_on_one_measurement_has_no_error_bar_in_a_browser(site: Path, browser: Any) -> None:
+    """plotly.js draws an error bar, caps included, for every length it reads as a number (null reads as 0): the
+    one-run no-study page's bars rest on one measurement each and show none; the mini study's, on two, show one
+    a bar."""
+    p = Page(browser)
+    drawn = """() => Array.from(document.querySelectorAll('figure.plot'))
+        .filter(f => f.dataset.figure.startsWith('cost'))
+        .map(f => [f.querySelectorAll('g.point').length, f.querySelectorAll('g.errorbar path').length])"""
+    assert p.open(site / "study" / "no-study.html").evaluate(drawn) == [[1, 0], [1, 0]]
+    assert p.open(site / "study" / "mini.html").evaluate(drawn) == [[6, 6], [6, 6]]  # 3 designs x 2 depths
+    assert p.errors == []
+
+
 def test_the_console_check_sees_a_planted_error(site: Path, browser: Any, tmp_path: Path) -> None:
     """A broken script is caught: the same page with an error planted in site.js fails the check."""
     broken = tmp_path / "site"
