@@ -161,7 +161,7 @@ def test_a_digits_run_page_shows_the_data_the_task_used_beside_config_fields_it_
     store = ResultsStore(tmp_path / "results")
     cfg = RunConfig(variant="preact", depth=8, seed=0, task="digits")
     row = {"run_id": cfg.run_id, "config_hash": cfg.config_hash(), "variant": "preact", "depth": 8, "task": "digits",
-           "seed": 0, "status": "ok", "device": "cpu", "final_val_acc": 0.97}
+           "seed": 0, "status": "ok", "device": "cpu", "final_val_acc": 0.97, "peak_mem_mb": 24.5}
     task = {"train_size": 1437, "val_size": 360, "image_shape": [1, 8, 8], "num_classes": 10, "augment": "none"}
     store.append(row, {"run_id": cfg.run_id, "row": row, "config": cfg.to_dict(), "task": task,
                        "curves": {"train": [{"step": 1, "loss": 1.0}]}})
@@ -175,6 +175,7 @@ def test_a_digits_run_page_shows_the_data_the_task_used_beside_config_fields_it_
         "augment": "True (not used by digits: the run used augment none)",
         "channels": "1", "num_classes": "10"}  # the fields the task data agrees with, as they are
     assert rows["depth"] == "8" and rows["batch_size"] == "128"  # fields the task data does not state
+    assert "<tr><td>peak_mem_mb (MiB)</td><td>24.5</td></tr>" in page  # the leaderboard row: the schema's name, unit
 
 
 def test_cost_bars_are_clipped_at_zero_and_the_pareto_counts_a_copied_figure_once(tmp_path: Path) -> None:

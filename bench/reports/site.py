@@ -454,7 +454,7 @@ def _run_page(run: Mapping[str, Any], row: Mapping[str, Any], figs: _Figures, ro
             *(f"<p>{html.escape(w)}:</p><pre class='command'>{html.escape(c)}</pre>" for w, c in commands),
             "<h2>Curves</h2>", *_run_curves(run, figs),
             "<h2>Probes</h2>", *_run_probes(run, figs),
-            "<h2>Leaderboard row</h2>", _kv({k: v for k, v in row.items() if _text(v) != ""}),
+            "<h2>Leaderboard row</h2>", _kv({f"{k}{_UNITS.get(k, '')}": v for k, v in row.items() if _text(v) != ""}),
             "<h2>Config</h2>", _kv(config_as_used(config, run.get("task"))) if config else "<p>not recorded</p>",
             "<h2>Model arguments</h2>", _kv(run.get("model_kwargs") or {}),
             "<h2>Environment</h2>", _kv(env),
