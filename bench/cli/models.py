@@ -189,12 +189,12 @@ def _check_builds(role: str, name: str, depth: int | None, model_args: dict[str,
             return e
         return None
 
-    e = refusal(**({"depth": depth} if depth is not None else {}), **model_args)
-    if e is None:
+    refused = refusal(**({"depth": depth} if depth is not None else {}), **model_args)
+    if refused is None:
         return
     if depth is not None and refusal(**model_args) is None:
-        raise ValueError(f"depth: {name!r} ({role}) does not build at depth {depth}: {e}")
-    raise ValueError(f"{role}: {name!r} does not build with model arguments {model_args}: {e}")
+        raise ValueError(f"depth: {name!r} ({role}) does not build at depth {depth}: {refused}")
+    raise ValueError(f"{role}: {name!r} does not build with model arguments {model_args}: {refused}")
 
 
 def _default_input(name: str) -> str:
