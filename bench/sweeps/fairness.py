@@ -12,7 +12,8 @@ confound a ranking. This module finds such differences without knowing any varia
   tensors and the standard deviation of their entries, the positions of its norm layers, and its
   residual scalars and gates.
 - :func:`diff_models` (``bench diff A B``) — the two side by side, every row tagged with the axis it
-  belongs to, so the summary says *what* differs (``placement``, ``init``, ``params`` ...).
+  belongs to, so the summary says *what* differs (``placement``, ``init``, ``params`` ...) and what a study comparing
+  the two must declare in ``vary`` (:func:`to_declare`, by the guard's own rule).
 - :func:`check_grid` — the guard ``bench sweep`` / ``bench reproduce`` runs before the first run:
   within every group of a study's grid that shares all grid values but the variant, the variants may
   differ only along the axes the study declares in ``vary``, and in parameter count by at most
