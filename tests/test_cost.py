@@ -331,11 +331,25 @@ def test_the_shapes_named_after_a_task_are_those_the_timed_once_note_names() -> 
 
 
 def test_diff_names_the_depth_a_design_refuses(capsys: pytest.CaptureFixture[str]) -> None:
-    """`bench diff --shape digits --depth 21` shares the check: the field is the depth, not the designs."""
-    assert main(["diff", "preact", "resnet", "--shape", "digits", "--depth", "21"]) == 2
-    assert capsys.readouterr().err == ("error: depth: 'preact' (designs) does not build at depth 21: Pre-activation "
-                                       "ResNet depth must be 6n+2 (basic) with n >= 1, e.g. 8, 14, 20, 32, 38, 56, "
-                                       "110, got 21\n")
+    """`bench diff --depth 21`, at a shape (the check `bench cost` runs) or at each variant's defaults: the field is
+    the depth, and the design is named by diff's own argument (a or b), not cost's `designs`."""
+    rule = "Pre-activation ResNet depth must be 6n+2 (basic) with n >= 1, e.g. 8, 14, 20, 32, 38, 56, 110, got 21\n"
+    for shape in (["--shape", "digits"], []):
+        assert main(["diff", "preact", "resnet", *shape, "--depth", "21"]) == 2
+        assert capsys.readouterr().err == f"error: depth: 'preact' (a) does not build at depth 21: {rule}"
+    assert main(["diff", "postln", "preact", "--depth", "21"]) == 2  # a Transformer builds at any depth
+    assert capsys.readouterr().err == f"error: depth: 'preact' (b) does not build at depth 21: {rule}"
+    assert main(["diff", "preact", "preact", "--model-arg", "width=0"]) == 2  # not the depth: the argument's role
+    assert capsys.readouterr().err.startswith("error: a: 'preact' does not build with model arguments {'width': 0}: ")
+
+
+def test_diff_checks_the_depth_range_as_cost_does(capsys: pytest.CaptureFixture[str]) -> None:
+    """Out of 1..2000, `bench diff --depth` is refused as `bench cost --depth` is, naming the field, before any build
+    (the builder's own rule, without the field, was printed for 0)."""
+    for depth in ("0", "5000"):
+        for shape in (["--shape", "digits"], []):
+            assert main(["diff", "preact", "resnet", *shape, "--depth", depth]) == 2
+            assert capsys.readouterr().err == f"error: depth must be an integer in 1..2000, got {depth}\n"
 
 
 def test_a_shape_at_another_depth_says_only_that_depth() -> None:

@@ -23,7 +23,10 @@ from bench.sweeps.study import load_study
 from variants.blocks import ResidualUnit
 from variants.combinators import Scaled
 
-GUARD = " (the guard's axes, to declare in a study's `vary`)"
+GUARD = " (the guard's axes); a study comparing them declares"
+# what the last line adds where a declared axis makes the structure's declaration needless
+COVERS = " covers structure: the guard compares structures only where `vary` names values only, init, dropout, "\
+    "drop_path_rate)"
 MIXSHORT = Path(__file__).resolve().parents[1] / "scripts" / "studies" / "mixshort.py"
 
 
@@ -43,7 +46,8 @@ def test_postln_vs_preln_differ_in_placement_only() -> None:
     # Same default init (Xavier), same seed: identical stds, q/k/v of the fused projection apart.
     assert {"std blocks.*.attn.body.qkv[q]", "std blocks.*.attn.body.qkv[v]", "std blocks.*.ffn.body.fc2"} <= set(stds)
     assert all(a == b for a, b in stds.values())
-    assert f"postln and preln differ in: placement, structure{GUARD}" in format_diff("postln", "preln", rows)
+    assert (f"postln and preln differ in: placement, structure{GUARD} placement in `vary` (placement{COVERS}"
+            in format_diff("postln", "preln", rows))
 
 
 def test_diff_names_init_and_combinator_of_deepnorm() -> None:
@@ -205,7 +209,8 @@ def test_cli_diff(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["diff", "postln", "preln", "--depth", "12"]) == 0
     out = capsys.readouterr().out
     assert out.splitlines()[0] == "postln vs preln, depth 12, seed 0 (built on the CPU):"
-    assert out.rstrip().endswith(f"postln and preln differ in: placement, structure{GUARD}")
+    assert out.rstrip().endswith(f"postln and preln differ in: placement, structure{GUARD} placement in `vary` "
+                                  f"(placement{COVERS}")
     assert main(["diff", "postln", "nosuch"]) == 2
     assert "unknown variant 'nosuch'" in capsys.readouterr().err
 
@@ -277,10 +282,9 @@ def test_a_norm_only_difference_is_reported_as_the_norm_axis_only() -> None:
     norm_rows = [r for r in rows if r.key.startswith("norm ") and r.differs]
     assert norm_rows and {r.axis for r in norm_rows} == {"norm"}
     assert all(r.a.startswith("layernorm") and r.b.startswith("rmsnorm") for r in norm_rows)
-    shown = sorted({r.axis for r in rows if r.differs})
-    assert "placement" not in shown and "norm" in shown
+    assert sorted({r.axis for r in rows if r.differs}) == ["norm", "structure"]
     summary = format_diff("preln", "preln_rms_for_test", rows).splitlines()[-1]
-    assert summary == f"preln and preln_rms_for_test differ in: {', '.join(shown)}{GUARD}"
+    assert summary == f"preln and preln_rms_for_test differ in: norm, structure{GUARD} norm in `vary` (norm{COVERS}"
 
 
 # -- structure: what the models are made of, unit by unit ---------------------------------------------------------
@@ -305,7 +309,8 @@ def test_diff_shows_the_branch_order_of_skipinit_and_rezero(capsys: pytest.Captu
         [conv, conv], ["ReLU", "ReLU"], [conv, conv],
         ["Scaled beta[] alpha[] fixed", "Scaled beta[] alpha[] fixed"],
     ]
-    assert out[-1] == f"skipinit and rezero differ in: init, structure{GUARD}"
+    # init changes values only: the structure must be declared too
+    assert out[-1] == f"skipinit and rezero differ in: init, structure{GUARD} init, structure in `vary`"
 
 
 def test_guard_refuses_a_structural_difference_in_a_study_of_the_init() -> None:
@@ -361,7 +366,8 @@ def test_diff_resnet_fixup_summary_is_the_axes_of_the_table() -> None:
     rows = diff_models("resnet", "fixup", depth=8)
     assert {r.axis for r in rows if r.key.startswith("norm ")} == {"norm"}
     text = format_diff("resnet", "fixup", rows).splitlines()
-    assert text[-1] == (f"resnet and fixup differ in: combinator, init, norm, structure{GUARD}; also, not guard axes "
+    assert text[-1] == (f"resnet and fixup differ in: combinator, init, norm, structure{GUARD} combinator, init, norm "
+                        f"in `vary` (combinator, init, norm{COVERS}; also, not guard axes "
                         "(information only): family, scalars")
     table = text[1:text.index("first structural difference (ops in the order the forward runs them):")]
     # The parameter counts, within the guard's tolerance, are shown (with the difference) and not summarised.
@@ -429,7 +435,7 @@ def test_diff_reports_a_shared_layer_whose_init_differs(xavier_stem: str) -> Non
     assert float(init[0].a.split()[1]) == pytest.approx(he, rel=0.1)
     assert float(init[0].b.split()[1]) == pytest.approx(glorot, rel=0.1)
     summary = format_diff("preact", xavier_stem, rows).splitlines()[-1]
-    assert summary == f"preact and {xavier_stem} differ in: init{GUARD}"
+    assert summary == f"preact and {xavier_stem} differ in: init{GUARD} init in `vary`"
     assert not [r for r in diff_models("preact", "preact", depth=8) if r.differs]
 
 
@@ -453,17 +459,28 @@ def test_guard_refuses_designs_whose_shared_layers_start_differently(xavier_stem
 def test_diff_summary_names_the_guard_axes_and_marks_the_rest_as_information(
         capsys: pytest.CaptureFixture[str]) -> None:
     """A mixed-shortcut plugin against `preact`: the summary names what the guard checks (params, structure), and the
-    family, the extra layers and the mix scalar only as information; a study varying those two is accepted, one
-    varying neither is refused on one of them."""
+    family, the extra layers and the mix scalar only as information, and that declaring params is enough (the guard
+    compares structures only in a study varying values only): a study varying params alone is accepted, one varying
+    nothing is refused."""
     assert main(["diff", "preact", "preact_mix", "--depth", "8", "--plugin", str(MIXSHORT)]) == 0
     out = capsys.readouterr().out.splitlines()
-    assert out[-1] == (f"preact and preact_mix differ in: params, structure{GUARD}; also, not guard axes "
-                       "(information only): family, layers, scalars")
+    assert out[-1] == (f"preact and preact_mix differ in: params, structure{GUARD} params in `vary` (params{COVERS}; "
+                       "also, not guard axes (information only): family, layers, scalars")
     plugins.load_plugins([str(MIXSHORT)])
     configs = _configs(["preact", "preact_mix"], depth=8)
+    check_grid(configs, ["params"], study="t")  # what the line says is enough: params covers the structure
     check_grid(configs, ["params", "structure"], study="t")
     with pytest.raises(ValueError, match=r"also differ in 'params'"):
         check_grid(configs, [], study="t")
+
+
+def test_to_declare_is_the_guards_rule() -> None:
+    """Any declared axis but a value's covers the structure; values only (init, dropout, ...) or nothing do not."""
+    assert fairness.to_declare(["params", "structure"]) == ["params"]
+    assert fairness.to_declare(["combinator", "init", "structure"]) == ["combinator", "init"]
+    assert fairness.to_declare(["structure", "init"]) == ["init", "structure"]
+    assert fairness.to_declare(["structure"]) == ["structure"]
+    assert fairness.to_declare(["init", "dropout"]) == ["dropout", "init"]
 
 
 def test_guard_axis_is_what_check_grid_checks() -> None:
@@ -525,7 +542,7 @@ def test_diff_parameters_row_shows_the_difference_and_its_share() -> None:
 @pytest.mark.parametrize(("args", "message"), [
     (["--shape", "nope"], "error: unknown shape 'nope'; shapes: gpt2_small"),
     (["--shape", "digits", "--depth", "0"], "error: depth must be an integer in 1..2000, got 0"),
-    (["--shape", "gpt2_small"], "error: designs: 'preact' does not build at shape 'gpt2_small'"),
+    (["--shape", "gpt2_small"], "error: a: 'preact' does not build at shape 'gpt2_small'"),  # diff's argument a
 ])
 def test_diff_bad_shape_exits_2_naming_the_field(args: list[str], message: str,
                                                 capsys: pytest.CaptureFixture[str]) -> None:

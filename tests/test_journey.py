@@ -113,8 +113,10 @@ def test_a_new_norm_from_plugin_to_report(tmp_path: Path, capsys: pytest.Capture
     # differs by the norm modules' class only).
     code, out, err = cli(["diff", "preln", "preln_dyt", "--depth", "2", "--study", str(study)], capsys)
     assert code == 0, err
-    assert out.strip().splitlines()[-1] == ("preln and preln_dyt differ in: norm, structure (the "
-                                           "guard's axes, to declare in a study's `vary`)")
+    assert out.strip().splitlines()[-1] == ("preln and preln_dyt differ in: norm, structure (the guard's axes); a "
+                                           "study comparing them declares norm in `vary` (norm covers structure: the "
+                                           "guard compares structures only where `vary` names values only, init, "
+                                           "dropout, drop_path_rate)")
 
     # The sweep: no --plugin either; the study's guard lets the norm differ and nothing else.
     code, out, err = cli(["sweep", str(study), "--results-dir", str(res), "--quiet"], capsys)

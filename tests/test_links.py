@@ -102,8 +102,10 @@ def test_bench_diff_names_what_each_sublayer_of_the_plugin_reads(two_step: Path,
     assert rows == {"blocks.0.ffn": "x x, F(blocks.0.attn) links", "blocks.1.attn": "x x, F(blocks.0.ffn) links",
                     "blocks.1.ffn": "x x, F(blocks.1.attn) links"}  # blocks.0.attn reads nothing earlier: equal
     assert re.search(r"^  Add +TwoStepMix a\[\]   <- differs$", out, re.M)  # blocks.0.attn: no b listed
-    assert out.splitlines()[-1] == ("preln and preln_twostep differ in: combinator, structure (the guard's axes, to "
-                                      "declare in a study's `vary`); also, not guard axes (information only): links")
+    assert out.splitlines()[-1] == ("preln and preln_twostep differ in: combinator, structure (the guard's axes); a "
+                                      "study comparing them declares combinator in `vary` (combinator covers "
+                                      "structure: the guard compares structures only where `vary` names values only, "
+                                      "init, dropout, drop_path_rate); also, not guard axes (information only): links")
 
 
 @pytest.mark.parametrize(("name", "key", "ours", "theirs"), [

@@ -8,6 +8,7 @@ import shlex
 import sys
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 import torch
@@ -18,7 +19,7 @@ from bench.cli.parser import config_from_args
 from bench.reports.markdown import render_cost, render_profile
 from bench.runs import plugins
 from bench.runs.config import RECIPES
-from bench.runs.cost import at_depth, check_designs, cost_table, profile_pair, shape_of, timing_notes
+from bench.runs.cost import MAX_DEPTH, at_depth, check_designs, cost_table, profile_pair, shape_of, timing_notes
 from bench.runs.probes import format_probe_table, probe, probe_table
 from bench.runs.train import resolved_kwargs, setup
 from bench.sweeps import structure
@@ -151,8 +152,14 @@ def cmd_diff(ns: argparse.Namespace) -> int:
     shape = shape_of(ns.shape) if ns.shape is not None else None
     if shape is not None:
         shape = at_depth(shape, ns.depth)  # --depth checked as `bench cost` checks it
-        check_designs(shape, [ns.a, ns.b])
+    elif ns.depth is not None and not 1 <= ns.depth <= MAX_DEPTH:  # the range at_depth checks, at no shape
+        raise ValueError(f"depth must be an integer in 1..{MAX_DEPTH}, got {ns.depth!r}")
     with plugins.blame(ns.a, ns.b):
+        for role, name in (("a", ns.a), ("b", ns.b)):  # the roles as diff's arguments name them
+            if shape is not None:
+                check_designs(shape, [name], role=role)
+            else:
+                _check_builds(role, name, ns.depth, model_args)
         rows = diff_models(ns.a, ns.b, ns.depth, model_args, seed=ns.seed, param_tolerance=ns.param_tolerance,
                            shape=shape)
     print(f"{ns.a} vs {ns.b}" + (f", depth {ns.depth}" if ns.depth is not None else "")
@@ -163,6 +170,31 @@ def cmd_diff(ns: argparse.Namespace) -> int:
           f"--shape NAME builds at a `bench cost` shape, e.g. digits' one channel)")
     print(format_diff(ns.a, ns.b, rows, show_all=ns.all))
     return 0
+
+
+def _check_builds(role: str, name: str, depth: int | None, model_args: dict[str, Any]) -> None:
+    """ValueError naming the field where ``name`` (diff's argument ``role``) is not registered (``role``), where its
+    builder refuses ``depth`` yet builds at its own (``depth``, as `bench cost` says it) or refuses the model arguments
+    (``role``); built on the meta device, as :func:`bench.runs.cost.check_designs` builds at a shape."""
+    try:
+        variants.describe(name)
+    except ValueError as e:
+        raise ValueError(f"{role}: {e}") from None
+
+    def refusal(**kwargs: Any) -> Exception | None:
+        try:
+            with torch.device("meta"):
+                variants.create(name, **kwargs)
+        except (ValueError, TypeError) as e:
+            return e
+        return None
+
+    refused = refusal(**({"depth": depth} if depth is not None else {}), **model_args)
+    if refused is None:
+        return
+    if depth is not None and refusal(**model_args) is None:
+        raise ValueError(f"depth: {name!r} ({role}) does not build at depth {depth}: {refused}")
+    raise ValueError(f"{role}: {name!r} does not build with model arguments {model_args}: {refused}")
 
 
 def _default_input(name: str) -> str:

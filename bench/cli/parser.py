@@ -232,7 +232,7 @@ def _diff(sub: Sub) -> None:
     q = sub.add_parser("diff", help="what differs between two built models: axes, init stds, norms, parameters")
     q.add_argument("a", help="a variant name")
     q.add_argument("b", help="another variant name")
-    q.add_argument("--depth", type=int, help="depth of both (default: the shape's, else each variant's own)")
+    q.add_argument("--depth", type=int, help="depth of both, 1..2000 (default: the shape's, else each variant's own)")
     q.add_argument("--shape", help="build both as `bench cost --shape` does: gpt2_small, gpt2_medium, resnet50_224, "
                                    "study_quick, cifar_resnet110 or digits (default: each variant's defaults, "
                                    "3-channel images for a CIFAR net)")

@@ -150,12 +150,13 @@ def at_depth(shape: Shape, depth: int | None) -> Shape:
 
 
 def check_designs(shape: Shape, designs: Sequence[str], modes: Sequence[str] = ("eager",), precision: str = "fp32",
-                  baseline: str | None = None) -> None:
+                  baseline: str | None = None, role: str = "designs") -> None:
     """ValueError naming the field for an unregistered design or ``baseline`` (with the closest names), one that does
-    not build at ``shape`` (of another kind of model: ``designs`` or ``baseline``; at a ``--depth`` its rule refuses
-    where it builds at the shape's own: ``depth``, with the builder's own message, which says the depths it takes), an
-    unknown mode or an unknown precision. A design of any family, a plugin's included, is admitted where it builds."""
-    for field_, names in (("baseline", [baseline] if baseline is not None else []), ("designs", designs)):
+    not build at ``shape`` (of another kind of model: ``role``, the caller's name for ``designs``, or ``baseline``; at
+    a ``--depth`` its rule refuses where it builds at the shape's own: ``depth``, naming the role, with the builder's
+    own message, which says the depths it takes), an unknown mode or an unknown precision. A design of any family, a
+    plugin's included, is admitted where it builds."""
+    for field_, names in (("baseline", [baseline] if baseline is not None else []), (role, designs)):
         for name in names:
             try:
                 variants.describe(name)

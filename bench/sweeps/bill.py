@@ -27,21 +27,22 @@ importing what a run imports; on a GPU the memory is measured in the run's own p
 in a process of its own: every run pays the slowest set-up of its task the bill saw, and the process's start where
 it starts one (:func:`start_seconds`: the local executor's first run, whose fork server imports once for all; every
 run of another executor). Each run's time is then ``[start] + setup + [measurement] + steps x step + evaluations x
-evaluation + probes x probe``; the sweep's, the study's checks plus those runs scheduled
-longest-first on ``--jobs`` slots: what it takes on an idle machine, which no load makes shorter. The machine
-load while the bill ran is printed with it, and what the sweep takes at that load (:func:`slowdowns`: by the load
-average, and by the bill's own wall time over its CPU time over the whole bill; a range where the two disagree),
-which holds while the load stays as it was. Nothing is recorded.
+evaluation + probes x probe``; the sweep's, the study's checks plus those runs scheduled longest-first on ``--jobs``
+slots: what it should take on an idle machine (an estimate; load makes it longer). The machine load while the bill ran
+is printed with it, and what the sweep takes at that load (:func:`slowdowns`: by the load average, and by the bill's
+own wall time over its CPU time over the whole bill; a range where the two disagree), which holds while the load stays
+as it was. Nothing is recorded.
 
 A task whose data is not on this machine (CIFAR not downloaded) is measured on a stand-in of the same shapes
 (:data:`STAND_INS`: what a step costs depends on the shapes only), with the real dataset's size for the run length.
 
 The bill also says what the study's runs would take on the accelerators of the peak-FLOP/s table
 (:data:`bench.runs.measure.PEAK_FLOPS`): the training FLOPs of every run divided by (the model FLOP utilisation
-measured here x the device's peak for the study's mix of op classes). An estimate, and printed as one: small models
-(CIFAR ResNets) use less of an accelerator's peak than of a CPU's, so these figures are lower bounds. Peak memory is
-printed on CUDA (the timed step's, where it ran whole); a CPU's needs a process of its own (``bench run --measure
-memory``).
+measured here x the device's peak for the study's mix of op classes; that utilisation is the steps' achieved FLOP/s
+over this device's measured rates for their op classes, not over the matmul peak a run's ``mfu`` divides by). An
+estimate, and printed as one: small models (CIFAR ResNets) use less of an accelerator's peak than of a CPU's, so these
+figures are lower bounds. Peak memory is printed on CUDA (the timed step's, where it ran whole); a CPU's needs a
+process of its own (``bench run --measure memory``).
 """
 
 from __future__ import annotations
@@ -548,8 +549,8 @@ def render(bills: Sequence[RunBill], options: SweepOptions, device: str,
     slots = options.jobs
     idle = checks_s + schedule([b.seconds for b in bills], slots)
     lines.append(f"total: {len(bills)} runs, {sum(b.steps for b in bills):,} steps, {flops:.3g} training FLOPs; "
-                 f"on this device ({device}), idle: {_clock(idle)} with --jobs {slots} (the CPUs to itself: no "
-                 "load makes it shorter)"
+                 f"on this device ({device}), idle: {_clock(idle)} with --jobs {slots} (an estimate of what it "
+                 "should take with the CPUs to itself; load makes it longer)"
                  + (f" ({_clock(checks_s + total)} one at a time)" if slots > 1 else "")
                  + (f", the study's checks ({_clock(checks_s)}) included" if checks_s else ""))
     load = bills[0].costs.load if bills else {}
@@ -564,12 +565,23 @@ def render(bills: Sequence[RunBill], options: SweepOptions, device: str,
                      "precision=fp32)")
     elif flops and mfu:
         cells = ", ".join(f"{name} {_clock(flops / (mfu * peak))}" for name, peak in accelerators.items())
-        lines.append(f"at the model FLOP utilisation measured here ({mfu:.1%} of this device's peak; on a CPU timed in "
-                     "CPU time per thread, an idle machine's figure, not the `mfu` a run records, timed on the wall "
-                     f"clock at the run's load), the training FLOPs alone would take: {cells} (one device, no "
+        timed = [b.costs for b in bills if b.costs.mfu and b.costs.step_s]
+        achieved = statistics.median(c.flops_per_step / c.step_s for c in timed)
+        rate = statistics.median(c.flops_per_step / c.step_s / (c.mfu or 1.0) for c in timed)
+        lines.append(f"at the model FLOP utilisation measured here ({mfu:.1%}: the steps' achieved {_rate(achieved)} "
+                     f"over {_rate(rate)}, this device's measured rates for the steps' op classes, a matmul's and a "
+                     "convolution's each timed alone, weighted by the steps' FLOPs; on a CPU in CPU time per thread, "
+                     "an idle machine's figures. A run's `mfu` divides its achieved rate, timed on the wall clock at "
+                     "the run's load, by its `peak_source`, on a CPU a 1024x1024 matmul's: compare the achieved "
+                     f"rates, `achieved_tflops`), the training FLOPs alone would take: {cells} (one device, no "
                      "evaluation; small models use less of an accelerator's peak than of a CPU's: read these as lower "
                      "bounds)")
     return lines
+
+
+def _rate(flops_per_s: float) -> str:
+    """A FLOP rate in the unit that keeps it short: GFLOP/s below a TFLOP/s (a CPU's), else TFLOP/s."""
+    return f"{flops_per_s / 1e9:.1f} GFLOP/s" if flops_per_s < 1e12 else f"{flops_per_s / 1e12:.1f} TFLOP/s"
 
 
 def _measure_cell(group: Sequence[RunBill]) -> str:

@@ -12,7 +12,8 @@ confound a ranking. This module finds such differences without knowing any varia
   tensors and the standard deviation of their entries, the positions of its norm layers, and its
   residual scalars and gates.
 - :func:`diff_models` (``bench diff A B``) — the two side by side, every row tagged with the axis it
-  belongs to, so the summary says *what* differs (``placement``, ``init``, ``params`` ...).
+  belongs to, so the summary says *what* differs (``placement``, ``init``, ``params`` ...) and what a study comparing
+  the two must declare in ``vary`` (:func:`to_declare`, by the guard's own rule).
 - :func:`check_grid` — the guard ``bench sweep`` / ``bench reproduce`` runs before the first run:
   within every group of a study's grid that shares all grid values but the variant, the variants may
   differ only along the axes the study declares in ``vary``, and in parameter count by at most
@@ -309,14 +310,32 @@ def guard_axis(row: DiffRow) -> str | None:
 
 def summary(a: str, b: str, rows: Sequence[DiffRow]) -> str:
     """The diff's last line in the guard's language: the guard axes (:func:`guard_axis`) along which ``a`` and ``b``
-    differ, which a study comparing them declares in ``vary``, then what else differs, marked as information."""
+    differ, what a study comparing them must declare in ``vary`` (:func:`to_declare`), then what else differs, marked
+    as information."""
     guarded = sorted({axis for r in rows if r.differs and (axis := guard_axis(r)) is not None})
     other = sorted({r.axis for r in rows if r.differs and guard_axis(r) is None} - set(guarded))
-    head = (f"{a} and {b} differ in: {', '.join(guarded)} (the guard's axes, to declare in a study's `vary`)"
-            if guarded else f"{a} and {b} differ in no guard axis (a study comparing them declares nothing in `vary`)")
+    if guarded:
+        declare = to_declare(guarded)
+        covered = (f" ({', '.join(declare)} covers structure: the guard compares structures only where `vary` names "
+                   f"values only, {', '.join(VALUE_CONFOUNDS)})" if "structure" in set(guarded) - set(declare) else "")
+        head = (f"{a} and {b} differ in: {', '.join(guarded)} (the guard's axes); a study comparing them declares "
+                f"{', '.join(declare)} in `vary`{covered}")
+    else:
+        head = f"{a} and {b} differ in no guard axis (a study comparing them declares nothing in `vary`)"
     if not other:
         return head if guarded else f"{a} and {b} do not differ"
     return f"{head}; also, not guard axes (information only): {', '.join(other)}"
+
+
+def to_declare(axes: Iterable[str]) -> list[str]:
+    """The least a study's ``vary`` declares for :func:`check_grid` to pass two models that differ along the guard
+    ``axes``: every axis but the structure, and the structure only where those change values only
+    (:func:`_values_only`, the rule :func:`_check_structure` applies): any other declared axis covers it."""
+    axes = set(axes)
+    declare = sorted(axes - {"structure"})
+    if "structure" in axes and _values_only(declare):
+        declare.append("structure")
+    return declare
 
 
 # -- the study guard ------------------------------------------------------------------------------
