@@ -19,7 +19,7 @@ from bench.cli.parser import config_from_args
 from bench.reports.markdown import render_cost, render_profile
 from bench.runs import plugins
 from bench.runs.config import RECIPES
-from bench.runs.cost import MAX_DEPTH, at_depth, check_designs, cost_table, profile_pair, shape_of, timing_notes
+from bench.runs.cost import at_depth, check_depth, check_designs, cost_table, profile_pair, shape_of, timing_notes
 from bench.runs.probes import format_probe_table, probe, probe_table
 from bench.runs.train import resolved_kwargs, setup
 from bench.sweeps import structure
@@ -150,10 +150,10 @@ def cmd_probe(ns: argparse.Namespace) -> int:
 def cmd_diff(ns: argparse.Namespace) -> int:
     model_args = dict(ns.model_arg or [])
     shape = shape_of(ns.shape) if ns.shape is not None else None
+    if ns.depth is not None:
+        check_depth(ns.depth)  # as `bench cost --depth` checks it
     if shape is not None:
-        shape = at_depth(shape, ns.depth)  # --depth checked as `bench cost` checks it
-    elif ns.depth is not None and not 1 <= ns.depth <= MAX_DEPTH:  # the range at_depth checks, at no shape
-        raise ValueError(f"depth must be an integer in 1..{MAX_DEPTH}, got {ns.depth!r}")
+        shape = at_depth(shape, ns.depth)
     with plugins.blame(ns.a, ns.b):
         for role, name in (("a", ns.a), ("b", ns.b)):  # the roles as diff's arguments name them
             if shape is not None:

@@ -138,12 +138,17 @@ def designs_for(shape: Shape) -> list[str]:
 MAX_DEPTH = 2000  # deeper than any published CIFAR/ImageNet net (ResNet-1202) or Transformer stack we ship
 
 
+def check_depth(depth: Any) -> None:
+    """ValueError naming ``depth`` and its range where it is no model depth ``--depth`` takes."""
+    if isinstance(depth, bool) or not isinstance(depth, int) or not 1 <= depth <= MAX_DEPTH:
+        raise ValueError(f"depth must be an integer in 1..{MAX_DEPTH}, got {depth!r}")
+
+
 def at_depth(shape: Shape, depth: int | None) -> Shape:
     """``shape`` with its model's depth replaced (``--depth``); ValueError naming ``depth`` and its range."""
     if depth is None:
         return shape
-    if isinstance(depth, bool) or not isinstance(depth, int) or not 1 <= depth <= MAX_DEPTH:
-        raise ValueError(f"depth must be an integer in 1..{MAX_DEPTH}, got {depth!r}")
+    check_depth(depth)
     return dataclasses.replace(shape, name=f"{shape.name} at depth {depth}", own_depth=shape.model_args.get("depth"),
                                what=f"{shape.at_any_depth or shape.what}, every model at depth {depth}",
                                model_args={**shape.model_args, "depth": depth})
