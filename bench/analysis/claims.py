@@ -720,6 +720,12 @@ GRANTING = ("not_greater", "not_less", "similar")
 # difference that large.
 SHARE = 0.1
 _RELATIVE = "for a margin relative to the values, set relative = true (margin x |mean(a)|)"
+MARGIN_WARNING = "warning: the margin"  # how every warning of margin_warning begins
+
+
+def margin_warned(r: Result) -> bool:
+    """Whether ``r``'s note carries a :func:`margin_warning` (its verdict reads the margin more than the data)."""
+    return MARGIN_WARNING in r.note
 
 
 def margin_warning(r: Result) -> str:
@@ -734,7 +740,7 @@ def margin_warning(r: Result) -> str:
         return ""  # a group without values: failures decide
     scale = max(abs(g.mean) for g in r.groups)
     if math.isfinite(scale) and r.threshold > scale:
-        return (f"warning: the margin {r.threshold:g} exceeds the values compared (|mean| at most {scale:.3g}): every "
+        return (f"{MARGIN_WARNING} {r.threshold:g} exceeds the values compared (|mean| at most {scale:.3g}): every "
                 f"difference between them is smaller, so the verdict reads the margin, not the data; {_RELATIVE}")
     stds = [g.std for g in r.groups]
     if c.expect not in GRANTING or not all(math.isfinite(v) for v in stds) or not scale > 0:
@@ -743,7 +749,7 @@ def margin_warning(r: Result) -> str:
     if not (r.threshold > spread and r.threshold >= SHARE * scale):
         return ""
     times = f", {r.threshold / spread:.3g} times" if spread > 0 else ", above"
-    return (f"warning: the margin {r.threshold:g} is {r.threshold / scale:.0%} of the values compared (|mean| at most "
+    return (f"{MARGIN_WARNING} {r.threshold:g} is {r.threshold / scale:.0%} of the values compared (|mean| at most "
             f"{scale:.3g}){times} their spread (seed-to-seed standard deviation at most {spread:.3g}): the claim "
             f"grants a difference that large, beyond what seeds alone move the values, so an agreement says little; "
             f"{_RELATIVE}")

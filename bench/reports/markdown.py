@@ -17,7 +17,7 @@ from typing import Any
 
 import pandas as pd
 
-from bench.analysis.claims import Group, Result, describe
+from bench.analysis.claims import Group, Result, describe, margin_warned
 from bench.analysis.comparison import COLUMNS as COMPARISON_COLUMNS
 from bench.analysis.comparison import ONCE_NOTE
 from bench.analysis.multiplier_columns import COLUMNS as MULTIPLIER_COLUMNS
@@ -30,6 +30,16 @@ FORMATS = ("markdown", "csv", "latex")
 MISSING = "—"  # how every table shows a value that is not there
 VERDICT_WORDS = {"agrees": "agrees", "disagrees": "DISAGREES", "inconclusive": "inconclusive"}
 TALLY_WORDS = {"agrees": "agree", "disagrees": "disagree", "inconclusive": "inconclusive"}
+
+
+def tally(results: Sequence[Result]) -> str:
+    """The claims' verdicts counted (``2 agree, 0 disagree, 1 inconclusive``); agreements whose margin a warning says
+    dwarfs the data (:func:`bench.analysis.claims.margin_warned`) are counted apart: ``2 agree (1 with a margin
+    warning)``."""
+    warned = sum(r.verdict == "agrees" and margin_warned(r) for r in results)
+    return ", ".join(f"{sum(r.verdict == v for r in results)} {w}"
+                     + (f" ({warned} with a margin warning)" if v == "agrees" and warned else "")
+                     for v, w in TALLY_WORDS.items())
 
 
 def md(text: Any) -> str:

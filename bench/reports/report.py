@@ -47,7 +47,7 @@ from bench.reports import plots
 from bench.reports import scaling as scaling_report
 from bench.reports.analysis_summary import report_lines
 from bench.reports.forest import study_results
-from bench.reports.markdown import MISSING, TALLY_WORDS, claim_lines, fenced, fmt_number, markdown_table, md
+from bench.reports.markdown import MISSING, claim_lines, fenced, fmt_number, markdown_table, md, tally
 from bench.reports.reproduce import run_commands, study_commands
 from bench.runs.names import file_name
 from bench.runs.primary import primaries
@@ -286,11 +286,11 @@ def _claims_section(
         path, results, looks = study_results(root, name, board, probes, runs)
         if path is None or not results:
             continue
-        tally = ", ".join(f"{sum(r.verdict == v for r in results)} {w}" for v, w in TALLY_WORDS.items())
+        counted = tally(results)
         tests = ", ".join(f"{sum(r.test == t for r in results)} {t}" for t in (PAIRED, WELCH, EXACT, EQUAL)
                           if any(r.test == t for r in results))
         # code spans: a study's name is a safe file name (bench.runs.names), so nothing in it closes the span
-        body += [f"### Study `{name}`", "", f"Claims declared in `{_shown_path(path, root)}`; verdicts: {tally}"
+        body += [f"### Study `{name}`", "", f"Claims declared in `{_shown_path(path, root)}`; verdicts: {counted}"
                  f"{f' ({tests})' if tests else ''}.", "", *(_looks_lines(looks, results) if looks else []),
                  *claim_lines(results, looks), ""]  # fmt: skip
     return ["## Paper claims vs measured", "", CLAIMS_NOTE, "", *body] if body else []

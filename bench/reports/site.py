@@ -41,7 +41,7 @@ from bench.analysis.stats import (
 from bench.reports.analysis_summary import Summary, summary_of
 from bench.reports.costfigs import PER_POINT, label_lines
 from bench.reports.drawing import LOG_BAND_NOTE, band_edges
-from bench.reports.markdown import TALLY_WORDS, VERDICT_WORDS, fmt_number, test_text
+from bench.reports.markdown import VERDICT_WORDS, fmt_number, tally, test_text
 from bench.reports.plotdata import Frames, frames_of, grad_norm_init_data, with_key
 from bench.reports.report import _analysis_meta, _shown_path, _study_command, _study_path, study_claims
 from bench.reports.reproduce import run_plugin_flags
@@ -322,10 +322,6 @@ def _grad_figures(figs: _Figures, frames: Frames, name: str) -> list[str]:
 # -- pages --------------------------------------------------------------------------------------------------------
 
 
-def _tally(results: Sequence[Result]) -> str:
-    return ", ".join(f"{sum(r.verdict == v for r in results)} {w}" for v, w in TALLY_WORDS.items())
-
-
 def _group_html(g: Group) -> str:
     """``label: mean ± 95% CI half-width (counted/runs, failed)``, as the report writes a group."""
     spread = f" ± {fmt_number(g.ci, '.2g')}" if g.n > 1 else ""
@@ -558,7 +554,7 @@ def _study_page(study: _Study, frames: Frames | None, figs: _Figures, root: Path
                "no training runs: the study measures models at initialisation")
     body = [f"<h1>study {html.escape(study.name)}</h1>",
             f"<p>{trained}" + (f"; claims declared in <code>{html.escape(_shown_path(study.path, root))}</code>: "
-                               f"{_tally(study.verdicts)}" if study.path and study.verdicts else "") + "</p>"]
+                               f"{tally(study.verdicts)}" if study.path and study.verdicts else "") + "</p>"]
     if commands:
         body += ["<h2>Reproduce</h2>", *(f"<pre class='command'>{html.escape(c)}</pre>" for c in commands)]
     if frames is not None:
@@ -588,7 +584,7 @@ def _index_page(studies: Sequence[_Study], root: Path) -> str:
                      str(int((s.board["status"] == "ok").sum())), html.escape(", ".join(sorted(
                          map(str, s.board["task"].dropna().unique())))),
                      html.escape(", ".join(machines)),
-                     _tally(s.verdicts) if s.verdicts else "no claims"])
+                     tally(s.verdicts) if s.verdicts else "no claims"])
     body = ["<h1>resbench results</h1>",
             f"<p>From <code>{html.escape(str(root))}</code>: {sum(len(s.board) for s in studies)} runs in "
             f"{len(studies)} studies. Each study's page has its runs, its claims' verdicts and its figures.</p>",
