@@ -420,6 +420,9 @@ def test_the_leaderboard_is_one_row_per_configuration_where_each_shares_a_band(t
     assert not table.split_bands and table.timed_once
     note = next(line for line in write_report(store.root).read_text().splitlines() if line.startswith("Timed by"))
     assert note == REPORT_NOTE.format("")
+    board = store.load_leaderboard()
+    alone = leaderboard_table(board[board["variant"] == "preln"], store.load_runs())
+    assert not alone.timed_once  # one design's timings: no difference between designs shown, no note
 
 
 # The note under a report's leaderboard showing two designs' timed figures, the spread it quotes left as {}.
