@@ -268,8 +268,8 @@ def test_a_difference_of_two_timings_a_side_keeps_its_test_and_the_note_says_wha
 
 # The note under a table showing timed figures' difference, the spread it quotes left as {}.
 TIMED_NOTE = (
-    "Timed by separate runs: a timed cost figure here (throughput, step time) is timed by the run that measured it, "
-    "each at its own moment on the wall clock, so a difference between designs is confounded with the load on the "
+    "Timed by separate runs: each timed cost figure here (throughput, step time) was taken by the run that measured "
+    "it, at its own moment on the wall clock, so a difference between designs is confounded with the load on the "
     "machine at those moments: with one timing on a side it gets no test, and with more a test says whether those "
     "timings differ, not which design is faster. On a shared machine one configuration's timings change with the "
     "load on it{}. To rank designs' cost, time them side by side, alternating steps: `python -m bench cost --designs "

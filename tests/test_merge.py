@@ -427,8 +427,8 @@ def test_the_leaderboard_is_one_row_per_configuration_where_each_shares_a_band(t
 
 # The note under a report's leaderboard showing two designs' timed figures, the spread it quotes left as {}.
 REPORT_NOTE = (
-    "Timed by separate runs: a timed cost figure here (throughput, step time) is timed by the run that measured it, "
-    "each at its own moment on the wall clock, so a difference between designs is confounded with the load on the "
+    "Timed by separate runs: each timed cost figure here (throughput, step time) was taken by the run that measured "
+    "it, at its own moment on the wall clock, so a difference between designs is confounded with the load on the "
     "machine at those moments: with one timing on a side it gets no test, and with more a test says whether those "
     "timings differ, not which design is faster. On a shared machine one configuration's timings change with the "
     "load on it{}. To rank designs' cost, time them side by side, alternating steps: `python -m bench cost --designs "

@@ -127,10 +127,10 @@ def note(spread: Spread | None, command: str) -> str:
     (``spread``), and ``command`` (:func:`cost_command`), which ranks designs."""
     seen = (f" (here {spread.label}: {spread.metric} {spread.low:.4g} to {spread.high:.4g} across load bands, "
             f"{spread.ratio:.2f}x)" if spread is not None else "")
-    return (f"Timed by separate runs: a timed cost figure here (throughput, step time) is timed by the run that "
-            f"measured it, each at its own moment on the wall clock, so a difference between designs is confounded "
-            f"with the load on the machine at those moments: with one timing on a side it gets no test, and with more "
-            f"a test says whether those timings differ, not which design is faster. On a shared machine one "
+    return (f"Timed by separate runs: each timed cost figure here (throughput, step time) was taken by the run that "
+            f"measured it, at its own moment on the wall clock, so a difference between designs is confounded with "
+            f"the load on the machine at those moments: with one timing on a side it gets no test, and with more a "
+            f"test says whether those timings differ, not which design is faster. On a shared machine one "
             f"configuration's timings change with the load on it{seen}. To rank designs' cost, time them side by "
             f"side, alternating steps: {command} ("
             + ("`--shape`: see `python -m bench cost --help`; " if "--shape SHAPE" in command else "")
