@@ -236,13 +236,41 @@ def test_a_difference_of_one_timing_against_one_is_no_result_and_the_note_says_w
     md = render(t)
     assert ("| preact_abmix | 8 | digits | unrecorded at load/CPU 1-2 | train_samples_per_s | +2750 | "
             "one timing each: no test | — | — | 7275 ± — (1) |") in md
-    assert md.endswith(
-        "\n\nTimed once: such a cost figure is one timing by one run, taken at its own moment on the wall clock, so a "
-        "difference of two is one timing against another, not a result; on a shared machine one configuration's "
-        "timings change with the load on it (here preact, depth 8, digits: train_samples_per_s 1454 to 4525 across "
-        "load bands, 3.11x). To rank designs' cost, time them side by side, alternating steps: `python -m bench cost "
-        "--designs preact_abmix --baseline preact --shape digits --depth 8` (`--plugin` for your own designs).")
+    assert md.endswith("\n\n" + TIMED_NOTE.format(
+        " (here preact, depth 8, digits: train_samples_per_s 1454 to 4525 across load bands, 3.11x)"))
     t = compare_table(board[board["seed"] != 2], runs, "preact", ["train_samples_per_s"])  # one band: no spread shown
     assert "timings change with the load on it. To rank" in render(t)
     quiet = compare_table(board[board["seed"] != 2], runs, "preact", ["final_val_loss"])
-    assert "Timed once" not in render(quiet) and not quiet.attrs  # no timed figure: no note
+    assert "Timed by separate runs" not in render(quiet) and not quiet.attrs  # no timed figure: no note
+
+
+def test_a_difference_of_two_timings_a_side_keeps_its_test_and_the_note_says_what_such_timings_are() -> None:
+    """Each seed timed by its own run, all in one load band: the -1225 samples/s between 2 + 2 timings keeps its Welch
+    test (a fair test of those timings), and the note under the table still says they were taken by separate runs,
+    each at its own moment, so the difference is confounded with the load then, and names the bench cost command."""
+    rows, runs = [], []
+    for k, (variant, speeds) in enumerate({"preact": (4525.0, 4325.0), "preact_abmix": (3100.0, 3300.0)}.items()):
+        for seed, speed in enumerate(speeds):
+            run_id = f"{variant}-d20-digits-{k:08x}-s{seed}"
+            rows.append(dict.fromkeys(COLUMNS, None) | {
+                "run_id": run_id, "config_hash": f"{k:08x}", "variant": variant, "depth": 20, "task": "digits",
+                "seed": seed, "status": "ok", "final_val_loss": 0.3 + seed / 100, "cost_source": run_id,
+                "train_samples_per_s": speed, "study": "abmix"})
+            runs.append({"run_id": run_id, "measurements": {"load": {"load_1m": 2.4, "cpus": 2}}})
+    t = compare_table(pd.DataFrame(rows, columns=list(COLUMNS)), runs, "preact", ["train_samples_per_s"])
+    (speed,) = t[t["variant"] == "preact_abmix"].itertuples()
+    assert (speed.test, speed.n, speed.n_base, speed.diff) == ("Welch", 2, 2, -1225.0)
+    assert speed.p == pytest.approx(sps.ttest_ind([3100.0, 3300.0], [4525.0, 4325.0], equal_var=False).pvalue)
+    md = render(t)
+    assert "| preact_abmix | 20 | digits | train_samples_per_s | -1225 [" in md and "| Welch, 2 + 2 runs |" in md
+    assert md.endswith("\n\n" + TIMED_NOTE.format("").replace("--depth 8", "--depth 20"))
+
+
+# The note under a table showing timed figures' difference, the spread it quotes left as {}.
+TIMED_NOTE = (
+    "Timed by separate runs: each timed cost figure here (throughput, step time) was taken by the run that measured "
+    "it, at its own moment on the wall clock, so a difference between designs is confounded with the load on the "
+    "machine at those moments: with one timing on a side it gets no test, and with more a test says whether those "
+    "timings differ, not which design is faster. On a shared machine one configuration's timings change with the "
+    "load on it{}. To rank designs' cost, time them side by side, alternating steps: `python -m bench cost --designs "
+    "preact_abmix --baseline preact --shape digits --depth 8` (`--plugin` for your own designs).")

@@ -410,13 +410,30 @@ def test_the_leaderboard_keeps_apart_what_one_configuration_measured_at_differen
 
 def test_the_leaderboard_is_one_row_per_configuration_where_each_shares_a_band(tmp_path: Path) -> None:
     """preln measured at one load, postln at another: no configuration is split, so no machine column (the table of
-    a committed study stays as it was)."""
+    a committed study stays as it was). Their samples/s cells, 4 timings each, sit side by side: separate runs'
+    timings, so the report's note says what such figures are, as for one timing a side."""
     store = _loaded_store(tmp_path / "res", lambda variant, seed: 0.4 if variant == "preln" else 12.0)
     table = leaderboard_table(store.load_leaderboard(), store.load_runs())
     cells = _speed_cells(table)
     assert sorted(cells) == [("postln", ""), ("preln", "")]
     assert cells[("preln", "")].startswith("720 ± ")
-    assert not table.split_bands and not table.timed_once  # 4 timings a cell: the report adds no note
+    assert not table.split_bands and table.timed_once
+    note = next(line for line in write_report(store.root).read_text().splitlines() if line.startswith("Timed by"))
+    assert note == REPORT_NOTE.format("")
+    board = store.load_leaderboard()
+    alone = leaderboard_table(board[board["variant"] == "preln"], store.load_runs())
+    assert not alone.timed_once  # one design's timings: no difference between designs shown, no note
+
+
+# The note under a report's leaderboard showing two designs' timed figures, the spread it quotes left as {}.
+REPORT_NOTE = (
+    "Timed by separate runs: each timed cost figure here (throughput, step time) was taken by the run that measured "
+    "it, at its own moment on the wall clock, so a difference between designs is confounded with the load on the "
+    "machine at those moments: with one timing on a side it gets no test, and with more a test says whether those "
+    "timings differ, not which design is faster. On a shared machine one configuration's timings change with the "
+    "load on it{}. To rank designs' cost, time them side by side, alternating steps: `python -m bench cost --designs "
+    "DESIGN ... --baseline BASELINE --shape SHAPE --depth 2` (`--shape`: see `python -m bench cost --help`; "
+    "`--plugin` for your own designs).")
 
 
 def test_the_report_says_what_a_figure_timed_once_is_and_quotes_the_spread_of_a_configurations_timings(
@@ -434,15 +451,9 @@ def test_the_report_says_what_a_figure_timed_once_is_and_quotes_the_spread_of_a_
     assert table.split_bands and table.timed_once
     assert _speed_cells(table)[("preln", "")] == "1000 (n=1, load/CPU 0-0.5); 400 (n=1, load/CPU &gt;=4)"
     text = write_report(store.root).read_text()
-    caption, note = (next(line for line in text.splitlines() if line.startswith(s)) for s in ("Cells: ", "Timed once"))
+    caption, note = (next(line for line in text.splitlines() if line.startswith(s)) for s in ("Cells: ", "Timed by"))
     assert "shows each band's figure in its cost cells, never their average" in caption
-    assert note == (
-        "Timed once: such a cost figure is one timing by one run, taken at its own moment on the wall clock, so a "
-        "difference of two is one timing against another, not a result; on a shared machine one configuration's "
-        "timings change with the load on it (here preln, depth 2, copy: samples/s 400 to 1000 across load "
-        "bands, 2.50x). To rank designs' cost, time them side by side, alternating steps: `python -m bench cost "
-        "--designs DESIGN ... --baseline BASELINE --shape SHAPE --depth 2` (`--shape`: see `python -m bench cost "
-        "--help`; `--plugin` for your own designs).")
+    assert note == REPORT_NOTE.format(" (here preln, depth 2, copy: samples/s 400 to 1000 across load bands, 2.50x)")
     assert text.index("| preln |") < text.index(note)  # under the table
 
 

@@ -15,8 +15,9 @@ compared with the baseline's configuration that matches it in every field the va
   side, else no interval and no p-value. A cost figure a sweep measured once and copied into its other seeds' rows
   counts once (:func:`bench.analysis.stats.observations`): ``n = 1``, no p-value from copies, never paired. A timed
   figure (throughput, step time) with one timing on a side is no result: ``test`` reads
-  :data:`bench.analysis.timed_once.ONCE`, and ``table.attrs[ONCE_NOTE]`` holds the line saying why and which
-  ``bench cost`` command ranks the designs (:mod:`bench.analysis.timed_once`).
+  :data:`bench.analysis.timed_once.ONCE`. Wherever a timed figure's difference is shown, whatever its n (separate
+  runs' timings, each at its own moment: the difference is confounded with the load then), ``table.attrs[ONCE_NOTE]``
+  holds the line saying so and which ``bench cost`` command ranks the designs (:mod:`bench.analysis.timed_once`).
 - **Cost per machine.** Where the runs were measured on several machines (:func:`bench.analysis.stats.aggregate_long`),
   a cost metric has a row per configuration and machine (the ``machine`` column), compared with the baseline's runs
   on the same machine only; convergence metrics pool the machines (their ``machine`` reads ``all``). With the run
@@ -50,9 +51,9 @@ from bench.analysis.stats import (
     with_config_hash,
     with_load_bands,
 )
-from bench.analysis.timed_once import ONCE, band_spread, cost_command, note, rests_on_one_timing
+from bench.analysis.timed_once import ONCE, band_spread, cost_command, note, rests_on_one_timing, shows_timed_difference
 
-ONCE_NOTE = "timed_once_note"  # the key in ``table.attrs`` of the line on differences resting on one timing a side
+ONCE_NOTE = "timed_once_note"  # the key in ``table.attrs`` of the line on differences between separate runs' timings
 COLUMNS = ("metric", "n", "mean", "ci", "diff", "diff_lo", "diff_hi", "test", "pairs", "n_base", "p", "p_exact",
            "p_holm")
 
@@ -117,7 +118,8 @@ def compare_table(
         return rows[machines_of(rows) == row[MACHINE_KEY]] if per_machine and pd.notna(row[MACHINE_KEY]) else rows
 
     found: list[dict[str, Any]] = []
-    for _, row in table.iterrows():
+    timed = np.zeros(len(table), dtype=bool)  # the rows showing a difference of timed figures: the note follows them
+    for i, (_, row) in enumerate(table.iterrows()):
         ref = None if row["variant"] == baseline else matched(row)
         if ref is None:
             found.append({})
@@ -127,6 +129,7 @@ def compare_table(
         alone = all(_same(row[f], ref[f]) for f in implied)  # the variant is the one difference: its runs pair
         pair = difference(x, base_x, seeds if alone else None, base_seeds if alone else None)
         single = not pair.test and rests_on_one_timing(metric, pair.n, pair.n_base)  # no test; the note says why
+        timed[i] = shows_timed_difference(metric, (pair.n, pair.n_base))
         found.append({"diff": pair.diff, "diff_lo": pair.low, "diff_hi": pair.high,
                       "test": ONCE if single else pair.test or None,
                       "pairs": pair.pairs or None, "n_base": pair.n_base, "p": pair.p,
@@ -136,14 +139,13 @@ def compare_table(
     table["p_holm"] = holm(table["p"].to_numpy(dtype=float))
     if per_machine:  # which machine a figure came from; a convergence metric's are all of them
         table[MACHINE_KEY] = table[MACHINE_KEY].astype(object).where(table[MACHINE_KEY].notna(), "all")
-    once = table["test"].to_numpy(dtype=object) == ONCE  # the rows whose difference rests on one timing a side
     key = [CONFIG_KEY] if CONFIG_KEY in table.columns and CONFIG_KEY not in by else []  # a row's runs, for a join
     out = table[[*by, *([MACHINE_KEY] if per_machine else []), *COLUMNS, *key]].reset_index(drop=True)
-    if once.any():
-        timed = table[once]
-        out.attrs[ONCE_NOTE] = note(spread, cost_command(list(dict.fromkeys(timed["variant"])), baseline,
-                                                         list(timed["depth"]) if "depth" in timed.columns else [],
-                                                         list(timed["task"]) if "task" in timed.columns else []))
+    if timed.any():
+        shown = table[timed]
+        out.attrs[ONCE_NOTE] = note(spread, cost_command(list(dict.fromkeys(shown["variant"])), baseline,
+                                                         list(shown["depth"]) if "depth" in shown.columns else [],
+                                                         list(shown["task"]) if "task" in shown.columns else []))
     return out
 
 

@@ -1,18 +1,21 @@
-"""Cost figures timed once: what a difference of one timing against one timing can say, in one place for ``bench
+"""Timed cost figures of separate runs: what a difference between designs' timings can say, in one place for ``bench
 compare``'s test column and the note under its table, and for the note under the report's leaderboard.
 
 A sweep times each model configuration once (its first run; the others copy the figures, ``cost_source``), on the
-wall clock, at whatever moment that run reached its timing phase. Two such figures were taken at two moments: on a
-machine shared with other work, the same configuration's throughput changes with the load from one moment to the next
-(:func:`band_spread` finds the widest such spread the data holds, quoted as it is, with no adjective the example could
-contradict), so their difference is no evidence that one design is faster. No test is made on it (:data:`ONCE`), and
-the note (:func:`note`) names the command that times designs side by side, alternating steps: ``bench cost``.
+wall clock, at whatever moment that run reached its timing phase; a merged folder holds a timing per sweep. Each such
+figure was taken at its own moment: on a machine shared with other work, the same configuration's throughput changes
+with the load from one moment to the next (:func:`band_spread` finds the widest such spread the data holds, quoted as
+it is, with no adjective the example could contradict), so a difference between two designs' figures is confounded
+with the load at those moments, whatever the number of timings a side. The rule (:func:`shows_timed_difference`):
+wherever such a difference is shown, the note (:func:`note`) says so and names the command that times designs side by
+side, alternating steps: ``bench cost``. With one timing on a side no test is made (:data:`ONCE`); with two or more a
+side the test stays, a fair test of those timings, not of which design is faster.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -45,6 +48,18 @@ def rests_on_one_timing(metric: str, n: Any, n_base: Any) -> bool:
     except (TypeError, ValueError):
         return False
     return metric in TIMED and min(n, n_base) == 1
+
+
+def shows_timed_difference(metric: str, counts: Iterable[Any]) -> bool:
+    """Whether figures of ``metric`` with ``counts`` counted measurements, one count per design, show a difference
+    between designs that the note must follow: a timed cost figure, measured at least once on two sides or more."""
+    measured = 0
+    for n in counts:
+        try:
+            measured += float(n) >= 1
+        except (TypeError, ValueError):
+            continue
+    return metric in TIMED and measured >= 2
 
 
 def once_words(n: int, n_base: int) -> str:
@@ -107,13 +122,16 @@ def cost_command(designs: Sequence[str] = (), baseline: str | None = None, depth
 
 
 def note(spread: Spread | None, command: str) -> str:
-    """The line under a table holding a timed figure measured once: what such a figure is, how far apart the data
-    shows one configuration's timings (``spread``), and ``command`` (:func:`cost_command`), which ranks designs."""
+    """The line under a table showing a difference between designs' timed figures (:func:`shows_timed_difference`),
+    true whatever their number: what such figures are, how far apart the data shows one configuration's timings
+    (``spread``), and ``command`` (:func:`cost_command`), which ranks designs."""
     seen = (f" (here {spread.label}: {spread.metric} {spread.low:.4g} to {spread.high:.4g} across load bands, "
             f"{spread.ratio:.2f}x)" if spread is not None else "")
-    return (f"Timed once: such a cost figure is one timing by one run, taken at its own moment on the wall clock, so a "
-            f"difference of two is one timing against another, not a result; on a shared machine one configuration's "
-            f"timings change with the load on it{seen}. To rank designs' cost, time them side by side, alternating "
-            f"steps: {command} ("
+    return (f"Timed by separate runs: each timed cost figure here (throughput, step time) was taken by the run that "
+            f"measured it, at its own moment on the wall clock, so a difference between designs is confounded with "
+            f"the load on the machine at those moments: with one timing on a side it gets no test, and with more a "
+            f"test says whether those timings differ, not which design is faster. On a shared machine one "
+            f"configuration's timings change with the load on it{seen}. To rank designs' cost, time them side by "
+            f"side, alternating steps: {command} ("
             + ("`--shape`: see `python -m bench cost --help`; " if "--shape SHAPE" in command else "")
             + "`--plugin` for your own designs).")

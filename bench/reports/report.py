@@ -41,7 +41,7 @@ from bench.analysis.stats import (
     with_derived,
 )
 from bench.analysis.studyfile import StandIn, find_study, is_shipped
-from bench.analysis.timed_once import TIMED, band_spread, cost_command
+from bench.analysis.timed_once import TIMED, band_spread, cost_command, shows_timed_difference
 from bench.analysis.timed_once import note as once_note
 from bench.reports import plots
 from bench.reports import scaling as scaling_report
@@ -153,16 +153,16 @@ def _targeted(board: pd.DataFrame) -> pd.Series:
 
 class Table(str):
     """A table's Markdown, and what its cells show that the text around it must say: ``split_bands`` (some cost cell
-    lists each load band's figure) and ``timed_once`` (some timed cost cell rests on one timing,
-    :mod:`bench.analysis.timed_once`)."""
+    lists each load band's figure) and ``timed_once`` (timed cost cells of two designs or more sit side by side, a
+    difference between separate runs' timings: :func:`bench.analysis.timed_once.shows_timed_difference`)."""
 
     split_bands = False
     timed_once = False
 
 
-def _once(s: pd.Series, split: Sequence[tuple[str, Mapping[str, float]]]) -> bool:
-    """Whether a timed cell (its pooled statistics ``s``, or each band's) shows a figure timed once."""
-    return any(b["n"] == 1 for _, b in split) if split else s["n"] == 1
+def _timings(s: pd.Series, split: Sequence[tuple[str, Mapping[str, float]]]) -> float:
+    """How many timings a timed cell (its pooled statistics ``s``, or each band's) rests on."""
+    return float(sum(b["n"] for _, b in split)) if split else float(s["n"])
 
 
 def leaderboard_table(board: pd.DataFrame, runs: Sequence[Mapping[str, Any]] | None = None) -> Table:
@@ -174,7 +174,7 @@ def leaderboard_table(board: pd.DataFrame, runs: Sequence[Mapping[str, Any]] | N
     steps-to-target column is there only when some run set a target (:func:`_targeted`); a row none of whose runs
     set one reads ``no target``. A cost cell of a configuration whose figures were measured in several load bands
     shows each band's figure, never their average (:func:`bench.analysis.stats.cost_by_band`). The Markdown comes as a
-    :class:`Table` saying whether a cell was split so, and whether a timed cell rests on one timing.
+    :class:`Table` saying whether a cell was split so, and whether timed cells of several designs sit side by side.
     """
     columns = table_metrics(board)
     named, by = by_configuration(with_derived(board), runs, ROW_COLUMNS)
@@ -189,7 +189,8 @@ def leaderboard_table(board: pd.DataFrame, runs: Sequence[Mapping[str, Any]] | N
     configs = agg.drop_duplicates(keys)
     shown = [*by, CONFIG_KEY] if CONFIG_KEY in keys and configs[by].astype(str).duplicated().any() else by
     parts = [part for _, part in named.groupby(keys, sort=True, dropna=False)]
-    rows, split_bands, timed_once = [], False, False
+    rows, split_bands = [], False
+    timings: dict[str, dict[str, float]] = {}  # per timed metric, per design: the most timings a cell of it rests on
     for (_, g), part in zip(agg.groupby(keys, sort=True, dropna=False), parts, strict=True):
         g, targeted = g.set_index("metric"), bool(part["_targeted"].any())
         first = g.iloc[0]
@@ -198,7 +199,9 @@ def leaderboard_table(board: pd.DataFrame, runs: Sequence[Mapping[str, Any]] | N
         splits = {m: cost_by_band(part, m, bands.loc[part.index]) for m, *_ in columns}
         stats = [_metric_cell(g.loc[m], splits[m], sc, f) for m, _, sc, f in columns]
         split_bands = split_bands or any(splits.values())
-        timed_once = timed_once or any(_once(g.loc[m], splits[m]) for m in splits if m in TIMED)
+        for m in (m for m in splits if m in TIMED):
+            seen = timings.setdefault(m, {})
+            seen[str(first["variant"])] = max(seen.get(str(first["variant"]), 0.0), _timings(g.loc[m], splits[m]))
         row = [*cells, runs_cell, *stats]
         if with_target:
             target = g.loc["steps_to_target"]
@@ -207,12 +210,13 @@ def leaderboard_table(board: pd.DataFrame, runs: Sequence[Mapping[str, Any]] | N
         rows.append(row)
     headers = [*shown, "ok/runs", *(h for _, h, *_ in columns)]
     table = Table(markdown_table([*headers, *(["steps→target (reached)"] if with_target else [])], rows))
-    table.split_bands, table.timed_once = split_bands, timed_once
+    table.split_bands = split_bands
+    table.timed_once = any(shows_timed_difference(m, seen.values()) for m, seen in timings.items())
     return table
 
 
 def timed_once_note(board: pd.DataFrame, runs: Sequence[Mapping[str, Any]] | None) -> str:
-    """The line under a leaderboard some of whose timed cells rest on one timing: the one ``bench compare`` prints
+    """The line under a leaderboard showing timed cells of several designs: the one ``bench compare`` prints
     (:func:`bench.analysis.timed_once.note`), at the depths of ``board``. Its example spread is of a timed figure the
     table shows, named by its column's header (``samples/s``), never of one the reader cannot find in it."""
     depths = board["depth"].dropna().unique().tolist() if "depth" in board.columns else []
