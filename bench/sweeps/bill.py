@@ -574,10 +574,10 @@ def render(bills: Sequence[RunBill], options: SweepOptions, device: str,
                      f"alone would take: {cells} (one device, no evaluation; small models use less of an "
                      "accelerator's peak than of a CPU's: read these as lower bounds)")
         lines.append(f"that utilisation: the steps' achieved {_rate(achieved)} over {_rate(rate)}, this device's "
-                     "measured rates for their op classes (a matmul's and a convolution's, each timed alone, weighted "
-                     "by the steps' FLOPs; on a CPU in CPU time per thread: an idle machine's figures); a run's `mfu` "
-                     "divides its achieved rate, on the wall clock at the run's load, by its `peak_source` (on a CPU a "
-                     "1024x1024 matmul's): compare the achieved rates, `achieved_tflops`")
+                     "measured rates for their op classes (a lone matmul's and convolution's, weighted by the steps' "
+                     "FLOPs; on a CPU in CPU time per thread: idle figures); a run's `mfu` divides its wall-clock rate "
+                     "at its load by its `peak_source` (on a CPU a 1024x1024 matmul's): compare achieved rates "
+                     "(`achieved_tflops`)")
     return lines
 
 
