@@ -133,10 +133,10 @@ def test_the_accelerator_line_is_left_out_when_the_measured_peak_is_not_the_real
                          "alone would take: H100 <1 ms (one device, no evaluation; small models use less of an "
                          "accelerator's peak than of a CPU's: read these as lower bounds)")
     assert lines[-1] == ("that utilisation: the steps' achieved 2.0 GFLOP/s over 8.0 GFLOP/s, this device's measured "
-                         "rates for their op classes (a lone matmul's and convolution's, weighted by the steps' FLOPs; on a "
-                         "CPU in CPU time per thread: idle figures); a run's `mfu` divides its wall-clock rate at its "
-                         "load by its `peak_source` (on a CPU a 1024x1024 matmul's): compare achieved rates "
-                         "(`achieved_tflops`)")
+                         "rates for their op classes (a lone matmul's and convolution's, weighted by the steps' "
+                         "FLOPs; on a CPU in CPU time per thread: idle figures); a run's `mfu` divides its wall-clock "
+                         "rate at its load by its `peak_source` (on a CPU a 1024x1024 matmul's): compare achieved "
+                         "rates (`achieved_tflops`)")
     over = dataclasses.replace(costs, mfu=6.25)  # a CPU's emulated bf16 matmul taken for its peak
     lines = bill.render([bill.RunBill(cfg, over, 10, 1, 0, False)], options, "cpu", {"H100": 1e15})
     assert lines[-1] == ("no accelerator figures: the steps timed here ran at 625% of the peak this device reached on "
