@@ -107,12 +107,17 @@ def test_the_process_start_is_billed_apart_from_the_per_run_figures() -> None:
             for k, v in (("a", "plain"), ("b", "resnet")) for seed in (0, 1)]
     lines = bill.render(runs, bill.SweepOptions(), "cpu", {})
     assert [line.split()[-4:] for line in lines[1:3]] == [["5", "s", "-", "n/a"]] * 2  # per run, no measurement
-    assert lines[3] == "+ 4 s process start, once (the sweep's first run; the others fork from it)"
-    assert lines[4].startswith("total: 4 runs, 40 steps, 4e+10 training FLOPs; on this device (cpu), idle: 24 s "
+    assert lines[3] == ("peak MiB n/a: on a CPU a step's peak memory needs a process of its own (`bench run --measure "
+                        "memory`, or the runs record it); on CUDA it is the timed step's, where the step ran whole")
+    assert lines[4] == "+ 4 s process start, once (the sweep's first run; the others fork from it)"
+    assert lines[5].startswith("total: 4 runs, 40 steps, 4e+10 training FLOPs; on this device (cpu), idle: 24 s "
                                "with --jobs 1 (an estimate of what it should take with the CPUs to itself; load "
                                "makes it longer)")  # an estimate, not a floor: a sweep can take less
     each = [dataclasses.replace(b, start_s=4.0) for b in runs]
-    assert bill.render(each, bill.SweepOptions(executor="ray"), "cpu", {})[3] == "+ 4 s process start in each of 4 runs"
+    assert bill.render(each, bill.SweepOptions(executor="ray"), "cpu", {})[4] == "+ 4 s process start in each of 4 runs"
+    measured = [dataclasses.replace(b, costs=dataclasses.replace(b.costs, peak_mb=12.0)) for b in runs]
+    lines = bill.render(measured, bill.SweepOptions(), "cpu", {})
+    assert lines[1].split()[-1] == "12" and lines[3].startswith("+ 4 s process start")  # every peak known: no note
 
 
 def test_the_accelerator_line_is_left_out_when_the_measured_peak_is_not_the_real_one() -> None:
@@ -123,14 +128,15 @@ def test_the_accelerator_line_is_left_out_when_the_measured_peak_is_not_the_real
     lines = bill.render([bill.RunBill(cfg, costs, 10, 1, 0, False)], options, "cpu", {"H100": 1e15})
     # what the utilisation divides by, spelt out (1e9 FLOPs in 0.5 s over the rate it is 25% of), and what a run's
     # `mfu` divides by instead
-    assert lines[-1].startswith("at the model FLOP utilisation measured here (25.0%: the steps' achieved 2.0 GFLOP/s "
-                                "over 8.0 GFLOP/s, this device's measured rates for the steps' op classes, a matmul's "
-                                "and a convolution's each timed alone, weighted by the steps' FLOPs; on a CPU in CPU "
-                                "time per thread, an idle machine's figures. A run's `mfu` divides its achieved rate, "
-                                "timed on the wall clock at the run's load, by its `peak_source`, on a CPU a 1024x1024 "
-                                "matmul's: compare the achieved rates, `achieved_tflops`), the training FLOPs alone "
-                                "would take: ")
-    assert "would take: H100 <1 ms (one device" in lines[-1]  # 1e10 FLOPs / (0.25 x 1e15 FLOP/s)
+    # two lines: the estimate (1e10 FLOPs / (0.25 x 1e15 FLOP/s)), then what the utilisation divides by
+    assert lines[-2] == ("on accelerators, at the model FLOP utilisation measured here (25.0%), the training FLOPs "
+                         "alone would take: H100 <1 ms (one device, no evaluation; small models use less of an "
+                         "accelerator's peak than of a CPU's: read these as lower bounds)")
+    assert lines[-1] == ("that utilisation: the steps' achieved 2.0 GFLOP/s over 8.0 GFLOP/s, this device's measured "
+                         "rates for their op classes (a lone matmul's and convolution's, weighted by the steps' "
+                         "FLOPs; on a CPU in CPU time per thread: idle figures); a run's `mfu` divides its wall-clock "
+                         "rate at its load by its `peak_source` (on a CPU a 1024x1024 matmul's): compare achieved "
+                         "rates (`achieved_tflops`)")
     over = dataclasses.replace(costs, mfu=6.25)  # a CPU's emulated bf16 matmul taken for its peak
     lines = bill.render([bill.RunBill(cfg, over, 10, 1, 0, False)], options, "cpu", {"H100": 1e15})
     assert lines[-1] == ("no accelerator figures: the steps timed here ran at 625% of the peak this device reached on "

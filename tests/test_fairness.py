@@ -383,11 +383,33 @@ def test_diff_resnet_fixup_summary_is_the_axes_of_the_table() -> None:
 ])
 def test_show_variant_leads_to_the_file_of_the_computation(name: str, where: str,
                                                             capsys: pytest.CaptureFixture[str]) -> None:
-    """The third line names the file and line where the residual stream is computed (the layer, else the unit)."""
+    """The fourth line names the file and line where the residual stream is computed (the layer, else the unit)."""
     assert main(["show-variant", name]) == 0
-    third = capsys.readouterr().out.splitlines()[2]
+    third = capsys.readouterr().out.splitlines()[3]
     entry = variants.formula(name)["layer" if name == "preln" else "unit"][0]
     assert third.startswith("computed in: " + where.format(entry["line"])), third
+
+
+def test_show_variant_says_what_its_parameter_count_is_built_at(capsys: pytest.CaptureFixture[str]) -> None:
+    """The header's count is at the variant's defaults, and says so as `diff` does; `--shape` counts as `diff
+    --shape` does (digits' one channel: 269,434, not 269,722), and an unknown shape or one the variant does not
+    build at is refused, nothing printed."""
+    assert main(["show-variant", "resnet20"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("resnet20 (resnet, 269,722 parameters): ")
+    assert out[1] == ("built at: each variant's defaults (in_chans=3, num_classes=10; --shape NAME builds at a "
+                      "`bench cost` shape, e.g. digits' one channel)")
+    assert main(["show-variant", "resnet20", "--shape", "digits"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("resnet20 (resnet, 269,434 parameters): ")
+    assert out[1] == ("built at: shape digits, one input 1x8x8, model arguments {'depth': 20, 'num_classes': 10, "
+                      "'in_chans': 1} (as `bench cost --shape digits` builds it)")
+    assert main(["show-variant", "resnet20", "--shape", "nope"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err.startswith("error: unknown shape 'nope'; shapes: gpt2_small")
+    assert main(["show-variant", "preln", "--shape", "digits"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err.startswith("error: name: 'preln' does not build at shape 'digits'")
 
 
 def test_show_variant_prints_the_ops_of_the_first_unit(capsys: pytest.CaptureFixture[str]) -> None:

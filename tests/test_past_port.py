@@ -137,7 +137,7 @@ def test_show_variant_opens_with_where_a_cross_layer_design_reads_the_past(name:
     lines = capsys.readouterr().out.splitlines()
     with torch.device("meta"):
         first = readers(variants.create(name))[0]
-    assert lines[2] == f"reads earlier values in: {first['file']}:{first['line']} ({CROSS_LAYER[name]})"
+    assert lines[3] == f"reads earlier values in: {first['file']}:{first['line']} ({CROSS_LAYER[name]})"
     path, line = first["file"], first["line"]
     source = (Path(__file__).resolve().parent.parent / path).read_text(encoding="utf-8").splitlines()
     method = CROSS_LAYER[name].split(",")[0].split(".")[1]

@@ -19,7 +19,17 @@ from bench.cli.parser import config_from_args
 from bench.reports.markdown import render_cost, render_profile
 from bench.runs import plugins
 from bench.runs.config import RECIPES
-from bench.runs.cost import at_depth, check_depth, check_designs, cost_table, profile_pair, shape_of, timing_notes
+from bench.runs.cost import (
+    Shape,
+    at_depth,
+    build_args,
+    check_depth,
+    check_designs,
+    cost_table,
+    profile_pair,
+    shape_of,
+    timing_notes,
+)
 from bench.runs.probes import format_probe_table, probe, probe_table
 from bench.runs.train import resolved_kwargs, setup
 from bench.sweeps import structure
@@ -56,16 +66,24 @@ PARAMS_NOTE = ("parameters as each variant's defaults build it (3-channel images
 def cmd_show_variant(ns: argparse.Namespace) -> int:
     """The variant's paper, size and axes, then its residual stream from the outside in: the layer that composes
     its units, each unit's formula, the join of shortcut and branch — each with the file and line of its forward."""
+    shape = shape_of(ns.shape) if ns.shape is not None else None
     with plugins.blame(ns.name):
+        if shape is not None:
+            check_designs(shape, [ns.name], role="name")  # as `bench diff --shape` checks its two
         desc = variants.describe(ns.name)
         parts = variants.formula(ns.name)
-    size = f"{desc['params']:,} parameters" if desc["params"] is not None else "size set by its library"
-    print(f"{ns.name} ({desc['family']}, {size}): {desc['paper']}")
-    if desc["axes"]:
-        print("axes: " + ", ".join(f"{k} {v}" for k, v in sorted(desc["axes"].items())))
     formulas = any(parts.get(role) for role in ("layer", "unit", "combinator"))
     with plugins.blame(ns.name), torch.device("meta"):  # shapes only: no memory, no random draws
-        model = variants.create(ns.name) if formulas else None
+        args = build_args(ns.name, shape) if shape is not None else {}
+        model = variants.create(ns.name, **args) if formulas or shape is not None else None
+    params = sum(p.numel() for p in model.parameters()) if shape is not None and model is not None else desc["params"]
+    size = f"{params:,} parameters" if params is not None else "size set by its library"
+    print(f"{ns.name} ({desc['family']}, {size}): {desc['paper']}")
+    print(built_at(ns.name, shape, ns.shape))
+    if desc["axes"]:
+        print("axes: " + ", ".join(f"{k} {v}" for k, v in sorted(desc["axes"].items())))
+    if not formulas:
+        model = None
     # a cross-layer design: first, where it computes with the earlier values it reads (variants.links)
     for read in readers(model) if model is not None else ():
         print(f"reads earlier values in: {read['file']}:{read['line']} ({read['class'].rsplit('.', 1)[-1]}."
@@ -164,10 +182,7 @@ def cmd_diff(ns: argparse.Namespace) -> int:
                            shape=shape)
     print(f"{ns.a} vs {ns.b}" + (f", depth {ns.depth}" if ns.depth is not None else "")
           + "".join(f", {k}={v!r}" for k, v in model_args.items()) + f", seed {ns.seed} (built on the CPU):")
-    print(f"built at: shape {shape.name}, one input {'x'.join(map(str, shape.sample))}, model arguments "
-          f"{shape.model_args} (as `bench cost --shape {ns.shape}` builds it)" if shape is not None else
-          f"built at: each variant's defaults ({_default_input(ns.a)}; "
-          f"--shape NAME builds at a `bench cost` shape, e.g. digits' one channel)")
+    print(built_at(ns.a, shape, ns.shape))
     print(format_diff(ns.a, ns.b, rows, show_all=ns.all))
     return 0
 
@@ -195,6 +210,16 @@ def _check_builds(role: str, name: str, depth: int | None, model_args: dict[str,
     if depth is not None and refusal(**model_args) is None:
         raise ValueError(f"depth: {name!r} ({role}) does not build at depth {depth}: {refused}")
     raise ValueError(f"{role}: {name!r} does not build with model arguments {model_args}: {refused}")
+
+
+def built_at(name: str, shape: Shape | None, shape_arg: str | None) -> str:
+    """What `diff` and `show-variant` build at: ``shape`` (``--shape shape_arg``, its depth perhaps replaced), else
+    each variant's defaults, ``name``'s input arguments said."""
+    if shape is not None:
+        return (f"built at: shape {shape.name}, one input {'x'.join(map(str, shape.sample))}, model arguments "
+                f"{shape.model_args} (as `bench cost --shape {shape_arg}` builds it)")
+    return (f"built at: each variant's defaults ({_default_input(name)}; "
+            f"--shape NAME builds at a `bench cost` shape, e.g. digits' one channel)")
 
 
 def _default_input(name: str) -> str:

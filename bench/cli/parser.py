@@ -140,6 +140,9 @@ def _show_variant(sub: Sub) -> None:
     q = sub.add_parser("show-variant", help="a variant's formula: the file and line of each axis's forward "
                        "(layer, unit, join, body, norm)")
     q.add_argument("name", help="a registered variant name")
+    q.add_argument("--shape", help="build it as `bench cost --shape` does (its parameters as `diff --shape` counts "
+                                   "them): gpt2_small, gpt2_medium, resnet50_224, study_quick, cifar_resnet110 or "
+                                   "digits (default: the variant's defaults, 3-channel images for a CIFAR net)")
     _handler(q, "models:cmd_show_variant")
 
 

@@ -543,6 +543,8 @@ def render(bills: Sequence[RunBill], options: SweepOptions, device: str,
         lines.append(f"{name:<44} {len(group):>4} {sum(b.steps for b in group):>8} "
                      f"{sum(b.train_flops for b in group):>12.3g} {_clock(per_run):>9} {_measure_cell(group):>9} "
                      f"{peak:>9}")
+    if any(b.costs.peak_mb is None for b in bills):
+        lines.append(PEAK_NOTE)
     lines += start_lines(bills)
     total = sum(b.seconds for b in bills)
     flops = sum(b.train_flops for b in bills)
@@ -568,15 +570,20 @@ def render(bills: Sequence[RunBill], options: SweepOptions, device: str,
         timed = [b.costs for b in bills if b.costs.mfu and b.costs.step_s]
         achieved = statistics.median(c.flops_per_step / c.step_s for c in timed)
         rate = statistics.median(c.flops_per_step / c.step_s / (c.mfu or 1.0) for c in timed)
-        lines.append(f"at the model FLOP utilisation measured here ({mfu:.1%}: the steps' achieved {_rate(achieved)} "
-                     f"over {_rate(rate)}, this device's measured rates for the steps' op classes, a matmul's and a "
-                     "convolution's each timed alone, weighted by the steps' FLOPs; on a CPU in CPU time per thread, "
-                     "an idle machine's figures. A run's `mfu` divides its achieved rate, timed on the wall clock at "
-                     "the run's load, by its `peak_source`, on a CPU a 1024x1024 matmul's: compare the achieved "
-                     f"rates, `achieved_tflops`), the training FLOPs alone would take: {cells} (one device, no "
-                     "evaluation; small models use less of an accelerator's peak than of a CPU's: read these as lower "
-                     "bounds)")
+        lines.append(f"on accelerators, at the model FLOP utilisation measured here ({mfu:.1%}), the training FLOPs "
+                     f"alone would take: {cells} (one device, no evaluation; small models use less of an "
+                     "accelerator's peak than of a CPU's: read these as lower bounds)")
+        lines.append(f"that utilisation: the steps' achieved {_rate(achieved)} over {_rate(rate)}, this device's "
+                     "measured rates for their op classes (a lone matmul's and convolution's, weighted by the steps' "
+                     "FLOPs; on a CPU in CPU time per thread: idle figures); a run's `mfu` divides its wall-clock rate "
+                     "at its load by its `peak_source` (on a CPU a 1024x1024 matmul's): compare achieved rates "
+                     "(`achieved_tflops`)")
     return lines
+
+
+# Why a row's peak memory reads n/a (the module docstring's last sentence), said once under the table.
+PEAK_NOTE = ("peak MiB n/a: on a CPU a step's peak memory needs a process of its own (`bench run --measure memory`, or "
+             "the runs record it); on CUDA it is the timed step's, where the step ran whole")
 
 
 def _rate(flops_per_s: float) -> str:
