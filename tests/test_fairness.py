@@ -406,7 +406,7 @@ def test_show_variant_says_what_its_parameter_count_is_built_at(capsys: pytest.C
                       "'in_chans': 1} (as `bench cost --shape digits` builds it)")
     assert main(["show-variant", "resnet20", "--shape", "nope"]) == 2
     captured = capsys.readouterr()
-    assert captured.out == "" and captured.err.startswith("error: unknown shape 'nope'; shapes: gpt2_small")
+    assert captured.out == "" and captured.err.startswith("error: shape: unknown shape 'nope'; shapes: gpt2_small")
     assert main(["show-variant", "preln", "--shape", "digits"]) == 2
     captured = capsys.readouterr()
     assert captured.out == "" and captured.err.startswith("error: name: 'preln' does not build at shape 'digits'")
@@ -562,7 +562,7 @@ def test_diff_parameters_row_shows_the_difference_and_its_share() -> None:
 
 
 @pytest.mark.parametrize(("args", "message"), [
-    (["--shape", "nope"], "error: unknown shape 'nope'; shapes: gpt2_small"),
+    (["--shape", "nope"], "error: shape: unknown shape 'nope'; shapes: gpt2_small"),
     (["--shape", "digits", "--depth", "0"], "error: depth must be an integer in 1..2000, got 0"),
     (["--shape", "gpt2_small"], "error: a: 'preact' does not build at shape 'gpt2_small'"),  # diff's argument a
 ])

@@ -125,7 +125,7 @@ PRECISIONS = ("fp32", "bf16")  # the step's arithmetic: fp32, or bf16 autocast (
 
 def shape_of(name: str) -> Shape:
     if name not in SHAPES:
-        raise ValueError(f"unknown shape {name!r}; shapes: {', '.join(SHAPES)}")
+        raise ValueError(f"shape: unknown shape {name!r}; shapes: {', '.join(SHAPES)}")
     return SHAPES[name]
 
 
