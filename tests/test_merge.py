@@ -417,12 +417,12 @@ def test_the_leaderboard_is_one_row_per_configuration_where_each_shares_a_band(t
     cells = _speed_cells(table)
     assert sorted(cells) == [("postln", ""), ("preln", "")]
     assert cells[("preln", "")].startswith("720 ± ")
-    assert not table.split_bands and table.timed_once
+    assert not table.split_bands and table.timed_difference
     note = next(line for line in write_report(store.root).read_text().splitlines() if line.startswith("Timed by"))
     assert note == REPORT_NOTE.format("")
     board = store.load_leaderboard()
     alone = leaderboard_table(board[board["variant"] == "preln"], store.load_runs())
-    assert not alone.timed_once  # one design's timings: no difference between designs shown, no note
+    assert not alone.timed_difference  # one design's timings: no difference between designs shown, no note
 
 
 # The note under a report's leaderboard showing two designs' timed figures, the spread it quotes left as {}.
@@ -448,7 +448,7 @@ def test_the_report_says_what_a_figure_timed_once_is_and_quotes_the_spread_of_a_
             run["measurements"] = {"load": {"load_1m": (0.4, 12.0)[seed], "cpus": 2, "other_cpu": None}}
             (store.root / "runs" / f"{run_id}.json").write_text(json.dumps(run))
     table = leaderboard_table(store.load_leaderboard(), store.load_runs())
-    assert table.split_bands and table.timed_once
+    assert table.split_bands and table.timed_difference
     assert _speed_cells(table)[("preln", "")] == "1000 (n=1, load/CPU 0-0.5); 400 (n=1, load/CPU &gt;=4)"
     text = write_report(store.root).read_text()
     caption, note = (next(line for line in text.splitlines() if line.startswith(s)) for s in ("Cells: ", "Timed by"))

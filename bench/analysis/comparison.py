@@ -53,7 +53,7 @@ from bench.analysis.stats import (
 )
 from bench.analysis.timed_once import ONCE, band_spread, cost_command, note, rests_on_one_timing, shows_timed_difference
 
-ONCE_NOTE = "timed_once_note"  # the key in ``table.attrs`` of the line on differences between separate runs' timings
+ONCE_NOTE = "timed_note"  # the key in ``table.attrs`` of the line on differences between separate runs' timings
 COLUMNS = ("metric", "n", "mean", "ci", "diff", "diff_lo", "diff_hi", "test", "pairs", "n_base", "p", "p_exact",
            "p_holm")
 

@@ -153,11 +153,11 @@ def _targeted(board: pd.DataFrame) -> pd.Series:
 
 class Table(str):
     """A table's Markdown, and what its cells show that the text around it must say: ``split_bands`` (some cost cell
-    lists each load band's figure) and ``timed_once`` (timed cost cells of two designs or more sit side by side, a
+    lists each load band's figure) and ``timed_difference`` (timed cost cells of two designs or more sit side by side, a
     difference between separate runs' timings: :func:`bench.analysis.timed_once.shows_timed_difference`)."""
 
     split_bands = False
-    timed_once = False
+    timed_difference = False
 
 
 def _timings(s: pd.Series, split: Sequence[tuple[str, Mapping[str, float]]]) -> float:
@@ -211,11 +211,11 @@ def leaderboard_table(board: pd.DataFrame, runs: Sequence[Mapping[str, Any]] | N
     headers = [*shown, "ok/runs", *(h for _, h, *_ in columns)]
     table = Table(markdown_table([*headers, *(["steps→target (reached)"] if with_target else [])], rows))
     table.split_bands = split_bands
-    table.timed_once = any(shows_timed_difference(m, seen.values()) for m, seen in timings.items())
+    table.timed_difference = any(shows_timed_difference(m, seen.values()) for m, seen in timings.items())
     return table
 
 
-def timed_once_note(board: pd.DataFrame, runs: Sequence[Mapping[str, Any]] | None) -> str:
+def timed_note(board: pd.DataFrame, runs: Sequence[Mapping[str, Any]] | None) -> str:
     """The line under a leaderboard showing timed cells of several designs: the one ``bench compare`` prints
     (:func:`bench.analysis.timed_once.note`), at the depths of ``board``. Its example spread is of a timed figure the
     table shows, named by its column's header (``samples/s``), never of one the reader cannot find in it."""
@@ -392,7 +392,7 @@ def write_report(results_dir: str | Path, study: str | None = None, workers: int
         "",
         table,
         "",
-        *([md(timed_once_note(board, runs)), ""] if table.timed_once else []),
+        *([md(timed_note(board, runs)), ""] if table.timed_difference else []),
     ]
     if figures:
         lines += ["## Figures", "", FIGURE_NOTE, ""]
