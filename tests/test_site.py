@@ -418,6 +418,13 @@ def test_the_committed_crosslayer_leaderboard_in_a_browser(browser: Any, tmp_pat
     assert p.shown() == (57, 57)
     designs = sorted({path.name.split("-d")[0] for path in (tmp_path / "results" / "runs").iterdir()})
     assert legend_traces(page, "curves crosslayer tinytext d24 train") == [designs]
+    # a leaderboard wider than the window scrolls in its own box; the page itself never scrolls sideways
+    page.set_viewport_size({"width": 1000, "height": 800})
+    page.reload()
+    page.wait_for_load_state("load")
+    assert page.evaluate("""() => { const t = document.getElementById('leaderboard');
+        return [document.documentElement.scrollWidth <= window.innerWidth, t.scrollWidth > t.clientWidth]; }""") \
+        == [True, True]
     assert p.errors == []
 
 
