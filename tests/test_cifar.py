@@ -14,8 +14,7 @@ from variants.combinators import Add, Combinator, Gate, NoShortcut, Scaled
 from variants.layers import PadShortcut
 
 FAMILIES = {"plain", "resnet", "highway", "preact"}
-NAMES = [n for n in variants.list_variants() if variants.describe(n)["family"] in FAMILIES]
-
+NAMES = sorted(n for family in FAMILIES for n in variants.list_variants(family=family))
 
 
 def eval64(model: nn.Module) -> nn.Module:
