@@ -45,6 +45,24 @@ def test_the_readme_test_command_is_what_ci_runs_first() -> None:
     assert "set -euo pipefail" in ci
 
 
+# What reading results may not need: the lint environment builds the documentation (and with it the results site)
+# without them, from the checkout's folder.
+TRAINING_ONLY = {"torch", "torchvision", "timm", "scikit-learn"}
+
+
+def test_the_lint_environment_has_every_dependency_but_the_training_ones() -> None:
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python 3.10
+        import tomli as tomllib
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    lint = _tox()["testenv:lint"]
+    assert lint["skip_install"].strip() == "true" and "PYTHONPATH = {toxinidir}" in lint["setenv"]
+    deps = [d.strip() for d in lint["deps"].strip().splitlines()]
+    wanted = [d for d in project["dependencies"] if re.split(r"[<>=;\[ ]", d)[0] not in TRAINING_ONLY]
+    assert deps[:len(wanted) + 1] == [*wanted, *project["optional-dependencies"]["site"]]
+
+
 def test_no_environment_is_skipped_for_a_missing_interpreter() -> None:
     ini = _tox()
     assert ini["tox"]["skip_missing_interpreters"].strip() == "false"
