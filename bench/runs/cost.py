@@ -48,6 +48,7 @@ from bench.runs import execution, measure
 from bench.runs.cores import free_cores
 from bench.runs.env import cpu_sample, machine_load
 from bench.runs.tasks.base import available_memory
+from bench.runs.threads import threads_set
 
 
 @dataclass(frozen=True)
@@ -314,16 +315,6 @@ def timing_threads(device: torch.device) -> int:
     Elsewhere torch's own count."""
     own = torch.get_num_threads()
     return min(own, free_cores()) if device.type == "cpu" else own
-
-
-@contextlib.contextmanager
-def threads_set(n: int) -> Iterator[None]:
-    before = torch.get_num_threads()
-    torch.set_num_threads(n)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
 
 
 SPREAD_WARN = 0.25  # rounds' step-time ratios spread by more than this (highest over lowest, minus 1): no ranking

@@ -69,6 +69,7 @@ from bench.runs.cores import free_cores
 from bench.runs.env import cpu_sample, machine_load
 from bench.runs.tasks import TaskError, synth
 from bench.runs.tasks.tokens import DEFAULT_EVAL_TOKENS
+from bench.runs.threads import threads_set
 from bench.runs.train import StepRunner, batch_generator, build_model, check_model_fits, model_kwargs, setup
 from bench.sweeps.executors.local import PRELOAD, plan_placements
 from bench.sweeps.options import SweepOptions
@@ -337,9 +338,7 @@ def bill(configs: Sequence[RunConfig], options: SweepOptions, cost_key: Any,
     ``load["window_s"]`` seconds): a window of seconds, steadier than the timed steps' own fraction of one."""
     wall0, cpu0 = time.perf_counter(), cpu_clock()
     threads = run_threads(options)
-    before = torch.get_num_threads()
-    torch.set_num_threads(threads)
-    try:
+    with threads_set(threads):
         plans: dict[str, Plan] = {}
         keys = {cost_key(cfg) for cfg in configs}
         say(f"  counting the FLOPs of {len(keys)} model configuration{'s' if len(keys) != 1 else ''} on the meta "
@@ -378,8 +377,6 @@ def bill(configs: Sequence[RunConfig], options: SweepOptions, cost_key: Any,
         if first is not None and first.s.device.type == "cpu" and cpu > 0:
             load.update(wall_over_cpu=wall / cpu, window_s=wall)
         costs = {k: dataclasses.replace(c, load=load) for k, c in costs.items()}
-    finally:
-        torch.set_num_threads(before)
     out: list[RunBill] = []
     seen: set[str] = set()
     for cfg in configs:
