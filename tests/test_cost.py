@@ -319,10 +319,10 @@ def test_bad_baseline_and_depth_exit_2_naming_the_field_and_write_nothing(
     assert not out.exists()
 
 
-def test_the_shapes_named_after_a_task_are_those_the_timed_once_note_names() -> None:
+def test_the_shapes_named_after_a_task_are_those_the_timed_note_names() -> None:
     """bench compare's note on a figure timed once names `--shape TASK` where a shape is named after the runs' task;
-    it reads the list without torch (bench.analysis.timed_once.TASK_SHAPES), which must be this one."""
-    from bench.analysis.timed_once import TASK_SHAPES, cost_command
+    it reads the list without torch (bench.analysis.timed.TASK_SHAPES), which must be this one."""
+    from bench.analysis.timed import TASK_SHAPES, cost_command
     from bench.runs.tasks import TASKS
 
     assert set(cost.SHAPES) & set(TASKS) == TASK_SHAPES
