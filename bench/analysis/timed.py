@@ -28,7 +28,7 @@ from bench.runs.schema import COST_COLUMNS
 TIMED: tuple[str, ...] = tuple(m for m in COST_COLUMNS if m not in (
     "peak_mem_mb", "fwd_flops_per_sample", "train_flops_per_sample"))
 ONCE = "one timing"  # bench compare's test code of a timed figure's difference with one timing on a side
-# The tasks a ``bench cost`` shape is named after (:data:`bench.runs.cost.SHAPES`, which needs torch; a test keeps the
+# The tasks a ``bench cost`` shape is named after (:data:`bench.runs.shapes.SHAPES`, which needs torch; a test keeps the
 # two in step): the command :func:`cost_command` gives names the shape where the runs' one task has one.
 TASK_SHAPES = frozenset({"digits"})
 
