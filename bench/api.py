@@ -403,7 +403,7 @@ def cost(designs: Sequence[str], shape: str = "gpt2_small", *, measure_time: boo
     """What each design costs at a reference shape relative to a baseline — ``bench cost``: parameters
     and exact training FLOPs per sample (meta device), and with ``measure_time`` the step time and memory measured
     beside the baseline, alternating, eager and under ``torch.compile`` in ``compile_mode`` (``compiled`` None: on an
-    accelerator), in fp32 or bf16 autocast (``precision``). Shapes: :data:`bench.runs.cost.SHAPES` (``gpt2_small``,
+    accelerator), in fp32 or bf16 autocast (``precision``). Shapes: :data:`bench.runs.shapes.SHAPES` (``gpt2_small``,
     ``gpt2_medium``, ``resnet50_224``, ``study_quick``, ``cifar_resnet110``, ``digits``). Any registered variant
     that builds at the shape is a design (a plugin's too); ``baseline`` (default: the shape's) is what every ratio is
     relative to, timed once beside all of them; ``depth`` builds every model at that depth. ValueError naming the

@@ -6,13 +6,13 @@ this tree's, timed step by step in alternation in one process.
 
 The earlier commit's ``variants/`` package is read with ``git archive`` into a temporary folder and imported under
 another name, so both forms of a design sit side by side, built from seed 0 with the same weights (a design whose
-parameter names or shapes changed is refused), on the same batch, with the same optimiser (:class:`bench.runs.cost.
-Trainee`). Per design: one untimed step of each, then ``repeats`` rounds in which each takes a turn of timed steps
-(:func:`bench.runs.cost.rounds`: as many as fill its ``ROUND_S``; GPT-2 small's one step on a CPU, as when
-results/cost/gpt2_small_past_port.md was measured), alternating, so a drift of a shared machine falls on both,
-eager and with ``--compile`` compiled. Printed per design and mode: the median step time of each and their ratio
-(after / before) with the range of the per-round ratios, which is the noise a verdict reads against. A check, not a
-benchmark: the cost table (``bench cost``) is what users read.
+parameter names or shapes changed is refused), on the same batch, with the same optimiser
+(:class:`bench.runs.side_by_side.Trainee`). Per design: one untimed step of each, then ``repeats`` rounds in which each
+takes a turn of timed steps (:func:`bench.runs.side_by_side.rounds`: as many as fill its ``ROUND_S``; GPT-2 small's
+one step on a CPU, as when results/cost/gpt2_small_past_port.md was measured), alternating, so a drift of a shared
+machine falls on both, eager and with ``--compile`` compiled. Printed per design and mode: the median step time of
+each and their ratio (after / before) with the range of the per-round ratios, which is the noise a verdict reads
+against. A check, not a benchmark: the cost table (``bench cost``) is what users read.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from pathlib import Path
 
 import torch
 
-from bench.runs import cost
+from bench.runs import shapes, side_by_side
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -55,17 +55,17 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--before", required=True, help="the earlier commit (any git revision)")
     p.add_argument("--designs", nargs="+", required=True)
-    p.add_argument("--shape", default="gpt2_small", help=f"one of {sorted(cost.SHAPES)} (default gpt2_small)")
+    p.add_argument("--shape", default="gpt2_small", help=f"one of {sorted(shapes.SHAPES)} (default gpt2_small)")
     p.add_argument("--repeats", type=int, default=3, help="timed rounds per design and mode (default 3)")
     p.add_argument("--compile", action="store_true", help="also time both under torch.compile")
     ns = p.parse_args()
-    if ns.shape not in cost.SHAPES:
-        p.error(f"--shape: unknown shape {ns.shape!r}; one of {sorted(cost.SHAPES)}")
+    if ns.shape not in shapes.SHAPES:
+        p.error(f"--shape: unknown shape {ns.shape!r}; one of {sorted(shapes.SHAPES)}")
     if ns.repeats < 1:
         p.error(f"--repeats: at least 1, got {ns.repeats}")
-    sh = cost.shape_of(ns.shape)
-    cost.check_designs(sh, ns.designs)
-    cost.pin_mmap_threshold()
+    sh = shapes.shape_of(ns.shape)
+    shapes.check_designs(sh, ns.designs)
+    side_by_side.pin_mmap_threshold()
     batch = sh.inputs(sh.batch, torch.device("cpu"))
     with tempfile.TemporaryDirectory() as tmp:
         old = earlier_variants(ns.before, Path(tmp))
@@ -74,11 +74,11 @@ def main() -> None:
         for design in ns.designs:
             for compiled in [False, True] if ns.compile else [False]:
                 torch.manual_seed(0)
-                before = old.create(design, **cost.build_args(design, sh))
-                after = cost.build(design, sh)
+                before = old.create(design, **shapes.build_args(design, sh))
+                after = shapes.build(design, sh)
                 same_weights(before, after, design)
-                pair = [cost.Trainee(m, sh, batch, compiled=compiled) for m in (before, after)]
-                by_round = cost.rounds(pair, torch.device("cpu"), ns.repeats)
+                pair = [side_by_side.Trainee(m, sh, batch, compiled=compiled) for m in (before, after)]
+                by_round = side_by_side.rounds(pair, torch.device("cpu"), ns.repeats)
                 ratios = [r[1][0] / r[0][0] for r in by_round]
                 t0, t1 = (statistics.median(r[i][0] for r in by_round) for i in (0, 1))
                 mode = "compiled" if compiled else "eager"

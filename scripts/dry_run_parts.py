@@ -25,6 +25,7 @@ T0 = cpu()
 import bench.runs.measure as measure  # noqa: E402  (the imports are the first part timed)
 import bench.runs.train as train  # noqa: E402
 import bench.sweeps.bill as bill  # noqa: E402
+import bench.sweeps.config_costs as config_costs  # noqa: E402
 import bench.sweeps.study as study  # noqa: E402
 from bench.cli import main  # noqa: E402
 
@@ -54,7 +55,7 @@ if __name__ == "__main__":
     if len(sys.argv) < 2 or sys.argv[1] in ("-h", "--help"):
         print(f"{USAGE}\n\n{__doc__}", file=sys.stdout if len(sys.argv) > 1 else sys.stderr)
         sys.exit(0 if len(sys.argv) > 1 else 2)
-    for owner, name, label in [(bill, "plan", None), (bill, "_setup", None), (train, "_meta_footprint", None),
+    for owner, name, label in [(bill, "plan", None), (config_costs, "_setup", None), (train, "_meta_footprint", None),
                                (train, "build_model", "setup.build_model"), (measure, "meta_step_flops", None),
                                (measure, "device_rates", None), (bill, "process_start", None),
                                (bill, "timed_seconds", None), (study.Study, "configs", "the study's checks")]:

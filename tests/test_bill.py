@@ -15,7 +15,7 @@ from _nets import write
 import variants
 from bench.cli import main
 from bench.runs.config import RunConfig
-from bench.sweeps import bill
+from bench.sweeps import bill, config_costs
 
 STUDY = '''
 name = "tiny"
@@ -47,7 +47,7 @@ def test_a_dry_run_prints_the_bill_and_records_nothing(tmp_path: Path, capsys: p
     said = re.search(r"  timing (\d+) steps of 2 model configurations \(1 thread\): their FLOPs alone take (\d+) ms "
                      "at ", out)
     assert said is not None and said.start() < out.index("  timing plain-d8-")  # the bill's own time, said first
-    assert int(said.group(1)) == 2 * (1 + bill.MAX_REPEATS) and int(said.group(2)) > 0  # never "at least 0 s"
+    assert int(said.group(1)) == 2 * (1 + config_costs.MAX_REPEATS) and int(said.group(2)) > 0  # never "at least 0 s"
     assert re.search(r"billed in \d+ s", out)
     lines = {line.split()[0]: line.split() for line in out.splitlines() if re.match(r"(plain|resnet)-d8 digits", line)}
     assert lines["plain-d8"][2:4] == ["3", "36"] and lines["resnet-d8"][2:4] == ["3", "36"]  # runs, steps
@@ -66,8 +66,8 @@ def test_the_runs_are_scheduled_longest_first_on_the_slots() -> None:
 
 
 def test_each_run_pays_setup_steps_evaluations_probes_and_the_first_of_a_configuration_its_measurement() -> None:
-    costs = bill.Costs("k", setup_s=2.0, measure_s=10.0, step_s=0.5, eval_s=3.0, probe_s=1.0, flops_per_step=1e9,
-                       peak_mb=10.0, mfu=0.2, num_train=1000, stand_in=None)
+    costs = config_costs.Costs("k", setup_s=2.0, measure_s=10.0, step_s=0.5, eval_s=3.0, probe_s=1.0,
+                               flops_per_step=1e9, peak_mb=10.0, mfu=0.2, num_train=1000, stand_in=None)
     cfg = RunConfig(variant="resnet", steps=100, eval_every=25, probe_every=50)
     first = bill.RunBill(cfg, costs, steps=100, evals=4, probe_calls=3, measures=True)
     other = bill.RunBill(cfg, costs, steps=100, evals=4, probe_calls=3, measures=False)
@@ -90,8 +90,8 @@ def test_a_run_pays_its_process_start_where_it_starts_one() -> None:
     local, ray = bill.SweepOptions(), bill.SweepOptions(executor="ray")
     assert [bill.start_seconds(i, local, 4.0) for i in range(3)] == [4.0, 0.0, 0.0]
     assert [bill.start_seconds(i, ray, 4.0) for i in range(3)] == [4.0, 4.0, 4.0]
-    costs = bill.Costs("k", setup_s=2.0, measure_s=0.0, step_s=0.5, eval_s=3.0, probe_s=1.0, flops_per_step=1e9,
-                       peak_mb=None, mfu=None, num_train=1000, stand_in=None)
+    costs = config_costs.Costs("k", setup_s=2.0, measure_s=0.0, step_s=0.5, eval_s=3.0, probe_s=1.0,
+                               flops_per_step=1e9, peak_mb=None, mfu=None, num_train=1000, stand_in=None)
     cfg = RunConfig(variant="resnet", steps=10)
     started = bill.RunBill(cfg, costs, steps=10, evals=1, probe_calls=0, measures=False, start_s=4.0)
     assert started.seconds == 4.0 + 2.0 + 10 * 0.5 + 3.0
@@ -100,8 +100,9 @@ def test_a_run_pays_its_process_start_where_it_starts_one() -> None:
 def test_the_process_start_is_billed_apart_from_the_per_run_figures() -> None:
     """The first run's process start is a line of its own: it does not inflate the per-run figure of whichever
     configuration runs first (two runs each: 5 s a run, not 5 + 4/2); with a process per run, each run pays it."""
-    costs = {k: bill.Costs(k, setup_s=2.0, measure_s=0.0, step_s=0.3, eval_s=0.0, probe_s=0.0, flops_per_step=1e9,
-                           peak_mb=None, mfu=None, num_train=1000, stand_in=None) for k in ("a", "b")}
+    costs = {k: config_costs.Costs(k, setup_s=2.0, measure_s=0.0, step_s=0.3, eval_s=0.0, probe_s=0.0,
+                                   flops_per_step=1e9, peak_mb=None, mfu=None, num_train=1000, stand_in=None)
+             for k in ("a", "b")}
     runs = [bill.RunBill(RunConfig(variant=v, steps=10, seed=seed), costs[k], 10, 0, 0, False,
                          start_s=4.0 if (k, seed) == ("a", 0) else 0.0)
             for k, v in (("a", "plain"), ("b", "resnet")) for seed in (0, 1)]
@@ -121,8 +122,8 @@ def test_the_process_start_is_billed_apart_from_the_per_run_figures() -> None:
 
 
 def test_the_accelerator_line_is_left_out_when_the_measured_peak_is_not_the_real_one() -> None:
-    costs = bill.Costs("k", setup_s=1.0, measure_s=0.0, step_s=0.5, eval_s=0.0, probe_s=0.0, flops_per_step=1e9,
-                       peak_mb=None, mfu=0.25, num_train=1000, stand_in=None)
+    costs = config_costs.Costs("k", setup_s=1.0, measure_s=0.0, step_s=0.5, eval_s=0.0, probe_s=0.0,
+                               flops_per_step=1e9, peak_mb=None, mfu=0.25, num_train=1000, stand_in=None)
     cfg = RunConfig(variant="resnet", steps=10)
     options = bill.SweepOptions()
     lines = bill.render([bill.RunBill(cfg, costs, 10, 1, 0, False)], options, "cpu", {"H100": 1e15})
@@ -159,10 +160,10 @@ def test_a_cpu_peak_in_bf16_is_never_below_fp32s() -> None:
 def test_a_task_without_its_data_is_measured_on_a_stand_in_of_the_same_shapes(tmp_path: Path) -> None:
     cfg = RunConfig(variant="resnet", depth=8, task="cifar10", data_dir=str(tmp_path / "none"), epochs=1,
                     batch_size=16, measure=())
-    stand, num_train, name = bill._setup(cfg)
+    stand, num_train, name = config_costs._setup(cfg)
     assert name == "synthetic" and num_train == 50_000
     assert (stand.cfg.task, stand.cfg.image_size, stand.cfg.num_classes) == ("synthetic", 32, 10)
-    costs = bill.measure_costs(bill.plan(cfg, "k"), RATES)
+    costs = config_costs.measure_costs(config_costs.plan(cfg, "k"), RATES)
     assert costs.stand_in == "synthetic" and costs.num_train == 50_000 and costs.step_s > 0 and costs.eval_s > 0
     assert bill._steps(cfg, costs) == 3125  # an epoch of CIFAR-10 at batch 16
 
@@ -181,16 +182,16 @@ def test_a_tokens_run_without_its_shards_is_measured_on_generated_shards_of_its_
     cfg = RunConfig(variant="preln", depth=2, task="tokens", data_path=str(tmp_path / "none"), vocab_size=1000,
                     seq_len=16, batch_size=4, steps=50, eval_tokens=320,
                     model_args={"d_model": 32, "n_heads": 2, "d_ff": 64}, measure=())
-    stand, num_train, name = bill._setup(cfg)
+    stand, num_train, name = config_costs._setup(cfg)
     assert name == "generated shards" and num_train is None and stand.cfg.task == "tokens"
     assert stand.cfg.vocab_size == 1000
-    costs = bill.measure_costs(bill.plan(cfg, "k"), RATES)
+    costs = config_costs.measure_costs(config_costs.plan(cfg, "k"), RATES)
     assert costs.stand_in == "generated shards" and costs.num_train is None and costs.step_s > 0
     assert bill._steps(cfg, costs) == 50
-    assert bill.STAND_INS["tokens"](cfg)[2] == 20  # one evaluation reads 320 tokens: 20 windows of 16
+    assert config_costs.STAND_INS["tokens"](cfg)[2] == 20  # one evaluation reads 320 tokens: 20 windows of 16
 
 
-class CountingRunner(bill.StepRunner):
+class CountingRunner(config_costs.StepRunner):
     calls = 0
 
     def __call__(self) -> torch.Tensor:
@@ -205,9 +206,9 @@ def timed(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, int, int]]:
     device's rates :data:`RATES`, a process's start 4 s (no process started)."""
     CountingRunner.calls = 0
     monkeypatch.setattr(bill, "process_start", lambda: 4.0)
-    monkeypatch.setattr(bill, "StepRunner", CountingRunner)
+    monkeypatch.setattr(config_costs, "StepRunner", CountingRunner)
     clock = iter(range(0, 10**9, 1000))
-    monkeypatch.setattr(bill, "cpu_clock", lambda: float(next(clock)))
+    monkeypatch.setattr(bill.measure, "cpu_seconds", lambda: float(next(clock)))
     calls: list[tuple[int, int, int]] = []
     real = bill.measure.time_steps
 
@@ -240,20 +241,20 @@ def test_the_bill_is_the_one_timed_step_scaled_by_exact_flops(timed: list[tuple[
     with FlopCounterMode(display=False) as direct_fwd:
         model(x)
     train, fwd = direct.get_total_flops(), direct_fwd.get_total_flops()
-    monkeypatch.setattr(bill, "STEP_BUDGET", train * 10 / 32)  # 10 samples' worth: 32 -> 16 -> 8
-    p = bill.plan(TINY, "k")
+    monkeypatch.setattr(config_costs, "STEP_BUDGET", train * 10 / 32)  # 10 samples' worth: 32 -> 16 -> 8
+    p = config_costs.plan(TINY, "k")
     assert (p.micro.train, p.micro.forward, p.timed, p.warmup) == (train, fwd, 8, 1)
     conv, mm = p.micro.train_by_class["conv"], p.micro.train_by_class["matmul"]
     assert conv + mm == train and mm == 3 * 32 * 2 * 64 * 10  # the classifier's forward and two gradients
     assert p.expected_s(RATES) == conv / 4 / 1e11 + mm / 4 / 4e10  # one step of a quarter of the batch
-    assert p.repeats(RATES) == bill.MAX_REPEATS  # milliseconds each: as many as the bill times
-    c = bill.measure_costs(p, RATES)
+    assert p.repeats(RATES) == config_costs.MAX_REPEATS  # milliseconds each: as many as the bill times
+    c = config_costs.measure_costs(p, RATES)
     assert timed == [(1, 5, 1)] and CountingRunner.calls == 6  # one untimed step, five timed: nothing else
     micro_s = 0.1 * 32 / 8  # one micro-batch of 32, from the 8 timed
     step_s = 2 * micro_s  # grad_accum 2
     assert c.step_s == step_s and c.flops_per_step == 2 * train and c.timed_samples == 8
     assert c.flops_by_class == {"matmul": 2 * mm, "conv": 2 * conv}
-    assert c.measure_s == micro_s + (1 + 2 * 2) * step_s + (bill.PROCESS_START_S + 4 * step_s)
+    assert c.measure_s == micro_s + (1 + 2 * 2) * step_s + (config_costs.PROCESS_START_S + 4 * step_s)
     assert c.eval_s == (360 + 1437) * (micro_s / 32 * fwd / train)  # digits: 360 validation, 1,437 training samples
     assert c.probe_s == micro_s and c.peak_mb is None
     assert c.mfu == 2 * train / step_s / (2 * train / (2 * conv / 1e11 + 2 * mm / 4e10))
@@ -277,7 +278,7 @@ def test_the_bill_times_one_step_per_model_configuration(timed: list[tuple[int, 
                     r"this device's rates \(matmul 40 GFLOP/s, conv 100 GFLOP/s\)$", said[1])
     assert said[2].startswith("  timing plain-d8-digits-") and ": 5 steps of 32 samples (" in said[2]
     CountingRunner.calls, timed[:] = 0, []
-    monkeypatch.setattr(bill, "STEP_BUDGET", 1.0)
+    monkeypatch.setattr(config_costs, "STEP_BUDGET", 1.0)
     bills = bill.bill(configs[:1], bill.SweepOptions(), bill.measure.cost_key, say=said.append)
     assert CountingRunner.calls == 1 and timed == [(0, 1, 1)] and bills[0].costs.timed_samples == 1
     assert bills[0].costs.step_s == 0.1 * 32 * 2
@@ -289,9 +290,9 @@ def test_on_a_busy_cpu_the_bill_reads_the_steps_cpu_time(timed: list[tuple[int, 
     the steps' CPU time per thread (an idle core's figure) where it is the smaller, and scales the sweep by the load
     average it measured (the sweep's threads and the other runnable ones share the CPUs)."""
     clock = iter(float(x) for x in range(0, 10**6, 3))  # 3 CPU seconds a call: 0.5 s for each of 6 steps
-    monkeypatch.setattr(bill, "cpu_clock", lambda: next(clock) / 10)  # 0.05 s a step, against 0.1 s of wall time
+    monkeypatch.setattr(bill.measure, "cpu_seconds", lambda: next(clock) / 10)  # 0.05 s a step, not 0.1 s
     monkeypatch.setattr(torch, "get_num_threads", lambda: 1)
-    c = bill.measure_costs(bill.plan(dataclasses.replace(TINY, measure=()), "k"), RATES)
+    c = config_costs.measure_costs(config_costs.plan(dataclasses.replace(TINY, measure=()), "k"), RATES)
     assert c.step_s == pytest.approx(0.05 * 32 / 32 * 2)  # grad_accum 2: two micro-batches
     # a load average of 2.5 while the bill ran one thread: 1.5 other threads; two jobs of one thread join them
     assert bill.slowdown({"load_1m": 2.5, "cpus": 2}, jobs=2, threads=1) == pytest.approx(1.75)
@@ -321,7 +322,8 @@ def test_a_family_is_timed_once_and_its_bill_rises_with_its_flops(timed: list[tu
     deep, shallow = (b.costs for b in bills)
     assert shallow.step_s == 0.1 and deep.step_s == pytest.approx(0.1 * deep.flops_per_step / shallow.flops_per_step)
     assert deep.flops_per_step > shallow.flops_per_step and bills[0].seconds > bills[1].seconds
-    assert [len(f) for f in bill.families([bill.plan(c, str(i)) for i, c in enumerate(configs)]).values()] == [2]
+    plans = [config_costs.plan(c, str(i)) for i, c in enumerate(configs)]
+    assert [len(f) for f in config_costs.families(plans).values()] == [2]
 
 
 def test_at_a_load_the_bill_reads_the_slowdown_it_saw_itself() -> None:
@@ -406,14 +408,14 @@ def test_a_family_is_set_up_once_and_its_deeper_models_counted_on_the_meta_devic
     from bench.runs.tasks import TaskError
 
     calls: list[int | None] = []
-    real = bill._setup
-    monkeypatch.setattr(bill, "_setup", lambda cfg: calls.append(cfg.depth) or real(cfg))
+    real = config_costs._setup
+    monkeypatch.setattr(config_costs, "_setup", lambda cfg: calls.append(cfg.depth) or real(cfg))
     shallow, deep = (dataclasses.replace(TINY, depth=d, measure=()) for d in (8, 14))
     bill.bill([shallow, deep, dataclasses.replace(deep, seed=1)], bill.SweepOptions(), bill.measure.cost_key,
               say=lambda line: None)
     assert calls == [8]  # the family's first configuration only
-    like = bill.plan(shallow, "a")
-    lite, whole = bill.plan(deep, "b", like), bill.plan(deep, "c")
+    like = config_costs.plan(shallow, "a")
+    lite, whole = config_costs.plan(deep, "b", like), config_costs.plan(deep, "c")
     assert (lite.micro.forward, lite.micro.train_by_class) == (whole.micro.forward, whole.micro.train_by_class)
     assert lite.timed == whole.timed and lite.s.model_kwargs == whole.s.model_kwargs and lite.setup_s == like.setup_s
     with torch.device("meta"):
@@ -423,7 +425,7 @@ def test_a_family_is_set_up_once_and_its_deeper_models_counted_on_the_meta_devic
     monkeypatch.setattr("bench.runs.tasks.base.available_memory", lambda: 1)
     with pytest.raises(TaskError, match=r"^resnet with [\d,]+ parameters .* and [\d.]+ MiB of activations at "
                                         r"--batch-size 32 needs about"):
-        bill.plan(deep, "d", like)
+        config_costs.plan(deep, "d", like)
 
 
 def test_the_device_rates_are_timed_in_cpu_time_on_a_cpu_and_on_the_wall_clock_on_cuda(
@@ -457,7 +459,7 @@ def test_the_slowdown_rests_on_the_whole_bill_and_two_estimates_apart_print_a_ra
     walls = iter([100.0, 130.0])
     monkeypatch.setattr(bill, "time", SimpleNamespace(perf_counter=lambda: next(walls)))
     cpus = iter([0.0] + [12.0] * 100)  # the bill's start, then 12 CPU seconds later for every later reading
-    monkeypatch.setattr(bill, "cpu_clock", lambda: next(cpus))
+    monkeypatch.setattr(bill.measure, "cpu_seconds", lambda: next(cpus))
     monkeypatch.setattr(bill, "timed_seconds", lambda p, rates: 0.1)
     bills = bill.bill([dataclasses.replace(TINY, measure=())], bill.SweepOptions(), bill.measure.cost_key,
                       say=lambda line: None)

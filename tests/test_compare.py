@@ -14,7 +14,7 @@ import pytest
 from scipy import stats as sps
 
 from bench.analysis.comparison import compare_table, holm
-from bench.analysis.stats import primary_metrics, with_derived
+from bench.analysis.stats import banded_cells, primary_metrics, split_by_load_band, with_derived
 from bench.cli import main
 from bench.reports.markdown import render_comparison as render
 from bench.runs.results import COLUMNS, ResultsStore
@@ -222,6 +222,20 @@ def timed_once() -> tuple[pd.DataFrame, list[dict[str, object]]]:
                 "cost_source": source, "train_samples_per_s": busy if seed == 2 else quiet, "study": "abmix"})
             runs.append({"run_id": run_id, "measurements": {"load": {"load_1m": 6.0 if seed == 2 else 2.4, "cpus": 2}}})
     return pd.DataFrame(rows, columns=list(COLUMNS)), runs
+
+
+def test_the_banded_cells_are_each_configurations_figures_per_load_band_and_none_where_one_band_holds_them() -> None:
+    """One generator groups the rows by configuration and machine for the compare note's spread and the
+    leaderboard's banded cells: per configuration timed in two bands, its samples/s per band, in band order."""
+    board, runs = timed_once()
+    got = [(group["variant"].iloc[0], metric, [(band, s["mean"], s["n"]) for band, s in cells])
+           for group, metric, cells in banded_cells(board, runs)]
+    assert got == [("preact", "train_samples_per_s", [("load/CPU 1-2", 4525.0, 1), ("load/CPU 2-4", 1454.0, 1)]),
+                   ("preact_abmix", "train_samples_per_s", [("load/CPU 1-2", 7275.0, 1), ("load/CPU 2-4", 2600.0, 1)])]
+    assert split_by_load_band(board, runs)
+    one_band = board[board["seed"] != 2]
+    assert list(banded_cells(one_band, runs)) == [] and not split_by_load_band(one_band, runs)
+    assert list(banded_cells(board, runs, ["final_val_loss"])) == []  # no cost figure: no bands
 
 
 def test_a_difference_of_one_timing_against_one_is_no_result_and_the_note_says_what_ranks_designs() -> None:

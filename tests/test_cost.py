@@ -13,16 +13,16 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from bench.cli import main
 from bench.reports.markdown import render_cost, render_profile
-from bench.runs import cost, measure
+from bench.runs import cost, measure, shapes, side_by_side
 
-TINY = cost.Shape("tiny", "a tiny LM", "preln", ("transformer",),
+TINY = shapes.Shape("tiny", "a tiny LM", "preln", ("transformer",),
                   {"depth": 2, "d_model": 32, "n_heads": 2, "d_ff": 64, "vocab_size": 97, "max_len": 16}, (16,), 97)
 
 
 @pytest.fixture
-def tiny(monkeypatch: pytest.MonkeyPatch) -> cost.Shape:
-    monkeypatch.setitem(cost.SHAPES, "tiny", TINY)
-    monkeypatch.setattr(cost, "ROUND_S", 0.0)  # one step a turn: the tests count steps
+def tiny(monkeypatch: pytest.MonkeyPatch) -> shapes.Shape:
+    monkeypatch.setitem(shapes.SHAPES, "tiny", TINY)
+    monkeypatch.setattr(side_by_side, "ROUND_S", 0.0)  # one step a turn: the tests count steps
     return TINY
 
 
@@ -31,27 +31,27 @@ def test_gpt2_small_counts_are_gpt2s() -> None:
     training step of 3x its forward's matmul FLOPs (the token embedding is a gather: no input gradient)."""
     d, ff, vocab, t, layers = 768, 3072, 50257, 1024, 12
     per_layer = (4 * d * d + 4 * d) + (2 * d * ff + ff + d) + 2 * 2 * d  # attention, MLP, two LayerNorms
-    c = cost.count("preln", cost.SHAPES["gpt2_small"])
+    c = shapes.count("preln", shapes.SHAPES["gpt2_small"])
     assert c.params == vocab * d + t * d + layers * per_layer + 2 * d == 124_439_808
     # per token: the layers' weight matmuls and the output head; per layer: QK^T and AV over all t x t pairs
     forward = t * (2 * layers * (4 * d * d + 2 * d * ff) + 2 * vocab * d) + layers * 2 * 2 * t * t * d
     assert c.flops.forward == forward and c.flops.train == 3 * forward == 874_944_921_600
 
 
-def test_the_baseline_is_built_once_per_mode_and_timed_beside_each_design(tiny: cost.Shape,
+def test_the_baseline_is_built_once_per_mode_and_timed_beside_each_design(tiny: shapes.Shape,
                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
     """Eager and compiled side by side, the compiled steps in the mode asked for; the baseline compiled once, not once
     per design (each compile of a GPT-2-sized model costs a minute on a GPU)."""
     built: list[tuple[str, bool]] = []
-    real_trainee = cost.trainee
+    real_trainee = side_by_side.trainee
 
-    def trainee(name: str, *args: object, **kw: object) -> cost.Trainee:
+    def trainee(name: str, *args: object, **kw: object) -> side_by_side.Trainee:
         made = real_trainee(name, *args, **kw)  # type: ignore[arg-type]
         built.append((name, made.compiled))
         return made
 
     modes: list[str] = []
-    monkeypatch.setattr(cost, "trainee", trainee)
+    monkeypatch.setattr(side_by_side, "trainee", trainee)
     monkeypatch.setattr(cost.execution, "compiled", lambda module, mode: modes.append(mode) or module)
     table = cost.cost_table(["mhc", "hyper_connections"], "tiny", repeats=1, compiled=True,
                             compile_mode="max-autotune-no-cudagraphs")
@@ -64,31 +64,31 @@ def test_the_baseline_is_built_once_per_mode_and_timed_beside_each_design(tiny: 
     assert "step_rel_compiled" not in eager and eager.attrs["compile_mode"] is None
 
 
-def test_the_counts_are_flop_counters_on_the_real_model(tiny: cost.Shape) -> None:
+def test_the_counts_are_flop_counters_on_the_real_model(tiny: shapes.Shape) -> None:
     torch.manual_seed(0)
-    model = cost.build("hyper_connections", tiny)
+    model = shapes.build("hyper_connections", tiny)
     x, y = tiny.inputs(1)
     with measure.sdpa_kernel(measure.SDPBackend.MATH), FlopCounterMode(display=False) as counter:
         tiny.loss(model(x), y).backward()
-    c = cost.count("hyper_connections", tiny)
+    c = shapes.count("hyper_connections", tiny)
     assert c.flops.train == counter.get_total_flops() and c.params == sum(p.numel() for p in model.parameters())
 
 
-def test_the_table_is_relative_to_the_baseline_timed_alternately(tiny: cost.Shape,
+def test_the_table_is_relative_to_the_baseline_timed_alternately(tiny: shapes.Shape,
                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     order: list[int] = []
-    real = cost.measured_step
+    real = side_by_side.measured_step
 
-    def measured_step(step: cost.Trainee, device: torch.device, steps: int) -> tuple[float, float]:
+    def measured_step(step: side_by_side.Trainee, device: torch.device, steps: int) -> tuple[float, float]:
         order.append(sum(p.numel() for p in step.model.parameters()))
         assert steps == 1
         return real(step, device, steps)
 
-    monkeypatch.setattr(cost, "measured_step", measured_step)
+    monkeypatch.setattr(side_by_side, "measured_step", measured_step)
     partial: list[cost.pd.DataFrame] = []
     table = cost.cost_table(["mhc"], "tiny", repeats=2, partial=partial.append)
     assert len(partial) == 1 and partial[0].equals(table)  # after each design timed: the table so far
-    base, mhc = (cost.count(n, tiny) for n in ("preln", "mhc"))
+    base, mhc = (shapes.count(n, tiny) for n in ("preln", "mhc"))
     assert list(table["design"]) == ["preln", "mhc"]  # the baseline first, added where not named
     assert order == [base.params, mhc.params] * 2  # alternating, after one untimed step each
     b, m = table.iloc[0], table.iloc[1]
@@ -109,7 +109,7 @@ def test_cli_writes_the_table_with_its_command(tmp_path: Path, capsys: pytest.Ca
     assert out.read_text().startswith("Made by `python -m bench ") and printed in out.read_text()
 
 
-def test_a_profile_says_which_operators_the_extra_time_is(tiny: cost.Shape, tmp_path: Path,
+def test_a_profile_says_which_operators_the_extra_time_is(tiny: shapes.Shape, tmp_path: Path,
                                                          capsys: pytest.CaptureFixture[str]) -> None:
     table = cost.profile_pair("mhc", "tiny", steps=2)
     assert list(table.columns) == ["op", "base_ms", "design_ms", "extra_ms", "base_calls", "design_calls"]
@@ -136,17 +136,17 @@ def test_a_profile_says_which_operators_the_extra_time_is(tiny: cost.Shape, tmp_
         by_op.loc["aten::mm", ["base_calls", "design_calls"]].tolist()
 
 
-def test_bf16_steps_run_the_forward_under_autocast(tiny: cost.Shape, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_bf16_steps_run_the_forward_under_autocast(tiny: shapes.Shape, monkeypatch: pytest.MonkeyPatch) -> None:
     """The papers' precision on accelerators: the forward's matmuls in bf16, the weights and their gradients fp32."""
     seen: list[torch.dtype] = []
-    real = cost.Trainee.__post_init__
+    real = side_by_side.Trainee.__post_init__
 
-    def post_init(self: cost.Trainee) -> None:
+    def post_init(self: side_by_side.Trainee) -> None:
         real(self)
         linear = next(m for m in self.model.modules() if isinstance(m, torch.nn.Linear))
         linear.register_forward_hook(lambda m, i, out: seen.append(out.dtype))
 
-    monkeypatch.setattr(cost.Trainee, "__post_init__", post_init)
+    monkeypatch.setattr(side_by_side.Trainee, "__post_init__", post_init)
     table = cost.cost_table(["mhc"], "tiny", repeats=1, precision="bf16")
     assert set(seen) == {torch.bfloat16} and len(seen) == 2 * 2  # each model: one untimed step, one timed
     assert table.attrs["precision"] == "bf16" and table.iloc[1].step_ms > 0
@@ -173,16 +173,16 @@ def test_unknown_shapes_and_designs_name_the_choices(capsys: pytest.CaptureFixtu
 
 def _fixed_steps(monkeypatch: pytest.MonkeyPatch, baseline_params: int) -> None:
     """Every timed step of the baseline takes 10 ms and 100 MiB, every other model's 15 ms and 130 MiB."""
-    def measured_step(step: cost.Trainee, device: torch.device, steps: int = 1) -> tuple[float, float]:
+    def measured_step(step: side_by_side.Trainee, device: torch.device, steps: int = 1) -> tuple[float, float]:
         ours = sum(p.numel() for p in step.model.parameters())
         return (10.0, 100.0) if ours == baseline_params else (15.0, 130.0)
 
-    monkeypatch.setattr(cost, "measured_step", measured_step)
+    monkeypatch.setattr(side_by_side, "measured_step", measured_step)
 
 
-def test_overhead_rounds_pair_each_round_with_the_baseline_step_before_it(tiny: cost.Shape,
+def test_overhead_rounds_pair_each_round_with_the_baseline_step_before_it(tiny: shapes.Shape,
                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
-    base, mhc = (cost.count(n, tiny) for n in ("preln", "mhc"))
+    base, mhc = (shapes.count(n, tiny) for n in ("preln", "mhc"))
     _fixed_steps(monkeypatch, base.params)
     table = cost.overhead_rounds(["preln", "mhc"], "tiny", repeats=3)  # the baseline named too: no row of its own
     assert list(table["variant"]) == ["mhc"] * 3 and list(table["repeat"]) == [0, 1, 2]
@@ -194,11 +194,11 @@ def test_overhead_rounds_pair_each_round_with_the_baseline_step_before_it(tiny: 
         cost.overhead_rounds(["mhc"], "tiny", modes=["jit"])
 
 
-def test_a_cost_study_checks_the_papers_overheads(tiny: cost.Shape, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+def test_a_cost_study_checks_the_papers_overheads(tiny: shapes.Shape, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                   capsys: pytest.CaptureFixture[str]) -> None:
     """A study that trains nothing: its cost analysis times each design beside the baseline, and its claims hold the
     rounds' overheads against a paper's figure by the value rule (here every round is the same: a CI of width 0)."""
-    _fixed_steps(monkeypatch, cost.count("preln", tiny).params)
+    _fixed_steps(monkeypatch, shapes.count("preln", tiny).params)
     res = tmp_path / "res"
     study = write(tmp_path / "tinycost.toml", """
         name = "tinycost"
@@ -244,12 +244,12 @@ def test_a_cost_study_checks_the_papers_overheads(tiny: cost.Shape, tmp_path: Pa
     assert "study 'badcost': [analysis]: designs: 'resnet50' does not build at shape 'tiny'" in capsys.readouterr().err
 
 
-def test_every_ratio_divides_by_the_one_baseline_timing(tiny: cost.Shape, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_every_ratio_divides_by_the_one_baseline_timing(tiny: shapes.Shape, monkeypatch: pytest.MonkeyPatch) -> None:
     """Two designs on a machine whose load drifts (each step 1 ms slower than the one before): one rotation of the
     baseline and both designs, so the baseline has one median time and `step_rel` is `step_ms` over it in every row
     (each design timed beside a run of its own gave a table whose ratios disagreed with its own step times)."""
     clock = iter(range(1, 1000))
-    monkeypatch.setattr(cost, "measured_step", lambda step, device, steps: (float(next(clock)), 100.0))
+    monkeypatch.setattr(side_by_side, "measured_step", lambda step, device, steps: (float(next(clock)), 100.0))
     table = cost.cost_table(["mhc", "hyper_connections"], "tiny", repeats=3).set_index("design")
     assert list(table.index) == ["preln", "mhc", "hyper_connections"]
     # after one untimed step each: rounds (1, 2, 3), (4, 5, 6), (7, 8, 9): medians 4, 5, 6
@@ -259,20 +259,20 @@ def test_every_ratio_divides_by_the_one_baseline_timing(tiny: cost.Shape, monkey
 
 
 def test_designs_that_do_not_fit_in_memory_together_are_timed_in_rotations_beside_the_baseline(
-        tiny: cost.Shape, monkeypatch: pytest.MonkeyPatch) -> None:
+        tiny: shapes.Shape, monkeypatch: pytest.MonkeyPatch) -> None:
     """Where the memory holds the baseline and one design at a time, each design is timed in a rotation of its own
     beside the baseline, each ratio divided by the baseline's time in that rotation, which its row shows
     (`base_step_ms`); the table says so. (One rotation of every design kept 41 GPT-2-small models resident, 16 bytes
     a parameter each: 80 GB, and the process was killed for memory.)"""
-    assert cost.rotations(["b", "x", "y"], {"b": 1, "x": 1, "y": 1}, None) == [["b", "x", "y"]]  # unknown: one
-    assert cost.rotations(["b", "x"], {"b": 10, "x": 100}, 0) == [["b", "x"]]  # too big even alone: tried alone
-    assert cost.rotations(["b", "x", "y", "z"], {"b": 1, "x": 1, "y": 1, "z": 1}, 2 * 16 * 3) == [["b", "x", "y"],
-                                                                                                  ["b", "z"]]
-    params = {n: cost.count(n, tiny).params for n in ("preln", "mhc", "hyper_connections")}
+    assert side_by_side.rotations(["b", "x", "y"], {"b": 1, "x": 1, "y": 1}, None) == [["b", "x", "y"]]  # unknown: one
+    assert side_by_side.rotations(["b", "x"], {"b": 10, "x": 100}, 0) == [["b", "x"]]  # too big even alone: tried alone
+    ones = {"b": 1, "x": 1, "y": 1, "z": 1}
+    assert side_by_side.rotations(["b", "x", "y", "z"], ones, 2 * 16 * 3) == [["b", "x", "y"], ["b", "z"]]
+    params = {n: shapes.count(n, tiny).params for n in ("preln", "mhc", "hyper_connections")}
     free = 2 * 16 * (params["preln"] + max(params["mhc"], params["hyper_connections"]))
-    monkeypatch.setattr(cost, "free_memory", lambda device: free)
+    monkeypatch.setattr(side_by_side, "free_memory", lambda device: free)
     clock = iter(range(1, 1000))
-    monkeypatch.setattr(cost, "measured_step", lambda step, device, steps: (float(next(clock)), 100.0))
+    monkeypatch.setattr(side_by_side, "measured_step", lambda step, device, steps: (float(next(clock)), 100.0))
     table = cost.cost_table(["mhc", "hyper_connections"], "tiny", repeats=3)
     # rotation 1, (preln, mhc): rounds (1, 2), (3, 4), (5, 6); rotation 2, (preln, hyper_connections): (7, 8) ...
     assert table.attrs["rotations"] == 2
@@ -319,13 +319,13 @@ def test_bad_baseline_and_depth_exit_2_naming_the_field_and_write_nothing(
     assert not out.exists()
 
 
-def test_the_shapes_named_after_a_task_are_those_the_timed_once_note_names() -> None:
+def test_the_shapes_named_after_a_task_are_those_the_timed_note_names() -> None:
     """bench compare's note on a figure timed once names `--shape TASK` where a shape is named after the runs' task;
-    it reads the list without torch (bench.analysis.timed_once.TASK_SHAPES), which must be this one."""
-    from bench.analysis.timed_once import TASK_SHAPES, cost_command
+    it reads the list without torch (bench.analysis.timed.TASK_SHAPES), which must be this one."""
+    from bench.analysis.timed import TASK_SHAPES, cost_command
     from bench.runs.tasks import TASKS
 
-    assert set(cost.SHAPES) & set(TASKS) == TASK_SHAPES
+    assert set(shapes.SHAPES) & set(TASKS) == TASK_SHAPES
     assert "--shape digits --depth 8`" in cost_command(["a"], "b", [8], ["digits"])
     assert "--shape SHAPE --depth DEPTH` (DEPTH: 6, 24)" in cost_command(["a"], "b", [6, 24], ["tinytext"])
 
@@ -353,28 +353,28 @@ def test_diff_checks_the_depth_range_as_cost_does(capsys: pytest.CaptureFixture[
 
 
 def test_a_shape_at_another_depth_says_only_that_depth() -> None:
-    sh = cost.at_depth(cost.SHAPES["digits"], 8)
+    sh = shapes.at_depth(shapes.SHAPES["digits"], 8)
     assert sh.what == ("CIFAR nets (He et al. 2015, §4.2) on the bundled digits task's 8x8 one-channel images, 10 "
                        "classes, timed at 128 images, the batch of the degradation study, every model at depth 8")
-    for shape in cost.SHAPES.values():  # every shape's depth-free description leaves its depth out
+    for shape in shapes.SHAPES.values():  # every shape's depth-free description leaves its depth out
         assert shape.at_any_depth and not re.search(r"depth|layers|ResNet-\d|n = ", shape.at_any_depth)
 
 
 def test_each_turn_is_as_many_steps_as_fill_the_round() -> None:
-    assert [cost.steps_per_turn(s, 0.25) for s in (1.0, 0.25, 0.037, 0.001, 0.0)] == [1, 1, 7, 50, 50]
+    assert [side_by_side.steps_per_turn(s, 0.25) for s in (1.0, 0.25, 0.037, 0.001, 0.0)] == [1, 1, 7, 50, 50]
     calls: list[int] = []
-    ms, _ = cost.measured_step(lambda: calls.append(1), torch.device("cpu"), 5)
+    ms, _ = side_by_side.measured_step(lambda: calls.append(1), torch.device("cpu"), 5)
     assert len(calls) == 5 and ms >= 0
 
 
-def test_the_steps_are_timed_with_the_threads_a_run_would_get(tiny: cost.Shape,
+def test_the_steps_are_timed_with_the_threads_a_run_would_get(tiny: shapes.Shape,
                                                               monkeypatch: pytest.MonkeyPatch) -> None:
     """On a busy machine a step timed with torch's default threads spins where other work holds a core (a pair's
     step_rel read 1.50, 0.74 and 1.37 in a row at a load of 2 on 2 CPUs): it is timed with the free cores'."""
     seen: list[int] = []
-    monkeypatch.setattr(cost, "free_cores", lambda: 1)
-    monkeypatch.setattr(cost, "measured_step", lambda step, device, steps: (seen.append(torch.get_num_threads())
-                                                                            or 1.0, 1.0))
+    monkeypatch.setattr(side_by_side, "free_cores", lambda: 1)
+    monkeypatch.setattr(side_by_side, "measured_step",
+                        lambda step, device, steps: (seen.append(torch.get_num_threads()) or 1.0, 1.0))
     before = torch.get_num_threads()
     torch.set_num_threads(2)
     try:
@@ -384,12 +384,12 @@ def test_the_steps_are_timed_with_the_threads_a_run_would_get(tiny: cost.Shape,
         torch.set_num_threads(before)
 
 
-def test_the_rounds_spread_is_said_and_a_wide_one_warns(tiny: cost.Shape, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_rounds_spread_is_said_and_a_wide_one_warns(tiny: shapes.Shape, monkeypatch: pytest.MonkeyPatch) -> None:
     times = iter([10.0, 13.0, 10.0, 14.0, 10.0, 12.0,  # mhc: ratios 1.3, 1.4, 1.2 (spread 17 %)
                   10.0, 10.0, 10.0, 15.0, 10.0, 12.0])  # the second table: 1.0, 1.5, 1.2 (spread 50 %)
-    monkeypatch.setattr(cost, "measured_step", lambda step, device, steps: (next(times), 1.0))
+    monkeypatch.setattr(side_by_side, "measured_step", lambda step, device, steps: (next(times), 1.0))
     monkeypatch.setattr(cost, "machine_load", lambda before: {"load_1m": 1.93, "cpus": 2, "other_cpu": 0.45})
-    monkeypatch.setattr(cost, "free_cores", lambda: 1)
+    monkeypatch.setattr(side_by_side, "free_cores", lambda: 1)
     calm = cost.timing_notes(cost.cost_table(["mhc"], "tiny", repeats=3))
     assert calm == ["timed with 1 torch thread (those a run started now would get: the cores free now); machine load "
                     "while timing: 1.93 (1-minute average) on 2 CPUs, other processes 45% of all CPU time",
@@ -402,8 +402,8 @@ def test_the_rounds_spread_is_said_and_a_wide_one_warns(tiny: cost.Shape, monkey
 
 
 def test_the_cli_prints_the_timing_notes_and_says_what_the_memory_is(
-        tiny: cost.Shape, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
-    monkeypatch.setattr(cost, "measured_step", lambda step, device, steps: (10.0, 1.0))
+        tiny: shapes.Shape, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setattr(side_by_side, "measured_step", lambda step, device, steps: (10.0, 1.0))
     assert main(["cost", "--designs", "mhc", "--shape", "tiny", "--repeats", "1"]) == 0
     out = capsys.readouterr().out
     assert "memory: the step's own, above what the process held before it" in out
@@ -414,4 +414,4 @@ def test_the_cli_prints_the_timing_notes_and_says_what_the_memory_is(
 def test_the_batch_help_is_the_shapes_batches() -> None:
     from bench.cli.parser import COST_BATCHES
 
-    assert {name: s.batch for name, s in cost.SHAPES.items()} == COST_BATCHES
+    assert {name: s.batch for name, s in shapes.SHAPES.items()} == COST_BATCHES

@@ -526,15 +526,15 @@ def test_guard_axis_is_what_check_grid_checks() -> None:
 def test_diff_at_a_cost_shape_counts_the_parameters_bench_cost_counts(capsys: pytest.CaptureFixture[str]) -> None:
     """`diff --shape digits` builds at digits' one channel, as `bench cost --shape digits` does (269,434 parameters
     for a depth-20 preact where its 3-channel default has 269,722), and says the shape it built at."""
-    from bench.runs import cost
+    from bench.runs import shapes
 
     assert main(["diff", "preact", "preact_mix", "--shape", "digits", "--plugin", str(MIXSHORT)]) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[1] == ("built at: shape digits, one input 1x8x8, model arguments {'depth': 20, 'num_classes': 10, "
                       "'in_chans': 1} (as `bench cost --shape digits` builds it)")
     plugins.load_plugins([str(MIXSHORT)])
-    shape = cost.shape_of("digits")
-    counted = [cost.count(name, shape).params for name in ("preact", "preact_mix")]
+    shape = shapes.shape_of("digits")
+    counted = [shapes.count(name, shape).params for name in ("preact", "preact_mix")]
     assert counted[0] == 269_434
     params = next(line.split() for line in out if line.startswith("parameters"))
     assert params[1:3] == [str(n) for n in counted]

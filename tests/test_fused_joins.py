@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import variants
-from bench.runs import cost
+from bench.runs import cost, shapes
 from variants import attn_res, dense
 
 D, N = 8, 4
@@ -68,5 +68,5 @@ def test_the_harness_says_which_implementation_its_figures_timed() -> None:
     assert variants.implementation(dca, "eager") == "GeneralizedResidual: one product per source"
     assert variants.implementation(dca, "compiled") == "GeneralizedResidual: one fused elementwise sum"
     assert variants.implementation(preln, "compiled") == "as written"
-    assert cost.implementations("attn_res", cost.SHAPES["study_quick"], [False, True]) == {
+    assert cost.implementations("attn_res", shapes.SHAPES["study_quick"], [False, True]) == {
         "impl": "DepthAttention: one product per source", "impl_compiled": "DepthAttention: one fused elementwise sum"}

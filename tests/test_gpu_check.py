@@ -151,7 +151,7 @@ def test_a_bill_total_is_read(gc):
 def test_the_cost_step_keeps_the_designs_made_in_time(gc, tmp_path, monkeypatch):
     """The table is written after each design: a step stopped by its limit reports the designs made before; the CUDA
     designs are of their shape's family (a wrong name would fail only on the GPU)."""
-    from bench.runs.cost import check_designs, shape_of
+    from bench.runs.shapes import check_designs, shape_of
 
     shape, designs, _ = gc.COST_CUDA
     check_designs(shape_of(shape), designs, precision="bf16")

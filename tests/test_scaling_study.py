@@ -12,7 +12,8 @@ from test_scaling import BASE, FLAT, _results
 from bench.analysis.claims import describe, evaluate_claims, parse_claim
 from bench.runs.config import build
 from bench.runs.results import ResultsStore
-from bench.sweeps.bill import Costs, _steps
+from bench.sweeps.bill import _steps
+from bench.sweeps.config_costs import Costs
 from bench.sweeps.study import load_study
 
 LADDER = '''

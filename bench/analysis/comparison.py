@@ -15,9 +15,9 @@ compared with the baseline's configuration that matches it in every field the va
   side, else no interval and no p-value. A cost figure a sweep measured once and copied into its other seeds' rows
   counts once (:func:`bench.analysis.stats.observations`): ``n = 1``, no p-value from copies, never paired. A timed
   figure (throughput, step time) with one timing on a side is no result: ``test`` reads
-  :data:`bench.analysis.timed_once.ONCE`. Wherever a timed figure's difference is shown, whatever its n (separate
+  :data:`bench.analysis.timed.ONCE`. Wherever a timed figure's difference is shown, whatever its n (separate
   runs' timings, each at its own moment: the difference is confounded with the load then), ``table.attrs[ONCE_NOTE]``
-  holds the line saying so and which ``bench cost`` command ranks the designs (:mod:`bench.analysis.timed_once`).
+  holds the line saying so and which ``bench cost`` command ranks the designs (:mod:`bench.analysis.timed`).
 - **Cost per machine.** Where the runs were measured on several machines (:func:`bench.analysis.stats.aggregate_long`),
   a cost metric has a row per configuration and machine (the ``machine`` column), compared with the baseline's runs
   on the same machine only; convergence metrics pool the machines (their ``machine`` reads ``all``). With the run
@@ -51,7 +51,7 @@ from bench.analysis.stats import (
     with_config_hash,
     with_load_bands,
 )
-from bench.analysis.timed_once import ONCE, band_spread, cost_command, note, rests_on_one_timing, shows_timed_difference
+from bench.analysis.timed import ONCE, band_spread, cost_command, note, rests_on_one_timing, shows_timed_difference
 
 ONCE_NOTE = "timed_note"  # the key in ``table.attrs`` of the line on differences between separate runs' timings
 COLUMNS = ("metric", "n", "mean", "ci", "diff", "diff_lo", "diff_hi", "test", "pairs", "n_base", "p", "p_exact",

@@ -43,7 +43,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -345,18 +345,30 @@ def cost_by_band(rows: pd.DataFrame, metric: str, bands: pd.Series) -> list[tupl
     return [(b, t_ci(observations(measured[band == b], metric))) for b in order]
 
 
+BandCells = list[tuple[str, dict[str, float]]]  # a configuration's figures of one metric, per load band (cost_by_band)
+
+
+def banded_cells(board: pd.DataFrame, runs: Sequence[Mapping[str, Any]] | None,
+                 metrics: Sequence[str] = COST_COLUMNS) -> Iterator[tuple[pd.DataFrame, str, BandCells]]:
+    """Per configuration of ``board`` (its configuration hash) on one machine, in the order of those keys, and per
+    one of ``metrics`` it measured in more than one load band: ``(its rows, the metric, its cells)``, the cells of
+    :func:`cost_by_band`; nothing where the board's figures share one band."""
+    bands = load_bands(board, runs)
+    if bands.dropna().nunique() < 2:
+        return
+    configs = with_config_hash(board).assign(**{MACHINE_KEY: machines_of(board)})
+    keys = [CONFIG_KEY] if CONFIG_KEY in configs.columns else []
+    for _, group in configs.groupby([*keys, MACHINE_KEY], sort=True, dropna=False):
+        for metric in metrics:
+            cells = cost_by_band(group, metric, bands.loc[group.index])
+            if cells:
+                yield group, metric, cells
+
+
 def split_by_load_band(board: pd.DataFrame, runs: Sequence[Mapping[str, Any]] | None) -> bool:
     """Whether some configuration of ``board`` (on one machine) measured a cost figure in more than one load band:
     the leaderboard's cells then name the bands (:func:`cost_by_band`)."""
-    bands = load_bands(board, runs)
-    if bands.dropna().nunique() < 2:
-        return False
-    configs = with_config_hash(board)
-    keys = [CONFIG_KEY] if CONFIG_KEY in configs.columns else []
-    configs = configs.assign(**{MACHINE_KEY: machines_of(board)})
-    return any(cost_by_band(group, m, bands.loc[group.index])
-               for _, group in configs.groupby([*keys, MACHINE_KEY], sort=False, dropna=False)
-               for m in COST_COLUMNS)
+    return next(banded_cells(board, runs), None) is not None
 
 
 LOAD_BAND_KEY = "load_band"  # the column of a figure's board that names each row's band (with_mixed_load_bands)

@@ -19,18 +19,9 @@ from bench.cli.parser import config_from_args
 from bench.reports.markdown import render_cost, render_profile
 from bench.runs import plugins
 from bench.runs.config import RECIPES
-from bench.runs.cost import (
-    Shape,
-    at_depth,
-    build_args,
-    check_depth,
-    check_designs,
-    cost_table,
-    profile_pair,
-    shape_of,
-    timing_notes,
-)
+from bench.runs.cost import cost_table, profile_pair, timing_notes
 from bench.runs.probes import format_probe_table, probe, probe_table
+from bench.runs.shapes import Shape, at_depth, build_args, check_depth, check_designs, shape_of
 from bench.runs.train import resolved_kwargs, setup
 from bench.sweeps import structure
 from bench.sweeps.fairness import diff_models, format_diff
@@ -190,7 +181,7 @@ def cmd_diff(ns: argparse.Namespace) -> int:
 def _check_builds(role: str, name: str, depth: int | None, model_args: dict[str, Any]) -> None:
     """ValueError naming the field where ``name`` (diff's argument ``role``) is not registered (``role``), where its
     builder refuses ``depth`` yet builds at its own (``depth``, as `bench cost` says it) or refuses the model arguments
-    (``role``); built on the meta device, as :func:`bench.runs.cost.check_designs` builds at a shape."""
+    (``role``); built on the meta device, as :func:`bench.runs.shapes.check_designs` builds at a shape."""
     try:
         variants.describe(name)
     except ValueError as e:

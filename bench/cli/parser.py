@@ -476,7 +476,7 @@ def _analyses(sub: Sub) -> None:
     _handler(q, "analyses:cmd_landscape")
 
 
-# `bench cost`'s shapes and the batch each is timed at (bench.runs.cost.SHAPES, which imports torch; a test keeps
+# `bench cost`'s shapes and the batch each is timed at (bench.runs.shapes.SHAPES, which imports torch; a test keeps
 # the two equal)
 COST_BATCHES = {"gpt2_small": 1, "gpt2_medium": 1, "resnet50_224": 1, "study_quick": 16, "cifar_resnet110": 8,
                 "digits": 128}

@@ -24,7 +24,7 @@ from bench.analysis.multiplier_columns import COLUMNS as MULTIPLIER_COLUMNS
 from bench.analysis.multiplier_columns import NOTE as MULTIPLIER_NOTE
 from bench.analysis.sequential import Looks
 from bench.analysis.stats import CONFIG_KEY, EQUAL, EXACT, PAIRED
-from bench.analysis.timed_once import ONCE, once_words
+from bench.analysis.timed import ONCE, once_words
 
 FORMATS = ("markdown", "csv", "latex")
 MISSING = "—"  # how every table shows a value that is not there

@@ -41,8 +41,8 @@ from bench.analysis.stats import (
     with_derived,
 )
 from bench.analysis.studyfile import StandIn, find_study, is_shipped
-from bench.analysis.timed_once import TIMED, band_spread, cost_command, shows_timed_difference
-from bench.analysis.timed_once import note as once_note
+from bench.analysis.timed import TIMED, band_spread, cost_command, shows_timed_difference
+from bench.analysis.timed import note as once_note
 from bench.reports import plots
 from bench.reports import scaling as scaling_report
 from bench.reports.analysis_summary import report_lines

@@ -1,18 +1,17 @@
 """What a design costs at a paper's scale: ``python -m bench cost`` and :func:`bench.api.cost`.
 
-For the designs of one family at a named reference shape (:data:`SHAPES`: GPT-2 small and medium at 1,024 tokens,
-ResNet-50 at 224x224, the CIFAR ResNet-110), each relative to the family's baseline (Pre-LN, ResNet):
+For the designs of one family at a named reference shape (:data:`bench.runs.shapes.SHAPES`: GPT-2 small and medium at
+1,024 tokens, ResNet-50 at 224x224, the CIFAR ResNet-110), each relative to the family's baseline (Pre-LN, ResNet):
 
 * parameters and the exact training FLOPs of one sample (forward + backward, ``torch.utils.flop_counter`` on the
   meta device: no memory, no compute, so GPT-2 medium costs a second or two);
 * the measured time of one training step (forward, backward, optimiser) and the memory it needs, at a small batch
   (the shape of one sequence or image is the paper's), the baseline and the design built side by side in one process
   and timed alternately, so that drifts of a shared machine fall on both (each turn as many steps as fill
-  :data:`ROUND_S`; on a CPU with the cores free now, as a run started now would get them: threads that wait on each
-  other where other work holds a core spin, and a step's time then grows with the load). Eager, and with
-  ``compiled`` under
-  ``torch.compile`` as well; in fp32, or with ``precision="bf16"`` under bf16 autocast (the precision the papers
-  train in on accelerators; the FLOPs are the same).
+  :data:`bench.runs.side_by_side.ROUND_S`; on a CPU with the cores free now, as a run started now would get them:
+  threads that wait on each other where other work holds a core spin, and a step's time then grows with the load).
+  Eager, and with ``compiled`` under ``torch.compile`` as well; in fp32, or with ``precision="bf16"`` under bf16
+  autocast (the precision the papers train in on accelerators; the FLOPs are the same).
 
 ``time_per_flop`` (a design's step-time ratio over its FLOPs ratio) says how much more time a design takes than its
 FLOPs imply: 1 where its extra work runs as efficiently as the baseline's matmuls; well above 1 where it is many small
@@ -21,318 +20,32 @@ ops (per-op overhead) or memory traffic the FLOPs do not show.
 Memory: on CUDA the peak allocated during the step; on a CPU the step's high-water mark of the resident set above
 what was resident before it (activations, gradients, optimiser temporaries), read with glibc's mmap threshold pinned
 low so that a freed tensor leaves the resident set (``mallopt``; where that is unavailable the figure is rougher).
+
+This module makes the tables (``bench cost``, with ``--profile`` its step profile, the ``cost`` analysis); the shapes
+and the designs built and counted at them are :mod:`bench.runs.shapes`, the timing loop :mod:`bench.runs.side_by_side`.
 """
 
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import dataclasses
 import gc
-import math
 import statistics
 import sys
-import time
 from collections import defaultdict
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import pandas as pd
 import torch
-import torch.nn.functional as F
-from torch import nn
 
 import variants
-from bench.runs import execution, measure
-from bench.runs.cores import free_cores
+from bench.runs import execution, measure, side_by_side
 from bench.runs.env import cpu_sample, machine_load
-from bench.runs.tasks.base import available_memory
-
-
-@dataclass(frozen=True)
-class Shape:
-    """A reference shape: the model arguments every design is built with, one sample's input, the family's baseline
-    and the families whose designs it admits."""
-
-    name: str
-    what: str  # the model and where its sizes come from
-    baseline: str
-    families: tuple[str, ...]
-    model_args: dict[str, Any]
-    sample: tuple[int, ...]  # one input's shape (tokens: (seq_len,); images: (C, H, W))
-    classes: int  # the vocabulary or the classes
-    batch: int = 1  # timed on a CPU
-    at_any_depth: str = ""  # ``what`` less its depth: the description of the shape built at another ``--depth``
-    own_depth: int | None = None  # the shape's own depth where :func:`at_depth` rebuilt it at another
-
-    @property
-    def tokens(self) -> bool:
-        return len(self.sample) == 1
-
-    def inputs(self, batch: int, device: torch.device | str = "cpu") -> tuple[torch.Tensor, torch.Tensor]:
-        g = torch.Generator().manual_seed(0)
-        if self.tokens:
-            x = torch.randint(0, self.classes, (batch, *self.sample), generator=g)
-            y = torch.randint(0, self.classes, (batch, *self.sample), generator=g)
-        else:
-            x = torch.randn(batch, *self.sample, generator=g)
-            y = torch.randint(0, self.classes, (batch,), generator=g)
-        return x.to(device), y.to(device)
-
-    def loss(self, logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        return F.cross_entropy(logits.flatten(0, -2).float(), y.flatten())
-
-
-_GPT2 = {"vocab_size": 50257, "max_len": 1024}
-_CONV_FAMILIES = ("resnet", "plain", "highway", "preact", "normfree", "densenet", "wrn", "resnext", "convnext",
-                  "repvgg", "nfnet")
-SHAPES: dict[str, Shape] = {s.name: s for s in (
-    Shape("gpt2_small", "GPT-2 small (Radford et al. 2019, 124M): 12 layers x 768, 12 heads, d_ff 3,072, vocabulary "
-          "50,257, one sequence of 1,024 tokens", "preln", ("transformer",),
-          {"depth": 12, "d_model": 768, "n_heads": 12, "d_ff": 3072, **_GPT2}, (1024,), 50257,
-          at_any_depth="GPT-2 small's width (768, 12 heads, d_ff 3,072, vocabulary 50,257), one sequence of 1,024 "
-          "tokens"),
-    Shape("gpt2_medium", "GPT-2 medium (Radford et al. 2019, 350M): 24 layers x 1,024, 16 heads, d_ff 4,096, "
-          "vocabulary 50,257, one sequence of 1,024 tokens", "preln", ("transformer",),
-          {"depth": 24, "d_model": 1024, "n_heads": 16, "d_ff": 4096, **_GPT2}, (1024,), 50257,
-          at_any_depth="GPT-2 medium's width (1,024, 16 heads, d_ff 4,096, vocabulary 50,257), one sequence of 1,024 "
-          "tokens"),
-    Shape("resnet50_224", "ResNet-50 (He et al. 2015, Table 1) on one 224x224 ImageNet image, 1,000 classes",
-          "resnet50", ("resnet_imagenet",), {"num_classes": 1000}, (3, 224, 224), 1000,
-          at_any_depth="ImageNet ResNets (He et al. 2015, Table 1) on one 224x224 image, 1,000 classes"),
-    Shape("study_quick", "the Transformer the frontier and crosslayer studies' quick presets train (6 layers x 64, 4 "
-          "heads, d_ff 256, GPT-2's init, bytes: vocabulary 256), on 16 sequences of 32 tokens: the width their "
-          "committed runs were made at, where a design's joins weigh more than at GPT-2's", "preln", ("transformer",),
-          {"depth": 6, "d_model": 64, "n_heads": 4, "d_ff": 256, "init": "gpt2", "vocab_size": 256, "max_len": 32},
-          (32,), 256, batch=16, at_any_depth="the quick presets' Transformer width (64, 4 heads, d_ff 256, GPT-2's "
-          "init, bytes: vocabulary 256) on 16 sequences of 32 tokens"),
-    Shape("cifar_resnet110", "the CIFAR ResNet-110 (He et al. 2015, §4.2: 6n+2 layers, n = 18) on 32x32 images, "
-          "10 classes, timed at 8 images", "resnet", _CONV_FAMILIES, {"depth": 110, "num_classes": 10},
-          (3, 32, 32), 10, batch=8, at_any_depth="CIFAR nets (He et al. 2015, §4.2) on 32x32 images, 10 classes, "
-          "timed at 8 images"),
-    Shape("digits", "CIFAR nets (He et al. 2015, §4.2) of depth 20 on the bundled digits task's 8x8 one-channel "
-          "images, 10 classes, timed at 128 images, the batch of the degradation study", "resnet", _CONV_FAMILIES,
-          {"depth": 20, "num_classes": 10, "in_chans": 1}, (1, 8, 8), 10, batch=128,
-          at_any_depth="CIFAR nets (He et al. 2015, §4.2) on the bundled digits task's 8x8 one-channel images, 10 "
-          "classes, timed at 128 images, the batch of the degradation study"),
-)}  # fmt: skip
-
-
-MODES = ("eager", "compiled")  # how a step runs: as written, or under torch.compile
-PRECISIONS = ("fp32", "bf16")  # the step's arithmetic: fp32, or bf16 autocast (weights and optimiser state fp32)
-
-
-def shape_of(name: str) -> Shape:
-    if name not in SHAPES:
-        raise ValueError(f"shape: unknown shape {name!r}; shapes: {', '.join(SHAPES)}")
-    return SHAPES[name]
-
-
-def designs_for(shape: Shape) -> list[str]:
-    """The registered variants of a shape's families (any other registered variant that builds at the shape is
-    admitted too: :func:`check_designs`)."""
-    return sorted(n for family in shape.families for n in variants.list_variants(family=family))
-
-
-MAX_DEPTH = 2000  # deeper than any published CIFAR/ImageNet net (ResNet-1202) or Transformer stack we ship
-
-
-def check_depth(depth: Any) -> None:
-    """ValueError naming ``depth`` and its range where it is no model depth ``--depth`` takes."""
-    if isinstance(depth, bool) or not isinstance(depth, int) or not 1 <= depth <= MAX_DEPTH:
-        raise ValueError(f"depth must be an integer in 1..{MAX_DEPTH}, got {depth!r}")
-
-
-def at_depth(shape: Shape, depth: int | None) -> Shape:
-    """``shape`` with its model's depth replaced (``--depth``); ValueError naming ``depth`` and its range."""
-    if depth is None:
-        return shape
-    check_depth(depth)
-    return dataclasses.replace(shape, name=f"{shape.name} at depth {depth}", own_depth=shape.model_args.get("depth"),
-                               what=f"{shape.at_any_depth or shape.what}, every model at depth {depth}",
-                               model_args={**shape.model_args, "depth": depth})
-
-
-def check_designs(shape: Shape, designs: Sequence[str], modes: Sequence[str] = ("eager",), precision: str = "fp32",
-                  baseline: str | None = None, role: str = "designs") -> None:
-    """ValueError naming the field for an unregistered design or ``baseline`` (with the closest names), one that does
-    not build at ``shape`` (of another kind of model: ``role``, the caller's name for ``designs``, or ``baseline``; at
-    a ``--depth`` its rule refuses where it builds at the shape's own: ``depth``, naming the role, with the builder's
-    own message, which says the depths it takes), an unknown mode or an unknown precision. A design of any family, a
-    plugin's included, is admitted where it builds."""
-    for field_, names in (("baseline", [baseline] if baseline is not None else []), (role, designs)):
-        for name in names:
-            try:
-                variants.describe(name)
-            except ValueError as e:
-                raise ValueError(f"{field_}: {e}") from None
-            try:
-                with torch.device("meta"):
-                    build(name, shape)
-            except (ValueError, TypeError) as e:
-                own = dataclasses.replace(shape, model_args={**shape.model_args, "depth": shape.own_depth})
-                if shape.own_depth is not None and builds(name, own):
-                    raise ValueError(f"depth: {name!r} ({field_}) does not build at depth "
-                                     f"{shape.model_args['depth']}: {e}") from None
-                raise ValueError(f"{field_}: {name!r} does not build at shape {shape.name!r} ({shape.what}; model "
-                                 f"arguments {shape.model_args}): {e}") from None
-    bad = [m for m in modes if m not in MODES]
-    if bad:
-        raise ValueError(f"unknown mode(s) {', '.join(map(repr, bad))}; modes: {', '.join(MODES)}")
-    if precision not in PRECISIONS:
-        raise ValueError(f"unknown precision {precision!r}; precisions: {', '.join(PRECISIONS)}")
-
-
-def builds(design: str, shape: Shape) -> bool:
-    """Whether ``design`` builds at ``shape`` (on the meta device: no memory, no compute)."""
-    try:
-        with torch.device("meta"):
-            build(design, shape)
-    except (ValueError, TypeError):
-        return False
-    return True
-
-
-def build_args(design: str, shape: Shape) -> dict[str, Any]:
-    """The keyword arguments ``design`` is built with at ``shape``: the shape's model arguments, less those the design
-    fixes (``bench diff --shape`` builds with the same)."""
-    fixed = variants.describe(design).get("fixed", {})
-    return {k: v for k, v in shape.model_args.items() if k not in fixed}
-
-
-def build(design: str, shape: Shape) -> nn.Module:
-    """``design`` at ``shape`` (:func:`build_args`)."""
-    return variants.create(design, **build_args(design, shape))
-
-
-@dataclass(frozen=True)
-class Counted:
-    """What the meta device says of a design at a shape: parameters and one sample's training FLOPs."""
-
-    params: int
-    flops: measure.StepFlops
-
-
-def count(design: str, shape: Shape) -> Counted:
-    with torch.device("meta"):
-        params = sum(p.numel() for p in build(design, shape).parameters())
-    x, y = shape.inputs(1, "meta")
-    return Counted(params, measure.meta_step_flops(lambda: build(design, shape), x, y, shape.loss))
-
-
-# -- timing and memory, side by side --------------------------------------------------------------------------------
-
-
-def pin_mmap_threshold(nbytes: int = 1 << 16) -> bool:
-    """glibc: serve every allocation of ``nbytes`` or more by mmap, so that freeing it leaves the resident set and
-    the high-water mark of one step is that step's (the dynamic threshold would keep freed tensors resident)."""
-    try:
-        return bool(ctypes.CDLL("libc.so.6").mallopt(-3, nbytes))  # M_MMAP_THRESHOLD
-    except (OSError, AttributeError):
-        return False
-
-
-@dataclass
-class Trainee:
-    """One model at a shape with its optimiser: what a training step of it does."""
-
-    model: nn.Module
-    shape: Shape
-    batch: tuple[torch.Tensor, torch.Tensor]
-    compiled: bool = False
-    precision: str = "fp32"  # PRECISIONS: bf16 runs the forward and the loss under autocast
-    compile_mode: str = "default"  # torch.compile's mode when compiled (bench.runs.execution)
-    opt: torch.optim.Optimizer = field(init=False)
-
-    def __post_init__(self) -> None:
-        # the papers' optimisers: AdamW for the LMs (GPT-2's recipe), SGD with momentum for the ResNets; fused on CUDA
-        device = self.batch[0].device
-        self.opt = execution.make_optimizer("adamw", self.model.parameters(), device, lr=1e-4) if self.shape.tokens \
-            else execution.make_optimizer("sgd", self.model.parameters(), device, lr=1e-3, momentum=0.9)
-        self.forward = execution.compiled(self.model, self.compile_mode) if self.compiled else self.model
-
-    def __call__(self) -> None:
-        x, y = self.batch
-        if self.compiled:
-            execution.mark_step()
-        self.opt.zero_grad(set_to_none=True)
-        with torch.autocast(x.device.type, dtype=torch.bfloat16, enabled=self.precision == "bf16"):
-            loss = self.shape.loss(self.forward(x), y)
-        loss.backward()
-        self.opt.step()
-
-
-def measured_step(step: Callable[[], None], device: torch.device, steps: int = 1) -> tuple[float, float]:
-    """The time in ms of one of ``steps`` steps taken in a row (their mean) and the memory a step needs above what was
-    resident before them (module docstring), from the same calls."""
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-        allocated = torch.cuda.memory_allocated(device)
-        torch.cuda.reset_peak_memory_stats(device)
-    else:
-        resident = measure.rss_mb()
-        measure.reset_peak_rss()
-    t0 = time.perf_counter()
-    for _ in range(steps):
-        step()
-    measure.synchronize(device)
-    ms = (time.perf_counter() - t0) * 1e3 / steps
-    if device.type == "cuda":
-        return ms, (torch.cuda.max_memory_allocated(device) - allocated) / 2**20
-    return ms, measure.max_rss_mb() - resident
-
-
-ROUND_S = 0.25  # what each trainee's turn in a round lasts at least: a single short step is too brief to time
-MAX_STEPS = 50  # steps of a turn at most
-
-
-def steps_per_turn(step_s: float, round_s: float) -> int:
-    """How many steps of ``step_s`` seconds fill a turn of ``round_s`` seconds: at least 1, at most
-    :data:`MAX_STEPS`."""
-    return max(1, min(MAX_STEPS, math.ceil(round_s / step_s) if step_s > 0 else MAX_STEPS))
-
-
-def rounds(trainees: Sequence[Callable[[], None]], device: torch.device, repeats: int
-           ) -> list[list[tuple[float, float]]]:
-    """Per round, (step ms, step memory MiB) of each trainee: one untimed step each (timed only to size the turns),
-    then ``repeats`` rounds in which each takes its turn, as many steps in a row as fill :data:`ROUND_S`
-    (:func:`steps_per_turn`), alternating, so that a drift of the machine falls on every one."""
-    steps = []
-    for t in trainees:
-        t0 = time.perf_counter()
-        t()
-        measure.synchronize(device)
-        steps.append(steps_per_turn(time.perf_counter() - t0, ROUND_S))
-    return [[measured_step(t, device, n) for t, n in zip(trainees, steps, strict=True)] for _ in range(repeats)]
-
-
-def timing_threads(device: torch.device) -> int:
-    """The torch threads a step is timed with: on a CPU those a run started now would get (torch's own count capped at
-    the cores free now, :func:`bench.runs.cores.free_cores`, as :func:`bench.runs.threads.threads_for` places a run):
-    threads that wait on each other where other work holds a core spin, and a step's time then grows with the load.
-    Elsewhere torch's own count."""
-    own = torch.get_num_threads()
-    return min(own, free_cores()) if device.type == "cpu" else own
-
-
-@contextlib.contextmanager
-def threads_set(n: int) -> Iterator[None]:
-    before = torch.get_num_threads()
-    torch.set_num_threads(n)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
-
+from bench.runs.shapes import Shape, at_depth, build, check_designs, count, shape_of
+from bench.runs.threads import threads_set
 
 SPREAD_WARN = 0.25  # rounds' step-time ratios spread by more than this (highest over lowest, minus 1): no ranking
-
-
-def round_ratios(by_round: Sequence[Sequence[tuple[float, float]]]) -> list[list[float]]:
-    """Per trainee after the first (the baseline), its step time over the baseline's in each round."""
-    return [[r[i][0] / r[0][0] for r in by_round] for i in range(1, len(by_round[0]))]
-
 
 def timing_notes(table: pd.DataFrame) -> list[str]:
     """What the table's timing needs said beside it: the threads and the machine's load while it timed, each design's
@@ -361,58 +74,6 @@ def timing_notes(table: pd.DataFrame) -> list[str]:
     return said
 
 
-def medians(by_round: Sequence[Sequence[tuple[float, float]]]) -> list[tuple[float, float]]:
-    """(median step ms, median step memory MiB) of each trainee over the :func:`rounds`."""
-    return [(statistics.median(r[i][0] for r in by_round), statistics.median(r[i][1] for r in by_round))
-            for i in range(len(by_round[0]))]
-
-
-RESIDENT_BYTES_PER_PARAM = 16  # fp32 weight, gradient and two optimiser states (AdamW; SGD's one momentum is less)
-
-
-def rotations(names: Sequence[str], params: Mapping[str, int], free: int | None) -> list[list[str]]:
-    """``names`` (the baseline first) split into rotations, each the baseline and as many of the designs as the memory
-    holds beside it: every model of a rotation stays resident while it is timed (its weights, gradients and optimiser
-    states, :data:`RESIDENT_BYTES_PER_PARAM` a parameter), and half of ``free`` bytes is kept for the steps'
-    activations and the compiler. One rotation where all fit or ``free`` is unknown; a design alone beside the
-    baseline where even that does not fit (its step then fails as it would alone)."""
-    base, rest = names[0], list(names[1:])
-    if free is None:
-        return [[base, *rest]]
-    room = free // 2 - RESIDENT_BYTES_PER_PARAM * params[base]
-    groups: list[list[str]] = [[]]
-    used = 0
-    for name in rest:
-        need = RESIDENT_BYTES_PER_PARAM * params[name]
-        if groups[-1] and used + need > room:
-            groups.append([])
-            used = 0
-        groups[-1].append(name)
-        used += need
-    return [[base, *g] for g in groups]
-
-
-def free_memory(device: torch.device) -> int | None:
-    """Bytes the timing may still fill on ``device``: the accelerator's free memory, else what this process may
-    allocate (:func:`bench.runs.tasks.base.available_memory`)."""
-    if device.type == "cuda":
-        return int(torch.cuda.mem_get_info(device)[0])
-    return available_memory()
-
-
-def trainee(name: str, sh: Shape, batch: tuple[torch.Tensor, torch.Tensor], compiled: bool, precision: str = "fp32",
-            compile_mode: str = "default") -> Trainee:
-    """Design ``name`` at ``sh`` built from seed 0 on ``batch``'s device, with its optimiser."""
-    torch.manual_seed(0)
-    return Trainee(build(name, sh).to(batch[0].device), sh, batch, compiled=compiled, precision=precision,
-                   compile_mode=compile_mode)
-
-
-def timed_pair(pair: Sequence[str], sh: Shape, batch: tuple[torch.Tensor, torch.Tensor], device: torch.device,
-               repeats: int, compiled: bool, precision: str = "fp32") -> list[list[tuple[float, float]]]:
-    """The :func:`rounds` of ``pair`` (the baseline, then a design) at ``sh``, each built from seed 0 beside the
-    other in this process."""
-    return rounds([trainee(n, sh, batch, compiled, precision) for n in pair], device, repeats)
 
 
 @contextlib.contextmanager
@@ -428,9 +89,10 @@ def cost_table(designs: Sequence[str], shape: str, *, measure_time: bool = True,
     with ``measure_time`` the step time and step memory at ``batch`` (default: the shape's), each beside its ratio to
     the baseline's. The baseline is ``baseline`` (default: the shape's), the model at ``depth`` where given (else the
     shape's); a design of any family, a plugin's included, is admitted where it builds at the shape
-    (:func:`check_designs`). Every design and the baseline are built once per mode and timed in one rotation
-    (:func:`rounds`: a turn of steps of each per round, so that a drift of a shared machine falls on all; on a CPU
-    with the threads a run started now would get, :func:`timing_threads`), medians over the rounds: the baseline has
+    (:func:`bench.runs.shapes.check_designs`). Every design and the baseline are built once per mode and timed in one
+    rotation (:func:`bench.runs.side_by_side.rounds`: a turn of steps of each per round, so that a drift of a shared
+    machine falls on all; on a CPU with the threads a run started now would get,
+    :func:`bench.runs.side_by_side.timing_threads`), medians over the rounds: the baseline has
     one step time per mode, which every ratio of the table divides by (``step_rel`` is
     ``step_ms`` over the baseline row's ``step_ms``). Eager and, with ``compiled``, under ``torch.compile`` in
     ``compile_mode`` beside it (``compiled`` None: on an accelerator, not on a CPU, where compiling a large model takes
@@ -450,7 +112,7 @@ def cost_table(designs: Sequence[str], shape: str, *, measure_time: bool = True,
     dev = torch.device(device)
     compiled = dev.type != "cpu" if compiled is None else compiled
     b = batch or sh.batch
-    pinned = pin_mmap_threshold() if dev.type == "cpu" else True
+    pinned = side_by_side.pin_mmap_threshold() if dev.type == "cpu" else True
     how: dict[str, Any] = {"optimizer_impl": execution.optimizer_impl("adamw" if sh.tokens else "sgd", dev),
            "compile_mode": compile_mode if compiled else None}
     rows: dict[str, dict[str, Any]] = {}
@@ -468,27 +130,29 @@ def cost_table(designs: Sequence[str], shape: str, *, measure_time: bool = True,
             r["flops_rel"] = r["train_flops_per_sample"] / base["train_flops_per_sample"]
         if measure_time:
             x, y = sh.inputs(b, dev)
-            how["threads"] = timing_threads(dev)
+            how["threads"] = side_by_side.timing_threads(dev)
             how["threads_rule"] = ("those a run started now would get: the cores free now" if dev.type == "cpu" else
                                    "torch's own count")
             how["round_ratios"] = {}
             sample = cpu_sample()
             for mode in modes:
                 suffix = "_compiled" if mode else ""
-                groups = rotations(names, {n: rows[n]["params"] for n in names}, free_memory(dev))
+                params = {n: rows[n]["params"] for n in names}
+                groups = side_by_side.rotations(names, params, side_by_side.free_memory(dev))
                 if len(groups) > 1:
                     how["rotations"] = len(groups)
                 base_times: list[tuple[float, float]] = []
                 for members in groups:
                     say(f"  timing {', '.join(members)}{' compiled' if mode else ''} in turn: {repeats} rounds of "
-                        f"{b} sample{'s' if b > 1 else ''} a step, each's turn at least {ROUND_S:g} s of steps, "
-                        f"{how['threads']} thread{'s' if how['threads'] != 1 else ''} ...")
+                        f"{b} sample{'s' if b > 1 else ''} a step, each's turn at least {side_by_side.ROUND_S:g} s of "
+                        f"steps, {how['threads']} thread{'s' if how['threads'] != 1 else ''} ...")
                     with threads_set(how["threads"]):
-                        group = [trainee(name, sh, (x, y), mode, precision, compile_mode) for name in members]
-                        by_round = rounds(group, dev, repeats)
-                    timed = medians(by_round)
-                    how["round_ratios"].update({(name, suffix): ratios for name, ratios
-                                                in zip(members[1:], round_ratios(by_round), strict=True)})
+                        group = [side_by_side.trainee(name, sh, (x, y), mode, precision, compile_mode)
+                                 for name in members]
+                        by_round = side_by_side.rounds(group, dev, repeats)
+                    timed = side_by_side.medians(by_round)
+                    ratios_by_design = zip(members[1:], side_by_side.round_ratios(by_round), strict=True)
+                    how["round_ratios"].update({(name, suffix): ratios for name, ratios in ratios_by_design})
                     del group
                     if mode:  # the compiled graphs hold their models' weights: drop them before the next rotation
                         torch._dynamo.reset()
@@ -540,7 +204,7 @@ def _frame(rows: dict[str, dict[str, Any]], sh: Shape, batch: int, dev: torch.de
     table = pd.DataFrame([{**r, **per_flop(r)} for r in rows.values()])
     table = table[[c for c in table if not c.startswith("impl")] + [c for c in table if c.startswith("impl")]]
     table.attrs.update(shape=sh.name, what=sh.what, batch=batch, device=measure.device_name(dev), repeats=repeats,
-                       round_s=ROUND_S, precision=precision, memory=MEMORY_CUDA if dev.type == "cuda" else
+                       round_s=side_by_side.ROUND_S, precision=precision, memory=MEMORY_CUDA if dev.type == "cuda" else
                        MEMORY_CPU + ("" if pinned else " (rough here: the allocator's threshold could not be pinned)"),
                        **how)
     return table
@@ -572,7 +236,7 @@ def profile_pair(design: str, shape: str, *, batch: int | None = None, steps: in
     dev = torch.device(device)
     b = batch or sh.batch
     if dev.type == "cpu":
-        pin_mmap_threshold()
+        side_by_side.pin_mmap_threshold()
     x, y = sh.inputs(b, dev)
     activities = [torch.profiler.ProfilerActivity.CPU]
     if dev.type == "cuda":
@@ -580,7 +244,7 @@ def profile_pair(design: str, shape: str, *, batch: int | None = None, steps: in
     trainees = {}
     for name in (sh.baseline, design):
         torch.manual_seed(0)
-        trainees[name] = Trainee(build(name, sh).to(dev), sh, (x, y), precision=precision)
+        trainees[name] = side_by_side.Trainee(build(name, sh).to(dev), sh, (x, y), precision=precision)
         trainees[name]()
     per: dict[str, dict[str, list[float]]] = {name: defaultdict(lambda: [0.0, 0.0]) for name in trainees}
     for _ in range(steps):  # alternating: a drift of the machine's speed falls on both alike
@@ -608,7 +272,8 @@ def overhead_rounds(designs: Sequence[str], shape: str, *, repeats: int = 3, mod
     """What each design adds to its family's baseline at ``shape``, one row per design, mode and timed round: the
     fractions ``params_overhead`` and ``flops_overhead`` (exact, the same in every round) and ``step_overhead`` and
     ``mem_overhead``, the design's step time and memory over those of the baseline step taken right before it in the
-    same round, minus 1 (:func:`timed_pair`, with the threads of :func:`timing_threads`): the rounds are the
+    same round, minus 1 (:func:`bench.runs.side_by_side.timed_pair`, with the threads of
+    :func:`bench.runs.side_by_side.timing_threads`): the rounds are the
     independent draws a claim's interval is over, as seeds are for a trained metric. The ``cost`` analysis of a study
     (:mod:`bench.analysis.analyses`) is this table."""
     sh = shape_of(shape)
@@ -616,7 +281,7 @@ def overhead_rounds(designs: Sequence[str], shape: str, *, repeats: int = 3, mod
     dev = torch.device(device)
     b = batch or sh.batch
     if dev.type == "cpu":
-        pin_mmap_threshold()
+        side_by_side.pin_mmap_threshold()
     x, y = sh.inputs(b, dev)
     base = count(sh.baseline, sh)
     device_name = measure.device_name(dev)
@@ -626,8 +291,8 @@ def overhead_rounds(designs: Sequence[str], shape: str, *, repeats: int = 3, mod
             c = count(name, sh)
             for mode in modes:
                 say(f"  timing {sh.baseline} vs {name} ({mode}): {repeats} alternating steps of {b} each ...")
-                with threads_set(timing_threads(dev)):
-                    pairs = timed_pair([sh.baseline, name], sh, (x, y), dev, repeats, mode == "compiled")
+                with threads_set(side_by_side.timing_threads(dev)):
+                    pairs = side_by_side.timed_pair([sh.baseline, name], sh, (x, y), dev, repeats, mode == "compiled")
                 for i, ((t0, m0), (t1, m1)) in enumerate(pairs):
                     out.append({"variant": name, "baseline": sh.baseline, "shape": sh.name, "mode": mode,
                                 "device": device_name, "batch": b, "repeat": i,

@@ -30,13 +30,20 @@ def threads_for(cfg: RunConfig) -> int:
 
 
 @contextlib.contextmanager
-def run_threads(cfg: RunConfig) -> Iterator[int]:
-    """torch's intra-op threads set to :func:`threads_for` ``cfg`` while the run lasts, restored after it (a notebook
-    that calls :func:`bench.run` keeps its own setting)."""
+def threads_set(n: int) -> Iterator[int]:
+    """torch's intra-op threads set to ``n`` inside the block, and set back to the count before it on the way out,
+    an exception included; yields ``n``."""
     before = torch.get_num_threads()
-    n = threads_for(cfg)
     torch.set_num_threads(n)
     try:
         yield n
     finally:
         torch.set_num_threads(before)
+
+
+@contextlib.contextmanager
+def run_threads(cfg: RunConfig) -> Iterator[int]:
+    """torch's intra-op threads set to :func:`threads_for` ``cfg`` while the run lasts, restored after it (a notebook
+    that calls :func:`bench.run` keeps its own setting)."""
+    with threads_set(threads_for(cfg)) as n:
+        yield n

@@ -40,9 +40,9 @@ import torch
 from torch import nn
 
 import variants
-from bench.runs import cost
+from bench.runs import shapes
 from bench.runs.config import RunConfig
-from bench.runs.cost import Shape
+from bench.runs.shapes import Shape
 from bench.runs.train import resolved_kwargs
 from bench.sweeps import structure
 from bench.sweeps.structure import Part, Structure
@@ -249,7 +249,7 @@ def diff_models(a: str, b: str, depth: int | None = None, model_args: Mapping[st
     profiles = []
     values = []
     for name in (a, b):  # common random numbers: the layers both share start equal (variants.draws)
-        args = {**(cost.build_args(name, shape) if shape is not None else {}), **dict(model_args or {})}
+        args = {**(shapes.build_args(name, shape) if shape is not None else {}), **dict(model_args or {})}
         model = variants.create(name, seed=seed, **_overrides(depth, args))
         facts.append(model_facts(name, depth, args, model))
         profiles.append(weight_profile(model))
@@ -343,14 +343,14 @@ def to_declare(axes: Iterable[str]) -> list[str]:
 
 def run_model_args(cfg: RunConfig) -> dict[str, Any]:
     """``cfg``'s model arguments, after those its task gives its model where a ``bench cost`` shape of the task's
-    name states them without loading the data (:data:`bench.runs.cost.SHAPES`: digits' one input channel and 10
+    name states them without loading the data (:data:`bench.runs.shapes.SHAPES`: digits' one input channel and 10
     classes; less what the variant's builder does not take, and the shape's depth). Other tasks: ``cfg``'s own only
     (the builders' defaults for the rest). The guard then counts the parameters the runs will have."""
-    shape = cost.SHAPES.get(cfg.task)
+    shape = shapes.SHAPES.get(cfg.task)
     if shape is None or cfg.variant.startswith("timm:"):
         return dict(cfg.model_overrides())
     accepted = set(variants.describe(cfg.variant)["defaults"])
-    args = {k: v for k, v in cost.build_args(cfg.variant, shape).items() if k in accepted and k != "depth"}
+    args = {k: v for k, v in shapes.build_args(cfg.variant, shape).items() if k in accepted and k != "depth"}
     return {**args, **cfg.model_overrides()}
 
 

@@ -43,7 +43,7 @@ import variants
 from bench.analysis.claims import AXES, TABLES, Claim, parse_claims
 from bench.analysis.options import check_options
 from bench.analysis.studyfile import find_study, plugin_spec, read_study_file
-from bench.runs import cost, plugins
+from bench.runs import plugins, shapes
 from bench.runs.config import FIELD_DEFAULTS, SEQUENCE_FIELDS, RunConfig, build
 from bench.runs.constraints import CONSTRAINTS, errors
 from bench.runs.names import RULE, problem
@@ -207,7 +207,7 @@ class Study:
             raise ValueError(f"study {self.name!r}: a {opts['kind']} analysis needs trained runs: give it a [grid]")
         if opts["kind"] == "cost":
             try:
-                cost.check_designs(cost.shape_of(opts["shape"]), opts["designs"], opts["modes"])
+                shapes.check_designs(shapes.shape_of(opts["shape"]), opts["designs"], opts["modes"])
             except ValueError as exc:
                 raise ValueError(f"study {self.name!r}: [analysis]: {exc}") from None
             return

@@ -21,21 +21,14 @@ from typing import Any
 
 import pandas as pd
 
-from bench.analysis.stats import (
-    CONFIG_KEY,
-    MACHINE_KEY,
-    cost_by_band,
-    load_bands,
-    machines_of,
-    with_config_hash,
-)
+from bench.analysis.stats import banded_cells
 from bench.runs.schema import COST_COLUMNS
 
 # The cost figures read off the wall clock (a load beside them changes them); FLOPs are counted, memory is a peak.
 TIMED: tuple[str, ...] = tuple(m for m in COST_COLUMNS if m not in (
     "peak_mem_mb", "fwd_flops_per_sample", "train_flops_per_sample"))
 ONCE = "one timing"  # bench compare's test code of a timed figure's difference with one timing on a side
-# The tasks a ``bench cost`` shape is named after (:data:`bench.runs.cost.SHAPES`, which needs torch; a test keeps the
+# The tasks a ``bench cost`` shape is named after (:data:`bench.runs.shapes.SHAPES`, which needs torch; a test keeps the
 # two in step): the command :func:`cost_command` gives names the shape where the runs' one task has one.
 TASK_SHAPES = frozenset({"digits"})
 
@@ -90,20 +83,13 @@ def _label(rows: pd.DataFrame) -> str:
 def band_spread(board: pd.DataFrame, runs: Sequence[Mapping[str, Any]] | None,
                 metrics: Sequence[str] = TIMED) -> Spread | None:
     """The widest ratio, over ``board``'s configurations (each on one machine) and its timed ``metrics``, between the
-    highest and the lowest load band's mean figure (:func:`bench.analysis.stats.cost_by_band`); None where no
+    highest and the lowest load band's mean figure (:func:`bench.analysis.stats.banded_cells`); None where no
     configuration was timed in two bands."""
-    bands = load_bands(board, runs)
-    if bands.dropna().nunique() < 2:
-        return None
-    configs = with_config_hash(board).assign(**{MACHINE_KEY: machines_of(board)})
-    keys = [CONFIG_KEY] if CONFIG_KEY in configs.columns else []
     widest: Spread | None = None
-    for _, group in configs.groupby([*keys, MACHINE_KEY], sort=True, dropna=False):
-        for m in (m for m in metrics if m in TIMED):
-            means = [s["mean"] for _, s in cost_by_band(group, m, bands.loc[group.index])
-                     if math.isfinite(s["mean"]) and s["mean"] > 0]
-            if len(means) > 1 and (widest is None or max(means) / min(means) > widest.ratio):
-                widest = Spread(_label(group), m, min(means), max(means))
+    for group, m, cells in banded_cells(board, runs, [m for m in metrics if m in TIMED]):
+        means = [s["mean"] for _, s in cells if math.isfinite(s["mean"]) and s["mean"] > 0]
+        if len(means) > 1 and (widest is None or max(means) / min(means) > widest.ratio):
+            widest = Spread(_label(group), m, min(means), max(means))
     return widest
 
 
