@@ -154,7 +154,7 @@ def _targeted(board: pd.DataFrame) -> pd.Series:
 class Table(str):
     """A table's Markdown, and what its cells show that the text around it must say: ``split_bands`` (some cost cell
     lists each load band's figure) and ``timed_difference`` (timed cost cells of two designs or more sit side by side, a
-    difference between separate runs' timings: :func:`bench.analysis.timed_once.shows_timed_difference`)."""
+    difference between separate runs' timings: :func:`bench.analysis.timed.shows_timed_difference`)."""
 
     split_bands = False
     timed_difference = False
@@ -217,7 +217,7 @@ def leaderboard_table(board: pd.DataFrame, runs: Sequence[Mapping[str, Any]] | N
 
 def timed_note(board: pd.DataFrame, runs: Sequence[Mapping[str, Any]] | None) -> str:
     """The line under a leaderboard showing timed cells of several designs: the one ``bench compare`` prints
-    (:func:`bench.analysis.timed_once.note`), at the depths of ``board``. Its example spread is of a timed figure the
+    (:func:`bench.analysis.timed.note`), at the depths of ``board``. Its example spread is of a timed figure the
     table shows, named by its column's header (``samples/s``), never of one the reader cannot find in it."""
     depths = board["depth"].dropna().unique().tolist() if "depth" in board.columns else []
     tasks = board["task"].dropna().unique().tolist() if "task" in board.columns else []
