@@ -18,6 +18,7 @@ import numpy as np
 import pandas as pd
 import seaborn as sns
 from matplotlib.axes import Axes
+from matplotlib.axis import Axis
 from matplotlib.collections import LineCollection, PolyCollection
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
@@ -221,6 +222,57 @@ def blank(ax: Axes) -> None:
     for axis in (ax.xaxis, ax.yaxis):  # no ticks: no labels or grid lines to lay out
         axis.set_major_locator(NullLocator())
         axis.set_minor_locator(NullLocator())
+
+
+def measured_once(fig: Figure) -> None:
+    """Settings that leave every pixel of ``fig`` where it is and spare matplotlib re-measuring, at each layout pass,
+    each axis label placement and the saved figure's tight bounding box, what cannot change
+    (:func:`spines_as_edges`, :func:`blank_minor_ticks_off`). Applied just before saving, when nothing more is drawn."""
+    spines_as_edges(fig)
+    blank_minor_ticks_off(fig)
+
+
+def _draws_tick_marks(axis: Axis, which: tuple[str, ...] = ("major", "minor")) -> bool:
+    sides = ("bottom", "top") if axis.axis_name == "x" else ("left", "right")
+    return any(axis.get_tick_params(which=w).get(s, True) for w in which for s in sides)
+
+
+def spines_as_edges(fig: Figure) -> None:
+    """Each spine of ``fig`` on its axes' edge whose axis draws no tick marks (seaborn's whitegrid style draws none)
+    measured as the edge it is: left out of the layout and the saved figure's tight bounding box, and detached from
+    its axis.
+
+    ``Spine.get_window_extent`` is the spine's segment of the axes' edge, widened by the length of its axis's tick
+    marks where they are drawn; to know, it updates every tick of the axis (locations, labels), at each layout pass,
+    for the tight bounding box and at each placement of the axis label (below the spine). With no tick marks the
+    extent is the bare segment, and detached (``register_axis(None)``) it is computed as that directly, the same
+    numbers; the segment lies in the axes' box, which every tight bounding box holds, so it adds nothing there. A
+    spine's own drawing reads neither setting: every pixel stays."""
+    for ax in fig.axes:
+        for spine in ax.spines.values():
+            axis = spine.axis
+            if axis is not None and spine.get_position() == ("outward", 0.0) and not _draws_tick_marks(axis):
+                spine.set_in_layout(False)
+                spine.register_axis(None)
+
+
+def blank_minor_ticks_off(fig: Figure) -> None:
+    """The labels of each axis's minor ticks turned off where those ticks draw nothing: no tick marks, no grid lines
+    (seaborn's whitegrid style), and an empty label at every one for the axis's limits (a log axis spanning more
+    than a decade labels only its decades, the major ticks).
+
+    matplotlib skips a group of ticks none of whose parts is on; otherwise it makes a tick (two lines, two labels) for
+    each minor tick of a log axis and places and measures every one at each layout pass and draw. An empty label
+    draws nothing, and its box, a point at the tick labels' edge within the axes' height, lies inside what the axes
+    and the axis label (placed beyond the tick labels) already span: no pixel or bounding box changes."""
+    for ax in fig.axes:
+        for axis in (ax.xaxis, ax.yaxis):
+            if _draws_tick_marks(axis, ("minor",)) or axis.get_tick_params(which="minor").get("gridOn", True):
+                continue
+            locs = axis.get_minorticklocs()
+            if len(locs) and not any(axis.get_minor_formatter().format_ticks(locs)):
+                sides = ("bottom", "top") if axis.axis_name == "x" else ("left", "right")
+                axis.set_tick_params(which="minor", **{f"label{s}": False for s in sides})
 
 
 def figure(ncols: int = 1) -> tuple[Figure, list[Axes]]:
