@@ -238,39 +238,40 @@ def _draws_tick_marks(axis: Axis, which: tuple[str, ...] = ("major", "minor")) -
 
 
 def spines_as_edges(fig: Figure) -> None:
-    """Each spine of ``fig`` on its axes' edge whose axis draws no tick marks (seaborn's whitegrid style draws none)
-    measured as the edge it is: left out of the layout and the saved figure's tight bounding box, and detached from
-    its axis.
+    """Each spine of ``fig`` whose axis draws no tick marks (seaborn's whitegrid style draws none) detached from its
+    axis, so that measuring it does not update the axis's ticks.
 
     ``Spine.get_window_extent`` is the spine's segment of the axes' edge, widened by the length of its axis's tick
     marks where they are drawn; to know, it updates every tick of the axis (locations, labels), at each layout pass,
-    for the tight bounding box and at each placement of the axis label (below the spine). With no tick marks the
-    extent is the bare segment, and detached (``register_axis(None)``) it is computed as that directly, the same
-    numbers; the segment lies in the axes' box, which every tight bounding box holds, so it adds nothing there. A
-    spine's own drawing reads neither setting: every pixel stays."""
+    for the tight bounding box and at each placement of the axis label, a fifth of a save of a figure of many panels.
+    With no tick marks the extent is the bare segment, which a detached spine (``register_axis(None)``) returns
+    directly: the same numbers, so the same layout, and a spine's drawing does not read its axis. (Taking the spines
+    out of the layout instead is not the same: a spine's end can lie a rounding error past the axes' box, and that
+    moved a figure's panels and 30 of its pixels.)"""
     for ax in fig.axes:
         for spine in ax.spines.values():
-            axis = spine.axis
-            if axis is not None and spine.get_position() == ("outward", 0.0) and not _draws_tick_marks(axis):
-                spine.set_in_layout(False)
+            if spine.axis is not None and not _draws_tick_marks(spine.axis):
                 spine.register_axis(None)
 
 
 def blank_minor_ticks_off(fig: Figure) -> None:
     """The labels of each axis's minor ticks turned off where those ticks draw nothing: no tick marks, no grid lines
     (seaborn's whitegrid style), and an empty label at every one for the axis's limits (a log axis spanning more
-    than a decade labels only its decades, the major ticks).
+    than a decade labels only its decades, the major ticks), while a major tick in view has a label.
 
     matplotlib skips a group of ticks none of whose parts is on; otherwise it makes a tick (two lines, two labels) for
     each minor tick of a log axis and places and measures every one at each layout pass and draw. An empty label
-    draws nothing, and its box, a point at the tick labels' edge within the axes' height, lies inside what the axes
-    and the axis label (placed beyond the tick labels) already span: no pixel or bounding box changes."""
+    draws nothing, and its box is a point at the tick labels' inner edge, strictly inside the box of the axes, the
+    labelled major ticks and the axis label beyond them: no pixel, position or bounding box changes."""
     for ax in fig.axes:
         for axis in (ax.xaxis, ax.yaxis):
             if _draws_tick_marks(axis, ("minor",)) or axis.get_tick_params(which="minor").get("gridOn", True):
                 continue
-            locs = axis.get_minorticklocs()
-            if len(locs) and not any(axis.get_minor_formatter().format_ticks(locs)):
+            low, high = sorted(axis.get_view_interval())
+            major = [x for x in axis.get_majorticklocs() if low <= x <= high]
+            minor = axis.get_minorticklocs()
+            if (len(minor) and not any(axis.get_minor_formatter().format_ticks(minor))
+                    and any(axis.get_major_formatter().format_ticks(major))):
                 sides = ("bottom", "top") if axis.axis_name == "x" else ("left", "right")
                 axis.set_tick_params(which="minor", **{f"label{s}": False for s in sides})
 
