@@ -12,13 +12,13 @@ from __future__ import annotations
 import re
 import textwrap
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import pandas as pd
 import seaborn as sns
 from matplotlib.axes import Axes
-from matplotlib.axis import Axis
+from matplotlib.axis import Axis, XAxis
 from matplotlib.collections import LineCollection, PolyCollection
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
@@ -232,9 +232,12 @@ def measured_once(fig: Figure) -> None:
     blank_minor_ticks_off(fig)
 
 
-def _draws_tick_marks(axis: Axis, which: tuple[str, ...] = ("major", "minor")) -> bool:
-    sides = ("bottom", "top") if axis.axis_name == "x" else ("left", "right")
-    return any(axis.get_tick_params(which=w).get(s, True) for w in which for s in sides)
+def _sides(axis: Axis) -> tuple[str, str]:
+    return ("bottom", "top") if isinstance(axis, XAxis) else ("left", "right")
+
+
+def _draws_tick_marks(axis: Axis, which: tuple[Literal["major", "minor"], ...] = ("major", "minor")) -> bool:
+    return any(axis.get_tick_params(which=w).get(s, True) for w in which for s in _sides(axis))
 
 
 def spines_as_edges(fig: Figure) -> None:
@@ -244,14 +247,14 @@ def spines_as_edges(fig: Figure) -> None:
     ``Spine.get_window_extent`` is the spine's segment of the axes' edge, widened by the length of its axis's tick
     marks where they are drawn; to know, it updates every tick of the axis (locations, labels), at each layout pass,
     for the tight bounding box and at each placement of the axis label, a fifth of a save of a figure of many panels.
-    With no tick marks the extent is the bare segment, which a detached spine (``register_axis(None)``) returns
-    directly: the same numbers, so the same layout, and a spine's drawing does not read its axis. (Taking the spines
-    out of the layout instead is not the same: a spine's end can lie a rounding error past the axes' box, and that
-    moved a figure's panels and 30 of its pixels.)"""
+    With no tick marks the extent is the bare segment, which a detached spine (its ``axis`` None, as a spine
+    starts) returns directly: the same numbers, so the same layout, and a spine's drawing does not read its axis.
+    (Taking the spines out of the layout instead is not the same: a spine's end can lie a rounding error past the
+    axes' box, and that moved a figure's panels and 30 of its pixels.)"""
     for ax in fig.axes:
         for spine in ax.spines.values():
             if spine.axis is not None and not _draws_tick_marks(spine.axis):
-                spine.register_axis(None)
+                spine.axis = None
 
 
 def blank_minor_ticks_off(fig: Figure) -> None:
@@ -269,11 +272,10 @@ def blank_minor_ticks_off(fig: Figure) -> None:
                 continue
             low, high = sorted(axis.get_view_interval())
             major = [x for x in axis.get_majorticklocs() if low <= x <= high]
-            minor = axis.get_minorticklocs()
-            if (len(minor) and not any(axis.get_minor_formatter().format_ticks(minor))
+            minor = list(axis.get_minorticklocs())
+            if (minor and not any(axis.get_minor_formatter().format_ticks(minor))
                     and any(axis.get_major_formatter().format_ticks(major))):
-                sides = ("bottom", "top") if axis.axis_name == "x" else ("left", "right")
-                axis.set_tick_params(which="minor", **{f"label{s}": False for s in sides})
+                axis.set_tick_params(which="minor", **{f"label{s}": False for s in _sides(axis)})
 
 
 def figure(ncols: int = 1) -> tuple[Figure, list[Axes]]:
