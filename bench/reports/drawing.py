@@ -12,12 +12,13 @@ from __future__ import annotations
 import re
 import textwrap
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import pandas as pd
 import seaborn as sns
 from matplotlib.axes import Axes
+from matplotlib.axis import Axis, XAxis
 from matplotlib.collections import LineCollection, PolyCollection
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
@@ -221,6 +222,60 @@ def blank(ax: Axes) -> None:
     for axis in (ax.xaxis, ax.yaxis):  # no ticks: no labels or grid lines to lay out
         axis.set_major_locator(NullLocator())
         axis.set_minor_locator(NullLocator())
+
+
+def measured_once(fig: Figure) -> None:
+    """Settings that leave every pixel of ``fig`` where it is and spare matplotlib re-measuring, at each layout pass,
+    each axis label placement and the saved figure's tight bounding box, what cannot change
+    (:func:`spines_as_edges`, :func:`blank_minor_ticks_off`). Applied just before saving, when nothing more is drawn."""
+    spines_as_edges(fig)
+    blank_minor_ticks_off(fig)
+
+
+def _sides(axis: Axis) -> tuple[str, str]:
+    return ("bottom", "top") if isinstance(axis, XAxis) else ("left", "right")
+
+
+def _draws_tick_marks(axis: Axis, which: tuple[Literal["major", "minor"], ...] = ("major", "minor")) -> bool:
+    return any(axis.get_tick_params(which=w).get(s, True) for w in which for s in _sides(axis))
+
+
+def spines_as_edges(fig: Figure) -> None:
+    """Each spine of ``fig`` whose axis draws no tick marks (seaborn's whitegrid style draws none) detached from its
+    axis, so that measuring it does not update the axis's ticks.
+
+    ``Spine.get_window_extent`` is the spine's segment of the axes' edge, widened by the length of its axis's tick
+    marks where they are drawn; to know, it updates every tick of the axis (locations, labels), at each layout pass,
+    for the tight bounding box and at each placement of the axis label, a fifth of a save of a figure of many panels.
+    With no tick marks the extent is the bare segment, which a detached spine (its ``axis`` None, as a spine
+    starts) returns directly: the same numbers, so the same layout, and a spine's drawing does not read its axis.
+    (Taking the spines out of the layout instead is not the same: a spine's end can lie a rounding error past the
+    axes' box, and that moved a figure's panels and 30 of its pixels.)"""
+    for ax in fig.axes:
+        for spine in ax.spines.values():
+            if spine.axis is not None and not _draws_tick_marks(spine.axis):
+                spine.axis = None
+
+
+def blank_minor_ticks_off(fig: Figure) -> None:
+    """The labels of each axis's minor ticks turned off where those ticks draw nothing: no tick marks, no grid lines
+    (seaborn's whitegrid style), and an empty label at every one for the axis's limits (a log axis spanning more
+    than a decade labels only its decades, the major ticks), while a major tick in view has a label.
+
+    matplotlib skips a group of ticks none of whose parts is on; otherwise it makes a tick (two lines, two labels) for
+    each minor tick of a log axis and places and measures every one at each layout pass and draw. An empty label
+    draws nothing, and its box is a point at the tick labels' inner edge, strictly inside the box of the axes, the
+    labelled major ticks and the axis label beyond them: no pixel, position or bounding box changes."""
+    for ax in fig.axes:
+        for axis in (ax.xaxis, ax.yaxis):
+            if _draws_tick_marks(axis, ("minor",)) or axis.get_tick_params(which="minor").get("gridOn", True):
+                continue
+            low, high = sorted(axis.get_view_interval())
+            major = [x for x in axis.get_majorticklocs() if low <= x <= high]
+            minor = list(axis.get_minorticklocs())
+            if (minor and not any(axis.get_minor_formatter().format_ticks(minor))
+                    and any(axis.get_major_formatter().format_ticks(major))):
+                axis.set_tick_params(which="minor", **{f"label{s}": False for s in _sides(axis)})
 
 
 def figure(ncols: int = 1) -> tuple[Figure, list[Axes]]:

@@ -16,12 +16,16 @@ from pathlib import Path
 
 from matplotlib.figure import Figure
 
+from bench.reports.drawing import measured_once
+
 Job = tuple[Path, Callable[[], Figure]]  # where a figure goes, and what draws it
 
 
 def save(path: Path, make: Callable[[], Figure]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    make().savefig(path, dpi=120, bbox_inches="tight")  # whatever the layout left outside the figure
+    fig = make()
+    measured_once(fig)  # the same pixels, measured once less
+    fig.savefig(path, dpi=120, bbox_inches="tight")  # whatever the layout left outside the figure
 
 
 def draw_all(jobs: Sequence[Job], workers: int = 1) -> None:

@@ -18,7 +18,7 @@ from bench.analysis.claims import parse_claims
 from bench.analysis.multiplier import ScalingFit, fit_ladders, floor_of, ladders_from, steps_ratio_text
 from bench.analysis.scaling import interval
 from bench.analysis.studyfile import find_study, read_study_file
-from bench.reports.drawing import figure, legend
+from bench.reports.drawing import figure, legend, measured_once
 from bench.reports.markdown import MISSING, bound_cell, interval_cell, md
 from bench.reports.plotdata import palette
 from bench.runs.names import file_name
@@ -153,7 +153,9 @@ def report_lines(root: Path, study: str, board: pd.DataFrame, runs: Sequence[Map
         return [*head, f"No fit: {md(found.reason)}.", ""]
     path = root / "plots" / file_name(study, "study") / "scaling.png"
     path.parent.mkdir(parents=True, exist_ok=True)
-    scaling_figure(found.fit, found.metric).savefig(path, dpi=120, bbox_inches="tight")
+    fig = scaling_figure(found.fit, found.metric)
+    measured_once(fig)
+    fig.savefig(path, dpi=120, bbox_inches="tight")
     shown = path.relative_to(root).as_posix()
     return [*head, f"The same tables: `python -m bench scaling-fit --study {study} --baseline {found.baseline}`; the "
             "fit, its intervals and the multiplier are explained in resbench's docs/methodology.md.", "",
