@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from bench.analysis.pairing import paired_interval
+from bench.runs.names import LOOKS_SUFFIX
 
 ALPHA = 0.05
 
@@ -103,7 +104,7 @@ class Looks:
 
 def looks_file(root: Path, study: str) -> Path:
     """Where a study's looks and rounds are kept in its results folder (beside the study file its sweep left)."""
-    return Path(root) / "studies" / f"{study}.looks.json"
+    return Path(root) / "studies" / (study + LOOKS_SUFFIX)
 
 
 def read_looks(root: Path, study: str) -> Looks | None:

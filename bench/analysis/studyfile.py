@@ -28,7 +28,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from bench.runs.names import file_name
+from bench.runs.names import PLUGIN_HASHES_SUFFIX, file_name
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -206,7 +206,7 @@ def one_note_per_study() -> Iterator[None]:
 
 def manifest_path(study: Path) -> Path:
     """Where the content hashes of a stored study's plugins are: ``<name>.plugins.json`` beside it."""
-    return study.with_name(f"{study.stem}.plugins.json")
+    return study.with_name(study.stem + PLUGIN_HASHES_SUFFIX)
 
 
 def source_sha256(spec: str) -> tuple[str, str]:

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.runs.env import machine_fingerprint
-from bench.runs.names import file_name
+from bench.runs.names import LOOKS_SUFFIX, PLUGIN_HASHES_SUFFIX, file_name
 from bench.runs.results import ResultsStore, read_run_json
 
 
@@ -48,10 +48,10 @@ _KINDS = (("plugin file", "plugin files"), ("record of plugin hashes", "records 
 
 
 def _kind(name: str) -> str:
-    """The kind of a file under ``studies/`` that is not a study file, by its name (those :func:`bench.analysis.
-    studyfile.manifest_path` and :func:`bench.analysis.sequential.looks_file` give; any other is a plugin's)."""
-    return ("record of plugin hashes" if name.endswith(".plugins.json") else
-            "looks file" if name.endswith(".looks.json") else "plugin file")
+    """The kind of a file under ``studies/`` that is not a study file, by its name's ending
+    (:data:`bench.runs.names.PLUGIN_HASHES_SUFFIX`, :data:`bench.runs.names.LOOKS_SUFFIX`; any other is a plugin's)."""
+    return ("record of plugin hashes" if name.endswith(PLUGIN_HASHES_SUFFIX) else
+            "looks file" if name.endswith(LOOKS_SUFFIX) else "plugin file")
 
 
 def _with_machine(row: dict[str, str], run: Mapping[str, Any] | None) -> dict[str, str]:

@@ -24,6 +24,11 @@ _SAFE = re.compile(r"[A-Za-z0-9._+-]+")
 _UNSAFE_RUN = re.compile(r"[^A-Za-z0-9._+-]+")
 # Device names Windows reserves in every folder, with any extension (nul.txt is NUL).
 RESERVED = frozenset({"CON", "PRN", "AUX", "NUL", *(f"{port}{i}" for port in ("COM", "LPT") for i in range(1, 10))})
+# What sweeps keep beside a study file in a results folder's studies/: the content hashes of its plugins
+# (bench.analysis.studyfile.manifest_path) and, for a study run --until-decided, its looks
+# (bench.analysis.sequential.looks_file). Any other file there that is not a study file is a plugin's.
+PLUGIN_HASHES_SUFFIX = ".plugins.json"
+LOOKS_SUFFIX = ".looks.json"
 RULE = (f"a file name holds only letters, digits, '.', '_', '-' and '+' (at most {MAX_LENGTH}), does not start "
         "with '.' or '-' nor end with '.', and is not a device name Windows reserves (CON, PRN, AUX, NUL, COM1-9, "
         "LPT1-9)")
