@@ -269,7 +269,9 @@ def test_merge_refuses_two_versions_of_a_plugin(tmp_path: Path) -> None:
 
 
 def _tiny_study(path: Path, seeds: tuple[int, ...] = (0,)) -> Path:
-    return write(path, combinator_study("tiny", seeds))
+    """The tiny combinator study at ``seeds``, its runs evaluating two batches of each split (about results folders,
+    not evaluation)."""
+    return write(path, combinator_study("tiny", seeds).replace("[base]\n", "[base]\neval_batches = 2\n", 1))
 
 
 @pytest.fixture(scope="module")
