@@ -25,6 +25,7 @@ from bench.runs.config import RunConfig
 from bench.runs.env import MACHINE_FIELDS, machine_fingerprint
 from bench.runs.merge import merge
 from bench.runs.results import COLUMNS, ResultsStore
+from bench.sweeps import bill
 
 ENV_A = {"device_name": "NVIDIA H100", "device_count": 8, "cpu": "EPYC", "cuda_driver": 12040, "cuda": "12.4",
          "hip": None, "torch": "2.5.0", "python": "3.11.7", "hostname": "node1"}
@@ -283,6 +284,13 @@ def tiny_swept(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root / "res"
 
 
+def _process_start_untimed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A dry run's bill takes a process's start as 4 CPU seconds instead of timing a fresh interpreter's imports
+    (about 6 CPU seconds): what these tests check is which runs a dry run counts and bills, not that figure, whose
+    timing tests/test_bill.py's dry runs exercise."""
+    monkeypatch.setattr(bill, "process_start", lambda: 4.0)
+
+
 def _tiny_results(swept: Path, tmp_path: Path, name: str) -> tuple[Path, Path]:
     """The tiny study file at ``tmp_path / "tiny.toml"`` and a copy of its swept folder at ``tmp_path / name``: what
     ``python -m bench sweep tiny.toml --results-dir NAME --quiet`` leaves there."""
@@ -324,9 +332,11 @@ def test_a_bad_seed_list_exits_2_naming_the_field_and_writes_nothing(value: str,
 
 
 def test_a_changed_study_file_keeps_the_stored_one_beside_it(tiny_swept: Path, tmp_path: Path,
+                                                              monkeypatch: pytest.MonkeyPatch,
                                                               capsys: pytest.CaptureFixture[str]) -> None:
     """Sweeping a results folder with an edited study file never silently replaces the copy its runs were made with:
     that copy is kept under studies/previous/, named by its content, and the sweep says so."""
+    _process_start_untimed(monkeypatch)
     study, res = _tiny_results(tiny_swept, tmp_path, "res")
     first = study.read_text()
     assert (res / "studies" / "tiny.toml").read_text() == first
@@ -342,9 +352,11 @@ def test_a_changed_study_file_keeps_the_stored_one_beside_it(tiny_swept: Path, t
 
 
 def test_a_dry_run_bills_only_the_runs_a_sweep_would_run(tiny_swept: Path, tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch,
                                                          capsys: pytest.CaptureFixture[str]) -> None:
     """A dry run on a folder that holds some of the study's runs counts them and bills the others only; on a folder
     that holds them all it bills nothing."""
+    _process_start_untimed(monkeypatch)
     study, res = _tiny_results(tiny_swept, tmp_path, "res")
     capsys.readouterr()
     assert main(["sweep", str(study), "--results-dir", str(res), "--dry-run"]) == 0
