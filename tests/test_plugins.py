@@ -32,10 +32,8 @@ from bench.sweeps import fairness
 from bench.sweeps.study import Study, load_study
 
 REPO = Path(__file__).resolve().parents[1]
-FAST = ["--steps", "2", "--batch-size", "16", "--eval-every", "2", "--eval-batches", "2", "--measure", "--quiet",
-        "--chance-band", "0"]
-# (--chance-band 0: about the harness, not learning; a 2-step run ends at chance, bench.runs.chance; --eval-batches 2:
-# two batches of each split evaluated, not all of them)
+FAST = ["--steps", "2", "--batch-size", "16", "--eval-every", "2", "--measure", "--quiet", "--chance-band", "0"]
+# (--chance-band 0: about the harness, not learning; a 2-step run ends at chance, bench.runs.chance)
 
 
 
@@ -53,9 +51,7 @@ def sha256(path: Path) -> str:
 
 
 def tiny_study(tmp_path: Path) -> Path:
-    """The tiny combinator study, its runs evaluating two batches of each split (about plugins, not evaluation)."""
-    text = combinator_study(chance_band=None).replace("[base]\n", "[base]\neval_batches = 2\n", 1)
-    return write(tmp_path / "tiny.toml", text)
+    return write(tmp_path / "tiny.toml", combinator_study(chance_band=None))
 
 
 # -- loading ----------------------------------------------------------------------------------------------
@@ -334,8 +330,7 @@ def readme_section() -> tuple[str, list[str]]:
 def test_readme_plugin_and_command(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                    capsys: pytest.CaptureFixture[str]) -> None:
     """The command runs as printed, from a directory holding the plugin; only the study's run length is cut:
-    its shipped file (grid, `vary`, tolerance, claims) with the quick preset at 2 steps, depth 8, one seed, two
-    batches per evaluation."""
+    its shipped file (grid, `vary`, tolerance, claims) with the quick preset at 2 steps, depth 8, one seed."""
     import bench.sweeps.study
 
     code, argv = readme_section()
@@ -346,8 +341,7 @@ def test_readme_plugin_and_command(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     write(tmp_path / plugin_name, code)
     shipped = find_study("degradation").read_text(encoding="utf-8")
     tiny = re.sub(r"\[presets\.quick\][^\[]*", "[presets.quick]\nsteps = 2\neval_every = 2\nprobe_every = 2\n"
-                  "batch_size = 32\neval_batches = 2\nmeasure = []\nchance_band = 0.0\ndepth = [8]\nseed = [0]\n\n",
-                  shipped, count=1)
+                  "batch_size = 32\nmeasure = []\nchance_band = 0.0\ndepth = [8]\nseed = [0]\n\n", shipped, count=1)
     assert tiny != shipped
     write(tmp_path / "studies" / "degradation.toml", tiny)
     monkeypatch.setattr(bench.analysis.studyfile, "STUDIES_DIR", tmp_path / "studies")
