@@ -99,6 +99,7 @@ def study(tmp_path: Path, variant: str = "resnet", seeds: int = 3, steps: int = 
         steps = {steps}
         batch_size = 16
         eval_every = {steps}
+        eval_batches = 2  # about the executors, not the evaluation: two batches of each split, not all of them
         measure = {measure}
         timing_warmup = 0
         timing_repeats = 1

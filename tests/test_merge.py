@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import shutil
 import statistics
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,7 @@ from bench.runs.config import RunConfig
 from bench.runs.env import MACHINE_FIELDS, machine_fingerprint
 from bench.runs.merge import merge
 from bench.runs.results import COLUMNS, ResultsStore
+from bench.sweeps import bill
 
 ENV_A = {"device_name": "NVIDIA H100", "device_count": 8, "cpu": "EPYC", "cuda_driver": 12040, "cuda": "12.4",
          "hip": None, "torch": "2.5.0", "python": "3.11.7", "hostname": "node1"}
@@ -268,14 +270,39 @@ def test_merge_refuses_two_versions_of_a_plugin(tmp_path: Path) -> None:
 
 
 def _tiny_study(path: Path, seeds: tuple[int, ...] = (0,)) -> Path:
-    return write(path, combinator_study("tiny", seeds))
+    """The tiny combinator study at ``seeds``, its runs evaluating two batches of each split (about results folders,
+    not evaluation)."""
+    return write(path, combinator_study("tiny", seeds).replace("[base]\n", "[base]\neval_batches = 2\n", 1))
 
 
-def test_a_colleagues_seeds_of_one_study_merge(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.fixture(scope="module")
+def tiny_swept(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A results folder of the tiny study's sweep at seed 0 (plain and resnet), made once for the tests that start
+    from it; each copies it (:func:`_tiny_results`) before writing."""
+    root = tmp_path_factory.mktemp("tiny")
+    assert main(["sweep", str(_tiny_study(root / "tiny.toml")), "--results-dir", str(root / "res"), "--quiet"]) == 0
+    return root / "res"
+
+
+def _process_start_untimed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A dry run's bill takes a process's start as 4 CPU seconds instead of timing a fresh interpreter's imports
+    (about 6 CPU seconds): what these tests check is which runs a dry run counts and bills, not that figure, whose
+    timing tests/test_bill.py's dry runs exercise."""
+    monkeypatch.setattr(bill, "process_start", lambda: 4.0)
+
+
+def _tiny_results(swept: Path, tmp_path: Path, name: str) -> tuple[Path, Path]:
+    """The tiny study file at ``tmp_path / "tiny.toml"`` and a copy of its swept folder at ``tmp_path / name``: what
+    ``python -m bench sweep tiny.toml --results-dir NAME --quiet`` leaves there."""
+    study, res = _tiny_study(tmp_path / "tiny.toml"), tmp_path / name
+    shutil.copytree(swept, res)
+    return study, res
+
+
+def test_a_colleagues_seeds_of_one_study_merge(tiny_swept: Path, tmp_path: Path) -> None:
     """A second machine sweeps the same study file with other seeds (`--set seed=[3,4]`); both folders store the same
     study file, so `bench merge` takes them, and the report's reproduce lines give both commands."""
-    study = _tiny_study(tmp_path / "tiny.toml")
-    assert main(["sweep", str(study), "--results-dir", str(tmp_path / "a"), "--quiet"]) == 0
+    study, _ = _tiny_results(tiny_swept, tmp_path, "a")
     assert main(["sweep", str(study), "--set", "seed=[3,4]", "--results-dir", str(tmp_path / "b"), "--quiet"]) == 0
     out = tmp_path / "merged"
     assert main(["merge", str(tmp_path / "a"), str(tmp_path / "b"), "--out", str(out)]) == 0
@@ -304,13 +331,15 @@ def test_a_bad_seed_list_exits_2_naming_the_field_and_writes_nothing(value: str,
     assert not (tmp_path / "res").exists()
 
 
-def test_a_changed_study_file_keeps_the_stored_one_beside_it(tmp_path: Path,
+def test_a_changed_study_file_keeps_the_stored_one_beside_it(tiny_swept: Path, tmp_path: Path,
+                                                              monkeypatch: pytest.MonkeyPatch,
                                                               capsys: pytest.CaptureFixture[str]) -> None:
     """Sweeping a results folder with an edited study file never silently replaces the copy its runs were made with:
     that copy is kept under studies/previous/, named by its content, and the sweep says so."""
-    res = tmp_path / "res"
-    first = _tiny_study(tmp_path / "tiny.toml").read_text()
-    assert main(["sweep", str(tmp_path / "tiny.toml"), "--results-dir", str(res), "--quiet"]) == 0
+    _process_start_untimed(monkeypatch)
+    study, res = _tiny_results(tiny_swept, tmp_path, "res")
+    first = study.read_text()
+    assert (res / "studies" / "tiny.toml").read_text() == first
     _tiny_study(tmp_path / "tiny.toml", (0, 1))
     capsys.readouterr()
     assert main(["sweep", str(tmp_path / "tiny.toml"), "--results-dir", str(res), "--quiet", "--dry-run"]) == 0
@@ -322,11 +351,13 @@ def test_a_changed_study_file_keeps_the_stored_one_beside_it(tmp_path: Path,
     assert f"that copy is kept as {kept}" in capsys.readouterr().out
 
 
-def test_a_dry_run_bills_only_the_runs_a_sweep_would_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_dry_run_bills_only_the_runs_a_sweep_would_run(tiny_swept: Path, tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch,
+                                                         capsys: pytest.CaptureFixture[str]) -> None:
     """A dry run on a folder that holds some of the study's runs counts them and bills the others only; on a folder
     that holds them all it bills nothing."""
-    res, study = tmp_path / "res", _tiny_study(tmp_path / "tiny.toml")
-    assert main(["sweep", str(study), "--results-dir", str(res), "--quiet"]) == 0
+    _process_start_untimed(monkeypatch)
+    study, res = _tiny_results(tiny_swept, tmp_path, "res")
     capsys.readouterr()
     assert main(["sweep", str(study), "--results-dir", str(res), "--dry-run"]) == 0
     out = capsys.readouterr().out

@@ -99,8 +99,15 @@ def table_row(text: str, prefix: str) -> list[str]:
     return [c.strip() for c in rows[0].strip("|").split("|")]
 
 
-def test_leaderboard_table_numbers(tmp_path):
-    text = write_report(degradation_dir(tmp_path, True)).read_text()
+@pytest.fixture(scope="module")
+def plain_degrades_report(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """REPORT.md of :func:`degradation_dir` where plain degrades (no study, no probes), written once for the tests
+    that read it."""
+    return write_report(degradation_dir(tmp_path_factory.mktemp("deg"), True)).read_text()
+
+
+def test_leaderboard_table_numbers(plain_degrades_report):
+    text = plain_degrades_report
     header = table_row(text, "| variant |")
     cells = dict(zip(header, table_row(text, "| plain | 20 | digits |"), strict=True))
     # digits is a classifier: its table leads with the error. Train acc 0.95/0.96/0.97: error 4.00 % ± 1.00 %,
@@ -394,14 +401,13 @@ def test_a_difference_recorded_only_in_the_config_hash_shows_the_hash(tmp_path):
     assert table_row(text, "| resnet | 20 | digits | — |")[5] == "20.00 ± 0.00 (±0.00)"
 
 
-def test_grad_norm_figure_is_drawn_and_linked_when_runs_have_step_0_probes(tmp_path):
+def test_grad_norm_figure_is_drawn_and_linked_when_runs_have_step_0_probes(tmp_path, plain_degrades_report):
     text = write_report(degradation_dir(tmp_path, True, probes=True)).read_text()
     assert "![grad_norm_init_digits](plots/grad_norm_init_digits.png)" in text
     assert (tmp_path / "plots" / "grad_norm_init_digits.png").stat().st_size > 0
     assert "clipped to the metric's valid range" in text  # the figure note states the CI clipping
     assert "(figures: `python -m bench plot --results-dir " in text and "--study" not in text
-    bare = write_report(degradation_dir(tmp_path / "bare", True)).read_text()
-    assert "grad_norm_init" not in bare  # no probes, no figure
+    assert "grad_norm_init" not in plain_degrades_report  # the same runs without probes: no figure
 
 
 def test_study_report_and_probe_table_files(tmp_path: Path) -> None:

@@ -28,9 +28,11 @@ pytestmark = pytest.mark.usefixtures("clean_plugins")  # tests/conftest.py
 # training forward sends its own process a signal at a forward the test chooses, once.
 STOPPER = Path(__file__).parent / "stopper_plugin.py"
 
+# Evaluations read 512 tokens (not the default 8,192): what is compared across a resume is the same, at an eighth
+# of the evaluations' cost.
 RUN = ["run", "--variant", "stopper", "--task", "tinytext", "--steps", "23", "--batch-size", "4", "--seq-len", "16",
-       "--eval-every", "5", "--optimizer", "adamw", "--lr", "3e-3", "--warmup-steps", "4", "--probe-every", "7",
-       "--deterministic", "--measure", "--save-checkpoint", "--quiet"]
+       "--eval-every", "5", "--eval-tokens", "512", "--optimizer", "adamw", "--lr", "3e-3", "--warmup-steps", "4",
+       "--probe-every", "7", "--deterministic", "--measure", "--save-checkpoint", "--quiet"]
 
 
 def plugin(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, at: int, sig: str = "SIGTERM") -> Path:
@@ -106,7 +108,7 @@ def test_gradient_accumulation_follows_the_large_batch(tmp_path: Path) -> None:
     samples (the global batch is drawn whole), the same steps, to floating-point tolerance."""
     base = ["run", "--variant", "preln", "--depth", "2", "--task", "tinytext", "--steps", "6", "--seq-len", "16",
             "--model-arg", "d_model=16", "--model-arg", "n_heads=2", "--optimizer", "adamw", "--lr", "3e-3",
-            "--eval-every", "3", "--measure", "--quiet"]
+            "--eval-every", "3", "--eval-tokens", "512", "--measure", "--quiet"]
     assert main([*base, "--batch-size", "32", "--results-dir", str(tmp_path / "big")]) == 0
     assert main([*base, "--batch-size", "8", "--grad-accum", "4", "--results-dir", str(tmp_path / "acc")]) == 0
     assert main([*base, "--batch-size", "8", "--global-batch-size", "32", "--results-dir", str(tmp_path / "g")]) == 0
@@ -128,6 +130,7 @@ steps = 12
 batch_size = 4
 seq_len = 16
 eval_every = 4
+eval_tokens = 512
 optimizer = "adamw"
 lr = 3e-3
 deterministic = true
