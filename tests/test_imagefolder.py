@@ -5,6 +5,7 @@ line naming the file and the fix, nothing written)."""
 from __future__ import annotations
 
 import json
+import multiprocessing
 import shutil
 import tarfile
 from pathlib import Path
@@ -117,7 +118,9 @@ def test_bench_run_writes_both_throughputs_and_the_input_bound_fraction(tree: Pa
             "--workers", "2", "--prefetch", "1", "--steps", "2", "--batch-size", "6", "--measure", "throughput",
             "--timing-warmup", "1", "--timing-repeats", "2", "--timing-steps", "3", "--eval-batches", "1",
             "--chance-band", "0", "--results-dir", str(results)]
+    before = set(multiprocessing.active_children())
     assert main(args) == 0
+    assert set(multiprocessing.active_children()) <= before  # the loaders' workers ended with the run
     run = json.loads(next((results / "runs").glob("*.json")).read_text())
     row, thr = run["row"], run["measurements"]["throughput"]
     assert row["status"] == "ok" and row["loader_workers"] == 2 and row["eval_time_s"] > 0

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import multiprocessing
 import os
 import socket
 import subprocess
@@ -112,12 +113,14 @@ def test_bench_run_trains_on_shards(fmt: str, tmp_path: Path, capsys: pytest.Cap
         llmc_set(data)
     else:
         write_nanogpt(data, np.arange(1000) % VOCAB, np.arange(400) % VOCAB)
-    results = tmp_path / "results"
+    results, before = tmp_path / "results", set(multiprocessing.active_children())
     assert main(["run", "--variant", "preln", "--depth", "1", "--task", "tokens", "--data-path", str(data),
                  "--vocab-size", str(VOCAB), "--seq-len", str(T), "--batch-size", "8", "--steps", "3",
                  "--optimizer", "adam", "--lr", "1e-3", "--eval-tokens", "64", "--measure", "--quiet",
                  "--chance-band", "0",
                  "--results-dir", str(results)]) == 0
+    # the loaders' worker processes (the evaluations' persistent ones too) ended with the run
+    assert set(multiprocessing.active_children()) <= before
     run = json.loads(next((results / "runs").glob("*.json")).read_text())
     row = run["row"]
     assert row["status"] == "ok" and row["task"] == "tokens" and row["loader_workers"] == 1

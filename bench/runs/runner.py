@@ -162,6 +162,8 @@ def _run_config(cfg: RunConfig, progress: bool = False, reuse: Reuse | None = No
     except Exception as exc:  # every failure becomes a recorded row
         rec.status = classify_failure(exc)
         rec.error = one_line(str(exc) if rec.status == "diverged" else f"{type(exc).__name__}: {exc}")
+    finally:
+        s.task.close()  # its loaders' worker processes end with the run, not when the garbage is collected
     wall = rec.wall_before_s + time.perf_counter() - started  # every segment's time, none spent waiting
     row = build_row(cfg, s, rec, env, wall, cost_source, device)
     row = chance.judge(row, cfg.chance_band)  # a run that ended at chance learned nothing: failed_to_learn

@@ -125,6 +125,10 @@ class Task:
     # that ends there learned nothing (bench.runs.chance). None: not declared.
     chance_loss: float | None = None
 
+    def close(self) -> None:
+        """Release what the task holds beyond memory (a loader's worker processes) once the run is over; the task is
+        not iterated afterwards. Nothing here: the data of most tasks is on the device."""
+
     def train_batches(self, batch_size: int, generator: torch.Generator) -> Iterator[Batch]:
         """Endless training batches (augmented where the task augments), drawn with ``generator``."""
         raise NotImplementedError

@@ -180,12 +180,17 @@ class LoaderImageTask(Task):
     std: torch.Tensor
     skip_bad: bool = False
     bad_seen: list[list[str]] = field(default_factory=list)
+    _workers: loading.Workers = field(default_factory=loading.Workers)
+
+    def close(self) -> None:
+        self._workers.stop()
+        self.reader._eval_loaders.clear()
 
     def _normalise(self, x: torch.Tensor) -> torch.Tensor:
         return (x.float() - self.mean) / self.std
 
     def _batches(self, loader: Any) -> Iterator[Batch]:
-        for x, y, bad in loader:
+        for x, y, bad in self._workers.batches(loader):
             if bad:
                 self._bad(bad)
             if len(y):

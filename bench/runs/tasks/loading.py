@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import math
 import os
+import weakref
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
@@ -153,6 +154,37 @@ def make_loader(dataset: Dataset[Any], keys: Iterable[Any], *, workers: int, pre
         prefetch_factor=prefetch if workers else None, persistent_workers=persistent and workers > 0,
         generator=own_generator(),
     )  # fmt: skip
+
+
+class Workers:
+    """The worker processes of a task's loaders, stopped together when the run is over (:meth:`stop`).
+
+    Every pass over a loader goes through :meth:`batches`, which remembers the loader's iterator, the owner of its
+    worker processes. Left to themselves, those processes end when the iterator is garbage: at once for a pass whose
+    last reference goes, but a persistent evaluation loader, or a pass abandoned after one batch, that a reference
+    cycle keeps (a run's nested functions) lasts until Python's cycle collector runs, which finalises the
+    iterator's queues before the iterator: each worker then waits out its 5-second poll before it sees the end
+    (a notebook's next ``bench.run`` stalled 5 s a loader). :meth:`stop` ends them all while nothing is finalised.
+    """
+
+    def __init__(self) -> None:
+        self._live: weakref.WeakSet[Any] = weakref.WeakSet()
+
+    def batches(self, loader: Iterable[Any]) -> Iterator[Any]:
+        """The items of one pass over ``loader``, its iterator remembered."""
+        iterator = iter(loader)
+        self._live.add(iterator)
+        yield from iterator
+
+    def stop(self) -> None:
+        """End the worker processes of every loader iterator still alive; a loader is not iterated afterwards.
+        torch offers no public call for it: this is what deleting the iterator runs (``_shutdown_workers``, there
+        since torch 1.x, a no-op on an iterator without workers or already stopped)."""
+        for iterator in list(self._live):
+            shutdown = getattr(iterator, "_shutdown_workers", None)
+            if shutdown is not None:
+                shutdown()
+        self._live.clear()
 
 
 def to_device(batch: tuple[torch.Tensor, torch.Tensor], device: torch.device,

@@ -115,6 +115,7 @@ class TokenTask(SequenceTask):
         self.splits, self.options = splits, options
         self.dataset = TokenWindows(splits)
         self._eval_loaders: dict[tuple[str, int], DataLoader[Any]] = {}
+        self._workers = loading.Workers()
         super().__init__(name="tokens", kind="sequence", device=device, info=info, unit="tokens",
                          units_per_sample=options.seq_len, num_train=len(splits["train"]),
                          default_steps=DEFAULT_STEPS, loader_workers=workers, per_rank_batches=True,
@@ -129,8 +130,12 @@ class TokenTask(SequenceTask):
         return loading.make_loader(self.dataset, keys, workers=self.loader_workers or 0,
                                    prefetch=self.options.prefetch, device=self.device, persistent=persistent)
 
+    def close(self) -> None:
+        self._workers.stop()
+        self._eval_loaders.clear()
+
     def _batches(self, loader: DataLoader[Any]) -> Iterator[Batch]:
-        for windows in loader:
+        for windows in self._workers.batches(loader):
             tokens = windows.to(self.device, non_blocking=True).long()
             yield tokens[:, :-1], tokens[:, 1:]
 
