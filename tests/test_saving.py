@@ -1,5 +1,5 @@
 """Figures saved with less re-measuring (bench.reports.drawing.measured_once): the spines of a figure without tick
-marks out of the layout and detached from their axes, and minor ticks that draw nothing turned off; checked on the
+marks detached from their axes (and still in the layout), and minor ticks that draw nothing turned off; checked on the
 layout matplotlib computes, the tight bounding box and the decoded pixels, against the same figure saved as it is."""
 
 from __future__ import annotations

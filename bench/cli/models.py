@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import shlex
 import sys
 from collections import Counter
@@ -21,7 +22,7 @@ from bench.runs import plugins
 from bench.runs.config import RECIPES
 from bench.runs.cost import cost_table, profile_pair, timing_notes
 from bench.runs.probes import format_probe_table, probe, probe_table
-from bench.runs.shapes import Shape, at_depth, build_args, check_depth, check_designs, shape_of
+from bench.runs.shapes import Shape, at_depth, build_args, check_builds, check_depth, check_designs, shape_of
 from bench.runs.train import resolved_kwargs, setup
 from bench.sweeps import structure
 from bench.sweeps.fairness import diff_models, format_diff
@@ -64,17 +65,17 @@ def cmd_show_variant(ns: argparse.Namespace) -> int:
         desc = variants.describe(ns.name)
         parts = variants.formula(ns.name)
     formulas = any(parts.get(role) for role in ("layer", "unit", "combinator"))
-    with plugins.blame(ns.name), torch.device("meta"):  # shapes only: no memory, no random draws
-        args = build_args(ns.name, shape) if shape is not None else {}
-        model = variants.create(ns.name, **args) if formulas or shape is not None else None
-    params = sum(p.numel() for p in model.parameters()) if shape is not None and model is not None else desc["params"]
+    model, params = None, desc["params"]
+    if formulas or shape is not None:  # its formula's modules, or its size at the shape
+        with plugins.blame(ns.name), torch.device("meta"):  # shapes only: no memory, no random draws
+            built = variants.create(ns.name, **(build_args(ns.name, shape) if shape is not None else {}))
+        params = sum(p.numel() for p in built.parameters()) if shape is not None else params
+        model = built if formulas else None
     size = f"{params:,} parameters" if params is not None else "size set by its library"
     print(f"{ns.name} ({desc['family']}, {size}): {desc['paper']}")
     print(built_at(ns.name, shape, ns.shape))
     if desc["axes"]:
         print("axes: " + ", ".join(f"{k} {v}" for k, v in sorted(desc["axes"].items())))
-    if not formulas:
-        model = None
     # a cross-layer design: first, where it computes with the earlier values it reads (variants.links)
     for read in readers(model) if model is not None else ():
         print(f"reads earlier values in: {read['file']}:{read['line']} ({read['class'].rsplit('.', 1)[-1]}."
@@ -179,28 +180,13 @@ def cmd_diff(ns: argparse.Namespace) -> int:
 
 
 def _check_builds(role: str, name: str, depth: int | None, model_args: dict[str, Any]) -> None:
-    """ValueError naming the field where ``name`` (diff's argument ``role``) is not registered (``role``), where its
-    builder refuses ``depth`` yet builds at its own (``depth``, as `bench cost` says it) or refuses the model arguments
-    (``role``); built on the meta device, as :func:`bench.runs.shapes.check_designs` builds at a shape."""
-    try:
-        variants.describe(name)
-    except ValueError as e:
-        raise ValueError(f"{role}: {e}") from None
-
-    def refusal(**kwargs: Any) -> Exception | None:
-        try:
-            with torch.device("meta"):
-                variants.create(name, **kwargs)
-        except (ValueError, TypeError) as e:
-            return e
-        return None
-
-    refused = refusal(**({"depth": depth} if depth is not None else {}), **model_args)
-    if refused is None:
-        return
-    if depth is not None and refusal(**model_args) is None:
-        raise ValueError(f"depth: {name!r} ({role}) does not build at depth {depth}: {refused}")
-    raise ValueError(f"{role}: {name!r} does not build with model arguments {model_args}: {refused}")
+    """ValueError naming the field where ``name`` (diff's argument ``role``) is not registered, does not build at
+    ``depth`` where it builds at its own (``depth``, as `bench cost` says it) or does not build with the model
+    arguments (:func:`bench.runs.shapes.check_builds`, on the meta device)."""
+    at_depth_args = {**({"depth": depth} if depth is not None else {}), **model_args}
+    check_builds(name, role, functools.partial(variants.create, name, **at_depth_args),
+                 f"with model arguments {model_args}", depth,
+                 functools.partial(variants.create, name, **model_args) if depth is not None else None)
 
 
 def built_at(name: str, shape: Shape | None, shape_arg: str | None) -> str:

@@ -18,8 +18,9 @@ from bench.analysis.claims import parse_claims
 from bench.analysis.multiplier import ScalingFit, fit_ladders, floor_of, ladders_from, steps_ratio_text
 from bench.analysis.scaling import interval
 from bench.analysis.studyfile import find_study, read_study_file
-from bench.reports.drawing import figure, legend, measured_once
+from bench.reports.drawing import figure, legend
 from bench.reports.markdown import MISSING, bound_cell, interval_cell, md
+from bench.reports.parallel import save
 from bench.reports.plotdata import palette
 from bench.runs.names import file_name
 
@@ -151,12 +152,9 @@ def report_lines(root: Path, study: str, board: pd.DataFrame, runs: Sequence[Map
     head = ["## Scaling fit", ""]
     if found.fit is None:
         return [*head, f"No fit: {md(found.reason)}.", ""]
-    path = root / "plots" / file_name(study, "study") / "scaling.png"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig = scaling_figure(found.fit, found.metric)
-    measured_once(fig)
-    fig.savefig(path, dpi=120, bbox_inches="tight")
+    path, fit, metric = root / "plots" / file_name(study, "study") / "scaling.png", found.fit, found.metric
+    save(path, lambda: scaling_figure(fit, metric))
     shown = path.relative_to(root).as_posix()
     return [*head, f"The same tables: `python -m bench scaling-fit --study {study} --baseline {found.baseline}`; the "
             "fit, its intervals and the multiplier are explained in resbench's docs/methodology.md.", "",
-            render_scaling(found.fit).rstrip(), "", f"![scaling]({shown})", ""]
+            render_scaling(fit).rstrip(), "", f"![scaling]({shown})", ""]

@@ -11,7 +11,8 @@ the meta device: no memory, no compute). What a step takes to run is :mod:`bench
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+import functools
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -134,22 +135,13 @@ def check_designs(shape: Shape, designs: Sequence[str], modes: Sequence[str] = (
     a ``--depth`` its rule refuses where it builds at the shape's own: ``depth``, naming the role, with the builder's
     own message, which says the depths it takes), an unknown mode or an unknown precision. A design of any family, a
     plugin's included, is admitted where it builds."""
+    own = dataclasses.replace(shape, model_args={**shape.model_args, "depth": shape.own_depth})
     for field_, names in (("baseline", [baseline] if baseline is not None else []), (role, designs)):
         for name in names:
-            try:
-                variants.describe(name)
-            except ValueError as e:
-                raise ValueError(f"{field_}: {e}") from None
-            try:
-                with torch.device("meta"):
-                    build(name, shape)
-            except (ValueError, TypeError) as e:
-                own = dataclasses.replace(shape, model_args={**shape.model_args, "depth": shape.own_depth})
-                if shape.own_depth is not None and builds(name, own):
-                    raise ValueError(f"depth: {name!r} ({field_}) does not build at depth "
-                                     f"{shape.model_args['depth']}: {e}") from None
-                raise ValueError(f"{field_}: {name!r} does not build at shape {shape.name!r} ({shape.what}; model "
-                                 f"arguments {shape.model_args}): {e}") from None
+            check_builds(name, field_, functools.partial(build, name, shape),
+                         f"at shape {shape.name!r} ({shape.what}; model arguments {shape.model_args})",
+                         shape.model_args.get("depth"),
+                         functools.partial(build, name, own) if shape.own_depth is not None else None)
     bad = [m for m in modes if m not in MODES]
     if bad:
         raise ValueError(f"unknown mode(s) {', '.join(map(repr, bad))}; modes: {', '.join(MODES)}")
@@ -157,14 +149,34 @@ def check_designs(shape: Shape, designs: Sequence[str], modes: Sequence[str] = (
         raise ValueError(f"unknown precision {precision!r}; precisions: {', '.join(PRECISIONS)}")
 
 
-def builds(design: str, shape: Shape) -> bool:
-    """Whether ``design`` builds at ``shape`` (on the meta device: no memory, no compute)."""
+def check_builds(name: str, field_: str, make: Callable[[], object], at: str, depth: int | None = None,
+                 at_own_depth: Callable[[], object] | None = None) -> None:
+    """ValueError naming the field where ``name`` is not registered (``field_``, with the closest names) or where
+    ``make`` (building it) is refused on the meta device: ``depth``, naming ``field_``, where only ``depth`` is refused
+    (``at_own_depth``, the same build at its own depth, succeeds), with the builder's own message, which says the
+    depths it takes; else ``field_``, ``at`` saying with what it does not build. Shared by ``bench cost``'s designs
+    (:func:`check_designs`) and ``bench diff``'s two without a shape."""
+    try:
+        variants.describe(name)
+    except ValueError as e:
+        raise ValueError(f"{field_}: {e}") from None
+    refused = _refusal(make)
+    if refused is None:
+        return
+    if at_own_depth is not None and _refusal(at_own_depth) is None:
+        raise ValueError(f"depth: {name!r} ({field_}) does not build at depth {depth}: {refused}")
+    raise ValueError(f"{field_}: {name!r} does not build {at}: {refused}")
+
+
+def _refusal(make: Callable[[], object]) -> Exception | None:
+    """The ValueError or TypeError a builder raises when ``make`` builds on the meta device (no memory, no compute);
+    None where it builds."""
     try:
         with torch.device("meta"):
-            build(design, shape)
-    except (ValueError, TypeError):
-        return False
-    return True
+            make()
+    except (ValueError, TypeError) as e:
+        return e
+    return None
 
 
 def build_args(design: str, shape: Shape) -> dict[str, Any]:

@@ -127,8 +127,6 @@ def round_ratios(by_round: Sequence[Sequence[tuple[float, float]]]) -> list[list
     return [[r[i][0] / r[0][0] for r in by_round] for i in range(1, len(by_round[0]))]
 
 
-
-
 def medians(by_round: Sequence[Sequence[tuple[float, float]]]) -> list[tuple[float, float]]:
     """(median step ms, median step memory MiB) of each trainee over the :func:`rounds`."""
     return [(statistics.median(r[i][0] for r in by_round), statistics.median(r[i][1] for r in by_round))

@@ -46,7 +46,6 @@ from bench.sweeps.config_costs import (
     PROCESS_START_S,
     Costs,
     Plan,
-    cpu_clock,
     families,
     family_key,
     measure_costs,
@@ -112,7 +111,7 @@ def bill(configs: Sequence[RunConfig], options: SweepOptions, cost_key: Any,
     The bill's whole wall time over its CPU time (process and children: mostly one thread's work, counting FLOPs,
     setting up, starting a process) is the load's measured slowdown (``load["wall_over_cpu"]``, over
     ``load["window_s"]`` seconds): a window of seconds, steadier than the timed steps' own fraction of one."""
-    wall0, cpu0 = time.perf_counter(), cpu_clock()
+    wall0, cpu0 = time.perf_counter(), measure.cpu_seconds()
     threads = run_threads(options)
     with threads_set(threads):
         plans: dict[str, Plan] = {}
@@ -149,7 +148,7 @@ def bill(configs: Sequence[RunConfig], options: SweepOptions, cost_key: Any,
                 costs[p.key] = measure_costs(p, rates, setups[p.cfg.task], start_s,
                                              timed_s=ref_s * p.timed_flops / ref.timed_flops)
         load = {**machine_load(sample), "threads": threads}
-        wall, cpu = time.perf_counter() - wall0, cpu_clock() - cpu0
+        wall, cpu = time.perf_counter() - wall0, measure.cpu_seconds() - cpu0
         if first is not None and first.s.device.type == "cpu" and cpu > 0:
             load.update(wall_over_cpu=wall / cpu, window_s=wall)
         costs = {k: dataclasses.replace(c, load=load) for k, c in costs.items()}

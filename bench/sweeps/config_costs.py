@@ -172,9 +172,9 @@ def plan(cfg: RunConfig, key: str, like: Plan | None = None) -> Plan:
     set-up makes (weights, gradients, two optimiser states and one forward's activations fit the machine) is made on
     the one meta-device forward that counts its FLOPs. Its set-up time is the family's."""
     if like is None:
-        t0 = cpu_clock()
+        t0 = measure.cpu_seconds()
         s, num_train, stand = _setup(cfg)
-        setup_s = cpu_clock() - t0
+        setup_s = measure.cpu_seconds() - t0
     else:
         s0 = like.s
         lite = dataclasses.replace(s0.cfg, depth=cfg.depth, batch_size=cfg.batch_size)
@@ -216,11 +216,11 @@ def timed_seconds(p: Plan, rates: Mapping[str, float]) -> float:
     runner = StepRunner(s.cfg, s, s.model, batch_generator(s, 2))
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
-    cpu0 = cpu_clock()
+    cpu0 = measure.cpu_seconds()
     times = measure.time_steps(runner, device, warmup=p.warmup, repeats=p.repeats(rates), steps=1)
     timed_s = measure.median(times) / 1e3
     if device.type == "cpu":
-        timed_s = min(timed_s, (cpu_clock() - cpu0) / (p.warmup + len(times)) / torch.get_num_threads())
+        timed_s = min(timed_s, (measure.cpu_seconds() - cpu0) / (p.warmup + len(times)) / torch.get_num_threads())
     return timed_s
 
 
@@ -273,19 +273,13 @@ def families(plans: Iterable[Plan]) -> dict[str, list[Plan]]:
     return {k: sorted(v, key=lambda p: p.timed_flops) for k, v in out.items()}
 
 
-def cpu_clock() -> float:
-    """CPU seconds this process and the children it waited for have used (:func:`bench.runs.measure.cpu_seconds`):
-    what a piece of work takes on an idle core, however busy the machine is while the bill times it."""
-    return measure.cpu_seconds()
-
-
 def process_start() -> float:
     """What starting a run's process takes here, timed once in CPU seconds: Python started and what a run imports
     before its set-up (torch, resbench, the variants and the data modules: the local executor's fork server's
     :data:`~bench.sweeps.executors.local.PRELOAD`, which holds what the memory probe's process imports too). The
     sweep's first run pays it (the fork server's start) and so does each memory probe on a CPU."""
-    t0 = cpu_clock()
+    t0 = measure.cpu_seconds()
     subprocess.run([sys.executable, "-c", f"import bench.runs.memprobe, {', '.join(PRELOAD)}"], check=False,
                    capture_output=True, timeout=600)
-    return cpu_clock() - t0
+    return measure.cpu_seconds() - t0
 
