@@ -49,9 +49,16 @@ def one(results: Path, study: str) -> dict:
             figures.append({"figure": path.stem, "panels": made["panels"], "make": made["s"],
                             "save": total - made["s"]})
 
+    if not hasattr(plots, "draw_all"):
+        raise SystemExit("bench.reports.plots no longer draws through draw_all: update this script")
     plots.draw_all = timed_draw_all  # make_all calls it by this name
     with reading.once():  # as the command reads: each run JSON parsed once
-        report.write_report(results, study, workers=1, cached=False)
+        try:
+            report.write_report(results, study, workers=1, cached=False)
+        except ValueError as e:  # no such study, a damaged run JSON: the command's own message
+            raise SystemExit(f"error: {e}") from None
+    if not figures:
+        raise SystemExit(f"no figure of {study} was timed (none drawn, or drawn by another call than draw_all)")
     return {"study": study, "total": time.process_time(), "figures": figures}
 
 
@@ -72,7 +79,7 @@ def main() -> int:
             done = subprocess.run([sys.executable, __file__, "--one", str(results), study], capture_output=True,
                                   text=True, env={**os.environ, "MPLBACKEND": "Agg"})
             if done.returncode:
-                print(f"{study}: exit {done.returncode}\n{done.stderr[-2000:]}", file=sys.stderr)
+                print(f"{study}: {done.stderr.strip()[-2000:]}", file=sys.stderr)
                 return 1
             r = json.loads(done.stdout.splitlines()[-1])
             drawn = sum(f["make"] + f["save"] for f in r["figures"])
