@@ -41,12 +41,13 @@ def one(results: Path, study: str) -> dict:
                 start = time.process_time()
                 fig = drawing()
                 made["s"], made["panels"] = time.process_time() - start, len(fig.axes)
+                made["data"] = sum(ax.has_data() for ax in fig.axes)  # the others are blank space
                 return fig
 
             start = time.process_time()
             parallel.save(path, make)
             total = time.process_time() - start
-            figures.append({"figure": path.stem, "panels": made["panels"], "make": made["s"],
+            figures.append({"figure": path.stem, "panels": made["panels"], "data": made["data"], "make": made["s"],
                             "save": total - made["s"]})
 
     if not hasattr(plots, "draw_all"):
@@ -84,9 +85,9 @@ def main() -> int:
             r = json.loads(done.stdout.splitlines()[-1])
             drawn = sum(f["make"] + f["save"] for f in r["figures"])
             print(f"\n### `bench report --study {study}`, cold: {r['total']:.2f} s of CPU\n")
-            print("| figure | panels | drawing (CPU) | saving (CPU) | together |\n|---|---|---|---|---|")
+            print("| figure | panels (with data) | drawing (CPU) | saving (CPU) | together |\n|---|---|---|---|---|")
             for f in sorted(r["figures"], key=lambda f: -(f["make"] + f["save"])):
-                print(f"| {f['figure']} | {f['panels']} | {f['make']:.2f} s | {f['save']:.2f} s | "
+                print(f"| {f['figure']} | {f['panels']} ({f['data']}) | {f['make']:.2f} s | {f['save']:.2f} s | "
                       f"{f['make'] + f['save']:.2f} s |")
             print(f"| every figure | | | | {drawn:.2f} s |")
             print(f"| everything else (start-up, imports, runs, claims, tables) | | | | {r['total'] - drawn:.2f} s |")
