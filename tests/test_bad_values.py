@@ -172,6 +172,24 @@ def one_run(root: Path) -> str:
     return cfg.run_id
 
 
+def test_a_stored_study_file_that_cannot_be_read_is_an_error_not_a_report_without_claims(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A shipped study's copy in the folder, damaged: the report once left out its claims and forest plots, exit 0."""
+    from bench.runs.config import RunConfig
+
+    root = tmp_path / "res"
+    cfg = RunConfig(variant="resnet", depth=8, study="degradation")
+    row = {"run_id": cfg.run_id, "config_hash": cfg.config_hash(), "variant": "resnet", "depth": 8, "task": "digits",
+           "seed": 0, "status": "ok", "study": "degradation", "final_train_acc": 0.9}
+    ResultsStore(root).append({k: v for k, v in row.items() if k in COLUMNS},
+                              {"run_id": cfg.run_id, "row": row, "config": cfg.to_dict(),
+                               "curves": {"train": [], "eval": []}})
+    study = write(root / "studies" / "degradation.toml", 'name = "degradation"\nthis is [not toml\n')
+    assert main(["report", "--study", "degradation", "--results-dir", str(root), "--jobs", "1"]) == 2
+    assert capsys.readouterr().err.startswith(f"error: study file {study} is not valid TOML: ")
+    assert not (root / "REPORT-degradation.md").exists() and not (root / "plots").exists()
+
+
 NEEDS_PLOTLY = pytest.mark.skipif(importlib.util.find_spec("plotly") is None,
                                   reason="bench site needs plotly: pip install 'resbench[site]'")
 

@@ -472,6 +472,16 @@ def test_value_claims(values, expect, verdict):
     assert r.diff == pytest.approx(np.mean(values) - 1.5)
 
 
+def test_a_value_claims_group_is_labelled_at_the_level_it_was_read():
+    """Under --until-decided a value claim's group interval is read at the looks' level; it once said 95%."""
+    values = [2.0, 2.1, 2.3]
+    (r,) = evaluate_claims([claim(kind="value", expect="greater", threshold=1.5)], board(runs("postln", 6, values)),
+                           level=0.975)
+    half = sps.t.ppf(1 - 0.025 / 2, 2) * np.std(values, ddof=1) / math.sqrt(3)
+    assert r.groups[0].ci == pytest.approx(half)
+    assert f"all: 2.133 ± {half:.4g} (97.5% CI; 3/3 runs)" in claim_lines([r])[1]
+
+
 def slope_board(exponent: float, noise: tuple[float, ...] = (0.97, 1.0, 1.03), depths=(6, 12, 24, 48)) -> pd.DataFrame:
     return board(*(runs("preln", d, [3.0 * d**exponent * k for k in noise]) for d in depths))
 

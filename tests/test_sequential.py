@@ -13,7 +13,7 @@ import pytest
 from _studies import beats_preln_claims, combinator_study
 
 from bench.analysis.claims import parse_claim
-from bench.analysis.sequential import Looks, looks_file, simulate
+from bench.analysis.sequential import Looks, looks_file, read_looks, simulate
 from bench.cli import main
 from bench.reports.report import write_report
 from bench.runs.config import RunConfig
@@ -54,6 +54,22 @@ def test_the_looks_are_fixed_in_advance() -> None:
         Looks.plan(3, 2)
     with pytest.raises(ValueError, match="at least 2 seeds per configuration, got 1"):
         Looks.plan(1, 5)
+
+
+@pytest.mark.parametrize(("data", "why"), [
+    ({"seeds": [], "alpha": 0.05}, '"seeds" must be an increasing list of integers from 2, got []'),
+    ({"seeds": [6, 3], "alpha": 0.05}, '"seeds" must be an increasing list of integers from 2, got [6, 3]'),
+    ({"seeds": [3, 6], "alpha": 5}, '"alpha" must be a number in (0, 1), got 5'),
+    ({"seeds": [3, 6], "rounds": {}}, '"rounds" must be a list, got dict'),
+])
+def test_a_looks_file_that_no_plan_makes_is_refused_naming_its_field(data: dict, why: str, tmp_path: Path) -> None:
+    """Such a file once divided by zero (no seeds) or read every interval at -150 % (alpha 5), changing verdicts."""
+    path = looks_file(tmp_path, "s")
+    path.parent.mkdir()
+    path.write_text(json.dumps(data))
+    with pytest.raises(ValueError) as info:
+        read_looks(tmp_path, "s")
+    assert str(info.value) == f"{path} cannot be read ({why}); restore it, or delete it to judge the study as run once"
 
 
 def claim(design: str) -> object:

@@ -304,7 +304,7 @@ def parse_claims(tables: Any, source: str = "study") -> list[Claim]:
 
 @dataclass(frozen=True)
 class Group:
-    """The runs of one compared group (or one x value): counts and the 95% t-CI of their mean."""
+    """The runs of one compared group (or one x value): counts and the t-CI of their mean at ``level``."""
 
     label: str
     n_runs: int
@@ -315,6 +315,7 @@ class Group:
     n_above: int | None = None  # counted runs whose value is above the claim's count_above
     run_ids: tuple[str, ...] = ()  # the group's runs (what --until-decided adds seeds to)
     std: float = math.nan  # the seed-to-seed standard deviation of the counted runs' values (ddof 1)
+    level: float = 0.95  # of ``ci``: a value claim's group under --until-decided is read at its looks' level
 
 
 @dataclass(frozen=True)
@@ -452,7 +453,7 @@ def _group(label: str, rows: pd.DataFrame, claim: Claim, level: float = 0.95) ->
     s = t_ci(values, level)
     above = int((values[np.isfinite(values)] > claim.count_above).sum()) if claim.count_above is not None else None
     return Group(label, len(rows), int((rows["status"] != "ok").sum()), int(s["n"]), s["mean"], s["ci"], above,
-                 tuple(map(str, rows["run_id"])) if "run_id" in rows else (), s["std"])
+                 tuple(map(str, rows["run_id"])) if "run_id" in rows else (), s["std"], level)
 
 
 def _test(d: float, tol: float, half: float, enough: bool) -> str:

@@ -99,7 +99,17 @@ class Looks:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Looks:
-        return cls(tuple(int(s) for s in data["seeds"]), float(data.get("alpha", ALPHA)), list(data.get("rounds", [])))
+        """The looks :meth:`to_json` wrote; ValueError where they are not looks :meth:`plan` can make (seeds: a
+        non-empty increasing list of integers from 2; alpha: a number in (0, 1); rounds: a list)."""
+        seeds, alpha, rounds = data["seeds"], data.get("alpha", ALPHA), data.get("rounds", [])
+        if (not isinstance(seeds, list) or not seeds or any(type(n) is not int or n < 2 for n in seeds)
+                or seeds != sorted(set(seeds))):
+            raise ValueError(f'"seeds" must be an increasing list of integers from 2, got {seeds!r}')
+        if type(alpha) not in (int, float) or not 0 < alpha < 1:
+            raise ValueError(f'"alpha" must be a number in (0, 1), got {alpha!r}')
+        if not isinstance(rounds, list):
+            raise ValueError(f'"rounds" must be a list, got {type(rounds).__name__}')
+        return cls(tuple(seeds), float(alpha), list(rounds))
 
 
 def looks_file(root: Path, study: str) -> Path:

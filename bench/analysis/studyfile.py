@@ -50,11 +50,17 @@ def is_shipped(path: Path) -> bool:
     return path.resolve().parent == STUDIES_DIR.resolve()
 
 
+class NoStudy(ValueError):
+    """No study file by that name or path: neither stored in the results folder nor shipped. Where a study's file
+    only adds to what its runs show (its claims in a report), this means there is nothing to add; any other
+    ValueError of a study file (one that cannot be read, a stored copy refused) is an error wherever it is met."""
+
+
 def shipped_study(name: str) -> Path:
-    """The file of the shipped study ``name``; ValueError naming the shipped studies."""
+    """The file of the shipped study ``name``; :class:`NoStudy` naming the shipped studies."""
     path = STUDIES_DIR / f"{name}.toml"
     if not path.is_file():
-        raise ValueError(f"no shipped study {name!r}; shipped studies: {', '.join(shipped_studies()) or 'none'} "
+        raise NoStudy(f"no shipped study {name!r}; shipped studies: {', '.join(shipped_studies()) or 'none'} "
                          "(a study file of your own runs with `python -m bench sweep FILE.toml`)")
     return path
 
@@ -84,14 +90,15 @@ def _refuse_link(path: Path) -> None:
 def find_study(ref: str | Path, results_dir: str | Path | None = None) -> Path:
     """The study file ``ref`` names: a path to a ``.toml`` file (or any existing file), else a study name looked
     up in ``<results_dir>/studies/`` (the copy a sweep stored there, when ``results_dir`` is given) and then among
-    the shipped studies. ValueError names what was looked for and the shipped studies, and refuses a stored copy of
-    a shipped study that names plugins (code would stand in for the shipped study's)."""
+    the shipped studies. :class:`NoStudy` names what was looked for and the shipped studies; ValueError refuses a
+    stored copy of a shipped study that names plugins (code would stand in for the shipped study's) or one that
+    cannot be read."""
     path = Path(ref)
     if path.suffix == ".toml" or path.is_file():
         if results_folder_of(path) is not None:
             _refuse_link(path)
         if not path.is_file():
-            raise ValueError(f"study file {path} does not exist")
+            raise NoStudy(f"study file {path} does not exist")
         return path
     name = file_name(str(ref), "study")  # a name from a row or a command line: never a path out of the folder
     stored = Path(results_dir) / "studies" / f"{name}.toml" if results_dir is not None else None

@@ -14,7 +14,7 @@ import pandas as pd
 
 from bench.analysis.claims import TABLES, Result, evaluate_claims, parse_claims
 from bench.analysis.stats import t_ci
-from bench.analysis.studyfile import find_study, read_study_file
+from bench.analysis.studyfile import NoStudy, find_study, read_study_file
 from bench.reports.markdown import claim_lines, markdown_table, md
 from bench.runs.names import problem
 
@@ -39,7 +39,7 @@ def summary_of(results_dir: str | Path, study: str, runs: Sequence[dict[str, Any
         return None
     try:
         path: Path | None = find_study(study, root)
-    except ValueError:
+    except NoStudy:
         path = None
     data = read_study_file(path) if path else {}
     kind = data.get("analysis", {}).get("kind")

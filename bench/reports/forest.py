@@ -26,7 +26,7 @@ from matplotlib.lines import Line2D
 
 from bench.analysis.claims import AXES, Result, evaluate_claims, parse_claims
 from bench.analysis.sequential import Looks, read_looks
-from bench.analysis.studyfile import find_study, read_study_file
+from bench.analysis.studyfile import NoStudy, find_study, read_study_file
 from bench.reports.plotdata import Colour, palette_of
 from bench.runs.reading import remembered
 
@@ -39,10 +39,11 @@ _WORDS = {"agrees": "agrees", "disagrees": "DISAGREES", "inconclusive": "inconcl
 def study_results(root: Path, study: str, board: pd.DataFrame, probes: pd.DataFrame,
                   runs: Sequence[Mapping[str, Any]]) -> tuple[Path | None, list[Result], Looks | None]:
     """The study file of ``study``'s runs (None without one), its leaderboard claims' verdicts on its runs of
-    ``board`` (read at the level of the looks it was run under with ``--until-decided``) and those looks."""
+    ``board`` (read at the level of the looks it was run under with ``--until-decided``) and those looks. A study
+    file that is there but cannot be read is an error (ValueError), never a report without its claims."""
     try:
         path: Path | None = find_study(study, root)
-    except ValueError:
+    except NoStudy:
         return None, [], None
     assert path is not None
     claims = [c for c in parse_claims(read_study_file(path).get("claims", []), str(path)) if c.table == "leaderboard"]

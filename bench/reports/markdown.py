@@ -78,7 +78,8 @@ def _group_text(g: Group, count_above: float | None) -> str:
         counts.append(f"{g.n_failed} failed")
     if g.n_above is not None:
         counts.append(f"{g.n_above} above {count_above:g}")
-    ci = "95% CI; " if spread else ""  # the ± is the interval's half-width, not the seeds' std as in the leaderboard
+    # the ± is the interval's half-width (at the group's level), not the seeds' std as in the leaderboard
+    ci = f"{level_text(g.level)} CI; " if spread else ""
     return f"{g.label}: {fmt_number(g.mean, '.4g')}{spread} ({ci}{', '.join(counts)})"
 
 

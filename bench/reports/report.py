@@ -40,7 +40,7 @@ from bench.analysis.stats import (
     several_machines,
     with_derived,
 )
-from bench.analysis.studyfile import StandIn, find_study, is_shipped
+from bench.analysis.studyfile import NoStudy, find_study, is_shipped
 from bench.analysis.timed import TIMED, band_spread, cost_command, shows_timed_difference
 from bench.analysis.timed import note as once_note
 from bench.reports import plots
@@ -249,9 +249,7 @@ def _study_path(root: Path, name: str) -> Path | None:
     """The study file of ``name``'s runs (the copy its sweep left in ``root``, else the shipped one), or None."""
     try:
         return find_study(name, root)
-    except StandIn:
-        raise
-    except ValueError:
+    except NoStudy:
         return None
 
 

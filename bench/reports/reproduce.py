@@ -19,7 +19,7 @@ import pandas as pd
 
 from bench.analysis.studyfile import (
     PLUGIN_ORIGIN,
-    StandIn,
+    NoStudy,
     find_study,
     named_plugins,
     read_study_file,
@@ -85,9 +85,7 @@ def study_commands(name: str, preset: str | None, root: Path, runs: Sequence[Map
     (any preset's)."""
     try:
         path: Path | None = find_study(name, root)
-    except StandIn:
-        raise
-    except ValueError:
+    except NoStudy:
         path = None
     shipped = name in shipped_studies()
     head = ["reproduce", name] if shipped else ["sweep", (path or root / "studies" / f"{name}.toml").as_posix()]

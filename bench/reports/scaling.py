@@ -17,7 +17,7 @@ from matplotlib.figure import Figure
 from bench.analysis.claims import parse_claims
 from bench.analysis.multiplier import ScalingFit, fit_ladders, floor_of, ladders_from, steps_ratio_text
 from bench.analysis.scaling import interval
-from bench.analysis.studyfile import find_study, read_study_file
+from bench.analysis.studyfile import NoStudy, find_study, read_study_file
 from bench.reports.drawing import figure, legend
 from bench.reports.markdown import MISSING, bound_cell, interval_cell, md
 from bench.reports.parallel import save
@@ -127,11 +127,13 @@ class StudyFit:
 
 
 def study_fit(root: Path, study: str, board: pd.DataFrame, runs: Sequence[Mapping[str, Any]]) -> StudyFit | None:
-    """The scaling fit of ``study`` (:class:`StudyFit`); None for a study that declares no multiplier claim."""
+    """The scaling fit of ``study`` (:class:`StudyFit`); None for a study that declares no multiplier claim (or has no
+    study file); a study file that cannot be read is an error (ValueError)."""
     try:
-        claims = parse_claims(read_study_file(find_study(study, root)).get("claims", []))
-    except ValueError:
+        path = find_study(study, root)
+    except NoStudy:
         return None
+    claims = parse_claims(read_study_file(path).get("claims", []), str(path))
     mine = [c for c in claims if c.kind == "multiplier"]
     if not mine:
         return None
