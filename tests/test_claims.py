@@ -472,6 +472,18 @@ def test_value_claims(values, expect, verdict):
     assert r.diff == pytest.approx(np.mean(values) - 1.5)
 
 
+def test_a_claim_on_one_axis_flags_designs_that_differ_in_another():
+    """placement=pre vs post between DyT (Pre-LN with DyT) and Post-LN: they also differ in norm, so the
+    difference is not placement's alone: unpaired, and said. Pre-LN against Post-LN differ in placement only."""
+    c = claim(compare="placement", a="post", b="pre", expect="less")
+    post, pre, dyt = (runs(v, 6, vals) for v, vals in (("postln", [5.4, 5.5, 5.3]), ("preln", [5.2, 5.25, 5.1]),
+                                                        ("dyt", [5.2, 5.25, 5.1])))
+    confounded = one(c, board(post, dyt))
+    assert confounded.test == "Welch" and confounded.note == "the groups also differ in norm"
+    clean = one(c, board(post, pre))
+    assert clean.test == "paired t" and clean.note == "" and clean.verdict == "agrees"
+
+
 def test_a_value_claims_group_is_labelled_at_the_level_it_was_read():
     """Under --until-decided a value claim's group interval is read at the looks' level; it once said 95%."""
     values = [2.0, 2.1, 2.3]

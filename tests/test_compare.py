@@ -84,6 +84,27 @@ def test_each_row_against_the_baseline_at_its_depth() -> None:
     assert (t["p_holm"].dropna() >= t["p"].dropna()).all()
 
 
+def test_a_field_no_registered_variant_fixes_must_match_even_when_each_variant_holds_one_value() -> None:
+    """resnet20 at lr 0.1 against plain20 at lr 0.02 was once compared (Welch, no note): lr was taken to come with
+    the variant because each ran at one. The registry says what a variant fixes: admin its init, not its lr."""
+    rows = []
+    for i, (variant, init, lr, losses) in enumerate([("plain20", "kaiming", 0.02, [0.9, 0.8, 0.85]),
+                                                     ("resnet20", "kaiming", 0.1, [0.5, 0.45, 0.55]),
+                                                     ("preln", "xavier", 1e-3, [2.0, 2.1, 2.2]),
+                                                     ("admin", "admin", 1e-3, [1.9, 2.0, 1.95])]):
+        for seed, loss in enumerate(losses):
+            rows.append(dict.fromkeys(COLUMNS, None) | {
+                "run_id": f"{variant}-{i:08x}-s{seed}", "config_hash": f"{i:08x}", "variant": variant, "depth": 20,
+                "task": "digits", "seed": seed, "init": init, "lr": lr, "status": "ok", "final_val_loss": loss})
+    b = pd.DataFrame(rows, columns=list(COLUMNS))
+    cnn = b[b["variant"].str.endswith("20")]
+    resnet = compare_table(cnn, None, "plain20", ["final_val_loss"]).set_index("variant").loc["resnet20"]
+    assert np.isnan(resnet["diff"]) and pd.isna(resnet["test"])  # no baseline at lr 0.1: uncompared
+    lm = b[~b["variant"].str.endswith("20")]
+    admin = compare_table(lm, None, "preln", ["final_val_loss"]).set_index("variant").loc["admin"]
+    assert admin["test"] == "Welch" and admin["diff"] == pytest.approx(-0.15)  # admin's init is its own: compared
+
+
 def test_a_field_that_varies_within_a_variant_must_match() -> None:
     b = board()
     b.loc[(b["variant"] == "good") & (b["depth"] == 6), ["lr", "config_hash"]] = [3e-3, "ffffffff"]

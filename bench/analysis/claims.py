@@ -47,7 +47,8 @@ Rules of the verdicts (``agrees`` / ``disagrees`` / ``inconclusive``):
   one configuration; a group whose runs still differ in ``config_hash`` (in a field recorded nowhere else)
   is inconclusive. A configuration under which one compared group has no runs at all (a preset that runs other
   designs) is left out when another configuration has runs in every group. Fields that differ *between* the
-  groups but are fixed within each (an init that comes with a variant, say) are reported as confounds.
+  groups but are fixed within each (an init that comes with a variant, say) are reported as confounds; where the
+  claim compares one axis (placement, norm), so are the other axes (designs that also differ in norm).
 - **compare.** The difference b − a and its 95% confidence interval ``[lo, hi]``: **paired by seed** where the two
   groups differ in the compared field only (no confound, below) and share at least two seeds (each once a group):
   the mean of the per-seed differences ``d`` over the n shared seeds, ``mean(d) ± t(0.975, n−1)·sd(d)/√n``
@@ -619,7 +620,9 @@ def evaluate_claims(
     the compare and value claims' intervals (a study run ``--until-decided`` reads them at its looks' level,
     :class:`bench.analysis.sequential.Looks`)."""
     named = {f for c in claims for f in (*c.where, c.for_each, c.compare, c.x)}
-    frame = with_load_bands(claim_frame(board, runs, [a for a in AXES if a in named]), runs)  # cost: one load band
+    # a claim that compares one axis checks the others for confounds (_evaluate): every axis is then read
+    axes = AXES if any((c.compare or c.x) in AXES for c in claims) else [a for a in AXES if a in named]
+    frame = with_load_bands(claim_frame(board, runs, axes), runs)  # cost: one load band
     fields = [c for c in config_table(frame, runs).columns if c not in AXES]
     return [r for claim in claims for r in (_multiplier(claim, frame, board, runs or []) if claim.kind == "multiplier"
                                             else _evaluate(claim, frame, fields, probes, level))]
@@ -690,6 +693,8 @@ def _evaluate(claim: Claim, frame: pd.DataFrame, fields: Sequence[str], probes: 
                     for v in _present(df[claim.for_each])]  # fmt: skip
     side = claim.compare or claim.x
     rest = [f for f in fields if f not in (claim.for_each, "seed")]
+    if side in AXES:  # two designs compared on one axis differ in it alone: another axis apart is a confound
+        rest += [a for a in AXES if a not in (side, claim.for_each) and a in df]
     if claim.metric in COST_COLUMNS and several_machines(df):  # a cost figure is never pooled across machines
         machine = machines_of(df)
         contexts = [(", ".join(filter(None, [label, f"{MACHINE_KEY}={m}"])), part[machine.loc[part.index] == m])

@@ -5,8 +5,10 @@ mean, the 95% t CI half-width and the number of counted runs; every row whose va
 compared with the baseline's configuration that matches it in every field the variant does not itself fix:
 
 - **Matching.** The fields that tell configurations apart (:func:`bench.analysis.stats.by_configuration`: variant,
-  depth, task and every other differing one) except the variant and the fields each variant holds at one value of its
-  own (a pinned init, say, which comes with the variant). A row with no matching baseline is left uncompared.
+  depth, task and every other differing one) except the variant and the fields the row's variant or the baseline
+  fixes (its registration's ``fixed``: a paper's init, say, which comes with the variant; for a variant the registry
+  does not know, the fields every variant holds at one value of its own). Any other field, a learning rate that
+  differs, must match: a row with no matching baseline is left uncompared.
 - **Test.** Where a row and its baseline differ in the variant alone (no field the variant implies, such as a
   pinned init) and share seeds, the runs are **paired by seed** (:mod:`bench.analysis.pairing`): ``diff`` is the
   mean of the per-seed differences, its 95% t interval ``[diff_lo, diff_hi]`` and p over ``pairs`` seeds (and,
@@ -52,6 +54,7 @@ from bench.analysis.stats import (
     with_load_bands,
 )
 from bench.analysis.timed import ONCE, band_spread, cost_command, note, rests_on_one_timing, shows_timed_difference
+from bench.runs import registry_index
 
 ONCE_NOTE = "timed_note"  # the key in ``table.attrs`` of the line on differences between separate runs' timings
 COLUMNS = ("metric", "n", "mean", "ci", "diff", "diff_lo", "diff_hi", "test", "pairs", "n_base", "p", "p_exact",
@@ -99,17 +102,19 @@ def compare_table(
     board = with_load_bands(board, runs)  # cost figures measured at different loads are kept apart, as machines are
     named, by = by_configuration(with_config_hash(board), runs, base)
     by = [f for f in by if f not in ignore]
-    implied = [f for f in by if f not in base and (named.groupby("variant")[f].nunique(dropna=False) <= 1).all()]
-    match = [f for f in by if f != "variant" and f not in implied]
+    pinned = _pinned(named, by, base)
     table = aggregate_long(named, by, metrics)  # grouped by config_hash too: one configuration per row
     runs_of = dict(tuple(named.groupby(CONFIG_KEY, sort=False)))
     per_machine = MACHINE_KEY in table.columns  # several machines: a cost metric's rows are per machine
-    if per_machine:
-        match = [*match, MACHINE_KEY]
+
+    def implied(row: pd.Series) -> list[str]:
+        """The fields the row's variant or the baseline fix: they may differ, and then the runs do not pair."""
+        return [f for f in by if f in pinned[row["variant"]] | pinned[baseline]]
 
     def matched(row: pd.Series) -> pd.Series | None:
         cand = table[(table["variant"] == baseline) & (table["metric"] == row["metric"])]
-        for f in match:
+        own = implied(row)
+        for f in [*(f for f in by if f != "variant" and f not in own), *([MACHINE_KEY] if per_machine else [])]:
             cand = cand[cand[f].isna()] if pd.isna(row[f]) else cand[cand[f] == row[f]]
         return cand.iloc[0] if len(cand) == 1 else None
 
@@ -126,7 +131,7 @@ def compare_table(
             continue
         metric = row["metric"]
         (x, seeds), (base_x, base_seeds) = (seeded(counted_rows(rows_of(r), metric), metric) for r in (row, ref))
-        alone = all(_same(row[f], ref[f]) for f in implied)  # the variant is the one difference: its runs pair
+        alone = all(_same(row[f], ref[f]) for f in implied(row))  # the variant is the one difference: they pair
         pair = difference(x, base_x, seeds if alone else None, base_seeds if alone else None)
         single = not pair.test and rests_on_one_timing(metric, pair.n, pair.n_base)  # no test; the note says why
         timed[i] = shows_timed_difference(metric, (pair.n, pair.n_base))
@@ -146,6 +151,19 @@ def compare_table(
         out.attrs[ONCE_NOTE] = note(spread, cost_command(list(dict.fromkeys(shown["variant"])), baseline,
                                                          list(shown["depth"]) if "depth" in shown.columns else [],
                                                          list(shown["task"]) if "task" in shown.columns else []))
+    return out
+
+
+def _pinned(named: pd.DataFrame, by: Sequence[str], base: Sequence[str]) -> dict[Any, set[str]]:
+    """Per variant of ``named``, the fields of ``by`` (beyond ``base``) that it fixes: its registration's ``fixed``
+    (:func:`bench.runs.registry_index.fixes`). A variant the registry does not know (a plugin's, read without it)
+    is taken to fix the fields every variant here holds at one value of its own: all that its runs can say."""
+    free = [f for f in by if f not in base]
+    own = {f for f in free if (named.groupby("variant")[f].nunique(dropna=False) <= 1).all()}
+    out = {}
+    for variant in named["variant"].unique():
+        known = registry_index.fixes(str(variant))
+        out[variant] = own if known is None else {f for f in free if f in known}
     return out
 
 

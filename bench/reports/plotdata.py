@@ -103,7 +103,7 @@ def is_ln_transformer(variant: str) -> str | None:
 
 def registry_entries() -> dict[str, dict[str, Any]]:
     """What :mod:`bench.runs.registry_index` holds of each registered variant, asked of the imported registry:
-    family, paper, axes and :func:`variant_key`."""
+    family, paper, axes, :func:`variant_key` and the fields its registration fixes."""
     registry = registry_index.loaded_registry()
     if registry is None:
         raise RuntimeError("import variants first: the index is written from the registry itself")
@@ -111,7 +111,7 @@ def registry_entries() -> dict[str, dict[str, Any]]:
     for name in registry.list_variants():
         info = registry.describe(name)
         out[name] = {"family": info["family"], "paper": info.get("paper"), "axes": dict(info.get("axes", {})),
-                     "series": variant_key(name)}
+                     "series": variant_key(name), "fixes": sorted(info.get("fixed", {}))}
     return out
 
 

@@ -37,8 +37,20 @@ def _index() -> Mapping[str, Mapping[str, Any]]:
 
 
 def entry(name: str) -> Mapping[str, Any] | None:
-    """The index's entry of a shipped variant (``family``, ``paper``, ``axes``, ``series``), None for another name."""
+    """The index's entry of a shipped variant (``family``, ``paper``, ``axes``, ``series``, ``fixes``), None for
+    another name."""
     return _index().get(name)
+
+
+def fixes(name: str) -> frozenset[str] | None:
+    """The configuration fields the variant ``name`` holds at values of its own (its registration's ``fixed``: a
+    paper's init, an alias's depth), asked of the imported registry where it knows the name, else of the index; None
+    for a name neither knows (a plugin's variant read without the plugin)."""
+    registry = loaded_registry()
+    if registry is not None and name in registry.list_variants():
+        return frozenset(registry.describe(name)["fixed"])
+    known = entry(name)
+    return frozenset(known["fixes"]) if known is not None else None
 
 
 def render(entries: Mapping[str, Mapping[str, Any]]) -> str:
