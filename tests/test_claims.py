@@ -785,3 +785,59 @@ def test_a_margin_above_the_seed_spread_and_a_tenth_of_the_values_warns_where_it
         "(seed-to-seed standard deviation at most 0): ")
     single = board(runs("plain", 20, [0.08]), runs("plain", 56, [0.09]))  # one seed: no spread to compare with
     assert one(depth_claim("not_greater", threshold=0.05), single).note == ""
+
+
+def target_runs(variant: str, values, statuses=None, metric: str = "steps_to_target") -> list[dict]:
+    """Runs at depth 20 that set an accuracy target of 0.9: ``values`` their steps (or time) to it, None never."""
+    return [r | {"target_acc": 0.9, metric: v} for r, v in zip(runs(variant, 20, values, statuses, metric), values,
+                                                                strict=True)]
+
+
+def faster(expect: str, metric: str = "steps_to_target", **kw):
+    return claim(metric=metric, compare="variant", a="plain", b="highway", expect=expect, **kw)
+
+
+def test_a_run_that_never_reached_the_target_counts_against_its_group():
+    """Highway reaches the target at steps 30 and 40 and never at seed 2; plain at 90, 95, 100. The two seeds that
+    reached it alone would make highway faster (paired, -57.5 ± 31.8, as before this rule: agrees); the seed that never
+    got there counts as a failed run does, so no verdict that makes highway the better design can stand."""
+    df = board(target_runs("plain", [90, 95, 100]), target_runs("highway", [30, 40, None]))
+    r = one(faster("less"), df)
+    assert (r.verdict, r.test, r.pairs, r.diff) == ("inconclusive", "paired t", 2, -57.5)
+    assert r.spread == pytest.approx(sps.t.ppf(0.975, 1) * 2.5)  # d = -60, -55: sd 3.54, over sqrt(2) pairs
+    assert r.note == "more runs never reached the target with variant=highway, which the values do not bear out"
+    assert [(g.n, g.n_runs, g.n_failed) for g in r.groups] == [(3, 3, 0), (2, 3, 0)]
+    assert one(faster("greater"), df).verdict == "inconclusive"  # the values say faster, the miss says slower
+    assert one(faster("similar", threshold=100), df).verdict == "inconclusive"
+    slow = board(target_runs("plain", [90, 95, 100]), target_runs("highway", [130, 140, None]))
+    assert one(faster("greater"), slow).verdict == "agrees"  # the values and the miss agree: highway is slower
+    # The baseline missed it once and the design was faster at every seed: the miss bears the answer out.
+    assert one(faster("less"), board(target_runs("plain", [90, 95, None]),
+                                      target_runs("highway", [30, 40, 45]))).verdict == "agrees"
+
+
+def test_a_group_that_never_reached_the_target_is_the_slower_one():
+    """Every highway run trained (status ok) and never reached the target: it is the slower group, as a group whose
+    every run failed is the worse one; neither group reaching it decides nothing; runs that set no target are not
+    misses."""
+    df = board(target_runs("plain", [90, 95, 100]), target_runs("highway", [None, None, None]))
+    r = one(faster("less"), df)
+    assert (r.verdict, r.note) == ("disagrees", "no run of one group reached the target: it counts as the worse")
+    assert one(faster("greater"), df).verdict == "agrees"
+    none = board(target_runs("plain", [None, None]), target_runs("highway", [None, None]))
+    assert one(faster("less"), none).note == "no run of either group reached the target: two failures never agree"
+    untargeted = board(*([r | {"target_acc": None, "target_loss": None} for r in runs(v, 20, values,
+                                                                                       metric="steps_to_target")]
+                         for v, values in (("plain", [90, 95]), ("highway", [None, None]))))
+    assert one(faster("less"), untargeted).note == "no counted runs in a group"
+
+
+def test_a_claim_on_a_time_read_off_the_wall_clock_is_never_paired_and_says_why():
+    """Times to the target of the same seeds were taken at separate moments: Welch's test, never paired, and a note."""
+    df = board(target_runs("plain", [5.0, 6.0, 7.0], metric="time_to_target_s"),
+               target_runs("highway", [10.0, 11.5, 12.0], metric="time_to_target_s"))
+    r = one(faster("greater", "time_to_target_s"), df)
+    assert (r.verdict, r.test, r.pairs) == ("agrees", "Welch", 0)
+    assert r.p == pytest.approx(sps.ttest_ind([10.0, 11.5, 12.0], [5.0, 6.0, 7.0], equal_var=False).pvalue)
+    assert r.note == ("timed by separate runs, each at its own moment on the wall clock: the difference is confounded "
+                      "with the load on the machine then (`bench cost` times designs side by side)")

@@ -309,3 +309,39 @@ TIMED_NOTE = (
     "timings differ, not which design is faster. On a shared machine one configuration's timings change with the "
     "load on it{}. To rank designs' cost, time them side by side, alternating steps: `python -m bench cost --designs "
     "preact_abmix --baseline preact --shape digits --depth 8` (`--plugin` for your own designs).")
+
+
+def test_times_read_off_the_wall_clock_are_timed_figures_never_paired_by_seed(tmp_path: Path,
+                                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    """Both designs reach the target at step 90 at every seed; each run's time to it (and its whole time) moves with
+    the load at the run's own moments, so the difference is compared unpaired, with the note under the table, never
+    as a paired t on seeds that share nothing of the load."""
+    times = {"plain": ([5.0, 6.0, 7.0], [40.0, 42.0, 44.0]), "highway": ([10.0, 11.5, 12.0], [80.0, 81.0, 85.0])}
+    rows = []
+    for k, (variant, (to_target, wall)) in enumerate(times.items()):
+        for seed in range(3):
+            rows.append(dict.fromkeys(COLUMNS, None) | {
+                "run_id": f"{variant}-d20-digits-{k:08x}-s{seed}", "config_hash": f"{k:08x}", "variant": variant,
+                "depth": 20, "task": "digits", "seed": seed, "status": "ok", "target_acc": 0.9,
+                "steps_to_target": 90, "time_to_target_s": to_target[seed], "wall_time_s": wall[seed], "study": "s"})
+    pd.DataFrame(rows, columns=list(COLUMNS)).to_csv(tmp_path / "leaderboard.csv", index=False)
+    assert main(["compare", "--results-dir", str(tmp_path), "--baseline", "plain", "--metrics", "time_to_target_s",
+                 "steps_to_target", "wall_time_s"]) == 0
+    out = capsys.readouterr().out
+    p = sps.ttest_ind([10.0, 11.5, 12.0], [5.0, 6.0, 7.0], equal_var=False).pvalue
+    assert f"| highway | 20 | digits | time_to_target_s | +5.167 [+2.85 … +7.48] | Welch, 3 + 3 runs | {p:.3g} |" in out
+    assert "| highway | 20 | digits | wall_time_s | +40 [" in out and "paired" not in out
+    assert "| highway | 20 | digits | steps_to_target | 0 | equal: no spread, no test |" in out
+    assert out.rstrip().endswith(
+        "Timed by separate runs: each timed figure here (time to the target, a run's whole time) was taken by the run "
+        "that measured it, at its own moment on the wall clock, so a difference between designs is confounded with "
+        "the load on the machine at those moments: with one timing on a side it gets no test, and with more a test "
+        "says whether those timings differ, not which design is faster. Steps to the target (`steps_to_target`) are "
+        "counted, not timed: they say which design reaches it in fewer steps, whatever the load. On a shared machine "
+        "one configuration's timings change with the load on it. To rank designs' cost, time them side by side, "
+        "alternating steps: `python -m bench cost --designs highway --baseline plain --shape digits --depth 20` "
+        "(`--plugin` for your own designs).")
+    # One run of each: no test, as for a throughput timed once.
+    one = pd.DataFrame(rows[:1] + rows[3:4], columns=list(COLUMNS))
+    assert list(compare_table(one, None, "plain", ["time_to_target_s"]).dropna(subset=["diff"])["test"]) == [
+        "one timing"]

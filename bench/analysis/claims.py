@@ -54,9 +54,11 @@ Rules of the verdicts (``agrees`` / ``disagrees`` / ``inconclusive``):
   the mean of the per-seed differences ``d`` over the n shared seeds, ``mean(d) ± t(0.975, n−1)·sd(d)/√n``
   (:mod:`bench.analysis.pairing`: a run whose partner seed is missing is left out; few pairs also give the exact
   sign-flip p); else **Welch's**, ``diff = mean(b) - mean(a)``, ``diff ± t(0.975, ν)·√(s_a²/n_a + s_b²/n_b)`` (ν
-  the Welch–Satterthwaite degrees of freedom). Each verdict names its test and n. Two constant groups: a width of
-  0; fewer than two counted runs in a group: no interval, *inconclusive*. A study run ``--until-decided`` reads
-  its intervals at its looks' level instead of 95% (:mod:`bench.analysis.sequential`). With the margin ``m``
+  the Welch–Satterthwaite degrees of freedom). A figure timed on the wall clock (throughput, step time, time to the
+  target, a run's evaluation or whole time: :data:`bench.analysis.timed.TIMED`) never pairs, and its verdict's note
+  says that its difference is confounded with the load. Each verdict names its test and n. Two constant groups: a
+  width of 0; fewer than two counted runs in a group: no interval, *inconclusive*. A study run ``--until-decided``
+  reads its intervals at its looks' level instead of 95% (:mod:`bench.analysis.sequential`). With the margin ``m``
   (``threshold``):
   ``greater`` agrees when ``lo > m`` and disagrees when ``hi <= m``; ``less`` agrees when ``hi < -m`` and disagrees
   when ``lo >= -m``; ``not_greater`` (b is no more than ``m`` above a: non-inferiority) agrees when ``hi <= m`` and
@@ -69,7 +71,10 @@ Rules of the verdicts (``agrees`` / ``disagrees`` / ``inconclusive``):
   ``*_loss`` and ``*_error``, higher for ``*_acc``; other metrics cannot rank a failure, which leaves the claim
   inconclusive; two groups that both failed decide nothing (and never agree). If only some runs failed but
   more (as a fraction) in one group, an answer that does not also make that group the worse one is downgraded to
-  inconclusive.
+  inconclusive. For ``steps_to_target`` and ``time_to_target_s`` (lower is better) a run that set a target and never
+  reached it counts as a failed run does, whatever its status (one that reached it and diverged later did reach it):
+  it has no value, and would otherwise drop out of its group, leaving the runs that reached the target to speak for
+  the design alone.
 - **Cost figures per machine.** A claim on a cost figure (throughput, memory, FLOPs, MFU) over runs of several
   machines (the rows' ``machine`` fingerprints) gets one verdict per machine: they are never pooled.
 - **slope.** The slope's 95% CI (Student t, n - 2 dof) inside ``expect_range``: agrees; entirely outside:
@@ -104,6 +109,7 @@ from bench.analysis.stats import (
     MACHINE_KEY,
     MIN_RUNS,
     PAIRED,
+    TARGET_METRICS,
     config_table,
     counted_rows,
     machines_of,
@@ -114,6 +120,7 @@ from bench.analysis.stats import (
     with_config_hash,
     with_load_bands,
 )
+from bench.analysis.timed import TIMED
 from bench.runs import registry_index
 from bench.runs.results import COLUMNS
 from bench.runs.schema import COST_COLUMNS
@@ -406,7 +413,7 @@ def probe_quantity(probes: pd.DataFrame, metric: str, kind: str, position: str, 
 
 
 def _orientation(metric: str) -> str | None:
-    if metric in DERIVED or metric.endswith(("_loss", "_error")):
+    if metric in DERIVED or metric in TARGET_METRICS or metric.endswith(("_loss", "_error")):
         return "lower"
     return "higher" if metric.endswith("_acc") else None
 
@@ -474,12 +481,47 @@ def _answer(test: str, want: str) -> str:
     return "inconclusive" if test == "inconclusive" else "agrees" if test == want else "disagrees"
 
 
+_TARGETS = ("target_acc", "target_loss")
+
+
+def _unreached(rows: pd.DataFrame) -> int:
+    """How many of ``rows`` set a target (where the frame records targets) and never reached it (no value)."""
+    targeted = rows[list(_TARGETS)].notna().any(axis=1) if set(_TARGETS) <= set(rows.columns) else True
+    return int((targeted & rows["_value"].isna()).sum())
+
+
+@dataclass(frozen=True)
+class _Losses:
+    """What counts against a group in a compare claim, in words: failed runs (status not ``ok``), or for a target
+    metric runs that never reached the target, whatever their status (a run has no value then, and would otherwise
+    drop out of its group, leaving the runs that did reach it to speak for the design)."""
+
+    lost: tuple[int, int]  # per group (a, b): its runs counted as failures
+    all_: str  # every run of both groups lost
+    one: str  # every run of one group lost
+    more: str  # more runs lost in one group (its label follows)
+    similar: str  # similar values, but more runs lost in one group
+
+    @staticmethod
+    def of(claim: Claim, ga: Group, gb: Group, rows: tuple[pd.DataFrame, pd.DataFrame]) -> _Losses:
+        """``claim``'s losses of groups ``ga`` and ``gb``, whose runs are ``rows``."""
+        if claim.metric in TARGET_METRICS and not claim.probe:
+            return _Losses((_unreached(rows[0]), _unreached(rows[1])), "no run of either group reached the target: two "
+                           "failures never agree", "no run of one group reached the target: it counts as the worse",
+                           "more runs never reached the target with", "similar values, but more runs never reached the "
+                           "target in one group")  # fmt: skip
+        return _Losses((ga.n_failed, gb.n_failed), "every run of both groups failed (diverged, failed to learn, ...): "
+                       "two failures never agree", "every run of one group failed: it counts as the worse",
+                       "more runs failed with", "similar values, but more runs failed in one group")  # fmt: skip
+
+
 def _compare(claim: Claim, context: str, part: pd.DataFrame, level: float = 0.95, pairs: bool = True) -> Result:
     """A compare claim's verdict in one context: paired by seed where ``pairs`` (the groups differ in the compared
     field only) and their seeds pair up (:func:`bench.analysis.pairing.difference`), else Welch's."""
     field_, present = str(claim.compare), _present(part[str(claim.compare)])
     a, b = ({"min": present[0], "max": present[-1]}.get(v, v) if present else v for v in (claim.a, claim.b))
-    ga, gb = (_group(f"{field_}={_fmt(v)}", part[_matches(part[field_], v)], claim) for v in (a, b))
+    rows_a, rows_b = (part[_matches(part[field_], v)] for v in (a, b))
+    ga, gb = (_group(f"{field_}={_fmt(v)}", rows, claim) for v, rows in ((a, rows_a), (b, rows_b)))
     tol = claim.threshold * abs(ga.mean) if claim.relative else claim.threshold
     (vb, sb), (va, sa) = (seeded(_counted_rows(part[_matches(part[field_], v)], claim), claim.metric, "_value")
                           for v in (b, a))  # b: the variant
@@ -494,34 +536,35 @@ def _compare(claim: Claim, context: str, part: pd.DataFrame, level: float = 0.95
         return Result(claim, context, "inconclusive", note=f"{_NO_RUNS}{' or '.join(empty)}", **done)
     orient = None if claim.probe else _orientation(claim.metric)
     worse, note = None, ""  # the group the failures make worse: "a" or "b"
+    losses = _Losses.of(claim, ga, gb, (rows_a, rows_b))
+    lost_a, lost_b = losses.lost
     if ga.n == 0 or gb.n == 0:
-        all_failed = [g.n == 0 and g.n_failed == g.n_runs for g in (ga, gb)]
+        all_failed = [g.n == 0 and lost == g.n_runs for g, lost in ((ga, lost_a), (gb, lost_b))]
         if all(all_failed):
-            return Result(claim, context, "inconclusive", note="every run of both groups failed (diverged, failed to "
-                          "learn, ...): two failures never agree", **done)  # fmt: skip
+            return Result(claim, context, "inconclusive", note=losses.all_, **done)
         if ga.n == gb.n == 0 or not any(all_failed):
             return Result(claim, context, "inconclusive", note="no counted runs in a group", **done)
         if orient is None:
             return Result(claim, context, "inconclusive", note=f"every run failed in a group; {claim.metric} "
                           "cannot rank a failure", **done)  # fmt: skip
-        worse, note = ("a" if all_failed[0] else "b"), "every run of one group failed: it counts as the worse"
+        worse, note = ("a" if all_failed[0] else "b"), losses.one
         sign, want = _TESTS.get(str(claim.expect), (1, ""))
         test = "yes" if ((worse == "b") == (orient == "lower")) == (sign > 0) else "no"
         verdict = "disagrees" if claim.expect == "similar" else _answer(test, want)
         return Result(claim, context, verdict, note=note, **done)
     enough = pair.enough
-    if orient is not None and ga.n_failed / ga.n_runs != gb.n_failed / gb.n_runs:
-        worse = "a" if ga.n_failed / ga.n_runs > gb.n_failed / gb.n_runs else "b"
+    if orient is not None and lost_a / ga.n_runs != lost_b / gb.n_runs:
+        worse = "a" if lost_a / ga.n_runs > lost_b / gb.n_runs else "b"
     if claim.expect == "similar":
         verdict = _within(diff, tol, spread, enough)
         if worse and verdict == "agrees":
-            verdict, note = "inconclusive", "similar values, but more runs failed in one group"
+            verdict, note = "inconclusive", losses.similar
         return Result(claim, context, verdict, note=note, **done)
     sign, want = _TESTS[str(claim.expect)]
     test = _test(sign * diff, tol, spread, enough)
     if worse is not None and test != ("yes" if ((worse == "b") == (orient == "lower")) == (sign > 0) else "no"):
         if test != "inconclusive":
-            note = f"more runs failed with {(ga if worse == 'a' else gb).label}, which the values do not bear out"
+            note = f"{losses.more} {(ga if worse == 'a' else gb).label}, which the values do not bear out"
         test = "inconclusive"
     return Result(claim, context, _answer(test, want), note=note, **done)
 
@@ -709,7 +752,7 @@ def _evaluate(claim: Claim, frame: pd.DataFrame, fields: Sequence[str], probes: 
                 mine.append(Result(claim, context, "inconclusive", note=note))
                 continue
             result = run(claim, context, sub, level, pairs=not note.startswith(_CONFOUNDED))
-            notes = [result.note, note, margin_warning(result)]
+            notes = [result.note, note, margin_warning(result), timed_words(result)]
             mine.append(dataclasses.replace(result, note="; ".join(filter(None, notes))))
         # A configuration under which a compared group was never run (a preset of other designs) asks nothing of
         # this claim: it is left out where another configuration has runs in every group.
@@ -759,6 +802,17 @@ def margin_warning(r: Result) -> str:
             f"{scale:.3g}){times} their spread (seed-to-seed standard deviation at most {spread:.3g}): the claim "
             f"grants a difference that large, beyond what seeds alone move the values, so an agreement says little; "
             f"{_RELATIVE}")
+
+
+TIMED_WORDS = ("timed by separate runs, each at its own moment on the wall clock: the difference is confounded with "
+               "the load on the machine then (`bench cost` times designs side by side)")
+
+
+def timed_words(r: Result) -> str:
+    """What a compare claim's difference of a timed figure (:data:`bench.analysis.timed.TIMED`: never paired) is, where
+    both groups have values: the same caution as the note under ``bench compare``'s table."""
+    timed = r.claim.kind == "compare" and r.claim.metric in TIMED and not r.claim.probe
+    return TIMED_WORDS if timed and len(r.groups) == 2 and all(g.n for g in r.groups) else ""
 
 
 def describe(claim: Claim) -> str:

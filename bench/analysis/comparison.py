@@ -16,7 +16,8 @@ compared with the baseline's configuration that matches it in every field the va
   ``diff = mean - mean(baseline)`` and its 95% Welch interval. ``test`` names which; at least two counted runs a
   side, else no interval and no p-value. A cost figure a sweep measured once and copied into its other seeds' rows
   counts once (:func:`bench.analysis.stats.observations`): ``n = 1``, no p-value from copies, never paired. A timed
-  figure (throughput, step time) with one timing on a side is no result: ``test`` reads
+  figure (throughput, step time, and what each run reads off the wall clock: its time to the target, its evaluation
+  and whole time) is never paired, and with one timing on a side it is no result: ``test`` reads
   :data:`bench.analysis.timed.ONCE`. Wherever a timed figure's difference is shown, whatever its n (separate
   runs' timings, each at its own moment: the difference is confounded with the load then), ``table.attrs[ONCE_NOTE]``
   holds the line saying so and which ``bench cost`` command ranks the designs (:mod:`bench.analysis.timed`).
@@ -150,7 +151,8 @@ def compare_table(
         shown = table[timed]
         out.attrs[ONCE_NOTE] = note(spread, cost_command(list(dict.fromkeys(shown["variant"])), baseline,
                                                          list(shown["depth"]) if "depth" in shown.columns else [],
-                                                         list(shown["task"]) if "task" in shown.columns else []))
+                                                         list(shown["task"]) if "task" in shown.columns else []),
+                                    list(shown["metric"]))
     return out
 
 

@@ -8,8 +8,9 @@ is about. Rules (the claims, ``bench compare`` and the figures use them):
   compared field only (a claim's groups with no confound, a row of ``bench compare`` and the baseline's
   configuration that matches it in every other field), each side holds each seed once, and at least
   :data:`~bench.analysis.stats.MIN_RUNS` seeds are on both sides. A run whose seed the other side lacks (a failed
-  partner, a seed added to one side only) is left out of the pairs. Otherwise the comparison is Welch's, unpaired
-  (:func:`bench.analysis.stats.two_groups`).
+  partner, a seed added to one side only) is left out of the pairs. A figure timed on the wall clock never pairs
+  (:mod:`bench.analysis.timed`: a seed shares nothing of the load at the moments two runs took their times).
+  Otherwise the comparison is Welch's, unpaired (:func:`bench.analysis.stats.two_groups`).
 - **Paired t.** ``d_s = x_s − base_s`` for each shared seed s, n of them; ``diff = mean(d)``,
   ``sd = std(d, ddof=1)``, the interval ``diff ± t(1 − (1 − level)/2, n − 1) · sd / √n`` and the two-sided p of
   ``t = diff / (sd / √n)`` on n − 1 degrees of freedom. Constant differences: a width of 0, no p.
@@ -40,6 +41,7 @@ from bench.analysis.stats import (
     two_groups,
     without_spread,
 )
+from bench.analysis.timed import TIMED
 from bench.runs.schema import COST_COLUMNS
 
 EXACT_MAX = 16  # pairs up to which the exact sign-flip p is computed (2^16 sign patterns)
@@ -95,9 +97,11 @@ def paired(x: Mapping[int, float], base: Mapping[int, float], level: float = 0.9
 def seeded(rows: pd.DataFrame, metric: str, column: str | None = None) -> tuple[np.ndarray, np.ndarray | None]:
     """The values of ``metric`` (read from ``column``, default the metric's own) that the counted ``rows`` give a
     comparison, and their seeds: None where they cannot pair. A cost figure counts once per measurement
-    (:func:`~bench.analysis.stats.observations`: a sweep copies it into its other seeds' rows) and never pairs; rows
-    that do not each record a seed for their value do not pair either."""
-    if metric in COST_COLUMNS or "seed" not in rows.columns:
+    (:func:`~bench.analysis.stats.observations`: a sweep copies it into its other seeds' rows) and never pairs; nor
+    does a figure read off the wall clock (:data:`bench.analysis.timed.TIMED`: two designs' runs of one seed took their
+    times at separate moments, so their difference is the load's as much as the designs'); rows that do not each
+    record a seed for their value do not pair either."""
+    if metric in COST_COLUMNS or metric in TIMED or "seed" not in rows.columns:
         return observations(rows, metric, column), None
     values = pd.to_numeric(rows[column or metric], errors="coerce").to_numpy(dtype=float)
     seeds = pd.to_numeric(rows["seed"], errors="coerce").to_numpy(dtype=float)

@@ -150,6 +150,11 @@ COST_COLUMNS: tuple[str, ...] = (
     "train_samples_per_s", "train_tokens_per_s", "step_time_ms", "peak_mem_mb", "fwd_flops_per_sample",
     "train_flops_per_sample", "achieved_tflops", "mfu", "model_samples_per_s", "input_bound_fraction",
 )  # fmt: skip
+# Columns each run reads off the wall clock while it trains (seconds: to its target, evaluating, in all). Every run
+# has its own, none is copied, but like a timed cost figure each was taken at the run's own moments, so it moves with
+# the load on the machine then: a difference between two designs' figures is confounded with that load
+# (bench.analysis.timed).
+WALL_CLOCK_COLUMNS: tuple[str, ...] = ("time_to_target_s", "eval_time_s", "wall_time_s")
 # What `bench leaderboard` shows by default (the full set is in REPORT.md and the CSV itself).
 HEADLINE_METRICS: tuple[str, ...] = ("final_train_acc", "final_val_acc", "best_val_acc", "train_samples_per_s",
                                      "peak_mem_mb")
