@@ -14,7 +14,7 @@ import pytest
 from scipy import stats as sps
 
 from bench.analysis.comparison import compare_table, holm
-from bench.analysis.stats import banded_cells, primary_metrics, split_by_load_band, with_derived
+from bench.analysis.stats import banded_cells, load_bands, primary_metrics, split_by_load_band, with_derived
 from bench.cli import main
 from bench.reports.markdown import render_comparison as render
 from bench.runs.results import COLUMNS, ResultsStore
@@ -103,6 +103,26 @@ def test_a_field_no_registered_variant_fixes_must_match_even_when_each_variant_h
     lm = b[~b["variant"].str.endswith("20")]
     admin = compare_table(lm, None, "preln", ["final_val_loss"]).set_index("variant").loc["admin"]
     assert admin["test"] == "Welch" and admin["diff"] == pytest.approx(-0.15)  # admin's init is its own: compared
+
+
+def test_throughput_timed_on_other_thread_counts_is_never_pooled_or_compared() -> None:
+    """threads is no part of a configuration (it changes no result), but it changes a timing: 2-thread and 1-thread
+    figures were once pooled into one cell and compared (Welch), the note blaming the load alone."""
+    rows = []
+    for i, (variant, threads) in enumerate([("preact", [1, 1]), ("resnet", [2, 2]), ("plain", [1, 2])]):
+        for seed, t in enumerate(threads):
+            rows.append(dict.fromkeys(COLUMNS, None) | {
+                "run_id": f"{variant}-{i:08x}-s{seed}", "config_hash": f"{i:08x}", "variant": variant, "depth": 20,
+                "task": "digits", "seed": seed, "status": "ok", "threads": t, "train_samples_per_s": 3000.0 * t + seed})
+    b = pd.DataFrame(rows, columns=list(COLUMNS))
+    assert load_bands(b, None).tolist() == ["1 thread", "1 thread", "2 threads", "2 threads", "1 thread", "2 threads"]
+    t = compare_table(b, None, "preact", ["train_samples_per_s"])
+    assert {(r.variant, r.machine): r.n for r in t.itertuples()} == {
+        ("preact", "unrecorded at 1 thread"): 2, ("resnet", "unrecorded at 2 threads"): 2,
+        ("plain", "unrecorded at 1 thread"): 1, ("plain", "unrecorded at 2 threads"): 1}
+    assert t.set_index("variant")["diff"].isna().loc[["resnet"]].all()  # no preact timed on 2 threads
+    same = b.assign(threads=1)
+    assert load_bands(same, None).isna().all()  # one thread count: nothing to tell apart
 
 
 def test_a_field_that_varies_within_a_variant_must_match() -> None:

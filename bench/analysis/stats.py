@@ -303,14 +303,22 @@ def load_band(load_1m: Any, cpus: Any) -> str | None:
 
 def load_bands(board: pd.DataFrame, runs: Sequence[Mapping[str, Any]] | None) -> pd.Series:
     """Each row's load band (:func:`load_band`): that of the run that measured its cost figures (its
-    ``cost_source``, else the row's own run), None where the load was not recorded."""
-    if runs is None or board.empty or "run_id" not in board.columns:
+    ``cost_source``, else the row's own run), None where the load was not recorded. Where the rows' cost figures
+    were measured with different numbers of CPU threads (``threads``), the band names them too (``load/CPU 0-0.5,
+    2 threads``): a figure timed on more threads is another measurement condition, never pooled with the others."""
+    if board.empty or "run_id" not in board.columns:
         return pd.Series(None, index=board.index, dtype=object)
-    loads = {r.get("run_id"): (r.get("measurements") or {}).get("load") or {} for r in runs}
     source = board["cost_source"].astype(object) if "cost_source" in board.columns else board["run_id"]
     source = source.where(source.notna() & (source.astype(str) != ""), board["run_id"])
-    return pd.Series([load_band(loads.get(s, {}).get("load_1m"), loads.get(s, {}).get("cpus")) for s in source],
-                     index=board.index, dtype=object)
+    loads = {r.get("run_id"): (r.get("measurements") or {}).get("load") or {} for r in runs or ()}
+    bands = [load_band(loads.get(s, {}).get("load_1m"), loads.get(s, {}).get("cpus")) for s in source]
+    if "threads" in board.columns:
+        own = pd.to_numeric(board["threads"], errors="coerce")
+        threads = source.map(dict(zip(board["run_id"], own, strict=True))).fillna(own)
+        if threads.dropna().nunique() > 1:
+            bands = [", ".join(filter(None, [b, None if math.isnan(t) else f"{t:g} thread{'s' * (t != 1)}"])) or None
+                     for b, t in zip(bands, threads, strict=True)]
+    return pd.Series(bands, index=board.index, dtype=object)
 
 
 def with_load_bands(board: pd.DataFrame, runs: Sequence[Mapping[str, Any]] | None) -> pd.DataFrame:
