@@ -6,7 +6,10 @@ compared with the baseline's configuration that matches it in every field the va
 
 - **Matching.** The fields that tell configurations apart (:func:`bench.analysis.stats.by_configuration`: variant,
   depth, task and every other differing one) except the variant and the fields each variant holds at one value of its
-  own (a pinned init, say, which comes with the variant). A row with no matching baseline is left uncompared.
+  own (a pinned init, say, which comes with the variant). A row with no matching baseline is left uncompared. A row
+  that several of the baseline's configurations match (they differ in no field the runs record: a damaged or
+  hand-made results folder) is left uncompared too, and ``table.attrs[AMBIGUOUS_NOTE]`` names those configurations
+  by their ``config_hash``, so that no comparison goes missing unsaid.
 - **Test.** Where a row and its baseline differ in the variant alone (no field the variant implies, such as a
   pinned init) and share seeds, the runs are **paired by seed** (:mod:`bench.analysis.pairing`): ``diff`` is the
   mean of the per-seed differences, its 95% t interval ``[diff_lo, diff_hi]`` and p over ``pairs`` seeds (and,
@@ -54,6 +57,7 @@ from bench.analysis.stats import (
 from bench.analysis.timed import ONCE, band_spread, cost_command, note, rests_on_one_timing, shows_timed_difference
 
 ONCE_NOTE = "timed_note"  # the key in ``table.attrs`` of the line on differences between separate runs' timings
+AMBIGUOUS_NOTE = "ambiguous_note"  # the key in ``table.attrs`` of the line on rows with several baselines
 COLUMNS = ("metric", "n", "mean", "ci", "diff", "diff_lo", "diff_hi", "test", "pairs", "n_base", "p", "p_exact",
            "p_holm")
 
@@ -107,10 +111,16 @@ def compare_table(
     if per_machine:
         match = [*match, MACHINE_KEY]
 
+    ambiguous: dict[tuple[Any, ...], list[str]] = {}  # the shown fields of a baseline with several configurations
+
     def matched(row: pd.Series) -> pd.Series | None:
         cand = table[(table["variant"] == baseline) & (table["metric"] == row["metric"])]
         for f in match:
             cand = cand[cand[f].isna()] if pd.isna(row[f]) else cand[cand[f] == row[f]]
+        if len(cand) > 1:
+            key = tuple(cand.iloc[0][f] for f in by)
+            hashes = cand[CONFIG_KEY] if CONFIG_KEY in cand.columns else pd.Series(dtype=object)
+            ambiguous.setdefault(key, sorted({str(h) for h in hashes.dropna()}))
         return cand.iloc[0] if len(cand) == 1 else None
 
     def rows_of(row: pd.Series) -> pd.DataFrame:
@@ -141,12 +151,26 @@ def compare_table(
         table[MACHINE_KEY] = table[MACHINE_KEY].astype(object).where(table[MACHINE_KEY].notna(), "all")
     key = [CONFIG_KEY] if CONFIG_KEY in table.columns and CONFIG_KEY not in by else []  # a row's runs, for a join
     out = table[[*by, *([MACHINE_KEY] if per_machine else []), *COLUMNS, *key]].reset_index(drop=True)
+    if ambiguous:
+        out.attrs[AMBIGUOUS_NOTE] = ambiguous_note(baseline, by, ambiguous)
     if timed.any():
         shown = table[timed]
         out.attrs[ONCE_NOTE] = note(spread, cost_command(list(dict.fromkeys(shown["variant"])), baseline,
                                                          list(shown["depth"]) if "depth" in shown.columns else [],
                                                          list(shown["task"]) if "task" in shown.columns else []))
     return out
+
+
+def ambiguous_note(baseline: str, by: Sequence[str], ambiguous: Mapping[tuple[Any, ...], Sequence[str]]) -> str:
+    """The line under a comparison saying which rows of ``baseline`` match a compared row in several configurations
+    (``ambiguous``: the rows' ``by`` values -> their config hashes), so that the rows they would compare with are
+    left uncompared."""
+    shown = "; ".join(
+        f"{', '.join(f'{f}={v}' for f, v in zip(by, key, strict=True))} (config_hash "
+        f"{', '.join(hashes) if hashes else 'unrecorded'})" for key, hashes in ambiguous.items())
+    return (f"Not compared: the baseline {baseline} has several configurations that a compared row matches, and "
+            f"nothing recorded tells them apart: {shown}. Check these runs' leaderboard rows and the \"config\" of "
+            "their run JSONs: one of them may be damaged or missing.")
 
 
 def _same(a: Any, b: Any) -> bool:
