@@ -272,3 +272,39 @@ def test_free_cores_leave_the_busy_ones_and_a_run_records_its_threads(tmp_path: 
                     results_dir=tmp_path)
     assert run.row["threads"] == 2 and torch.get_num_threads() == own  # used for the run, restored after it
     assert ResultsStore(tmp_path).load_leaderboard()["threads"].tolist() == [2]
+
+
+def test_a_run_json_without_its_config_is_an_error_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Read as a run with every field unknown, it blanked every comparison of its study; it is a damaged file."""
+    root = tmp_path / "res"
+    path = root / "runs" / f"{one_run(root)}.json"
+    path.write_text(json.dumps({k: v for k, v in json.loads(path.read_text()).items() if k != "config"}))
+    assert main(["compare", "--baseline", "resnet", "--results-dir", str(root)]) == 2
+    assert capsys.readouterr().err == f'error: run JSON {path} is damaged: it has no "config" (the configuration the ' \
+        "run trained; every run resbench records has one); restore it, or delete it and its leaderboard row and " \
+        "rerun that run\n"
+
+
+def test_a_config_hash_that_contradicts_its_run_id_is_refused(tmp_path: Path,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    """Runs pool by their config hash: a cell naming another configuration than the run id would split one (or, named
+    like another's, merge two) without a word. Refused in a leaderboard line, a row to write and a run JSON's row."""
+    root = tmp_path / "res"
+    run_id = one_run(root)
+    named = run_id.split("-")[-2]
+    why = f"config_hash 'deadbeef' is not the hash '{named}' its run_id '{run_id}' was made with"
+    board = root / "leaderboard.csv"
+    text = board.read_text()
+    board.write_text(text.replace(f"{run_id},{named},", f"{run_id},deadbeef,"))
+    assert main(["compare", "--baseline", "resnet", "--results-dir", str(root)]) == 2
+    assert capsys.readouterr().err == f"error: {board} line 2 is damaged ({why}, but runs are pooled by their " \
+                                      f"configuration's hash); fix or delete line 2 of {board}\n"
+    board.write_text(text)
+    path = root / "runs" / f"{run_id}.json"
+    run = json.loads(path.read_text())
+    with pytest.raises(ValueError, match=f"^a row's {why}$"):
+        ResultsStore(root).append(run["row"] | {"config_hash": "deadbeef"}, run)
+    assert board.read_text() == text
+    path.write_text(json.dumps(run | {"row": run["row"] | {"config_hash": "deadbeef"}}))
+    assert main(["compare", "--baseline", "resnet", "--results-dir", str(root)]) == 2
+    assert capsys.readouterr().err.startswith(f'error: run JSON {path} is damaged: "row": {why}; restore it')

@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 from scipy import stats as sps
 
-from bench.analysis.comparison import compare_table, holm
+from bench.analysis.comparison import AMBIGUOUS_NOTE, compare_table, holm
 from bench.analysis.stats import banded_cells, load_bands, primary_metrics, split_by_load_band, with_derived
 from bench.cli import main
 from bench.reports.markdown import render_comparison as render
@@ -132,6 +132,53 @@ def test_a_field_that_varies_within_a_variant_must_match() -> None:
     assert "lr" in t.columns
     row = t[(t["variant"] == "good") & (t["depth"] == 6)].iloc[0]
     assert np.isnan(row["p"])  # no baseline at lr 3e-3: left uncompared, never matched to another lr
+
+
+def test_a_baseline_of_two_configurations_alike_leaves_its_rows_uncompared_and_the_note_names_them(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Two configurations of the baseline that no recorded field tells apart (one seed of base at depth 6 under
+    another hash, say a hand-edited folder): which one a row compares with is unknown, so it is compared with neither,
+    and the note under the table says so, naming both hashes, instead of a silent dash."""
+    b = board()
+    odd = (b["variant"] == "base") & (b["depth"] == 6) & (b["seed"] == 2)
+    b.loc[odd, ["run_id", "config_hash"]] = ["base-d6-tinytext-0000abcd-s2", "0000abcd"]
+    t = compare_table(b, None, "base", ["final_val_loss"])
+    at6 = t[(t["depth"] == 6) & (t["variant"] != "base")]
+    assert sorted(at6["variant"]) == ["broken", "good", "pinned"] and at6["diff"].isna().all()
+    assert t[(t["variant"] == "good") & (t["depth"] == 24)]["test"].tolist() == ["paired t"]  # the others compare
+    note = ("Not compared: the baseline base has several configurations that a compared row matches, and nothing "
+            "recorded tells them apart: variant=base, depth=6, task=tinytext, init=xavier (config_hash 00000000, "
+            '0000abcd). Check these runs\' leaderboard rows and the "config" of their run JSONs: one of them may be '
+            "damaged or missing.")
+    assert t.attrs[AMBIGUOUS_NOTE] == note
+    assert render(t, "markdown").endswith(f"\n\n{note}")
+    assert AMBIGUOUS_NOTE not in compare_table(board(), None, "base", ["final_val_loss"]).attrs
+    b.to_csv(tmp_path / "leaderboard.csv", index=False)
+    assert main(["compare", "--results-dir", str(tmp_path), "--baseline", "base", "--format", "csv"]) == 0
+    assert capsys.readouterr().err.splitlines()[-1] == note  # after the warning that no row has its run JSON
+
+
+def test_a_lost_run_json_keeps_every_column_and_comparison(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Two configurations per design that differ only in a field the leaderboard does not hold (eval_every), one run
+    JSON lost: the run is of its configuration all the same, so the field stays a column and every row is
+    compared (the lost file hid the field, showed two rows alike and blanked every difference)."""
+    from bench.runs.config import RunConfig
+
+    store = ResultsStore(tmp_path)
+    for k, (variant, every) in enumerate([(v, e) for v in ("plain", "highway") for e in (30, 150)]):
+        for seed in range(3):
+            cfg = RunConfig(variant=variant, depth=6, task="tinytext", seed=seed, eval_every=every)
+            row = {"run_id": cfg.run_id, "config_hash": cfg.config_hash(), "variant": variant, "depth": 6,
+                   "task": "tinytext", "seed": seed, "status": "ok", "final_val_loss": 2.0 - k / 10 + seed / 100}
+            store.append(row, {"run_id": cfg.run_id, "row": row, "config": cfg.to_dict()})
+    lost = RunConfig(variant="plain", depth=6, task="tinytext", seed=0, eval_every=30).run_id
+    (tmp_path / "runs" / f"{lost}.json").unlink()
+    assert main(["compare", "--results-dir", str(tmp_path), "--baseline", "plain", "--format", "csv"]) == 0
+    out = pd.read_csv(io.StringIO(capsys.readouterr().out))
+    assert list(out.columns[:4]) == ["variant", "depth", "task", "eval_every"]
+    highway = out[out["variant"] == "highway"].set_index("eval_every")
+    assert highway["diff"].to_dict() == pytest.approx({30: -0.2, 150: -0.2})
+    assert highway["test"].tolist() == ["exact", "exact"] and highway["pairs"].tolist() == [3, 3]
 
 
 def test_errors_name_the_fix() -> None:

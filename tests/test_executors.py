@@ -260,7 +260,8 @@ def test_driver_interrupted_then_killed_mid_sweep_resumes_with_one_row_per_confi
     # What a driver killed while writing can leave: a temporary file and a run JSON whose row it never wrote.
     pending = sorted(ids - {r["run_id"] for r in board(res)})
     (res / "runs" / f".{pending[0]}.json.abc123.tmp").write_text('{"half": ')
-    (res / "runs" / f"{pending[0]}.json").write_text('{"run_id": "' + pending[0] + '"}')  # no row to rebuild from
+    no_row = '{"run_id": "' + pending[0] + '", "config": {}}'  # no row to rebuild from
+    (res / "runs" / f"{pending[0]}.json").write_text(no_row)
 
     code, out, err = cli(args, capsys)
     assert code == 0, err

@@ -32,7 +32,7 @@ def add_run(store: ResultsStore, study: str, variant: str, depth: int, seed: int
            "status": "ok", "final_train_acc": acc, "final_val_acc": acc - 0.05, "study": study}
     curves = {"train": [{"step": s, "loss": (2.0 + depth / 100 + seed / 10) / (s + 1)} for s in range(5)],
               "eval": [{"step": s, "val_acc": acc * s / 4} for s in (0, 4)]}
-    store.append(row, {"run_id": run_id, "row": row, "curves": curves, "probes": []})
+    store.append(row, {"run_id": run_id, "row": row, "config": {}, "curves": curves, "probes": []})
 
 
 @pytest.fixture(scope="module")

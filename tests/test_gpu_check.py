@@ -122,7 +122,7 @@ def test_a_run_killed_after_writing_its_row_keeps_its_figures(gc, tmp_path, monk
             return subprocess.CompletedProcess(args, 0, "")
         results = Path(args[args.index("--results-dir") + 1])
         row = new_row(run_id="r", status="ok", train_tokens_per_s=213248.0, mfu=0.188, throughput_method="timed")
-        ResultsStore(results).append(row, {"run_id": "r", "row": row})
+        ResultsStore(results).append(row, {"run_id": "r", "row": row, "config": {}})
         raise subprocess.TimeoutExpired("bench", 50)
 
     monkeypatch.setattr(gc.Context, "bench", bench)

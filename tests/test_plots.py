@@ -48,7 +48,7 @@ def add_run(store: ResultsStore, variant: str, depth: int, seed: int, task: str 
     probes = [{"step": 0, "layer": i, "block": f"b{i}", "metric": "grad_norm", "value": (i + 1) * (seed + 1) * depth}
               for i in range(3)]  # fmt: skip
     probes += [{"step": 4, "layer": 0, "block": "b0", "metric": "grad_norm", "value": 99.0}]
-    store.append(full, {"run_id": run_id, "row": full, "curves": curves, "probes": probes})
+    store.append(full, {"run_id": run_id, "row": full, "config": {}, "curves": curves, "probes": probes})
 
 
 @pytest.fixture(scope="module")
@@ -289,11 +289,12 @@ def test_grad_norm_at_init_has_a_panel_per_sublayer_kind_and_prefers_weight_norm
     for seed in (0, 1):
         row = {"run_id": f"postln-s{seed}", "variant": "postln", "family": "transformer", "depth": 2, "task": "copy",
                "seed": seed, "status": "ok"}  # fmt: skip
-        store.append(row, {"run_id": row["run_id"], "row": row, "curves": {}, "probes": transformer_probes(seed)})
+        store.append(row, {"run_id": row["run_id"], "row": row, "config": {}, "curves": {},
+                           "probes": transformer_probes(seed)})
     old = {"run_id": "old", "variant": "preln", "family": "transformer", "depth": 2, "task": "copy", "seed": 0,
            "status": "ok"}  # fmt: skip
     old_probes = [{"step": 0, "layer": i, "block": f"u{i}", "metric": "grad_norm", "value": 1.0} for i in range(4)]
-    store.append(old, {"run_id": "old", "row": old, "curves": {}, "probes": old_probes})
+    store.append(old, {"run_id": "old", "row": old, "config": {}, "curves": {}, "probes": old_probes})
     probes = plots.load_frames(tmp_path).probes
     assert probes["kind"].isna().sum() == 4  # the old run's rows load with an empty kind
 
@@ -539,7 +540,7 @@ def test_loss_vs_time_plots_mean_loss_at_mean_training_time(tmp_path):
         row = {"run_id": run_id, "variant": variant, "depth": 6, "task": "tinytext", "seed": seed, "status": "ok"}
         evals = [{"step": 10, "train_time_s": t1, "val_loss": l1}, {"step": 20, "train_time_s": t2, "val_loss": l2}]
         curves = {"train": [{"step": 1, "loss": 3.0}], "eval": evals}
-        store.append(row, {"run_id": run_id, "row": row, "curves": curves, "probes": []})
+        store.append(row, {"run_id": run_id, "row": row, "config": {}, "curves": curves, "probes": []})
     frames = plots.load_frames(tmp_path)
     evals = frames.curves[frames.curves["split"] == "eval"]
     assert sorted(evals["train_time_s"].unique().tolist()) == [1.0, 2.0, 3.0, 4.0, 6.0]
@@ -565,7 +566,8 @@ def test_loss_vs_time_says_in_its_title_where_its_runs_were_made_in_several_load
         run_id = f"slow-d6-tinytext-00000000-s{seed}"
         row = {"run_id": run_id, "variant": "slow", "depth": 6, "task": "tinytext", "seed": seed, "status": "ok"}
         evals = [{"step": 10, "train_time_s": 2.0 + seed, "val_loss": 3.0}]
-        store.append(row, {"run_id": run_id, "row": row, "curves": {"train": [{"step": 1, "loss": 3.0}], "eval": evals},
+        store.append(row, {"run_id": run_id, "row": row, "config": {}, "curves": {"train": [{"step": 1, "loss": 3.0}],
+                                                                                    "eval": evals},
                            "probes": [], "measurements": {"load": {"load_1m": load, "cpus": 2}}})
     frames = plots.load_frames(tmp_path)
     drawing = next(d for d in plots.drawings(frames, None) if d.name == "loss_vs_time_tinytext")

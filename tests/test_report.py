@@ -32,7 +32,7 @@ def add(store: ResultsStore, variant: str, depth: int, seed: int, acc: float | N
     probes = full.pop("probes", None) or []
     full = {k: v for k, v in full.items() if k in COLUMNS}
     run_json = {"run_id": cfg.run_id, "row": full, "curves": {"train": [{"step": 0, "loss": 1.0}]}, "probes": probes}
-    store.append(full, run_json | ({"config": cfg.to_dict()} if config else {}))
+    store.append(full, run_json | {"config": cfg.to_dict() if config else {}})
 
 
 def write_study(root: Path, name: str, claims: str) -> None:
@@ -384,7 +384,7 @@ def test_configs_that_differ_in_one_field_are_never_pooled(tmp_path, variant, de
 
 def test_a_difference_recorded_only_in_the_config_hash_shows_the_hash(tmp_path):
     store = ResultsStore(tmp_path)
-    for seed in range(2):  # eval_every is in no leaderboard column, and these runs' JSONs hold no config
+    for seed in range(2):  # eval_every is in no leaderboard column, and these runs' JSONs hold an empty config
         add(store, "resnet", 20, seed, 0.9, config=False)
         add(store, "resnet", 20, seed, 0.5, config=False, eval_every=7)
     text = write_report(tmp_path).read_text()

@@ -75,8 +75,8 @@ def test_foreign_leaderboard_is_refused(tmp_path: Path) -> None:
 
 def test_load_run_by_prefix_and_errors(tmp_path: Path) -> None:
     store = ResultsStore(tmp_path)
-    store.append(row("resnet20-x-s0"), {"run_id": "resnet20-x-s0"})
-    store.append(row("resnet20-x-s1"), {"run_id": "resnet20-x-s1"})
+    store.append(row("resnet20-x-s0"), {"run_id": "resnet20-x-s0", "config": {}})
+    store.append(row("resnet20-x-s1"), {"run_id": "resnet20-x-s1", "config": {}})
     assert store.load_run("resnet20-x-s1")["run_id"] == "resnet20-x-s1"
     with pytest.raises(ValueError, match="2 runs start with it"):
         store.load_run("resnet20-x")

@@ -236,6 +236,26 @@ def test_a_field_an_older_run_json_lacks_reads_as_its_default():
         config_table(df).columns.tolist()  # no config recorded: nothing is filled in
 
 
+def test_a_run_that_records_no_config_takes_its_configurations_values():
+    """A run JSON lost (or its config): what the run does not record is unknown, not different. Filled from the
+    other runs of its configuration, it neither hides the field (which merged the two configurations below into rows
+    that look alike, and blanked every comparison with them) nor splits its configuration."""
+    short = RunConfig(variant="plain", depth=6, task="digits", eval_every=30)
+    long = RunConfig(variant="plain", depth=6, task="digits", eval_every=150)
+    df = pd.DataFrame(config_rows(short, [0.5, 0.6, 0.7]) + config_rows(long, [0.4, 0.3, 0.2]))
+    runs = [{"run_id": r.run_id, "config": {**(short if r.Index < 3 else long).to_dict(), "seed": r.seed}}
+            for r in df.itertuples()]
+    lost = runs[1:]  # the first run's JSON is missing
+    assert differing_fields(df, lost) == ["eval_every"]
+    assert config_table(df, lost)["eval_every"].tolist() == [30, 30, 30, 150, 150, 150]
+    # no other run of its configuration records it: it stays unknown and counts neither way (not 40 blank fields)
+    alone = df.iloc[[0, 3, 4, 5]]
+    assert differing_fields(alone, lost) == [] and pd.isna(config_table(alone, lost)["eval_every"].iloc[0])
+    # the other runs of its configuration disagree: nothing is filled, and the field still varies within it
+    lr = df.assign(lr=[None, 0.1, 0.2, 0.1, 0.1, 0.1])
+    assert pd.isna(config_table(lr, lost)["lr"].iloc[0]) and differing_fields(lr, lost) == ["eval_every"]
+
+
 def test_t_ci_drops_infinite_values_too():
     s = t_ci([5.0, math.inf, -math.inf, math.nan, 7.0])
     assert (s["n"], s["mean"], s["median"]) == (2, 6.0, 6.0)

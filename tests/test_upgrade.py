@@ -30,7 +30,7 @@ def record(store: ResultsStore, seed: int, loss: float, *, task: str = "copy", c
            "seed": seed, "status": "ok", "final_val_loss": loss, "final_train_loss": loss + 0.1}
     run = {"run_id": cfg.run_id, "row": row, "curves": {}, "probes": []}
     store.append({k: v for k, v in row.items() if k in COLUMNS},
-                 run | ({"config": cfg.to_dict()} if config else {}) | ({"env": ENV} if env else {}))
+                 run | {"config": cfg.to_dict() if config else {}} | ({"env": ENV} if env else {}))
     return cfg.run_id
 
 

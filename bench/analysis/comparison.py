@@ -8,7 +8,10 @@ compared with the baseline's configuration that matches it in every field the va
   depth, task and every other differing one) except the variant and the fields the row's variant or the baseline
   fixes (its registration's ``fixed``: a paper's init, say, which comes with the variant; for a variant the registry
   does not know, the fields every variant holds at one value of its own). Any other field, a learning rate that
-  differs, must match: a row with no matching baseline is left uncompared.
+  differs, must match: a row with no matching baseline is left uncompared. A row
+  that several of the baseline's configurations match (they differ in no field the runs record: a damaged or
+  hand-made results folder) is left uncompared too, and ``table.attrs[AMBIGUOUS_NOTE]`` names those configurations
+  by their ``config_hash``, so that no comparison goes missing unsaid.
 - **Test.** Where a row and its baseline differ in the variant alone (no field the variant implies, such as a
   pinned init) and share seeds, the runs are **paired by seed** (:mod:`bench.analysis.pairing`): ``diff`` is the
   mean of the per-seed differences, its 95% t interval ``[diff_lo, diff_hi]`` and p over ``pairs`` seeds (and,
@@ -58,6 +61,7 @@ from bench.analysis.timed import ONCE, band_spread, cost_command, note, rests_on
 from bench.runs import registry_index
 
 ONCE_NOTE = "timed_note"  # the key in ``table.attrs`` of the line on differences between separate runs' timings
+AMBIGUOUS_NOTE = "ambiguous_note"  # the key in ``table.attrs`` of the line on rows with several baselines
 COLUMNS = ("metric", "n", "mean", "ci", "diff", "diff_lo", "diff_hi", "test", "pairs", "n_base", "p", "p_exact",
            "p_holm")
 
@@ -112,11 +116,17 @@ def compare_table(
         """The fields the row's variant or the baseline fix: they may differ, and then the runs do not pair."""
         return [f for f in by if f in pinned[row["variant"]] | pinned[baseline]]
 
+    ambiguous: dict[tuple[Any, ...], list[str]] = {}  # the shown fields of a baseline with several configurations
+
     def matched(row: pd.Series) -> pd.Series | None:
         cand = table[(table["variant"] == baseline) & (table["metric"] == row["metric"])]
         own = implied(row)
         for f in [*(f for f in by if f != "variant" and f not in own), *([MACHINE_KEY] if per_machine else [])]:
             cand = cand[cand[f].isna()] if pd.isna(row[f]) else cand[cand[f] == row[f]]
+        if len(cand) > 1:
+            key = tuple(cand.iloc[0][f] for f in by)
+            hashes = cand[CONFIG_KEY] if CONFIG_KEY in cand.columns else pd.Series(dtype=object)
+            ambiguous.setdefault(key, sorted({str(h) for h in hashes.dropna()}))
         return cand.iloc[0] if len(cand) == 1 else None
 
     def rows_of(row: pd.Series) -> pd.DataFrame:
@@ -147,6 +157,8 @@ def compare_table(
         table[MACHINE_KEY] = table[MACHINE_KEY].astype(object).where(table[MACHINE_KEY].notna(), "all")
     key = [CONFIG_KEY] if CONFIG_KEY in table.columns and CONFIG_KEY not in by else []  # a row's runs, for a join
     out = table[[*by, *([MACHINE_KEY] if per_machine else []), *COLUMNS, *key]].reset_index(drop=True)
+    if ambiguous:
+        out.attrs[AMBIGUOUS_NOTE] = ambiguous_note(baseline, by, ambiguous)
     if timed.any():
         shown = table[timed]
         out.attrs[ONCE_NOTE] = note(spread, cost_command(list(dict.fromkeys(shown["variant"])), baseline,
@@ -167,6 +179,18 @@ def _pinned(named: pd.DataFrame, by: Sequence[str], base: Sequence[str]) -> dict
         known = registry_index.fixes(str(variant))
         out[variant] = own if known is None else {f for f in free if f in known}
     return out
+
+
+def ambiguous_note(baseline: str, by: Sequence[str], ambiguous: Mapping[tuple[Any, ...], Sequence[str]]) -> str:
+    """The line under a comparison saying which rows of ``baseline`` match a compared row in several configurations
+    (``ambiguous``: the rows' ``by`` values -> their config hashes), so that the rows they would compare with are
+    left uncompared."""
+    shown = "; ".join(
+        f"{', '.join(f'{f}={v}' for f, v in zip(by, key, strict=True))} (config_hash "
+        f"{', '.join(hashes) if hashes else 'unrecorded'})" for key, hashes in ambiguous.items())
+    return (f"Not compared: the baseline {baseline} has several configurations that a compared row matches, and "
+            f"nothing recorded tells them apart: {shown}. Check these runs' leaderboard rows and the \"config\" of "
+            "their run JSONs: one of them may be damaged or missing.")
 
 
 def _same(a: Any, b: Any) -> bool:

@@ -623,18 +623,42 @@ def config_table(board: pd.DataFrame, runs: Sequence[Mapping[str, Any]] | None =
     """The configuration fields of each run of ``board`` (same index): its config columns, and, from the run
     JSONs (``ResultsStore.load_runs()``, matched by run id), every other RunConfig field and model argument.
     A leaderboard value wins over the JSON's; the JSON fills what the leaderboard lacks. Seeds and measurement
-    knobs (:data:`NOT_HASHED`) are left out: they are not part of a configuration."""
+    knobs (:data:`NOT_HASHED`) are left out: they are not part of a configuration.
+
+    Where the run JSONs are read and a run has none (its file lost), what its row does not hold is *unknown*, not
+    missing: the run takes the value the other runs of its configuration (same ``config_hash``) record, where they
+    agree, which is the value it trained with, since the hash covers every field. So a lost file neither splits its
+    configuration nor makes a field look as if it varied inside one (:func:`differing_fields`)."""
+    return _config_cells(board, runs)[0]
+
+
+def _config_cells(board: pd.DataFrame, runs: Sequence[Mapping[str, Any]] | None) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """:func:`config_table`, and which of its cells are still unknown: those of a run without a recorded config
+    whose configuration's other runs record no value of the field (or disagree on it)."""
     columns = [c for c in BOARD_CONFIG_COLUMNS if c in board.columns]
     table = pd.DataFrame({c: board[c].map(_plain) for c in columns}, index=board.index)
     if not runs or "run_id" not in board.columns:
-        return table
+        return table, pd.DataFrame(False, index=table.index, columns=table.columns)
     wanted = set(board["run_id"])  # a study's table of a folder of many studies flattens its own runs only
     configs = {r.get("run_id"): _flat_config(r.get("config") or {}) for r in runs if r.get("run_id") in wanted}
     flat = [configs.get(run_id, {}) for run_id in board["run_id"]]
     for key in dict.fromkeys(k for f in flat for k in f):
         from_json = pd.Series([f.get(key) for f in flat], index=board.index, dtype=object)
         table[key] = table[key].where(table[key].notna(), from_json) if key in table else from_json
-    return table
+    unrecorded = pd.Series([not f for f in flat], index=board.index)
+    unknown = table.isna() & unrecorded.to_numpy()[:, None]
+    hashes = with_config_hash(board).get(CONFIG_KEY)
+    if hashes is None or not unknown.to_numpy().any():
+        return table, unknown
+    for col in table.columns[unknown.any()]:
+        known = ~unknown[col] & hashes.notna()
+        groups = table.loc[known, col].groupby(hashes[known], dropna=False)
+        agreed = groups.nunique(dropna=False) == 1
+        fill = groups.first()[agreed]  # the value the configuration's recorded runs agree on (NaN where none)
+        settled = unknown[col] & hashes.isin(agreed.index[agreed])
+        table[col] = table[col].where(~settled, hashes.map(fill))
+        unknown[col] = unknown[col] & ~settled
+    return table, unknown
 
 
 def differing_fields(
@@ -643,16 +667,20 @@ def differing_fields(
     """The configuration fields (:func:`config_table`) whose value differs between the configurations of
     ``board``, in display order: the columns a table of it needs so that no two rows look alike.
 
-    A field that varies *within* one configuration (same ``config_hash``) is not part of it and never counts.
+    A field that varies *within* one configuration (same ``config_hash``) is not part of it and never counts. A value
+    nobody recorded (a run whose JSON is lost, in a configuration none of whose other runs records the field) counts
+    neither way: it cannot make a field vary inside its configuration, which would hide the field from every row
+    (and merge rows that differ in it), nor make every field its run lacks look different. Such a run's row shows
+    the fields the others need, blank; if it then looks like another configuration's, ``bench compare`` says so.
     """
-    table = config_table(board, runs)
+    table, unknown = _config_cells(board, runs)
     hashes = with_config_hash(board).get(CONFIG_KEY)
     out = []
     for col in table.columns:
-        values = table[col]
+        values = table[col][~unknown[col]]
         if col in exclude or values.nunique(dropna=False) < 2:
             continue
-        if hashes is not None and (values.groupby(hashes, dropna=False).nunique(dropna=False) > 1).any():
+        if hashes is not None and (values.groupby(hashes[values.index], dropna=False).nunique(dropna=False) > 1).any():
             continue
         out.append(col)
     return out

@@ -78,7 +78,7 @@ def _checked_row(row: Mapping[str, Any]) -> None:
     new_row(**row)
     why = row_problem(row)
     if why is not None:
-        raise ValueError(f"a row's {why}; {RULE}")
+        raise ValueError(f"a row's {why}" + ("" if why.startswith("config_hash") else f"; {RULE}"))
 
 
 class ResultsStore:
@@ -249,6 +249,7 @@ class ResultsStore:
         why = row_problem(row)
         if why is not None:
             use = "it names the file of the run's JSON" if why.startswith("run_id") else \
+                "runs are pooled by their configuration's hash" if why.startswith("config_hash") else \
                 "a row's names become file names and commands"
             raise self._damaged(line, None, f"{why}, but {use}")
         for column, kind in (*((c, int) for c in INTEGER_COLUMNS), *((c, float) for c in NUMBER_COLUMNS)):

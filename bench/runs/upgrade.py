@@ -62,7 +62,7 @@ def record_init_streams(results_dir: str | Path, *, dry_run: bool = False) -> li
     for row in store.rows():
         run = store.load_run(row["run_id"])
         cfg = run.get("config")
-        if isinstance(cfg, dict) and "init_stream" not in cfg:
+        if isinstance(cfg, dict) and cfg and "init_stream" not in cfg:  # an empty one records nothing to add to
             updates[row["run_id"]] = (row, {**run, "config": {**cfg, "init_stream": LEGACY["init_stream"]}})
     if updates and not dry_run:
         store.replace(updates)
@@ -125,7 +125,7 @@ def upgrade(results_dir: str | Path, *, dry_run: bool = False) -> list[Change]:
         status = row["status"]
         if not _missing(level):
             level, note = None, ""
-        elif "config" not in run:
+        elif not run["config"]:  # an empty one: read_run_json refuses a run JSON without it
             level, note = None, "no configuration in its run JSON"
         else:
             try:

@@ -5,17 +5,20 @@ was checked when it was written:
 
 - :func:`row_problem`, the hard rule of a leaderboard line: its ``run_id`` names the file of its run JSON and its
   ``study``, ``variant`` and ``family`` are names (:func:`name_problem`), so that no name in a row becomes a path or
-  an option anywhere it is used. A line failing it is damaged (refused naming the line).
+  an option anywhere it is used; its ``config_hash``, when it has one, is the hash its run id was made with (runs are
+  pooled by it: a cell that contradicts the id would split a configuration or merge two). A line failing it is
+  damaged (refused naming the line).
 - :func:`value_problem`, the soft rule: a status resbench writes, finite numbers, accuracies in [0, 1], no negative
   count, time or loss, and the configuration's columns in their ranges (:data:`bench.runs.constraints.CONSTRAINTS`).
   A row failing it is left out of statistics with a warning naming its line and field: it is a number nobody can
   trust, not a reason to refuse the whole folder.
 - :func:`run_problem`, the whole run JSON: each part of its type, the run id its file's name (and its row's), the
-  names in its row and config checked, the config's values in their ranges, every curve point a step and numbers,
-  every probe a step, a layer, a metric and a number.
+  names in its row checked, its config present (every run resbench records has one: without it the run's
+  configuration is unknown) with its names checked and its values in their ranges, every curve point a step and
+  numbers, every probe a step, a layer, a metric and a number.
 
 Each returns what is wrong, in words naming the field; None when nothing is. This module imports nothing but the
-standard library and the modules of the schema, the names and the constraints.
+standard library and the modules of the schema, the config (the run id's pattern), the names and the constraints.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+from bench.runs.config import RUN_ID_PATTERN
 from bench.runs.constraints import CONSTRAINTS
 from bench.runs.names import problem
 from bench.runs.schema import INTEGER_COLUMNS, NUMBER_COLUMNS, STATUSES
@@ -53,7 +57,8 @@ def name_problem(name: object) -> str | None:
 
 def row_problem(row: Mapping[str, Any]) -> str | None:
     """What makes ``row`` (text cells, or values as a run records them) unusable as a leaderboard line: a run id that
-    cannot name its file, a study, variant or family that is not a name. None when nothing does."""
+    cannot name its file, a study, variant or family that is not a name, a config hash that is not the one its run
+    id names. None when nothing does."""
     for column in NAME_COLUMNS:
         value = row.get(column)
         if column != "run_id" and value in (None, ""):
@@ -61,7 +66,17 @@ def row_problem(row: Mapping[str, Any]) -> str | None:
         why = (problem if column in ("run_id", "study") else name_problem)(value)
         if why is not None:
             return f"{column} {value!r} {why}"
-    return None
+    return _hash_problem(row)
+
+
+def _hash_problem(row: Mapping[str, Any]) -> str | None:
+    """Why ``row``'s ``config_hash`` contradicts its run id (``<variant>-d<depth>-<task>-<hash>-s<seed>``,
+    :meth:`bench.runs.config.RunConfig.run_id`); None when it agrees, is empty, or the id names no hash."""
+    cell = row.get("config_hash")
+    named = RUN_ID_PATTERN.search(str(row.get("run_id")))
+    if cell in (None, "") or named is None or str(cell) == named.group(1):
+        return None
+    return f"config_hash {cell!r} is not the hash {named.group(1)!r} its run_id {row['run_id']!r} was made with"
 
 
 def value_problem(row: Mapping[str, str]) -> str | None:
@@ -107,7 +122,9 @@ def _row_and_config(run: Mapping[str, Any]) -> str | None:
         return f'"row": {why}'
     if row.get("run_id", run["run_id"]) != run["run_id"]:
         return f'"row"."run_id" {row["run_id"]!r} is not its run_id {run["run_id"]!r}'
-    config = run.get("config", {})
+    if "config" not in run:
+        return 'it has no "config" (the configuration the run trained; every run resbench records has one)'
+    config = run["config"]
     for key in ("study", "preset"):
         if config.get(key) is not None and problem(config[key]) is not None:
             return f'"config"."{key}" {config[key]!r} {problem(config[key])}'
