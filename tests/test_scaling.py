@@ -159,6 +159,30 @@ def test_a_curve_shifted_by_a_known_factor_in_compute_gets_that_factor_back() ->
     assert m["multiplier"].to_numpy() == pytest.approx(k, rel=0.25)
 
 
+def test_the_lack_of_fit_test_is_the_f_test_of_a_regression_with_replicates() -> None:
+    """Draper & Smith's test on log L: the misfit at the sizes' means against the seeds' scatter around them."""
+    from scipy import stats as sps
+
+    loss = np.array([[2.0, 2.1, 1.9], [1.5, 1.6, np.nan], [1.2, 1.25, 1.15]])
+    fitted = np.array([2.1, 1.5, 1.2])
+    test = scaling.lack_of_fit(loss, fitted, 2)
+    logl, n = np.log(loss), np.array([3, 2, 3])
+    lof = sum(n[i] * (np.log(np.nanmean(loss[i])) - np.log(fitted[i])) ** 2 for i in range(3))
+    pure = sum(np.nansum((logl[i] - np.nanmean(logl[i])) ** 2) for i in range(3))
+    f = (lof / 1) / (pure / 5)  # 3 sizes - 2 parameters; 8 runs - 3 sizes
+    assert (test.dfn, test.dfd) == (1, 5) and test.f == pytest.approx(f)
+    assert test.p == pytest.approx(sps.f.sf(f, 1, 5)) and test.misfit == (test.p < 0.05)
+    assert math.isnan(scaling.lack_of_fit(loss, fitted, 3).p)  # 3 sizes, 3 parameters: nothing left to test
+    # a noisy ladder on the curve passes; the same ladder bent 10% at one size misses
+    rng = np.random.default_rng(4)
+    noisy = curve(COMPUTE)[:, None] * np.exp(rng.normal(0, 0.02, (len(COMPUTE), 3)))
+    on = fit_ladders({"base": ladder("base", noisy)}, "base", draws=20)
+    bent = fit_ladders({"base": ladder("base", noisy * np.where(np.arange(6) == 2, 1.1, 1.0)[:, None])}, "base",
+                       draws=20)
+    assert not on.lack_of_fit("base").misfit and bent.lack_of_fit("base").misfit
+    assert on.misfits("base") == "" and bent.misfits("base").startswith("the fitted L(C) of base misses its own ")
+
+
 def test_with_the_floor_fixed_the_interval_of_alpha_is_narrower() -> None:
     rng = np.random.default_rng(11)
     loss = curve(COMPUTE)[:, None] * np.exp(rng.normal(0, 0.02, (len(COMPUTE), 5)))
@@ -219,16 +243,16 @@ def test_a_fit_refuses_too_few_sizes_sizes_equal_in_compute_and_a_metric_that_is
 
 
 def _results(root: Path, sizes: int = 4, floor_bpc: float | None = E / math.log(2),
-             train: dict[str, np.ndarray] | None = None) -> Path:
+             train: dict[str, np.ndarray] | None = None, bend: float = 1.0) -> Path:
     """A results folder of two designs on a ladder of ``sizes`` widths, 3 seeds: preln on the curve, hc on the curve
     at twice the compute; ``train``: per design the training loss of each of its steps, recorded as every run's
-    training curve."""
+    training curve; ``bend``: the factor of both designs' losses at the second width (1: on the curve)."""
     store = ResultsStore(root)
     for design, factor in (("preln", 1.0), ("hc", 2.0)):
         for i, width in enumerate((16, 32, 64, 128, 256)[:sizes]):
             c = float(COMPUTE[i])
             for seed in range(3):
-                loss = float(curve(np.array([factor * c]))[0]) * (1 + 0.01 * (seed - 1))
+                loss = float(curve(np.array([factor * c]))[0]) * (1 + 0.01 * (seed - 1)) * (bend if i == 1 else 1.0)
                 run_id = f"{design}-w{width}-s{seed}"
                 row = {"run_id": run_id, "variant": design, "task": "tinytext", "seed": seed, "status": "ok",
                        "steps": 100, "batch_size": 8, "grad_accum": 1, "train_flops_per_sample": c / 800,

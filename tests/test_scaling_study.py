@@ -109,6 +109,18 @@ def test_a_steps_ratio_claim_where_the_design_never_reached_the_target_is_an_upp
                                     "are upper bounds")
 
 
+def test_a_multiplier_read_off_curves_the_runs_do_not_follow_decides_nothing(tmp_path: Path) -> None:
+    """Both designs 15 % above their curve at the second width: the fitted curves miss their own points beyond the
+    seeds' 1 % scatter, and the multiplier (still about 2) is no verdict; it agreed before the test existed."""
+    store = ResultsStore(_results(tmp_path / "r", bend=1.15))
+    claim = parse_claim({**CLAIM, "expect_range": [1.5, 2.5]})
+    results = evaluate_claims([claim], store.load_leaderboard(), runs=store.load_runs())
+    assert {r.verdict for r in results} == {"inconclusive"}
+    assert results[0].note.endswith("): not a reading of the runs")
+    assert "the fitted L(C) of preln, hc misses its own points beyond the seeds' scatter (lack of fit p " in \
+        results[0].note
+
+
 def test_a_multiplier_claim_on_too_short_a_ladder_is_inconclusive_saying_why(tmp_path: Path) -> None:
     store = ResultsStore(_results(tmp_path / "r", sizes=2))
     claim = parse_claim({**CLAIM, "expect_range": [1.5, 2.5]})

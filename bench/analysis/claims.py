@@ -689,6 +689,7 @@ def _multiplier(claim: Claim, frame: pd.DataFrame, board: pd.DataFrame, runs: Se
     if str(claim.b) not in fit.ladders:
         return [Result(claim, "", "inconclusive", note=f"{_NO_RUNS}{claim.b}")]
     low, high = claim.expect_range or (-math.inf, math.inf)
+    misfit = fit.misfits(str(claim.a), str(claim.b))  # a curve the runs do not follow: nothing to read off it
     if claim.quantity == "alpha_diff":
         f = fit.fits().set_index("design").loc[str(claim.b)]
         rows: list[tuple[str, Any, Any, Any, Any]] = [("", f["alpha_diff"], f["alpha_diff_lo"], f["alpha_diff_hi"], 0)]
@@ -701,10 +702,13 @@ def _multiplier(claim: Claim, frame: pd.DataFrame, board: pd.DataFrame, runs: Se
     out = []
     for context, value, lo, hi, short_seeds in rows:
         known = not (math.isnan(lo) or math.isnan(hi))
-        verdict = "inconclusive" if not known else "disagrees" if hi < low else "inconclusive" if short_seeds else \
+        verdict = "inconclusive" if not known or (misfit and claim.quantity != "steps_ratio") else \
+            "disagrees" if hi < low else "inconclusive" if short_seeds else \
             "agrees" if low <= lo and hi <= high else "disagrees" if lo > high else "inconclusive"
         note = (f"{claim.quantity} {value:.3g} [{lo:.3g}, {hi:.3g}], 95% bootstrap over {fit.n_seeds} seed(s)" if known
                 else f"{claim.quantity} {value:.3g}, no interval") + f"; expected in [{low:g}, {high:g}]"
+        if misfit and claim.quantity != "steps_ratio":  # the steps ratio reads the curves of training, not the fit
+            note += f"; {misfit}: not a reading of the runs"
         if short_seeds:  # a seed that never reached the target counts its whole run: only the upper end is known
             note += (f"; {short_seeds} of {fit.n_seeds} seed(s) of {claim.b} never reached the target, so the ratio "
                      "and its interval are upper bounds")

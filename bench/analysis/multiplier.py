@@ -93,13 +93,22 @@ class ScalingFit:
     params: Mapping[str, np.ndarray]  # design -> (draws, 3) of (E, log A, α); row 0: the point fit
     resamples: np.ndarray  # (draws, seeds): the seed indices of each draw, shared by every design
 
+    def lack_of_fit(self, design: str) -> scaling.LackOfFit:
+        """Whether ``design``'s fitted curve misses its own sizes' mean losses beyond the seeds' scatter
+        (:func:`bench.analysis.scaling.lack_of_fit`)."""
+        lad, (e, log_a, alpha) = self.ladders[design], self.params[design][0]
+        fitted = e + np.exp(log_a - alpha * np.log(lad.compute))
+        return scaling.lack_of_fit(lad.loss, fitted, 2 if self.e_fixed is not None else 3)
+
     def fits(self) -> pd.DataFrame:
-        """Per design: E, A, α with their intervals, and α − α_baseline with its interval."""
+        """Per design: E, A, α with their intervals, α − α_baseline with its interval, and the lack-of-fit test of
+        its curve (``misfit_F``, ``misfit_p``)."""
         rows = []
         base = self.params[self.baseline]
         for d, p in self.params.items():
+            test = self.lack_of_fit(d)
             row: dict[str, Any] = {"design": d, "sizes": len(self.ladders[d].sizes), "seeds": self.n_seeds,
-                                   "E_fixed": self.e_fixed is not None}
+                                   "E_fixed": self.e_fixed is not None, "misfit_F": test.f, "misfit_p": test.p}
             for name, col in (("E", p[:, 0]), ("A", np.exp(p[:, 1])), ("alpha", p[:, 2]),
                               ("alpha_diff", p[:, 2] - base[:, 2])):
                 row[name] = float(col[0])
@@ -107,6 +116,17 @@ class ScalingFit:
                                                                         positive=name in ("E", "A"))
             rows.append(row)
         return pd.DataFrame(rows)
+
+    def misfits(self, *designs: str) -> str:
+        """The designs among ``designs`` whose fitted curve misses its own points (:meth:`lack_of_fit`), in words for
+        a note; "" where every curve follows its points. A multiplier reads two curves: where either misses, it says
+        nothing the runs show."""
+        missed = [(d, self.lack_of_fit(d)) for d in dict.fromkeys(designs)]
+        missed = [(d, t) for d, t in missed if t.misfit]
+        if not missed:
+            return ""
+        names, tests = ", ".join(d for d, _ in missed), ", ".join(f"{t.p:.2g}" for _, t in missed)
+        return f"the fitted L(C) of {names} misses its own points beyond the seeds' scatter (lack of fit p {tests})"
 
     def multipliers(self) -> pd.DataFrame:
         """Per design and size: its compute and mean loss, the compute multiplier against the baseline and the

@@ -103,11 +103,13 @@ def _fill(table: pd.DataFrame, fit: ScalingFit, size_of: Mapping[str, str], metr
 def _explained(fit: ScalingFit, metric: str, study: str | None) -> str:
     """The note of a table with the columns: what the multiplier and the ratio are, and how they were fitted."""
     floor = f"E held at the task's known floor, {fit.e_fixed:.4g} nats" if fit.e_fixed is not None else "E fitted"
+    missed = fit.misfits(*fit.ladders)
     return (f"compute multiplier: the compute {fit.baseline} needs on its fitted {metric} curve L(C) = E + A*C^-alpha "
             "to reach a design's fitted loss at that design's training FLOPs, divided by those FLOPs (above 1: worth "
             f"more compute than it spends); steps-to-target ratio: {steps_ratio_text(fit)}; "
             f"95% bootstrap intervals over {fit.n_seeds} seed(s), {floor}; each design's fit: "
-            f"python -m bench scaling-fit{f' --study {study}' if study else ''} --baseline {fit.baseline}")
+            f"python -m bench scaling-fit{f' --study {study}' if study else ''} --baseline {fit.baseline}"
+            + (f"; not a reading of these runs: {missed}" if missed else ""))
 
 
 def _noted(table: pd.DataFrame, note: str) -> pd.DataFrame:

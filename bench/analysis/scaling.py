@@ -23,6 +23,14 @@ process, :func:`known_floor`), E is held at it and only log A and α are fitted:
 a line in log(L − E) against log C, with one minimum, and the E–A trade-off that makes a free E's interval wide
 on a ladder spanning one or two decades is gone. The price: a wrong E bends every other parameter.
 
+**Lack of fit.** An interval over seeds says how well the seeds pin each size's mean, not whether the curve goes
+through the means: a ladder whose sizes do not lie on one power law gives a fit, tight intervals and a multiplier
+read off a curve the runs do not follow. :func:`lack_of_fit` tests it as a regression with replicates is tested
+(Draper & Smith, *Applied Regression Analysis*, §2.1): on log L, the misfit of the curve at the sizes' means against
+the seeds' scatter around them, F = (SS_lof / (k − p)) / (SS_pe / (N − k)) for k sizes, N runs and p fitted
+parameters, with its F-distribution p-value. Where it is below :data:`MISFIT`, the curve misses its own points by
+more than the seeds explain.
+
 **Intervals.** The seeds are resampled with replacement (the same seeds for every design, so designs that share
 seeds stay paired), the ladder refitted on each resample, and the 2.5 % and 97.5 % percentiles of a parameter's
 fits around the point fit widened by sqrt(n / (n − 1)) · t(n − 1) / z for n seeds (:func:`widening`): the
@@ -46,6 +54,7 @@ ITERATIONS = 60  # Levenberg–Marquardt steps: a ladder of 3-10 points converge
 STARTS = (0.1, 0.5, 0.9)  # E's starts, as fractions of the lowest loss of the ladder
 LEVEL = 0.95  # the intervals' coverage
 BOOTSTRAP = 400  # resamples of the seeds: the percentiles of a 95 % interval stabilise to about 1 % of its width
+MISFIT = 0.05  # a lack-of-fit p-value below this: the fitted curve misses its sizes' means (module docstring)
 
 
 @dataclass(frozen=True)
@@ -148,6 +157,39 @@ def fit_batch(compute: np.ndarray, loss: np.ndarray, e_fixed: float | None = Non
     e = np.full(len(loss), e_fixed) if e_fixed is not None else top / (1 + np.exp(-u))
     out[ok] = np.stack([e, a_c + alpha * scale[:, 0], alpha], axis=1)  # log A at log C = 0
     return out
+
+
+@dataclass(frozen=True)
+class LackOfFit:
+    """The lack-of-fit F test of one fitted ladder (module docstring): F on (``dfn``, ``dfd``) degrees of freedom and
+    its p-value; NaN where the ladder has too few sizes or runs to test (k ≤ p or N ≤ k)."""
+
+    f: float
+    dfn: int
+    dfd: int
+    p: float
+
+    @property
+    def misfit(self) -> bool:
+        return bool(self.p < MISFIT)
+
+
+def lack_of_fit(loss: np.ndarray, fitted: np.ndarray, n_params: int) -> LackOfFit:
+    """The lack-of-fit test of the curve whose values at the sizes are ``fitted`` (k,) against the runs ``loss``
+    (k sizes, seeds; NaN: no run) it was fitted to, ``n_params`` parameters fitted, on log L (module docstring)."""
+    logl = np.log(np.asarray(loss, dtype=float))
+    n = np.isfinite(logl).sum(axis=1)
+    sizes, runs = int((n > 0).sum()), int(n.sum())
+    dfn, dfd = sizes - n_params, runs - sizes
+    if dfn <= 0 or dfd <= 0:
+        return LackOfFit(math.nan, dfn, dfd, math.nan)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        means = np.log(np.nanmean(np.asarray(loss, dtype=float), axis=1))  # the fit's own points: log of the mean
+        lof = float(np.nansum(n * (means - np.log(np.asarray(fitted, dtype=float))) ** 2))
+        pure = float(np.nansum((logl - np.nanmean(logl, axis=1, keepdims=True)) ** 2))
+    f = (lof / dfn) / (pure / dfd) if pure > 0 else (math.inf if lof > 0 else math.nan)
+    return LackOfFit(f, dfn, dfd, float(special.fdtrc(dfn, dfd, f)) if math.isfinite(f) else 0.0 if f > 0 else
+                     math.nan)
 
 
 def resample(n_seeds: int, draws: int, rng: np.random.Generator) -> np.ndarray:

@@ -16,7 +16,7 @@ from matplotlib.figure import Figure
 
 from bench.analysis.claims import parse_claims
 from bench.analysis.multiplier import ScalingFit, fit_ladders, floor_of, ladders_from, steps_ratio_text
-from bench.analysis.scaling import interval
+from bench.analysis.scaling import MISFIT, interval
 from bench.analysis.studyfile import NoStudy, find_study, read_study_file
 from bench.reports.drawing import figure, legend
 from bench.reports.markdown import MISSING, bound_cell, interval_cell, md
@@ -37,6 +37,8 @@ def fits_table(fit: ScalingFit) -> pd.DataFrame:
         f"alpha - alpha({fit.baseline})": [
             MISSING if d == fit.baseline else interval_cell(v, lo, hi, 2)
             for d, v, lo, hi in zip(f["design"], f["alpha_diff"], f["alpha_diff_lo"], f["alpha_diff_hi"], strict=True)],
+        "lack of fit": [MISSING if math.isnan(p) else f"F {v:.3g}, p {p:.2g}{' (misses)' if p < MISFIT else ''}"
+                        for v, p in zip(f["misfit_F"], f["misfit_p"], strict=True)],
     })
 
 
@@ -67,10 +69,15 @@ def render_scaling(fit: ScalingFit, fmt: str = "markdown") -> str:
         return fit.fits().to_csv(index=False) + "\n" + fit.multipliers().to_csv(index=False)
     floor = (f"E held at the task's known floor, {fit.e_fixed:.4g} nats" if fit.e_fixed is not None else
              "E fitted")
+    missed = fit.misfits(*fit.ladders)
     return "\n\n".join([
         f"L(C) = E + A*C^-alpha per design, least squares on log L; {floor}; 95% bootstrap intervals over "
-        f"{fit.n_seeds} seed(s)",
+        f"{fit.n_seeds} seed(s); lack of fit: the F test of the curve's misses at the sizes' means against the seeds' "
+        f"scatter around them (p < {MISFIT:g}: the curve misses its own points)",
         _markdown(fits_table(fit)),
+        *([f"Not a reading of these runs: {missed}. The compute multipliers below are what the fitted curves say, "
+           "and no claim's verdict rests on them; the steps-to-target ratio reads the runs' training curves, not the "
+           "fit."] if missed else []),
         f"compute multiplier: the compute {fit.baseline} needs on its fitted curve to reach the design's fitted "
         "loss at its compute, / the design's compute (> 1: the design is worth more compute than it spends); "
         f"steps-to-target ratio: {steps_ratio_text(fit)}",
