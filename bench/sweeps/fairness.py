@@ -462,13 +462,13 @@ def _check_zipped(configs: Sequence[RunConfig], zipped: Sequence[str], vary: Seq
             undeclared = [(label, name, va, vb) for label, name, va, vb in found if name not in vary]
             if undeclared:
                 listed = "; ".join(f"{label}: {va} vs {vb}" for label, _, va, vb in undeclared)
-                names = list(dict.fromkeys(name for _, name, _, _ in undeclared))
-                fields = list(dict.fromkeys(label.split(" ")[0] for label, _, _, _ in undeclared))
+                names = ", ".join(map(repr, dict.fromkeys(name for _, name, _, _ in undeclared)))
+                fields = ", ".join(map(repr, dict.fromkeys(label.split(" ")[0] for label, _, _, _ in undeclared)))
                 raise ValueError(
-                    f"study {study!r} zips {', '.join(map(repr, fields))} with the variant (`zip`), so {a} and {b} "
-                    f"run different values of it and never share a cell of the grid: {listed}; comparing them would "
-                    f"compare those too: take {', '.join(map(repr, fields))} out of `zip` (every variant then runs every "
-                    f"value), or declare {', '.join(map(repr, names))} in the study's `vary`")
+                    f"study {study!r} zips {fields} with the variant (`zip`), so {a} and {b} run different values of "
+                    f"it and never share a cell of the grid: {listed}; comparing them would compare those too: take "
+                    f"{fields} out of `zip` (every variant then runs every value), or declare {names} in the study's "
+                    "`vary`")
             if found:
                 compare(runs_a[0], runs_b[0])
 
