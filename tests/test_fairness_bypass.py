@@ -94,6 +94,19 @@ def test_a_zip_that_gives_every_variant_every_value_is_a_crossed_grid() -> None:
         check_grid(runs[2:], ["placement"], study="t", zipped=["model_args"])
 
 
+def test_zipped_values_in_other_combinations_are_refused() -> None:
+    """Both run both widths and both learning rates, never the same pairs of them: no cell holds both."""
+    wide = {"d_model": 64, "n_heads": 2, "d_ff": 64}
+    runs = (_runs([("postln", SMALL)], lr=1e-3) + _runs([("postln", wide)], lr=1e-2)
+            + _runs([("preln", SMALL)], lr=1e-2) + _runs([("preln", wide)], lr=1e-3))
+    with pytest.raises(ValueError) as refused:
+        check_grid(runs, ["placement", "d_model", "lr"], study="t", zipped=["model_args", "lr"])
+    assert str(refused.value) == (
+        "study 't' zips 'model_args', 'lr' with the variant (`zip`), so postln and preln run their values in other "
+        "combinations and never share a cell of the grid; take them out of `zip` (every variant then runs every "
+        "value)")
+
+
 # -- a head count or dropout fixed inside a builder ------------------------------------------------------------------
 
 

@@ -458,7 +458,14 @@ def _check_zipped(configs: Sequence[RunConfig], zipped: Sequence[str], vary: Seq
     for cell in cells.values():
         (a, runs_a), *others = cell.items()
         for b, runs_b in others:
+            if _rows(runs_a, zipped) == _rows(runs_b, zipped):
+                continue  # each runs the other's values: the cells of the grid hold both
             found = _zipped_differences(runs_a, runs_b, zipped)
+            if not found:  # the same values of each field, in other combinations
+                raise ValueError(
+                    f"study {study!r} zips {', '.join(map(repr, zipped))} with the variant (`zip`), so {a} and {b} run "
+                    "their values in other combinations and never share a cell of the grid; take them out of `zip` "
+                    "(every variant then runs every value)")
             undeclared = [(label, name, va, vb) for label, name, va, vb in found if name not in vary]
             if undeclared:
                 listed = "; ".join(f"{label}: {va} vs {vb}" for label, _, va, vb in undeclared)
@@ -469,8 +476,12 @@ def _check_zipped(configs: Sequence[RunConfig], zipped: Sequence[str], vary: Seq
                     f"it and never share a cell of the grid: {listed}; comparing them would compare those too: take "
                     f"{fields} out of `zip` (every variant then runs every value), or declare {names} in the study's "
                     "`vary`")
-            if found:
-                compare(runs_a[0], runs_b[0])
+            compare(runs_a[0], runs_b[0])
+
+
+def _rows(runs: Sequence[RunConfig], zipped: Sequence[str]) -> set[str]:
+    """The distinct values of the ``zipped`` fields the runs of one variant run, each row as one string."""
+    return {json.dumps([cfg.to_dict()[name] for name in zipped], sort_keys=True, default=str) for cfg in runs}
 
 
 class _Default:
@@ -486,23 +497,21 @@ def _zipped_differences(runs_a: Sequence[RunConfig], runs_b: Sequence[RunConfig]
     """``(label, name to declare, values of a, values of b)`` for every zipped field whose values the runs of two
     variants differ in: a model argument of ``model_args`` by its own name (its builder's default where a run gives
     none), any other field by its name."""
-    def values(runs: Sequence[RunConfig], get: Callable[[RunConfig], Any]) -> str:
-        seen = list(dict.fromkeys(repr(get(cfg)) for cfg in runs))
+    def values(runs: Sequence[RunConfig], get: Callable[[RunConfig], Any]) -> list[str]:
+        return list(dict.fromkeys(repr(get(cfg)) for cfg in runs))  # in the grid's order
+
+    def cell(seen: list[str]) -> str:
         return seen[0] if len(seen) == 1 else f"[{', '.join(seen)}]"
 
     found = []
     for name in zipped:
-        if name == "model_args":
-            keys = sorted({k for cfg in (*runs_a, *runs_b) for k in cfg.model_overrides()})
-            for key in keys:
-                va, vb = (values(runs, lambda cfg, k=key: cfg.model_overrides().get(k, _DEFAULT)) for runs in
-                          (runs_a, runs_b))
-                if va != vb:
-                    found.append((f"model_args {key}", key, va, vb))
-            continue
-        va, vb = (values(runs, lambda cfg, n=name: cfg.to_dict()[n]) for runs in (runs_a, runs_b))
-        if va != vb:
-            found.append((name, name, va, vb))
+        getters = ({f"model_args {k}": (k, lambda cfg, k=k: cfg.model_overrides().get(k, _DEFAULT))
+                    for k in sorted({k for cfg in (*runs_a, *runs_b) for k in cfg.model_overrides()})}
+                   if name == "model_args" else {name: (name, lambda cfg, n=name: cfg.to_dict()[n])})
+        for label, (declared, get) in getters.items():
+            va, vb = values(runs_a, get), values(runs_b, get)
+            if set(va) != set(vb):
+                found.append((label, declared, cell(va), cell(vb)))
     return found
 
 
