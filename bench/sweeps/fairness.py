@@ -22,6 +22,11 @@ confound a ranking. This module finds such differences without knowing any varia
   of one structure; the first differing unit is named with both op sequences. A grid at equal compute
   (``budget_flops``) groups its designs by the budget, which their configurations share: they differ in steps by
   construction (a costlier step, fewer of them, :mod:`bench.runs.budget`), and the steps are never compared.
+  Head counts and dropout and drop-path rates are read off the built modules too (:mod:`bench.sweeps.settings`), so
+  a builder that fixes one inside is seen. A field the study's ``zip`` steps with the variant gives each variant its
+  own values, so no cell holds two variants: two that run different values of one are refused unless ``vary``
+  declares it (:func:`_check_zipped`). A ``timm:`` model declares no axes: it is compared by what it builds (its
+  parameter count, head count, rates and, in a study varying values only, its structure).
 
 Joins, gates and residual scalars are found by what modules declare (:mod:`variants.roles`), never by class.
 """
@@ -311,7 +316,8 @@ def guard_axis(row: DiffRow) -> str | None:
     """The axis under which the study guard (:func:`check_grid`) checks ``row``, as a study's ``vary`` names it, or
     None for a row the guard does not check (the family, layers only one model has, residual scalars, links, weight
     stds and norms by role: each shows *how* the models differ, and the guarded axes say *whether* they may). Checked:
-    a registry axis (``axes.*``), a keyword argument in :data:`CONFOUNDS`, the parameter count, the structure (in a
+    a registry axis (``axes.*``), a keyword argument in :data:`CONFOUNDS` (taken by both builders, or read off both
+    built models: ``n_heads (built)``), the parameter count, the structure (in a
     study varying values only) and the initial values of the layers both models have (``init``)."""
     if row.key.startswith("axes.") or row.axis == "params" or (
             row.key in (row.axis, f"{row.axis}{BUILT}") and row.axis in CONFOUNDS):
