@@ -22,6 +22,11 @@ confound a ranking. This module finds such differences without knowing any varia
   of one structure; the first differing unit is named with both op sequences. A grid at equal compute
   (``budget_flops``) groups its designs by the budget, which their configurations share: they differ in steps by
   construction (a costlier step, fewer of them, :mod:`bench.runs.budget`), and the steps are never compared.
+  Head counts and dropout and drop-path rates are read off the built modules too (:mod:`bench.sweeps.settings`), so
+  a builder that fixes one inside is seen. A field the study's ``zip`` steps with the variant gives each variant its
+  own values, so no cell holds two variants: two that run different values of one are refused unless ``vary``
+  declares it (:func:`_check_zipped`). A ``timm:`` model declares no axes: it is compared by what it builds (its
+  parameter count, head count, rates and, in a study varying values only, its structure).
 
 Joins, gates and residual scalars are found by what modules declare (:mod:`variants.roles`), never by class.
 """
@@ -32,7 +37,7 @@ import json
 import math
 import re
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -43,8 +48,8 @@ import variants
 from bench.runs import shapes
 from bench.runs.config import RunConfig
 from bench.runs.shapes import Shape
-from bench.runs.train import resolved_kwargs
-from bench.sweeps import structure
+from bench.runs.train import TIMM_MODEL_KWARGS, resolved_kwargs
+from bench.sweeps import settings, structure
 from bench.sweeps.structure import Part, Structure
 from variants import draws
 from variants.roles import residual_scalars
@@ -73,6 +78,15 @@ class Facts:
     kwargs: Mapping[str, Any]
     params: int
     structure: Structure | None = field(default=None, compare=False)  # None: not described (made-up facts)
+    built: Mapping[str, Any] = field(default_factory=dict)  # read off the modules (bench.sweeps.settings): n_heads ...
+
+
+BUILT = " (built)"  # the key of a row read off the built modules (Facts.built), after its axis: `n_heads (built)`
+
+
+def is_timm(variant: str) -> bool:
+    """A ``timm:`` model: it declares no axes and no builder arguments of ours (module docstring)."""
+    return variant.startswith(variants.registry.TIMM_PREFIX)
 
 
 def _overrides(depth: int | None, model_args: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -90,7 +104,8 @@ def model_facts(variant: str, depth: int | None = None, model_args: Mapping[str,
             model = variants.create(variant, **over)
     desc = variants.describe(variant)
     return Facts(variant, desc["family"], dict(desc["axes"]), resolved_kwargs(variant, over),
-                 sum(p.numel() for p in model.parameters()), structure.describe(model) if described else None)
+                 sum(p.numel() for p in model.parameters()), structure.describe(model) if described else None,
+                 settings.read(model))
 
 
 def _role(name: str) -> str:
@@ -139,12 +154,16 @@ def _rel(a: float, b: float) -> float:
 
 def _fact_rows(fa: Facts, fb: Facts, param_tolerance: float) -> list[DiffRow]:
     rows = [DiffRow("family", "family", fa.family, fb.family, fa.family != fb.family)]
-    for axis in sorted(set(fa.axes) | set(fb.axes)):
+    # A timm model declares no axes: its axes are unknown, not "-" (it is compared by what was built).
+    for axis in sorted(set(fa.axes) | set(fb.axes)) if not (is_timm(fa.variant) or is_timm(fb.variant)) else ():
         va, vb = fa.axes.get(axis, "-"), fb.axes.get(axis, "-")
         rows.append(DiffRow(axis, f"axes.{axis}", va, vb, va != vb))
     for key in sorted(set(fa.kwargs) & set(fb.kwargs)):  # a kwarg only one builder takes belongs to its axis
         va, vb = fa.kwargs[key], fb.kwargs[key]
         rows.append(DiffRow(key, key, va, vb, va != vb))
+    for key in sorted(set(fa.built) & set(fb.built)):  # what a builder fixes inside, whatever it takes
+        va, vb = fa.built[key], fb.built[key]
+        rows.append(DiffRow(key, f"{key}{BUILT}", va, vb, va != vb))
     rows.append(DiffRow("params", "parameters", fa.params, fb.params, _rel(fa.params, fb.params) > param_tolerance))
     return rows
 
@@ -297,9 +316,11 @@ def guard_axis(row: DiffRow) -> str | None:
     """The axis under which the study guard (:func:`check_grid`) checks ``row``, as a study's ``vary`` names it, or
     None for a row the guard does not check (the family, layers only one model has, residual scalars, links, weight
     stds and norms by role: each shows *how* the models differ, and the guarded axes say *whether* they may). Checked:
-    a registry axis (``axes.*``), a keyword argument in :data:`CONFOUNDS`, the parameter count, the structure (in a
+    a registry axis (``axes.*``), a keyword argument in :data:`CONFOUNDS` (taken by both builders, or read off both
+    built models: ``n_heads (built)``), the parameter count, the structure (in a
     study varying values only) and the initial values of the layers both models have (``init``)."""
-    if row.key.startswith("axes.") or row.axis == "params" or (row.key == row.axis and row.axis in CONFOUNDS):
+    if row.key.startswith("axes.") or row.axis == "params" or (
+            row.key in (row.axis, f"{row.axis}{BUILT}") and row.axis in CONFOUNDS):
         return row.axis
     if row.axis == "structure":
         return "structure"
@@ -344,66 +365,160 @@ def to_declare(axes: Iterable[str]) -> list[str]:
 def run_model_args(cfg: RunConfig) -> dict[str, Any]:
     """``cfg``'s model arguments, after those its task gives its model where a ``bench cost`` shape of the task's
     name states them without loading the data (:data:`bench.runs.shapes.SHAPES`: digits' one input channel and 10
-    classes; less what the variant's builder does not take, and the shape's depth). Other tasks: ``cfg``'s own only
-    (the builders' defaults for the rest). The guard then counts the parameters the runs will have."""
+    classes; less what the variant's builder does not take, a timm model's all but its classes and channels, and the
+    shape's depth). Other tasks: ``cfg``'s own only (the builders' defaults for the rest: a timm model's 1000 classes).
+    The guard then counts the parameters the runs will have."""
     shape = shapes.SHAPES.get(cfg.task)
-    if shape is None or cfg.variant.startswith("timm:"):
+    if shape is None:
         return dict(cfg.model_overrides())
-    accepted = set(variants.describe(cfg.variant)["defaults"])
+    accepted = set(TIMM_MODEL_KWARGS if is_timm(cfg.variant) else variants.describe(cfg.variant)["defaults"])
     args = {k: v for k, v in shapes.build_args(cfg.variant, shape).items() if k in accepted and k != "depth"}
     return {**args, **cfg.model_overrides()}
 
 
-def _group_key(cfg: RunConfig) -> str:
-    """Everything of a config except the variant and the seed: configs with one key are compared with each other."""
+def _group_key(cfg: RunConfig, without: Iterable[str] = ()) -> str:
+    """Everything of a config except the variant, the seed and the fields ``without``: configs with one key are
+    compared with each other."""
     d = cfg.to_dict()
-    for name in ("variant", "seed"):
+    for name in ("variant", "seed", *without):
         d.pop(name)
     return json.dumps(d, sort_keys=True, default=str)
 
 
 def check_grid(configs: Iterable[RunConfig], vary: Sequence[str], param_tolerance: float = DEFAULT_PARAM_TOLERANCE,
-               study: str = "study") -> None:
+               study: str = "study", zipped: Sequence[str] = ()) -> None:
     """Refuse (ValueError) a grid whose variants differ in an undeclared way; see the module docstring.
 
-    Compared: the axes, the keyword arguments in :data:`CONFOUNDS` that both builders take, the
-    parameter count, and (where ``vary`` names values only) the structure. Other keyword arguments belong
-    to a variant's own combinator or body.
+    Compared: the axes, the keyword arguments in :data:`CONFOUNDS` that both builders take and the same read off
+    the built modules (:mod:`bench.sweeps.settings`), the parameter count, and (where ``vary`` names values only)
+    the structure. Other keyword arguments belong to a variant's own combinator or body. A timm model declares no
+    axes: it is compared by what it builds. ``zipped``: the grid's fields a study's ``zip`` steps together with the
+    variant (:func:`_check_zipped`).
     """
     configs = list(configs)
-    groups: dict[str, dict[str, Facts]] = defaultdict(dict)
-    compares_structure = _values_only(vary)  # else no forward is needed: a structural study compares structures
+    described = _values_only(vary)  # else no forward is needed: a structural study compares structures
+    cache: dict[str, Facts] = {}
+
+    def facts_of(cfg: RunConfig) -> Facts:
+        key = json.dumps([cfg.variant, cfg.depth, cfg.task, cfg.model_args], default=str)
+        if key not in cache:
+            cache[key] = model_facts(cfg.variant, cfg.depth, run_model_args(cfg), described=described)
+        return cache[key]
+
+    groups: dict[str, dict[str, RunConfig]] = defaultdict(dict)
     for cfg in configs:
-        if cfg.variant.startswith("timm:"):
-            continue  # timm models carry no axes: nothing to compare them by
-        group = groups[_group_key(cfg)]
-        if cfg.variant not in group:
-            group[cfg.variant] = model_facts(cfg.variant, cfg.depth, run_model_args(cfg),
-                                             described=compares_structure)
-    known = {"params", "structure"}
-    for group in groups.values():
-        for f in group.values():
-            known |= set(f.axes) | set(f.kwargs)
+        groups[_group_key(cfg)].setdefault(cfg.variant, cfg)
+    facts = [[facts_of(cfg) for cfg in group.values()] for group in groups.values()]
+    known = {"params", "structure", *zipped}
+    for f in (f for group in facts for f in group):
+        known |= set(f.axes) | set(f.kwargs) | set(f.built)
     # A study's `vary` covers all its presets: an axis only another preset's models have is declared, not a typo.
     unknown = sorted(set(vary) - known - variants.axis_names())
     if unknown:
         raise ValueError(f"study {study!r}: `vary` names {unknown}, which no model of the grid has and no registered "
                          f"variant declares; choose from {sorted(known)}")
-    for group in groups.values():
-        first, *others = group.values()
+    _check_zipped(configs, zipped, vary, study, lambda a, b: _check_pair(facts_of(a), facts_of(b), vary,
+                                                                          param_tolerance, study))
+    for first, *others in facts:
         for other in others:
-            for row in _fact_rows(first, other, param_tolerance):
-                if row.differs and guard_axis(row) is not None and row.axis not in vary:
-                    what = "parameter counts differ by more than the tolerance" if row.axis == "params" else ""
-                    raise ValueError(
-                        f"study {study!r} varies {list(vary) or 'nothing'}, but {first.variant} and "
-                        f"{other.variant} (depth {first.kwargs.get('depth')}) also differ in {row.axis!r}: "
-                        f"{row.a!r} vs {row.b!r}{f' ({what}: {param_tolerance:g})' if what else ''}; "
-                        f"declare it in the study's `vary` (or `param_tolerance`) or make the models match"
-                    )
-            _check_structure(first, other, vary, study)
+            _check_pair(first, other, vary, param_tolerance, study)
     if "init" not in vary:
         _check_shared_init(configs, vary, study)
+
+
+def _depth(f: Facts) -> str:
+    return "" if f.kwargs.get("depth") is None else f" (depth {f.kwargs['depth']})"
+
+
+def _check_pair(first: Facts, other: Facts, vary: Sequence[str], param_tolerance: float, study: str) -> None:
+    """Refuse two models that differ in a guard axis (:func:`guard_axis`) ``vary`` does not name, or in structure in
+    a study varying values only (:func:`_check_structure`)."""
+    for row in _fact_rows(first, other, param_tolerance):
+        if row.differs and guard_axis(row) is not None and row.axis not in vary:
+            what = (f" (parameter counts differ by more than the tolerance: {param_tolerance:g})"
+                    if row.axis == "params" else
+                    " (read off the built modules, whatever their builders take)" if row.key.endswith(BUILT) else "")
+            timm = [f.variant for f in (first, other) if is_timm(f.variant)]
+            note = (f"; {timm[0]} is a timm model, which declares no axes: the guard compares only what it builds "
+                    "(parameter count, head count, dropout and drop-path rates; the structure where `vary` names "
+                    "values only)" if timm else "")
+            raise ValueError(
+                f"study {study!r} varies {list(vary) or 'nothing'}, but {first.variant} and "
+                f"{other.variant}{_depth(first)} also differ in {row.axis!r}: {row.a!r} vs {row.b!r}{what}{note}; "
+                f"declare it in the study's `vary` (or `param_tolerance`) or make the models match"
+            )
+    _check_structure(first, other, vary, study)
+
+
+def _check_zipped(configs: Sequence[RunConfig], zipped: Sequence[str], vary: Sequence[str], study: str,
+                  compare: Callable[[RunConfig, RunConfig], None]) -> None:
+    """A study whose ``zip`` steps a field together with the variant gives each variant its own values of it, so its
+    variants may share no cell of the grid, where the guard compares them. Refuse two variants that run different
+    values of a zipped field (of a model argument, for ``model_args``) unless ``vary`` declares each; where it does,
+    ``compare(a, b)`` checks everything else between one run of each (:func:`_check_pair`)."""
+    if not zipped:
+        return
+    cells: dict[str, dict[str, list[RunConfig]]] = defaultdict(dict)
+    for cfg in configs:
+        cells[_group_key(cfg, zipped)].setdefault(cfg.variant, []).append(cfg)
+    for cell in cells.values():
+        (a, runs_a), *others = cell.items()
+        for b, runs_b in others:
+            if _rows(runs_a, zipped) == _rows(runs_b, zipped):
+                continue  # each runs the other's values: the cells of the grid hold both
+            found = _zipped_differences(runs_a, runs_b, zipped)
+            if not found:  # the same values of each field, in other combinations
+                raise ValueError(
+                    f"study {study!r} zips {', '.join(map(repr, zipped))} with the variant (`zip`), so {a} and {b} run "
+                    "their values in other combinations and never share a cell of the grid; take them out of `zip` "
+                    "(every variant then runs every value)")
+            undeclared = [(label, name, va, vb) for label, name, va, vb in found if name not in vary]
+            if undeclared:
+                listed = "; ".join(f"{label}: {va} vs {vb}" for label, _, va, vb in undeclared)
+                names = ", ".join(map(repr, dict.fromkeys(name for _, name, _, _ in undeclared)))
+                fields = ", ".join(map(repr, dict.fromkeys(label.split(" ")[0] for label, _, _, _ in undeclared)))
+                raise ValueError(
+                    f"study {study!r} zips {fields} with the variant (`zip`), so {a} and {b} run different values of "
+                    f"it and never share a cell of the grid: {listed}; comparing them would compare those too: take "
+                    f"{fields} out of `zip` (every variant then runs every value), or declare {names} in the study's "
+                    "`vary`")
+            compare(runs_a[0], runs_b[0])
+
+
+def _rows(runs: Sequence[RunConfig], zipped: Sequence[str]) -> set[str]:
+    """The distinct values of the ``zipped`` fields the runs of one variant run, each row as one string."""
+    return {json.dumps([cfg.to_dict()[name] for name in zipped], sort_keys=True, default=str) for cfg in runs}
+
+
+class _Default:
+    def __repr__(self) -> str:
+        return "(its default)"
+
+
+_DEFAULT = _Default()  # a model argument a run does not give: its builder's default
+
+
+def _zipped_differences(runs_a: Sequence[RunConfig], runs_b: Sequence[RunConfig],
+                        zipped: Sequence[str]) -> list[tuple[str, str, str, str]]:
+    """``(label, name to declare, values of a, values of b)`` for every zipped field whose values the runs of two
+    variants differ in: a model argument of ``model_args`` by its own name (its builder's default where a run gives
+    none), any other field by its name."""
+    def values(runs: Sequence[RunConfig], get: Callable[[RunConfig], Any]) -> list[str]:
+        return list(dict.fromkeys(repr(get(cfg)) for cfg in runs))  # in the grid's order
+
+    def cell(seen: list[str]) -> str:
+        return seen[0] if len(seen) == 1 else f"[{', '.join(seen)}]"
+
+    found = []
+    for name in zipped:
+        getters = ({f"model_args {k}": (k, lambda cfg, k=k: cfg.model_overrides().get(k, _DEFAULT))
+                    for k in sorted({k for cfg in (*runs_a, *runs_b) for k in cfg.model_overrides()})}
+                   if name == "model_args" else {name: (name, lambda cfg, n=name: cfg.to_dict()[n])})
+        for label, (declared, get) in getters.items():
+            va, vb = values(runs_a, get), values(runs_b, get)
+            if set(va) != set(vb):
+                found.append((label, declared, cell(va), cell(vb)))
+    return found
 
 
 def _check_shared_init(configs: Iterable[RunConfig], vary: Sequence[str], study: str) -> None:
@@ -449,7 +564,7 @@ def _check_structure(first: Facts, other: Facts, vary: Sequence[str], study: str
     parts = [p if isinstance(p, Part) else None for p in (row.a, row.b)]
     raise ValueError(
         f"study {study!r} varies {list(vary) or 'nothing'}, which changes values only, but {first.variant} and "
-        f"{other.variant} (depth {first.kwargs.get('depth')}) also differ in structure: first at {row.a} vs "
+        f"{other.variant}{_depth(first)} also differ in structure: first at {row.a} vs "
         f"{row.b}; {first.variant}: {structure.inline(parts[0])}; {other.variant}: {structure.inline(parts[1])}; "
         f"declare \"structure\" in the study's `vary` to compare them anyway, or make the models match "
         f"(`python -m bench diff {first.variant} {other.variant}` shows both)"

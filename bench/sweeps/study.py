@@ -219,13 +219,16 @@ class Study:
     def _check_fair(self, configs: list[RunConfig]) -> None:
         """:func:`bench.sweeps.fairness.check_grid` on ``configs``; when it fails because of the variants the user added
         (the study passes without them), the error says so and how to proceed."""
+        # fields zipped with the variant: each variant runs its own values of them (bench.sweeps.fairness)
+        zipped = [k for k in self.together if k != "variant"] if "variant" in self.together else []
         try:
-            check_grid(configs, self.vary, self.param_tolerance, self.name)
+            check_grid(configs, self.vary, self.param_tolerance, self.name, zipped)
         except ValueError as exc:
             if not self.added:
                 raise
             # Is the study fine without the user's variants? Then theirs is what differs in an undeclared way.
-            check_grid([c for c in configs if c.variant not in self.added], self.vary, self.param_tolerance, self.name)
+            check_grid([c for c in configs if c.variant not in self.added], self.vary, self.param_tolerance, self.name,
+                       zipped)
             raise ValueError(
                 f"{exc}. The variant(s) you added ({', '.join(self.added)}) must differ from the study's own only "
                 f"in what it varies ({', '.join(self.vary) or 'nothing'}): build it from the same kind of units "
