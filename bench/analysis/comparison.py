@@ -8,7 +8,8 @@ compared with the baseline's configuration that matches it in every field the va
   depth, task and every other differing one) except the variant and the fields the row's variant or the baseline
   fixes (its registration's ``fixed``: a paper's init, say, which comes with the variant; for a variant the registry
   does not know, the fields every variant holds at one value of its own). Any other field, a learning rate that
-  differs, must match: a row with no matching baseline is left uncompared. A row
+  differs, must match: a row with no matching baseline is left uncompared, and ``table.attrs[UNMATCHED_NOTE]`` says
+  in which field such rows differ from every baseline configuration. A row
   that several of the baseline's configurations match (they differ in no field the runs record: a damaged or
   hand-made results folder) is left uncompared too, and ``table.attrs[AMBIGUOUS_NOTE]`` names those configurations
   by their ``config_hash``, so that no comparison goes missing unsaid.
@@ -62,6 +63,7 @@ from bench.runs import registry_index
 
 ONCE_NOTE = "timed_note"  # the key in ``table.attrs`` of the line on differences between separate runs' timings
 AMBIGUOUS_NOTE = "ambiguous_note"  # the key in ``table.attrs`` of the line on rows with several baselines
+UNMATCHED_NOTE = "unmatched_note"  # the key in ``table.attrs`` of the line on rows no baseline configuration matches
 COLUMNS = ("metric", "n", "mean", "ci", "diff", "diff_lo", "diff_hi", "test", "pairs", "n_base", "p", "p_exact",
            "p_holm")
 
@@ -117,12 +119,16 @@ def compare_table(
         return [f for f in by if f in pinned[row["variant"]] | pinned[baseline]]
 
     ambiguous: dict[tuple[Any, ...], list[str]] = {}  # the shown fields of a baseline with several configurations
+    unmatched: dict[str, set[tuple[Any, ...]]] = {}  # per field no baseline configuration matches: the rows' keys
 
     def matched(row: pd.Series) -> pd.Series | None:
         cand = table[(table["variant"] == baseline) & (table["metric"] == row["metric"])]
         own = implied(row)
         for f in [*(f for f in by if f != "variant" and f not in own), *([MACHINE_KEY] if per_machine else [])]:
             cand = cand[cand[f].isna()] if pd.isna(row[f]) else cand[cand[f] == row[f]]
+            if cand.empty:  # the first field whose value no baseline configuration left has
+                unmatched.setdefault(f, set()).add(tuple(row[g] for g in by))
+                return None
         if len(cand) > 1:
             key = tuple(cand.iloc[0][f] for f in by)
             hashes = cand[CONFIG_KEY] if CONFIG_KEY in cand.columns else pd.Series(dtype=object)
@@ -159,6 +165,12 @@ def compare_table(
     out = table[[*by, *([MACHINE_KEY] if per_machine else []), *COLUMNS, *key]].reset_index(drop=True)
     if ambiguous:
         out.attrs[AMBIGUOUS_NOTE] = ambiguous_note(baseline, by, ambiguous)
+    if unmatched:
+        out.attrs[UNMATCHED_NOTE] = (
+            f"Not compared: configurations that no configuration of {baseline} matches in every field neither variant "
+            "fixes (" + "; ".join(f"{len(keys)} differing from every one of {baseline}'s in {f}"
+                                  for f, keys in unmatched.items()) + f"); run {baseline} at their settings to compare "
+            "them.")
     if timed.any():
         shown = table[timed]
         out.attrs[ONCE_NOTE] = note(spread, cost_command(list(dict.fromkeys(shown["variant"])), baseline,

@@ -18,7 +18,7 @@ from typing import Any
 import pandas as pd
 
 from bench.analysis.claims import Group, Result, describe, margin_warned
-from bench.analysis.comparison import AMBIGUOUS_NOTE, ONCE_NOTE
+from bench.analysis.comparison import AMBIGUOUS_NOTE, ONCE_NOTE, UNMATCHED_NOTE
 from bench.analysis.comparison import COLUMNS as COMPARISON_COLUMNS
 from bench.analysis.multiplier_columns import COLUMNS as MULTIPLIER_COLUMNS
 from bench.analysis.multiplier_columns import NOTE as MULTIPLIER_NOTE
@@ -193,7 +193,7 @@ def render_comparison(table: pd.DataFrame, fmt: str = "markdown") -> str:
                 strict=True)]})
     if fmt == "latex":
         return shown.to_latex(index=False)
-    notes = [table.attrs[k] for k in (AMBIGUOUS_NOTE, ONCE_NOTE, MULTIPLIER_NOTE) if table.attrs.get(k)]
+    notes = [table.attrs[k] for k in (UNMATCHED_NOTE, AMBIGUOUS_NOTE, ONCE_NOTE, MULTIPLIER_NOTE) if table.attrs.get(k)]
     return markdown_table(list(shown.columns), shown.to_numpy().tolist()) + "".join(f"\n\n{md(n)}" for n in notes)
 
 
