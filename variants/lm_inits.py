@@ -57,12 +57,13 @@ def linears(body: nn.Module) -> list[nn.Linear]:
     return [m for m in body.modules() if isinstance(m, nn.Linear)]
 
 
-def others(model: Stack) -> list[nn.Module]:
-    """Every ``nn.Linear`` and convolution of the model outside its sublayer bodies (a join's, a stream's: a
-    plugin's own layers) in module order, but those a mark keeps (``own``, ``zero``) or a scheme drew already."""
+def others(model: Stack) -> list[torch.Tensor]:
+    """The weight of every ``nn.Linear`` and convolution of the model outside its sublayer bodies (a join's, a
+    stream's: a plugin's own layers) in module order, but those a mark keeps (``own``, ``zero``) or a scheme drew."""
     in_bodies = {id(m) for pair in model.bodies() for body in pair for m in body.modules()}
     keep = init_marks.kept(cast(nn.Module, model))
-    return [m for m in model.modules() if isinstance(m, (nn.Linear, nn.modules.conv._ConvNd))
+    return [cast(torch.Tensor, m.weight) for m in model.modules()
+            if isinstance(m, (nn.Linear, nn.modules.conv._ConvNd))
             and id(m) not in in_bodies and id(m) not in keep and not init_marks.is_drawn(m)]
 
 
@@ -74,8 +75,8 @@ def _init_gpt2(model: Stack) -> None:
         for lins in (linears(attn), linears(ffn)):
             for i, lin in enumerate(lins):
                 nn.init.normal_(lin.weight, std=resid_std if i == len(lins) - 1 else 0.02)
-    for layer in others(model):
-        nn.init.normal_(layer.weight, std=0.02)
+    for weight in others(model):
+        nn.init.normal_(weight, std=0.02)
 
 
 def _init_draw(model: Stack, draw: Callable[[torch.Tensor], object]) -> None:
@@ -84,8 +85,8 @@ def _init_draw(model: Stack, draw: Callable[[torch.Tensor], object]) -> None:
     for attn, ffn in model.bodies():
         for lin in (*linears(attn), *linears(ffn)):
             draw(lin.weight)
-    for layer in others(model):
-        draw(layer.weight)
+    for weight in others(model):
+        draw(weight)
 
 
 def _init_normal(model: Stack) -> None:
@@ -109,8 +110,8 @@ def _init_deepnorm(model: Stack) -> None:
                 nn.init.xavier_normal_(attn.qkv.weight[rows], gain=gain)  # q, k, v each a d×d matrix
         for lin in (attn.proj, *linears(ffn)):
             nn.init.xavier_normal_(lin.weight, gain=beta)
-    for layer in others(model):
-        nn.init.xavier_normal_(layer.weight)
+    for weight in others(model):
+        nn.init.xavier_normal_(weight)
 
 
 def t_fixup_scale(depth: int) -> float:
