@@ -172,3 +172,86 @@ def test_kaiming_leaves_the_shipped_mlps_draw_for_its_activation() -> None:
     model = variants.create("plain_mlp", depth=3, activation="tanh", seed=0)
     hidden = model.blocks[0].body[0]
     assert hidden.weight.std().item() == pytest.approx(5 / 3 / math.sqrt(71), rel=0.05)  # tanh's gain, not ReLU's √2
+
+
+class LinearGateJoin(variants.Combinator):
+    """A plugin's join ``x + σ(W·x) ⊙ F(x)``, W a plain ``nn.Linear`` of its own (torch's default draw), ``mark`` on
+    it where given."""
+
+    axis = "t_linear_gate"
+    mark: str | None = None
+
+    def __init__(self, at: variants.SublayerSpec) -> None:
+        super().__init__()
+        self.w = nn.Linear(at.d_model, at.d_model)
+        if self.mark is not None:
+            variants.mark_init(self.w, self.mark)
+
+    def forward(self, x: torch.Tensor, fx: torch.Tensor) -> torch.Tensor:
+        return x + torch.sigmoid(self.w(x)) * fx
+
+
+class OwnGateJoin(LinearGateJoin):
+    mark = "own"
+
+
+@pytest.fixture
+def gate_plugin() -> Iterator[None]:
+    """Two Pre-LN designs on the documented path (``Design`` + ``build_transformer``): ``t_lgate`` whose join's linear
+    layer carries no mark, ``t_lgate_own`` whose join keeps its own."""
+    for name, join in (("t_lgate", LinearGateJoin), ("t_lgate_own", OwnGateJoin)):
+        variants.register(name, family="transformer", paper="a plugin", spec=variants.TransformerSpec(
+            depth=2, d_model=32, n_heads=4, d_ff=64, vocab_size=64, max_len=16))(
+            lambda spec, join=join: variants.build_transformer(variants.Design("linear gate", "pre", join), spec))
+    yield
+    variants.unregister("t_lgate")
+    variants.unregister("t_lgate_own")
+
+
+def _gates(model: nn.Module) -> list[nn.Linear]:
+    return [m.w for m in model.modules() if isinstance(m, LinearGateJoin)]
+
+
+def test_a_transformer_scheme_draws_a_plugin_joins_linear_layer_unless_a_mark_keeps_it(gate_plugin: None) -> None:
+    xavier_bound = math.sqrt(6 / (32 + 32))  # Glorot-uniform of a 32×32 weight: std bound/√3 = 0.1768
+    stds = {}
+    for init in ("xavier", "gpt2", "normal", "t_fixup"):
+        gates = _gates(variants.create("t_lgate", init=init, seed=0))
+        assert len(gates) == 4  # one join per sublayer
+        stds[init] = [round(g.weight.std().item(), 4) for g in gates]
+        assert all(torch.equal(g.bias, torch.zeros(32)) for g in gates)
+    # torch's default draw (uniform within ±1/√32, std 0.102) under every scheme before; now each scheme's own
+    assert stds["xavier"] == stds["t_fixup"] == [0.1784, 0.1773, 0.1787, 0.178]
+    assert stds["gpt2"] == stds["normal"] == [0.0208, 0.0201, 0.0205, 0.0208]  # N(0, 0.02): not a residual projection
+    assert max(g.weight.abs().max().item() for g in _gates(variants.create("t_lgate", seed=0))) <= xavier_bound
+    own = [_gates(variants.create("t_lgate_own", init=init, seed=0)) for init in ("xavier", "gpt2")]
+    assert all(torch.equal(a.weight, b.weight) for a, b in zip(*own, strict=True))  # the mark: no scheme draws it
+    assert round(own[0][0].weight.std().item(), 4) == 0.1048  # torch's default, 1/√(3·32) = 0.102
+    assert variants.marked_layers(variants.create("t_lgate", seed=0)) == {}
+
+
+@pytest.fixture
+def keyword_only_plugin() -> Iterator[str]:
+    """A ResNet whose stem is a plain ``nn.Conv2d`` of the plugin's (torch's default draw), registered with a
+    keyword-only builder that takes no ``init``."""
+
+    @variants.register("t_uniform_stem", family="resnet", paper="a plugin")
+    def build(*, depth: int = 20, num_classes: int = 10, in_chans: int = 3) -> nn.Module:
+        net = variants.create("resnet", depth=depth, num_classes=num_classes, in_chans=in_chans)
+        net.stem[0] = nn.Conv2d(in_chans, 16, 3, padding=1, bias=False)
+        return net
+
+    yield "t_uniform_stem"
+    variants.unregister("t_uniform_stem")
+
+
+def test_a_keyword_only_builder_without_init_gets_its_familys_scheme(keyword_only_plugin: str) -> None:
+    stem = variants.create(keyword_only_plugin, seed=0).stem[0].weight
+    shipped = variants.create("resnet", depth=20, seed=0).stem[0].weight
+    assert torch.equal(stem, shipped)  # He's fan-out draw from the same stream: std √(2 / (16·9)) = 0.118
+    assert round(stem.std().item(), 4) == 0.1156
+    assert variants.describe(keyword_only_plugin)["init"] == "kaiming"  # what the run records and the guard compares
+    with pytest.raises(ValueError, match=(
+            r"^variant 't_uniform_stem' is drawn under init='xavier', but its builder takes no `init` keyword: the "
+            r"registry can draw a model it did not build only under 'kaiming' .*add `init` to the builder")):
+        variants.create(keyword_only_plugin, init="xavier")

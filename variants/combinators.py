@@ -26,7 +26,7 @@ from typing import ClassVar
 import torch
 from torch import nn
 
-from . import axes, roles
+from . import axes, init_marks, roles
 
 
 class Combinator(nn.Module):
@@ -211,6 +211,8 @@ class Laurel(Combinator):
                 self.down.weight.zero_()
                 self.down.weight[cols, torch.arange(d_model)] = (rank * d_model) ** -0.5
                 self.up.weight.zero_()
+            init_marks.mark_init(self.down, "own")  # the structured start above, not the Transformer scheme's draw
+            init_marks.mark_init(self.up, "zero")
 
     def residual_scalars(self) -> dict[str, torch.Tensor | float]:
         """The learned weights α = 2σ(a) of the branch and β = 2σ(b) of the carry (forms with ``rw``)."""

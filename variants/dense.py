@@ -37,7 +37,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from . import axes
+from . import axes, init_marks
 from .blocks import NormFactory, PreNorm, ResidualUnit
 from .combinators import Add, Combinator
 from .links import EMBEDDINGS, Past, Source, SublayerSpec, needs_past, output, own
@@ -139,6 +139,10 @@ class MultiwayDenseConnection(Combinator):
         self.w1 = nn.Linear(d_model, ways * n_inputs, bias=False)
         self.w2 = nn.Linear(ways * n_inputs, ways * n_inputs, bias=False)
         nn.init.zeros_(self.w2.weight)
+        # W₁ keeps torch's default draw (what this design has always started from) and W₂ starts at zero: the
+        # Transformer stack's scheme re-draws neither
+        init_marks.mark_init(self.w1, "own")
+        init_marks.mark_init(self.w2, "zero")
         static = torch.zeros(ways, n_inputs)
         static[:, -1] = 1.0  # every way starts as the newest output: Pre-LN's stream
         self.static = nn.Parameter(static)  # a
@@ -176,6 +180,7 @@ class GeneralizedResidual(Combinator):
         self.gain = nn.Parameter(torch.ones(d_model))  # RMSNorm's (part of the connection, not the norm-type axis)
         self.w = nn.Linear(d_model, ways, bias=False)
         nn.init.normal_(self.w.weight, std=DCA_W_STD)
+        init_marks.mark_init(self.w, "own")  # GRN's draw, not the Transformer scheme's
         self.b = nn.Parameter(torch.ones(ways, n_inputs, d_model))
 
     def weights(self, outputs: torch.Tensor) -> torch.Tensor:

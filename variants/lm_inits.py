@@ -1,5 +1,7 @@
 """The initialisation schemes of the Transformer family, an axis of its own (``init``): each fills the linear weights
-of every sublayer body (biases start at 0, norms at weight 1 / bias 0, embeddings the GPT-2 way: the model's).
+of every sublayer body (biases start at 0, norms at weight 1 / bias 0, embeddings the GPT-2 way: the model's), and
+every other linear or convolution of the model, a plugin's join or stream included (:func:`others`), unless a mark
+keeps it (:func:`variants.init_marks.mark_init`: the shipped joins whose paper gives their layers an init say so).
 
 - ``xavier`` (the family default, :data:`DEFAULT_INIT`): Glorot & Bengio 2010, as Vaswani et al. 2017.
 - ``gpt2``: N(0, 0.02), residual projections N(0, 0.02/√(2N)) — Radford et al. 2019, GPT-2 §2.3.
@@ -21,7 +23,7 @@ from typing import Any, Protocol, cast
 import torch
 from torch import nn
 
-from . import axes
+from . import axes, init_marks
 from .combinators import Scaled
 
 InitArg = Callable[[torch.Tensor], object]  # draw(weight): fills one weight in place
@@ -55,20 +57,36 @@ def linears(body: nn.Module) -> list[nn.Linear]:
     return [m for m in body.modules() if isinstance(m, nn.Linear)]
 
 
+def others(model: Stack) -> list[torch.Tensor]:
+    """The weight of every ``nn.Linear`` and convolution of the model outside its sublayer bodies (a join's, a
+    stream's: a plugin's own layers) in module order, but those a mark keeps (``own``, ``zero``) or a scheme drew."""
+    in_bodies = {id(m) for pair in model.bodies() for body in pair for m in body.modules()}
+    keep = init_marks.kept(cast(nn.Module, model))
+    return [cast(torch.Tensor, m.weight) for m in model.modules()
+            if isinstance(m, (nn.Linear, nn.modules.conv._ConvNd))
+            and id(m) not in in_bodies and id(m) not in keep and not init_marks.is_drawn(m)]
+
+
 def _init_gpt2(model: Stack) -> None:
-    """GPT-2 / Megatron: N(0, 0.02); residual output projections N(0, 0.02/√(2N)) (GPT-2 §2.3, N layers)."""
+    """GPT-2 / Megatron: N(0, 0.02); residual output projections N(0, 0.02/√(2N)) (GPT-2 §2.3, N layers); every other
+    layer (:func:`others`) N(0, 0.02), as GPT-2 draws every weight that is not a residual projection."""
     resid_std = 0.02 / math.sqrt(2 * len(model.blocks))
     for attn, ffn in model.bodies():
         for lins in (linears(attn), linears(ffn)):
             for i, lin in enumerate(lins):
                 nn.init.normal_(lin.weight, std=resid_std if i == len(lins) - 1 else 0.02)
+    for weight in others(model):
+        nn.init.normal_(weight, std=0.02)
 
 
 def _init_draw(model: Stack, draw: Callable[[torch.Tensor], object]) -> None:
-    """``draw`` on every linear weight of every sublayer body, attention then feed-forward, layer by layer."""
+    """``draw`` on every linear weight of every sublayer body, attention then feed-forward, layer by layer, then on
+    every other layer's (:func:`others`)."""
     for attn, ffn in model.bodies():
         for lin in (*linears(attn), *linears(ffn)):
             draw(lin.weight)
+    for weight in others(model):
+        draw(weight)
 
 
 def _init_normal(model: Stack) -> None:
@@ -82,7 +100,8 @@ def _init_xavier(model: Stack) -> None:
 
 
 def _init_deepnorm(model: Stack) -> None:
-    """DeepNet Fig. 2: xavier_normal with gain β on ffn, v and out projections, gain 1 on q and k."""
+    """DeepNet Fig. 2: xavier_normal with gain β on ffn, v and out projections, gain 1 on q and k and on every other
+    layer (:func:`others`: the paper scales only the sublayers' projections)."""
     _, beta = deepnorm_alpha_beta(len(model.blocks))
     for attn, ffn in model.bodies():
         d = attn.proj.weight.shape[0]
@@ -91,6 +110,8 @@ def _init_deepnorm(model: Stack) -> None:
                 nn.init.xavier_normal_(attn.qkv.weight[rows], gain=gain)  # q, k, v each a d×d matrix
         for lin in (attn.proj, *linears(ffn)):
             nn.init.xavier_normal_(lin.weight, gain=beta)
+    for weight in others(model):
+        nn.init.xavier_normal_(weight)
 
 
 def t_fixup_scale(depth: int) -> float:
@@ -172,7 +193,7 @@ DEFAULT_INIT = "xavier"
 def resolve_init(init: object) -> tuple[str, Callable[[Stack], None]]:
     """``(name, scheme)`` of an ``init`` argument: a name of :data:`INITS`, a registered init (``variants.
     register_init``) or a draw ``(weight) -> Any`` passed directly; either draw fills every sublayer's linear
-    weights (:func:`_init_draw`)."""
+    weights and every other layer's (:func:`_init_draw`)."""
     name, value = axes.lookup("init", init, INITS, message=lambda known: (
         f"unknown init {init!r}; choose one of: {', '.join(known)} (or pass a draw (weight) -> None)"))
     if isinstance(init, str) and init in INITS:

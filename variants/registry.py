@@ -47,13 +47,27 @@ class VariantSpec:
     base: str | None = None  # the registration a preset extends (None: this is one)
     spec: Any = None  # a dataclass instance: the builder's positional argument (its fields are keywords)
 
-    def parameters(self) -> dict[str, Any]:
-        """Every keyword argument of the variant -> its default (``inspect.Parameter.empty`` if none)."""
+    def builder_parameters(self) -> dict[str, Any]:
+        """Every keyword argument the builder (and its spec) takes -> its default (``inspect.Parameter.empty`` if
+        none)."""
         params = {k: p.default for k, p in inspect.signature(self.builder).parameters.items()}
         if self.spec is None:
             return params
         del params[next(iter(params))]  # the spec itself
         return {**{f.name: getattr(self.spec, f.name) for f in dataclasses.fields(self.spec)}, **params}
+
+    def takes_init(self) -> bool:
+        """Whether the builder draws the model under an ``init`` keyword of its own (every shipped one does)."""
+        return "init" in self.builder_parameters()
+
+    def parameters(self) -> dict[str, Any]:
+        """Every keyword argument of the variant -> its default (``inspect.Parameter.empty`` if none): the builder's,
+        and ``init`` where the builder takes none but its family has a scheme (:func:`family_init`): the registry
+        then draws the model under it (:func:`create`), so no signature leaves a model out of the run's init."""
+        params = self.builder_parameters()
+        if "init" not in params and (scheme := family_init(self.family)) is not None:
+            params["init"] = scheme
+        return params
 
     def defaults(self) -> dict[str, Any]:
         """Every keyword the builder takes, with the value this name uses unless overridden."""
@@ -62,6 +76,8 @@ class VariantSpec:
         return out
 
     def build(self, kwargs: Mapping[str, Any]) -> nn.Module:
+        if not self.takes_init():  # the registry's own keyword (parameters): create applies it
+            kwargs = {k: v for k, v in kwargs.items() if k != "init"}
         if self.spec is None:
             return self.builder(**kwargs)
         names = {f.name for f in dataclasses.fields(self.spec)}
@@ -70,6 +86,16 @@ class VariantSpec:
 
 
 _REGISTRY: dict[str, VariantSpec] = {}
+
+
+def family_init(family: str) -> str | None:
+    """The scheme a family's models start from: the ``init`` default its registrations share (``kaiming`` for the
+    CNN and MLP families, ``xavier`` for the Transformers; presets and variants that pin their init aside), None
+    for a family none of whose builders takes an ``init`` (or whose builders disagree)."""
+    found = {params["init"] for s in _REGISTRY.values()
+             if s.family == family and s.base is None and "init" not in s.fixed
+             and isinstance((params := s.builder_parameters()).get("init"), str)}
+    return found.pop() if len(found) == 1 else None
 
 
 def register(
@@ -184,8 +210,14 @@ def create(name: str, *, seed: int | None = None, **overrides: Any) -> nn.Module
             hint = f"use the base variant {root.name!r} instead"
         raise ValueError(f"conflicting argument(s) for preset {name!r}: {detail}; {hint}")
     kwargs = {**spec.fixed, **overrides}
+    init = {**spec.defaults(), **kwargs}.get("init")
+    if not spec.takes_init() and init is not None and init != "kaiming":
+        raise ValueError(
+            f"variant {name!r} is drawn under init={init!r}, but its builder takes no `init` keyword: the registry "
+            "can draw a model it did not build only under 'kaiming' (He's draw for every convolution and hidden "
+            "linear layer); add `init` to the builder (or register it with spec=) so its layers get the run's scheme")
     model = spec.build(kwargs)
-    if {**spec.defaults(), **kwargs}.get("init") == "kaiming":  # every convolution, a plugin's too (init_marks)
+    if init == "kaiming":  # every convolution, a plugin's too, whatever the builder's signature (init_marks)
         return init_marks.kaiming_(model)
     return init_marks.apply_marks_(model)
 

@@ -41,7 +41,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from . import axes
+from . import axes, init_marks
 from .blocks import NormFactory, ResidualUnit
 from .combinators import COMBINATORS, Combinator
 from .links import EMBEDDINGS, Past, SublayerSpec, needs_past, output, reads
@@ -159,6 +159,7 @@ class SpeedrunLayer(Block):
             self.skip_lambda = nn.Parameter(torch.tensor(SKIP_LAMBDA))
             self.skip_gate = nn.Linear(gate_features, 1, bias=False)
             nn.init.zeros_(self.skip_gate.weight)
+            init_marks.mark_init(self.skip_gate, "zero")  # the skip starts closed under every scheme
 
     has_skip, has_backout = True, True  # the tricks of this layer class: the speedrun's both
 

@@ -28,7 +28,7 @@ from typing import cast
 import torch
 from torch import nn
 
-from . import axes
+from . import axes, init_marks
 from .blocks import PREACT, NormFactory, ResidualUnit
 from .checks import real
 from .combinators import Combinator
@@ -81,6 +81,8 @@ class DeltaJoin(Combinator):
         nn.init.normal_(self.value.weight, std=std)
         nn.init.constant_(self.beta.bias, math.log(beta_init / (2.0 - beta_init)))  # logit(β₀/2)
         nn.init.zeros_(self.value.bias)
+        for layer in (self.beta, self.value):  # the paper's draw, not the Transformer scheme's
+            init_marks.mark_init(layer, "own")
 
     def forward(self, x: torch.Tensor, fx: torch.Tensor, h: torch.Tensor | None = None) -> torch.Tensor:
         k = fx * torch.rsqrt(fx.pow(2).sum(-1, keepdim=True) + DELTA_K_EPS**2)

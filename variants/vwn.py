@@ -45,7 +45,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from . import axes
+from . import axes, init_marks
 from .blocks import NormFactory
 from .checks import flag, positive_int
 from .hyper import HyperJoin, HyperLayer, Weights
@@ -123,7 +123,8 @@ class VirtualWidthStream(Stream):
         if self.groups:  # GroupNorm's affine parameters; the norm is part of the reduction, not the norm-type axis
             self.gn_weight = nn.Parameter(torch.ones(self.wide))
             self.gn_bias = nn.Parameter(torch.zeros(self.wide))
-        self.reduce = nn.Linear(self.wide, d_model, bias=bias)
+        # W_reduce keeps torch's default draw (what this design has always started from) under every scheme
+        self.reduce = init_marks.mark_init(nn.Linear(self.wide, d_model, bias=bias), "own")
 
     def begin(self, x: torch.Tensor) -> torch.Tensor:
         return x.unflatten(-1, (self.n, -1))
