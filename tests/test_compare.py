@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 from scipy import stats as sps
 
-from bench.analysis.comparison import AMBIGUOUS_NOTE, compare_table, holm
+from bench.analysis.comparison import AMBIGUOUS_NOTE, UNMATCHED_NOTE, compare_table, holm
 from bench.analysis.stats import banded_cells, load_bands, primary_metrics, split_by_load_band, with_derived
 from bench.cli import main
 from bench.reports.markdown import render_comparison as render
@@ -98,8 +98,12 @@ def test_a_field_no_registered_variant_fixes_must_match_even_when_each_variant_h
                 "task": "digits", "seed": seed, "init": init, "lr": lr, "status": "ok", "final_val_loss": loss})
     b = pd.DataFrame(rows, columns=list(COLUMNS))
     cnn = b[b["variant"].str.endswith("20")]
-    resnet = compare_table(cnn, None, "plain20", ["final_val_loss"]).set_index("variant").loc["resnet20"]
-    assert np.isnan(resnet["diff"]) and pd.isna(resnet["test"])  # no baseline at lr 0.1: uncompared
+    cnn_table = compare_table(cnn, None, "plain20", ["final_val_loss"])
+    resnet = cnn_table.set_index("variant").loc["resnet20"]
+    assert np.isnan(resnet["diff"]) and pd.isna(resnet["test"])  # no baseline at lr 0.1: uncompared, and said
+    assert cnn_table.attrs[UNMATCHED_NOTE] == (
+        "Not compared: configurations that no configuration of plain20 matches in every field neither variant fixes "
+        "(1 differing from every one of plain20's in lr); run plain20 at their settings to compare them.")
     lm = b[~b["variant"].str.endswith("20")]
     admin = compare_table(lm, None, "preln", ["final_val_loss"]).set_index("variant").loc["admin"]
     assert admin["test"] == "Welch" and admin["diff"] == pytest.approx(-0.15)  # admin's init is its own: compared
