@@ -22,6 +22,7 @@ from typing import NamedTuple, TypeVar
 
 import torch
 import torch.nn.functional as F
+from timm.layers import trunc_normal_
 from torch import nn
 
 from . import axes, init_marks
@@ -54,7 +55,10 @@ INIT_SCHEMES: dict[str, Callable[[torch.Tensor], object] | None] = {
     "kaiming": None,
     "xavier": nn.init.xavier_uniform_,
     "normal": lambda w: nn.init.normal_(w, std=0.02),
-    "trunc_normal": lambda w: nn.init.trunc_normal_(w, std=0.02, a=-0.04, b=0.04),
+    # timm's: one uniform draw per tensor (inverse CDF). torch's own, in recent releases, redraws the values outside
+    # the bounds in a loop: how many draws a build takes then depends on the values, which per-layer streams
+    # (variants.draws) cannot replay
+    "trunc_normal": lambda w: trunc_normal_(w, std=0.02, a=-0.04, b=0.04),
 }
 
 
