@@ -21,6 +21,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import torch
+from timm.layers import trunc_normal_
 from torch import nn
 
 from . import init_marks
@@ -29,7 +30,6 @@ from .checks import check_positive, flag, positive_int, real
 from .combinators import Combinator, NoShortcut, Scaled
 from .layers import (
     DRAWN_LATER,
-    INIT_SCHEMES,
     CifarSpec,
     InitArg,
     ModuleT,
@@ -122,7 +122,7 @@ def convnext_init_(model: nn.Module) -> nn.Module:
         return model
     for m in model.modules():
         if isinstance(m, (nn.Conv2d, nn.Linear)):
-            INIT_SCHEMES["trunc_normal"](m.weight)  # timm's trunc_normal_ (one draw a tensor, in every torch)
+            trunc_normal_(m.weight, std=0.02, a=-0.04, b=0.04)  # timm's: one draw a tensor (layers.INIT_SCHEMES)
             if m.bias is not None:
                 nn.init.zeros_(m.bias)
     return model
