@@ -632,6 +632,16 @@ def test_laurel_errors() -> None:
         tiny("laurel", rank=0)
 
 
+@pytest.mark.parametrize("name", ["denseformer", "speedrun"])
+def test_admins_init_on_a_design_without_its_joins_is_xavier(name: str) -> None:
+    """No ω to profile: Xavier's weights, and no profiling forward, which ran before the subclass had finished
+    building the model (AttributeError: 'DenseFormer' object has no attribute 'dwa')."""
+    kw = {**TINY, "depth": 2}
+    admin, xavier = (variants.create(name, seed=0, init=i, **kw) for i in ("admin", "xavier"))
+    assert all(torch.equal(a, b) for a, b in zip(admin.state_dict().values(), xavier.state_dict().values(),
+                                                  strict=True))
+
+
 def test_admin_profile_by_hand() -> None:
     """Admin's ω (Liu et al. 2020, authors' profiling recurrence): ω_1 = 1, ω_{i+1} = √(Var[ω_i·x] + Var[F_i(x)])
     over the profiling batch, sublayer by sublayer; every ω a constant vector at init."""

@@ -151,14 +151,21 @@ def _init_admin(model: Stack) -> None:
     _init_xavier(model)
     if model.tok_emb.weight.is_meta:  # a meta-device build (describe, the confound guard): shapes only
         return
+    if not _admin_joins(model):  # no ω to set (a design without Admin's joins): Xavier, and no profiling pass,
+        return  # which would run the forward of a model whose subclass has not finished building it
     vocab, device = model.tok_emb.num_embeddings, model.tok_emb.weight.device
     admin_profile(model, torch.randint(0, vocab, (4, min(model.max_len, 64)), device=device))
+
+
+def _admin_joins(model: nn.Module) -> list[nn.Module]:
+    """The learnable shortcut weights ω Admin's profile sets: every :class:`Scaled` join with a learnable alpha."""
+    return [m for m in model.modules() if isinstance(m, Scaled) and isinstance(m.alpha, nn.Parameter)]
 
 
 def admin_profile(model: Stack, idx: torch.Tensor) -> None:
     """Set every learnable shortcut weight ω (Admin's) by the profiling recurrence of :func:`_init_admin` on the
     token batch ``idx``, in one forward pass without gradients."""
-    joins = [m for m in model.modules() if isinstance(m, Scaled) and isinstance(m.alpha, nn.Parameter)]
+    joins = _admin_joins(model)
     running = [1.0]
 
     def profile(module: nn.Module, args: tuple[torch.Tensor, torch.Tensor]) -> None:
