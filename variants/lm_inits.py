@@ -157,7 +157,7 @@ def _init_admin(model: Stack) -> None:
     admin_profile(model, torch.randint(0, vocab, (4, min(model.max_len, 64)), device=device))
 
 
-def _admin_joins(model: nn.Module) -> list[nn.Module]:
+def _admin_joins(model: Stack) -> list[nn.Module]:
     """The learnable shortcut weights ω Admin's profile sets: every :class:`Scaled` join with a learnable alpha."""
     return [m for m in model.modules() if isinstance(m, Scaled) and isinstance(m.alpha, nn.Parameter)]
 
