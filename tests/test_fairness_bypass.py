@@ -179,3 +179,9 @@ def test_guard_compares_a_timm_model_by_its_parameter_count() -> None:
         "drop-path rates; the structure where `vary` names values only); declare it in the study's `vary` (or "
         "`param_tolerance`) or make the models match")
     check_grid(runs, ["init", "params"], study="t")
+
+
+def test_diff_builds_a_timm_model_at_a_shape_without_the_shapes_depth(capsys: pytest.CaptureFixture[str]) -> None:
+    """A timm model's depth is its name: `bench diff resnet20 timm:resnet18 --shape digits` once refused it."""
+    assert main(["diff", "resnet20", "timm:resnet18", "--shape", "digits"]) == 0
+    assert capsys.readouterr().out.splitlines()[-1].startswith("resnet20 and timm:resnet18 differ in: params, ")

@@ -181,9 +181,10 @@ def _refusal(make: Callable[[], object]) -> Exception | None:
 
 def build_args(design: str, shape: Shape) -> dict[str, Any]:
     """The keyword arguments ``design`` is built with at ``shape``: the shape's model arguments, less those the design
-    fixes (``bench diff --shape`` builds with the same)."""
+    fixes (``bench diff --shape`` builds with the same); a timm model fixes its depth by its name."""
     fixed = variants.describe(design).get("fixed", {})
-    return {k: v for k, v in shape.model_args.items() if k not in fixed}
+    timm = design.startswith(variants.registry.TIMM_PREFIX)
+    return {k: v for k, v in shape.model_args.items() if k not in fixed and not (timm and k == "depth")}
 
 
 def build(design: str, shape: Shape) -> nn.Module:
