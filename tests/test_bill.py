@@ -496,7 +496,7 @@ def test_a_configuration_whose_figures_are_recorded_is_billed_no_measurement(
     plain = next(c for c in configs if c.variant == "plain" and c.seed == 0)
     res = tmp_path / "res"
     ResultsStore(res).append({"run_id": plain.run_id, "status": "ok"},
-                             {"run_id": plain.run_id, "env": {}, "measurements": {
+                             {"run_id": plain.run_id, "config": plain.to_dict(), "env": {}, "measurements": {
                                  "flops": {"train_flops_per_sample": 1.0}, "throughput": {"step_time_ms": 1.0},
                                  "peak_flops": 1e12}})
     assert main(["sweep", str(study), "--dry-run", "--results-dir", str(res)]) == 0

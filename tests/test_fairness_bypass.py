@@ -122,14 +122,16 @@ def test_settings_are_read_off_the_modules() -> None:
 def fixed_inside() -> Iterator[None]:
     """Pre-LN behind builders that take no n_heads (8 inside) or no dropout (0.3 inside)."""
     @variants.register("t_preln_h8", family="transformer", paper="a plugin")
-    def h8(*, depth: int = 2, vocab_size: int = 256, d_model: int = 64, d_ff: int = 256) -> nn.Module:
-        return variants.create("preln", depth=depth, vocab_size=vocab_size, d_model=d_model, d_ff=d_ff, n_heads=8)
+    def h8(*, depth: int = 2, vocab_size: int = 256, d_model: int = 64, d_ff: int = 256,
+           init: str = "xavier") -> nn.Module:
+        return variants.create("preln", depth=depth, vocab_size=vocab_size, d_model=d_model, d_ff=d_ff, n_heads=8,
+                               init=init)
 
     @variants.register("t_preln_drop", family="transformer", paper="a plugin")
     def drop(*, depth: int = 2, vocab_size: int = 256, d_model: int = 64, n_heads: int = 4,
-             d_ff: int = 256) -> nn.Module:
+             d_ff: int = 256, init: str = "xavier") -> nn.Module:
         return variants.create("preln", depth=depth, vocab_size=vocab_size, d_model=d_model, n_heads=n_heads,
-                               d_ff=d_ff, dropout=0.3)
+                               d_ff=d_ff, dropout=0.3, init=init)
 
     yield
     variants.unregister("t_preln_h8")
