@@ -407,7 +407,7 @@ def test_the_cli_prints_the_timing_notes_and_says_what_the_memory_is(
     assert main(["cost", "--designs", "mhc", "--shape", "tiny", "--repeats", "1"]) == 0
     out = capsys.readouterr().out
     assert "memory: the step's own, above what the process held before it" in out
-    assert "which a run's peak memory counts too" in out
+    assert "as a CPU run's peak memory is measured too, above its set-up" in out
     assert out.endswith("\n\nmhc: step_rel 1 (rounds 1-1)\n")
 
 

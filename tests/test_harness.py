@@ -89,6 +89,26 @@ def test_a_warmup_in_epochs_is_made_steps_on_the_runs_task() -> None:
     assert runner.opt.param_groups[0]["lr"] == pytest.approx(0.1 / 45)  # the first step of a linear warm-up
 
 
+def test_a_finished_step_runner_frees_its_optimiser_without_the_cycle_collector() -> None:
+    """Its schedule once held the runner (a reference cycle): a measuring phase's optimiser state lived on until the
+    cycle collector ran, and a CUDA memory phase after it counted that state in the run's peak."""
+    import gc
+    import weakref
+
+    s = train_mod.setup(cfg(steps=2, measure=(), optimizer="adamw"))
+    gc.collect()
+    gc.disable()
+    try:
+        runner = train_mod.StepRunner(s.cfg, s, s.model, train_mod.batch_generator(s))
+        runner()  # one step: the optimiser holds its state now
+        assert runner.opt.state and runner.warmup_end == s.warmup_steps
+        optimiser = weakref.ref(runner.opt)
+        del runner
+        assert optimiser() is None
+    finally:
+        gc.enable()
+
+
 def test_flops_match_forward_backward_formula(tmp_path: Path) -> None:
     """resnet20's FLOPs at 8x8: the forward column is one sample's forward; backward is twice forward, except
     that the stem conv computes no input gradient (the image needs none), so train = 3 x forward - the stem's."""

@@ -187,8 +187,8 @@ def implementations(design: str, sh: Shape, modes: Sequence[bool]) -> dict[str, 
 
 
 MEMORY_CPU = ("the step's own, above what the process held before it (the resident set's high-water mark: "
-              "activations, gradients, optimiser temporaries; not the weights, Python or torch, which a run's peak "
-              "memory counts too)")
+              "activations, gradients, optimiser temporaries; not the weights, Python or torch), as a CPU run's peak "
+              "memory is measured too, above its set-up")
 MEMORY_CUDA = ("the step's own, above what was allocated before it (CUDA's peak allocated: activations, gradients, "
                "optimiser temporaries; not the weights, which a run's peak memory counts too)")
 

@@ -282,9 +282,13 @@ class StepRunner:
         self.opt = make_optimizer(cfg, model)
         total = s.total_steps
         self.steps_done = 0
-        self.warmup_end = s.warmup_steps  # steps of warm-up; an error threshold may end it earlier
+        self._warmup = [s.warmup_steps]  # steps of warm-up; an error threshold may end it earlier (warmup_end)
         self.watch_error = watch_warmup_error and cfg.warmup_until_error is not None
-        self.sched = torch.optim.lr_scheduler.LambdaLR(self.opt, lambda i: lr_factor(i, total, cfg, self.warmup_end))
+        # the schedule reads the warm-up's end from its own cell, not through the runner: a lambda holding the
+        # runner made a reference cycle, so a finished runner (its model, optimiser state) lived on until the
+        # cycle collector ran, and a CUDA memory phase after it counted a previous phase's optimiser state
+        warmup = self._warmup
+        self.sched = torch.optim.lr_scheduler.LambdaLR(self.opt, lambda i: lr_factor(i, total, cfg, warmup[0]))
         self.scaler = torch.amp.GradScaler(s.device.type, enabled=cfg.precision == "fp16")
         world = s.world
         self.world, self.ddp = world, s.ddp
@@ -296,6 +300,14 @@ class StepRunner:
         self.batches = batches
         self.channels_last = cfg.channels_last
         self.after_step = after_step_hook(model)
+
+    @property
+    def warmup_end(self) -> int:
+        return self._warmup[0]
+
+    @warmup_end.setter
+    def warmup_end(self, steps: int) -> None:
+        self._warmup[0] = steps
 
     def __call__(self) -> torch.Tensor:
         if self.cfg.compile:
@@ -396,7 +408,7 @@ def measure_phases(s: Setup, rec: Record) -> None:
         # step time. Under torchrun a loader task's batch is this rank's share: the step computes the whole batch.
         n, scale = len(x), cfg.batch_size / len(x)
         return {"per_step": train_step * scale * cfg.grad_accum, "train_per_sample": train_step / n,
-                "fwd_per_step": fwd * scale, "fwd_per_sample": fwd / n,
+                "fwd_per_step": fwd * scale * cfg.grad_accum, "fwd_per_sample": fwd / n,
                 "train_per_sample_by_class": {c: f / n for c, f in counted.train_by_class.items()},
                 "method": "torch.utils.flop_counter"}
 
