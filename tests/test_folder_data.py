@@ -265,6 +265,7 @@ def test_a_repeated_line_counts_once_and_a_conflicting_one_is_refused(tmp_path: 
     ("final_val_acc", "nan", "final_val_acc is nan, not a finite number"),
     ("final_train_loss", "inf", "final_train_loss is inf, not a finite number"),
     ("steps", "-3", "steps is -3, below 0"),
+    ("steps", "0", "steps is 0; it must be an integer in [1, 1000000000]"),  # an ok run made a step
 ])  # fmt: skip
 def test_a_row_out_of_range_is_left_out_with_a_warning(column: str, cell: str, why: str, tmp_path: Path,
                                                        capsys: pytest.CaptureFixture[str]) -> None:
@@ -276,6 +277,20 @@ def test_a_row_out_of_range_is_left_out_with_a_warning(column: str, cell: str, w
     board = store.load_leaderboard()
     assert list(board["run_id"]) == ids[1:]
     assert f"warning: {store.leaderboard}: run {ids[0]} left out ({why})" in capsys.readouterr().err
+
+
+def test_a_run_that_failed_before_its_first_step_keeps_its_row(tmp_path: Path,
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    """Out of memory at step 1, killed while measuring: 0 steps and 0 epochs made. Such a row was once left out as
+    damaged, so the failure vanished from compare and the report."""
+    store = ResultsStore(tmp_path)
+    ids = [add(store, seed) for seed in range(2)]
+    rows = store.rows()
+    rows[0].update(status="killed", steps="0", epochs="0.0")
+    results.atomic_write_text(store.leaderboard, csv_text(rows))
+    board = store.load_leaderboard()
+    assert list(board["run_id"]) == ids and list(board["status"]) == ["killed", "ok"]
+    assert "left out" not in capsys.readouterr().err
 
 
 def test_cells_a_spreadsheet_would_run_are_written_quoted_and_read_back_unchanged(tmp_path: Path) -> None:

@@ -37,6 +37,9 @@ FRACTION_COLUMNS = ("final_train_acc", "final_val_acc", "best_val_acc", "target_
 # The leaderboard columns that are configuration fields: checked against the constraint each field has.
 CONFIG_COLUMNS = ("depth", "seed", "steps", "batch_size", "grad_accum", "lr", "warmup_steps", "world_size", "threads",
                   "epochs")
+# Of those, the ones a row holds as what the run *made*: a run that failed before its first step (out of memory
+# at step 1, killed while measuring) made 0, and its row records the failure.
+MADE_COLUMNS = ("steps", "epochs")
 
 # The type of each part of a run JSON that readers index into (older runs may lack some; none may hold another type).
 RUN_PARTS: dict[str, type | tuple[type, ...]] = {
@@ -96,6 +99,8 @@ def value_problem(row: Mapping[str, str]) -> str | None:
             return f"{column} is {cell}, below 0"
         if column in FRACTION_COLUMNS and value > 1:
             return f"{column} is {cell}, above 1"
+        if column in MADE_COLUMNS and value == 0 and status != "ok":
+            continue
         if column in CONFIG_COLUMNS and not CONSTRAINTS[column].accepts(value):
             return f"{column} is {cell}; it must be {CONSTRAINTS[column].describe()}"
     return None
