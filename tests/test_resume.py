@@ -18,6 +18,7 @@ from _nets import write
 
 from bench.cli import main
 from bench.runs import resume
+from bench.runs import runner as run_mod
 from bench.runs.config import RunConfig
 from bench.runs.results import ResultsStore
 
@@ -185,6 +186,25 @@ def _state_dir(tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: 
     capsys.readouterr()
     (folder,) = (tmp_path / "res" / "checkpoints").iterdir()
     return args, folder
+
+
+def test_a_resumed_run_says_which_phases_it_could_not_measure(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """--measure is no part of a run's identity: a run stopped while measuring flops only and rerun asking for
+    memory too once resumed without it and recorded nothing, its config saying memory was asked for."""
+    spec = str(plugin(monkeypatch, tmp_path, 8))
+    only_flops = [a if a != "--measure" else "--measure=flops" for a in RUN]
+    res = ["--checkpoint-every", "3", "--plugin", spec, "--results-dir", str(tmp_path / "res")]
+    assert main([*only_flops, *res]) == resume.EXIT_PREEMPTED
+    capsys.readouterr()
+    assert main([*[a for a in only_flops if a != "--measure=flops"], "--measure", "flops", "memory", *res]) == 0
+    (run,) = ResultsStore(tmp_path / "res").load_runs()
+    step = run["row"]["resumed_from_step"]
+    assert "per_step" in run["measurements"]["flops"]
+    why = (f"not measured: this run resumed from step {step}, saved by a run measuring flops; rerun it with "
+           "--no-resume to measure memory")
+    assert run["measurements"]["memory"] == {"error": why}
+    assert run_mod.measurement_failures(run) == {"memory": run["measurements"]["memory"]["error"]}
 
 
 def test_a_damaged_newest_checkpoint_gives_way_to_the_one_before(tmp_path: Path, capsys: pytest.CaptureFixture[str],

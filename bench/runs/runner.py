@@ -22,7 +22,7 @@ from typing import Any
 import torch
 
 import variants
-from bench.runs import budget, chance, checkpoints, distributed, execution, plugins, probes, resume
+from bench.runs import budget, chance, checkpoints, constraints, distributed, execution, plugins, probes, resume
 from bench.runs.config import RunConfig
 from bench.runs.env import cpu_sample, environment, git_sha, machine_fingerprint, machine_id, machine_load
 from bench.runs.results import ResultsStore, new_row
@@ -136,6 +136,7 @@ def _run_config(cfg: RunConfig, progress: bool = False, reuse: Reuse | None = No
         rec.measurements, cost_source = state["measurements"], state["cost_source"]
         rec.resumed_from_step, rec.restarts, rec.wall_before_s = int(state["step"]), int(state["restarts"]) + 1, \
             float(state["wall_s"])
+        not_measured(cfg, rec)
     checkpointer.extra = lambda: {"measurements": rec.measurements, "cost_source": cost_source,
                                   "restarts": rec.restarts, "wall_s": rec.wall_before_s + time.perf_counter() - started}
     if report is not None:
@@ -198,6 +199,17 @@ def _run_config(cfg: RunConfig, progress: bool = False, reuse: Reuse | None = No
         "plugins": [p.record() for p in plugins.loaded()],
         **kept,  # the trained weights, serialised: record() writes them to checkpoints/ and drops them from here
     }
+
+
+def not_measured(cfg: RunConfig, rec: Record) -> None:
+    """Record as failed every phase of ``cfg.measure`` a resumed run's saved state holds no figures of (its run was
+    started with another ``--measure``, which is no part of the run's identity): the measuring happens before
+    training, so a resumed run cannot make it up, and it must not look as if it had been asked for and done."""
+    saved = sorted(k for k in rec.measurements if k in constraints.PHASES)
+    for phase in (p for p in cfg.measure if p in constraints.PHASES and p not in rec.measurements):
+        rec.measurements[phase] = {
+            "error": f"not measured: this run resumed from step {rec.resumed_from_step}, saved by a run measuring "
+                     f"{' '.join(saved) or 'nothing'}; rerun it with --no-resume to measure {phase}"}
 
 
 def measurement_failures(run_json: Mapping[str, Any]) -> dict[str, str]:
