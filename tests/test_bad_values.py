@@ -190,6 +190,26 @@ def test_a_stored_study_file_that_cannot_be_read_is_an_error_not_a_report_withou
     assert not (root / "REPORT-degradation.md").exists() and not (root / "plots").exists()
 
 
+def test_a_full_disk_is_an_error_line_saying_nothing_recorded_was_lost(tmp_path: Path,
+                                                                       capsys: pytest.CaptureFixture[str],
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """A sweep whose disk filled once ended in a traceback from deep in the store (no space left on device)."""
+    import errno
+
+    from bench.reports import report
+
+    root = tmp_path / "res"
+    one_run(root)
+
+    def full(path: Path, text: str) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(report, "atomic_write_text", full)
+    assert main(["report", "--results-dir", str(root), "--jobs", "1"]) == 1
+    assert capsys.readouterr().err == (f"error: cannot write {root}: No space left on device; nothing recorded "
+                                       "before was lost: free some space and rerun the same command to continue\n")
+
+
 NEEDS_PLOTLY = pytest.mark.skipif(importlib.util.find_spec("plotly") is None,
                                   reason="bench site needs plotly: pip install 'resbench[site]'")
 

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib
 import importlib.metadata
 import os
@@ -55,6 +56,14 @@ def _dispatch(ns: argparse.Namespace) -> int:
     except PermissionError as exc:  # a folder it may not write (checked up front where it can be; this is the rest)
         print(f"error: cannot write {exc.filename}: {exc.strerror}; pass a folder you may write", file=sys.stderr)
         return EXIT_USAGE
+    except OSError as exc:
+        if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+            raise
+        # every write is atomic (a temporary file, then a rename): what was recorded before is whole
+        where = exc.filename or getattr(ns, "results_dir", None) or "the results"
+        print(f"error: cannot write {where}: {exc.strerror}; nothing recorded before was "
+              "lost: free some space and rerun the same command to continue", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         print("interrupted: nothing half-written was left (writes are atomic)", file=sys.stderr)
         return 130
