@@ -76,6 +76,26 @@ def test_merge_keeps_one_row_per_run_and_a_second_merge_changes_nothing(tmp_path
     assert (out / "leaderboard.csv").read_bytes() == text
 
 
+def test_one_run_whose_row_an_older_schema_left_empty_cells_in_merges_as_one(tmp_path: Path) -> None:
+    """The same run JSON in two folders, one leaderboard written before a column existed (its cells read empty):
+    merge once refused it as two runs under one id. The merged row has the cells of both."""
+    a = ResultsStore(tmp_path / "a")
+    run_id = add(a, "preln", 0, ENV_A, 100.0, 2.0)
+    shutil.copytree(a.root, tmp_path / "b")
+    b = ResultsStore(tmp_path / "b")
+    rows = b.rows()
+    rows[0]["train_samples_per_s"] = ""
+    b.write_all(rows, {})
+    merged = tmp_path / "m"
+    merge([b.root, a.root], merged)
+    (row,) = ResultsStore(merged).rows()
+    assert row["run_id"] == run_id and float(row["train_samples_per_s"]) == 100.0
+    rows[0]["train_samples_per_s"] = "99.0"  # a value of its own: another run under one id, still refused
+    b.write_all(rows, {})
+    with pytest.raises(ValueError, match=r"1 run\(s\) cannot be merged"):
+        merge([b.root, a.root], tmp_path / "m2")
+
+
 def test_merge_fills_the_fingerprint_of_older_rows_from_their_environment(tmp_path: Path) -> None:
     a, b = two_machines(tmp_path, machine=False)
     merged = merge([a, b], tmp_path / "merged")

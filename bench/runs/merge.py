@@ -60,6 +60,18 @@ def _with_machine(row: dict[str, str], run: Mapping[str, Any] | None) -> dict[st
     return row | {"machine": machine_fingerprint(run["env"])}
 
 
+def _filled(a: dict[str, Any], b: dict[str, Any], run_a: Any, run_b: Any) -> dict[str, Any] | None:
+    """One row of two that differ only where one of them is empty, whose run JSONs are the same run (a leaderboard
+    written by an older schema reads empty cells where a newer one recorded values): the cells of both; None where
+    they differ otherwise, or the JSONs do."""
+    if run_a is None or run_a != run_b:
+        return None
+    if any(a.get(k, "") not in ("", None) and b.get(k, "") not in ("", None) and a.get(k) != b.get(k)
+           for k in {*a, *b}):
+        return None
+    return {k: a.get(k) if a.get(k, "") not in ("", None) else b.get(k, "") for k in dict.fromkeys([*a, *b])}
+
+
 def _differs(a: Mapping[str, Any], b: Mapping[str, Any]) -> str:
     """The fields in which ``a`` and ``b`` differ, each with both values where they are short (a curve is named,
     not printed)."""
@@ -110,7 +122,9 @@ def _merge(sources: Sequence[str | Path], out: str | Path) -> Merged:
                     runs[run_id] = run
                 continue
             first = where[run_id]
-            if rows[run_id] != row:
+            if rows[run_id] != row and (filled := _filled(rows[run_id], row, runs.get(run_id), run)) is not None:
+                rows[run_id] = filled  # one run, its row written by an older schema in one of the folders
+            elif rows[run_id] != row:
                 conflicts.append(f"run {run_id}: rows of {first} and {store.leaderboard} differ in "
                                  f"{_differs(rows[run_id], row)}")
             elif run is not None and run_id in runs and runs[run_id] != run:
