@@ -96,6 +96,28 @@ def test_one_run_whose_row_an_older_schema_left_empty_cells_in_merges_as_one(tmp
         merge([b.root, a.root], tmp_path / "m2")
 
 
+@pytest.mark.parametrize("order", ["kept first", "kept second"])
+def test_a_study_version_a_sweep_kept_as_previous_merges_with_its_newer_one(order: str, tmp_path: Path) -> None:
+    """One folder swept a study's second version (the first kept in studies/previous/), another the first version:
+    merge once refused them ("merge the folders of one study's version only"), though the sweep keeps both."""
+    v1, v2 = b'name = "tiny"\nsteps = 30\n', b'name = "tiny"\nsteps = 40\n'
+    newer, older = ResultsStore(tmp_path / "newer"), ResultsStore(tmp_path / "older")
+    add(newer, "preln", 0, ENV_A, 100.0, 2.0)
+    add(older, "preln", 1, ENV_A, 100.0, 2.0)
+    kept = f"previous/tiny-{hashlib.sha256(v1).hexdigest()[:12]}.toml"
+    for path, text in ((newer.root / "studies" / "tiny.toml", v2), (newer.root / "studies" / kept, v1),
+                       (older.root / "studies" / "tiny.toml", v1)):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(text)
+    folders = [newer.root, older.root] if order == "kept first" else [older.root, newer.root]
+    merge(folders, tmp_path / "m")
+    assert (tmp_path / "m" / "studies" / "tiny.toml").read_bytes() == v2
+    assert (tmp_path / "m" / "studies" / kept).read_bytes() == v1
+    (older.root / "studies" / "tiny.toml").write_bytes(b'name = "tiny"\nsteps = 50\n')  # a version no one kept
+    with pytest.raises(ValueError, match="study file studies/tiny.toml differs between "):
+        merge(folders, tmp_path / "m2")
+
+
 def test_merge_fills_the_fingerprint_of_older_rows_from_their_environment(tmp_path: Path) -> None:
     a, b = two_machines(tmp_path, machine=False)
     merged = merge([a, b], tmp_path / "merged")

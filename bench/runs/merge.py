@@ -14,6 +14,7 @@ merge of the same folders changes nothing.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 from collections.abc import Mapping, Sequence
@@ -167,18 +168,35 @@ def _collect_studies(folder: Path, studies: dict[str, tuple[bytes, Path]]) -> No
                 raise _link(path)
             if entry in files and path.is_file():
                 found.append(path)
-    for path in sorted(found):
+    # the earlier versions a sweep kept (studies/previous/) first: they say which of two versions of a study is older
+    for path in sorted(found, key=lambda p: (p.parent.name != "previous", p)):
         name = path.relative_to(folder).as_posix()
         if name.startswith(".") or "/." in name or "__pycache__" in name:
             continue
         for part in name.split("/"):  # copied under the same path into the merged folder
             file_name(part, "stored study file")
         text = path.read_bytes()
+        if name in studies and studies[name][0] != text and (older := _older(name, studies, text)) is not None:
+            if older == studies[name][0]:  # this folder's is the newer version: it is the study file now
+                studies[name] = (text, path)
+            continue
         if name in studies and studies[name][0] != text:
             what = "study file" if name.endswith(".toml") else "file"
             raise ValueError(f"{what} studies/{name} differs between {studies[name][1]} and {path}; merge the folders "
                              "of one study's version only")
         studies.setdefault(name, (text, path))
+
+
+def _older(name: str, studies: Mapping[str, tuple[bytes, Path]], text: bytes) -> bytes | None:
+    """Of the study file ``name`` collected so far and ``text``, two versions of one study, the one a sweep kept as an
+    earlier version (``studies/previous/<stem>-<sha12>.toml``, :func:`bench.api.keep_previous_study`) in a folder
+    merged; None where neither is kept so (then they are two studies under one name)."""
+    if "/" in name or not name.endswith(".toml"):
+        return None
+    for version in (studies[name][0], text):
+        if f"previous/{name[:-5]}-{hashlib.sha256(version).hexdigest()[:12]}.toml" in studies:
+            return version
+    return None
 
 
 def _link(path: Path) -> ValueError:
