@@ -114,7 +114,7 @@ def test_a_study_version_a_sweep_kept_as_previous_merges_with_its_newer_one(orde
     assert (tmp_path / "m" / "studies" / "tiny.toml").read_bytes() == v2
     assert (tmp_path / "m" / "studies" / kept).read_bytes() == v1
     (older.root / "studies" / "tiny.toml").write_bytes(b'name = "tiny"\nsteps = 50\n')  # a version no one kept
-    with pytest.raises(ValueError, match="study file studies/tiny.toml differs between "):
+    with pytest.raises(ValueError, match=r"study file studies/tiny\.toml differs between "):
         merge(folders, tmp_path / "m2")
 
 
