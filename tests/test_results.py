@@ -121,6 +121,18 @@ def test_a_run_recorded_ok_only_in_its_json_is_kept_too(tmp_path: Path) -> None:
     assert store.rebuild() == ["a"] and store.load_leaderboard()["status"].tolist() == ["ok"]
 
 
+def test_a_failed_rerun_is_not_written_through_a_link(tmp_path: Path) -> None:
+    store = ResultsStore(tmp_path / "res")
+    store.append(*_attempt("ok", loss=0.25))
+    board = store.leaderboard.read_bytes()
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (store.runs_dir / "failed").symlink_to(elsewhere)
+    with pytest.raises(ValueError, match=re.escape(f"{store.runs_dir / 'failed'} is a symbolic link")):
+        store.append(*_attempt("killed", error="killed"))
+    assert not list(elsewhere.iterdir()) and store.leaderboard.read_bytes() == board
+
+
 def test_unknown_column_rejected_nothing_written(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match=r"outside the leaderboard schema: \['colour'\]"):
         ResultsStore(tmp_path).append(row("a", colour="red"), {})
