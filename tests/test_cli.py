@@ -190,8 +190,9 @@ def test_sweep_runs_a_study_file_and_resumes(tmp_path: Path, capsys: pytest.Capt
     # diverged one runs again with --retry-failed.
     store = ResultsStore(res)
     first, second = (r.dropna().to_dict() for _, r in store.load_leaderboard().iterrows())
-    store.append(first | {"status": "error"}, store.load_run(first["run_id"]))
-    store.append(second | {"status": "diverged"}, store.load_run(second["run_id"]))
+    # (rows rewritten in place: an append that is not ok never replaces an ok run, it is kept in runs/failed/)
+    store.replace({r["run_id"]: (r | {"status": status}, store.load_run(r["run_id"]))
+                   for r, status in ((first, "error"), (second, "diverged"))})
     assert main(["sweep", str(study), "--preset", "quick", "--results-dir", str(res)]) == 0
     out = capsys.readouterr().out
     assert re.findall(r"(\S+): already recorded as (\w+)", out) == [(second["run_id"], "diverged")]

@@ -10,6 +10,7 @@ on request; bad executor options; how the machine is split between jobs.
 from __future__ import annotations
 
 import csv
+import json
 import os
 import re
 import shlex
@@ -169,6 +170,21 @@ def test_a_killed_run_becomes_a_row_the_others_finish_and_a_rerun_runs_only_it(
     code, out, _ = cli([*args, "--no-resume"], capsys)  # --no-resume: every run again, still one row each
     assert code == 0 and "skipped" not in out and out.count(": started (pid") == 3
     assert len(board(res)) == 3
+
+    # A --no-resume rerun killed again: the run's ok row and run JSON stay, the killed attempt is kept beside them.
+    before = {r["run_id"]: r for r in board(res)}
+    ok_json = (res / "runs" / f"{killed['run_id']}.json").read_bytes()
+    assert before[killed["run_id"]]["status"] == "ok"
+    marker.touch()
+    code, out, err = cli([*args, "--no-resume"], capsys)
+    assert code == 0 and f"[2/3] {killed['run_id']}: killed: " in out
+    assert {r["run_id"]: r for r in board(res)}[killed["run_id"]] == before[killed["run_id"]]
+    assert (res / "runs" / f"{killed['run_id']}.json").read_bytes() == ok_json
+    (attempt,) = (res / "runs" / "failed").glob(f"{killed['run_id']}-*.json")
+    assert json.loads(attempt.read_text())["row"]["status"] == "killed"
+    assert f"warning: run {killed['run_id']} ended killed this time; its earlier ok run is kept as it was " \
+           f"({res / 'leaderboard.csv'}, {res / 'runs' / (killed['run_id'] + '.json')}) and this attempt's run JSON " \
+           f"is in {attempt}\n" in err
 
 
 # -- the driver stopped (SIGINT) and killed (SIGKILL) mid-sweep, then resumed ---------------------------------

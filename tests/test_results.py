@@ -60,6 +60,79 @@ def test_same_run_id_replaces_its_row(tmp_path: Path) -> None:
     assert df["final_val_acc"].tolist() == [0.9]
 
 
+def _attempt(status: str, loss: float | None = None, error: str = "") -> tuple[dict[str, object], dict[str, object]]:
+    """A row of run ``a`` and its run JSON: ``ok`` with a curve ending at ``loss``, or a failed attempt (no curve)."""
+    r = row("a", status=status, error=error, final_val_acc=0.9 if status == "ok" else None)
+    train = [{"step": 1, "loss": 2.5}, {"step": 800, "loss": loss}] if loss is not None else []
+    return r, {"run_id": "a", "row": r, "config": {}, "curves": {"train": train, "eval": []}}
+
+
+def test_a_failed_rerun_keeps_the_recorded_ok_run_and_the_attempt_beside_it(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A --no-resume rerun (or bench run --force) that dies: the ok row and its run JSON, curves included, stay as
+    they were; the attempt's run JSON is kept in runs/failed/ and one stderr line says both."""
+    store = ResultsStore(tmp_path)
+    store.append(*_attempt("ok", loss=0.25))
+    board, run = (tmp_path / "leaderboard.csv").read_bytes(), (tmp_path / "runs" / "a.json").read_bytes()
+    killed = _attempt("killed", error="the run's process was killed by SIGKILL while training, after 3.1 s")
+    capsys.readouterr()
+    kept = store.append(*killed)
+    assert (tmp_path / "leaderboard.csv").read_bytes() == board
+    assert (tmp_path / "runs" / "a.json").read_bytes() == run
+    assert store.load_run("a")["curves"]["train"][-1] == {"step": 800, "loss": 0.25}
+    assert store.load_leaderboard()["status"].tolist() == ["ok"]
+    assert list((tmp_path / "runs" / "failed").iterdir()) == [kept]
+    assert re.fullmatch(r"a-[0-9a-f]{12}\.json", kept.name)
+    assert json.loads(kept.read_text()) == json.loads(json.dumps(killed[1]))
+    assert capsys.readouterr().err == (
+        f"warning: run a ended killed this time; its earlier ok run is kept as it was ({tmp_path / 'leaderboard.csv'}, "
+        f"{tmp_path / 'runs' / 'a.json'}) and this attempt's run JSON is in {kept}\n")
+    assert [r["run_id"] for r in store.load_runs()] == ["a"]  # the attempt is not read as a run
+    assert store.append(*_attempt("oom", error="CUDA out of memory")) != kept  # a second attempt does not overwrite
+    assert len(list((tmp_path / "runs" / "failed").iterdir())) == 2
+
+
+def test_an_ok_rerun_replaces_the_ok_run_and_a_failed_one_replaces_a_failed_one(tmp_path: Path) -> None:
+    """What --no-resume is for: an ok rerun is the run's record now (the failed attempt kept before it stays where it
+    was); a row that is not ok replaces one that is not ok either."""
+    store = ResultsStore(tmp_path)
+    store.append(*_attempt("ok", loss=0.25))
+    kept = store.append(*_attempt("error", error="RuntimeError: boom"))
+    assert store.append(*_attempt("ok", loss=0.125)) == tmp_path / "runs" / "a.json"
+    assert store.load_run("a")["curves"]["train"][-1] == {"step": 800, "loss": 0.125}
+    assert store.load_leaderboard()["status"].tolist() == ["ok"]
+    assert list((tmp_path / "runs" / "failed").iterdir()) == [kept]
+    other = ResultsStore(tmp_path / "other")
+    other.append(*_attempt("killed", error="killed"))
+    other.append(*_attempt("oom", error="out of memory"))
+    assert other.load_leaderboard()["status"].tolist() == ["oom"] and not (other.runs_dir / "failed").exists()
+
+
+def test_a_run_recorded_ok_only_in_its_json_is_kept_too(tmp_path: Path) -> None:
+    """A run JSON whose row never reached the leaderboard (a write cut short) records the run: a failed attempt
+    does not overwrite it, and the leaderboard gets its row back from it (rebuild)."""
+    store = ResultsStore(tmp_path)
+    store.append(*_attempt("ok", loss=0.25))
+    run = (tmp_path / "runs" / "a.json").read_bytes()
+    (tmp_path / "leaderboard.csv").write_text(",".join(COLUMNS) + "\n")
+    kept = store.append(*_attempt("killed", error="killed"))
+    assert kept.parent == tmp_path / "runs" / "failed"
+    assert (tmp_path / "runs" / "a.json").read_bytes() == run
+    assert store.rebuild() == ["a"] and store.load_leaderboard()["status"].tolist() == ["ok"]
+
+
+def test_a_failed_rerun_is_not_written_through_a_link(tmp_path: Path) -> None:
+    store = ResultsStore(tmp_path / "res")
+    store.append(*_attempt("ok", loss=0.25))
+    board = store.leaderboard.read_bytes()
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (store.runs_dir / "failed").symlink_to(elsewhere)
+    with pytest.raises(ValueError, match=re.escape(f"{store.runs_dir / 'failed'} is a symbolic link")):
+        store.append(*_attempt("killed", error="killed"))
+    assert not list(elsewhere.iterdir()) and store.leaderboard.read_bytes() == board
+
+
 def test_unknown_column_rejected_nothing_written(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match=r"outside the leaderboard schema: \['colour'\]"):
         ResultsStore(tmp_path).append(row("a", colour="red"), {})

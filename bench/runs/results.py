@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import hashlib
 import io
 import json
 import os
@@ -119,19 +120,60 @@ class ResultsStore:
         self._read_rows()
 
     def append(self, row: Mapping[str, Any], run_json: Mapping[str, Any]) -> Path:
-        """Write the run JSON, then add (or replace, same run_id) its leaderboard row, atomically.
+        """Write the run JSON, then add (or replace, same run_id) its leaderboard row, atomically; return where the
+        JSON went.
 
-        A leaderboard in an earlier schema is rewritten in the current one, its rows migrated.
+        A row whose status is not ``ok`` never replaces a run recorded ``ok`` (a rerun that was killed, ran out of
+        memory or raised): the recorded row and run JSON stay as they are, the attempt's JSON is kept in
+        :meth:`failed_path` and one line on stderr says so. An ``ok`` row replaces any row of its run id. A
+        leaderboard in an earlier schema is rewritten in the current one, its rows migrated.
         """
         _checked_row(row)  # refuses a column outside the schema, or a name that is not one, before anything is written
         self.root.mkdir(parents=True, exist_ok=True)
         run_path = self.run_path(row["run_id"])
-        atomic_write_text(run_path, json.dumps(run_json, indent=1, default=_json_default, allow_nan=False) + "\n")
+        text = json.dumps(run_json, indent=1, default=_json_default, allow_nan=False) + "\n"
         with self._lock:
-            rows = [r for r in self._read_rows() if r["run_id"] != row["run_id"]]
-            rows.append({c: cell_text(row.get(c)) for c in COLUMNS})
-            atomic_write_text(self.leaderboard, csv_text(rows))
-        return run_path
+            damaged: ValueError | None = None
+            try:
+                rows = self._read_rows()
+            except ValueError as exc:  # the run's JSON is written all the same: rebuild() gives it its row once the
+                damaged, rows = exc, []  # leaderboard is repaired, so the run's work is not lost
+            kept = self.failed_path(row["run_id"], text) \
+                if cell_text(row.get("status")) != "ok" and self._recorded_ok(rows, row["run_id"]) else None
+            if kept is not None:
+                _refuse_link(kept.parent)
+            atomic_write_text(kept or run_path, text)
+            if damaged is not None:
+                raise damaged
+            if kept is None:
+                rows = [r for r in rows if r["run_id"] != row["run_id"]]
+                rows.append({c: cell_text(row.get(c)) for c in COLUMNS})
+                atomic_write_text(self.leaderboard, csv_text(rows))
+        if kept is None:
+            return run_path
+        print(f"warning: run {row['run_id']} ended {cell_text(row.get('status')) or 'without a status'} this time; its "
+              f"earlier ok run is kept as it was ({self.leaderboard}, {run_path}) and this attempt's run JSON is in "
+              f"{kept}", file=sys.stderr)
+        return kept
+
+    def failed_path(self, run_id: str, text: str) -> Path:
+        """Where a failed attempt at a run recorded ``ok`` is kept: ``runs/failed/<run_id>-<sha12>.json``, by the
+        sha256 of its run JSON ``text`` (two attempts never overwrite each other), out of what is read as the runs."""
+        digest = hashlib.sha256(text.encode("utf-8")).hexdigest()[:12]
+        return self.runs_dir / "failed" / f"{file_name(run_id, 'run id')}-{digest}.json"
+
+    def _recorded_ok(self, rows: Sequence[Mapping[str, str]], run_id: str) -> bool:
+        """Whether ``run_id`` is recorded ``ok``: by its leaderboard row, else (no row: a write cut short between the
+        two files) by the row its run JSON holds; a JSON that cannot be read records nothing."""
+        for r in rows:
+            if r["run_id"] == run_id:
+                return r["status"] == "ok"
+        try:
+            recorded = json.loads(self.run_path(run_id).read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+            return False
+        row = recorded.get("row") if isinstance(recorded, dict) else None
+        return isinstance(row, dict) and row.get("status") == "ok"
 
     def replace(self, updates: Mapping[str, tuple[Mapping[str, Any], Mapping[str, Any]]]) -> None:
         """Replace the rows (and run JSONs) of recorded runs, ``run_id -> (row, run JSON)``, in one locked rewrite;
