@@ -106,6 +106,9 @@ def test_an_ok_rerun_replaces_the_ok_run_and_a_failed_one_replaces_a_failed_one(
     other.append(*_attempt("killed", error="killed"))
     other.append(*_attempt("oom", error="out of memory"))
     assert other.load_leaderboard()["status"].tolist() == ["oom"] and not (other.runs_dir / "failed").exists()
+    # a rerun that trained to its end and diverged is a result of the code of now, not a failed attempt
+    assert store.append(*_attempt("diverged", loss=None)) == tmp_path / "runs" / "a.json"
+    assert store.load_leaderboard()["status"].tolist() == ["diverged"]
 
 
 def test_a_run_recorded_ok_only_in_its_json_is_kept_too(tmp_path: Path) -> None:

@@ -28,6 +28,8 @@ from bench.runs.schema import COLUMNS, INTEGER_COLUMNS, LEGACY_SCHEMAS, NUMBER_C
 from bench.runs.validate import row_problem, run_problem, value_problem
 
 _noticed: set[Path] = set()  # leaderboards whose migration this process has already reported
+# The statuses of a run that did not train to its end: no result of its configuration, which a recorded ok run keeps
+UNFINISHED = ("killed", "oom", "error")
 
 def atomic_write_text(path: Path, text: str) -> None:
     """Replace ``path`` with ``text`` so readers see the old or the new file, never half of one."""
@@ -123,9 +125,11 @@ class ResultsStore:
         """Write the run JSON, then add (or replace, same run_id) its leaderboard row, atomically; return where the
         JSON went.
 
-        A row whose status is not ``ok`` never replaces a run recorded ``ok`` (a rerun that was killed, ran out of
-        memory or raised): the recorded row and run JSON stay as they are, the attempt's JSON is kept in
-        :meth:`failed_path` and one line on stderr says so. An ``ok`` row replaces any row of its run id. A
+        A rerun that did not train to its end (:data:`UNFINISHED`: killed, out of memory, raised) never replaces a run
+        recorded ``ok``: the recorded row and run JSON stay as they are, the attempt's JSON is kept in
+        :meth:`failed_path` and one line on stderr says so. Any other row replaces the row of its run id: an ``ok``
+        one, and a run that trained to its end and diverged or learned nothing (that is a result, of the code of
+        now). A
         leaderboard in an earlier schema is rewritten in the current one, its rows migrated.
         """
         _checked_row(row)  # refuses a column outside the schema, or a name that is not one, before anything is written
@@ -139,7 +143,7 @@ class ResultsStore:
             except ValueError as exc:  # the run's JSON is written all the same: rebuild() gives it its row once the
                 damaged, rows = exc, []  # leaderboard is repaired, so the run's work is not lost
             kept = self.failed_path(row["run_id"], text) \
-                if cell_text(row.get("status")) != "ok" and self._recorded_ok(rows, row["run_id"]) else None
+                if cell_text(row.get("status")) in UNFINISHED and self._recorded_ok(rows, row["run_id"]) else None
             if kept is not None:
                 _refuse_link(kept.parent)
             atomic_write_text(kept or run_path, text)
