@@ -164,19 +164,19 @@ def test_a_built_row_is_checked_under_its_axis() -> None:
 
 
 def test_timm_models_are_counted_at_the_task_shape() -> None:
-    cfg = RunConfig(variant="timm:test_resnet", study="t")  # digits: one channel, 10 classes
+    cfg = RunConfig(variant="timm:resnet10t", study="t")  # digits: one channel, 10 classes
     assert fairness.run_model_args(cfg) == {"num_classes": 10, "in_chans": 1}
 
 
 def test_guard_compares_a_timm_model_by_its_parameter_count() -> None:
     """resnet20 against a timm ResNet in a study of the init: skipped before, now refused on the count, with what the
     guard compares of a timm model; declared, the pair passes (its axes unknown, not "-")."""
-    runs = [RunConfig(variant=v, seed=0, study="t") for v in ("resnet20", "timm:test_resnet")]
+    runs = [RunConfig(variant=v, seed=0, study="t") for v in ("resnet20", "timm:resnet10t")]
     with pytest.raises(ValueError) as refused:
         check_grid(runs, ["init"], study="t")
     assert str(refused.value) == (
-        "study 't' varies ['init'], but resnet20 and timm:test_resnet (depth 20) also differ in 'params': 269434 vs "
-        "373370 (parameter counts differ by more than the tolerance: 0.01); timm:test_resnet is a timm model, which "
+        "study 't' varies ['init'], but resnet20 and timm:resnet10t (depth 20) also differ in 'params': 269434 vs "
+        "4927186 (parameter counts differ by more than the tolerance: 0.01); timm:resnet10t is a timm model, which "
         "declares no axes: the guard compares only what it builds (parameter count, head count, dropout and "
         "drop-path rates; the structure where `vary` names values only); declare it in the study's `vary` (or "
         "`param_tolerance`) or make the models match")
