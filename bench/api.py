@@ -20,7 +20,6 @@ Keyword arguments of :func:`run` are the fields of :class:`bench.runs.config.Run
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import shutil
 import time
@@ -46,7 +45,7 @@ from bench.runs.config import DEFAULT_RESULTS, RunConfig, build
 from bench.runs.cost import cost_table
 from bench.runs.env import environment, machine_id
 from bench.runs.measure import cost_key
-from bench.runs.names import file_name
+from bench.runs.names import file_name, versioned
 from bench.runs.progress import Progress
 from bench.runs.results import ResultsStore, atomic_write_text
 from bench.runs.runner import execute
@@ -318,7 +317,7 @@ def keep_previous_study(stored: Path, text: str) -> Path | None:
     old = stored.read_text(encoding="utf-8")
     if old == text:
         return None
-    kept = stored.parent / "previous" / f"{stored.stem}-{hashlib.sha256(old.encode()).hexdigest()[:12]}.toml"
+    kept = stored.parent / "previous" / versioned(stored.stem, old.encode(), ".toml")
     if not kept.exists():
         atomic_write_text(kept, old)
     return kept

@@ -34,6 +34,11 @@ Builder = Callable[..., nn.Module]
 TIMM_PREFIX = "timm:"
 
 
+def is_timm(name: str) -> bool:
+    """Whether ``name`` names a timm model (``timm:<model>``): no registration of ours, no axes, a fixed depth."""
+    return name.startswith(TIMM_PREFIX)
+
+
 @dataclass(frozen=True)
 class VariantSpec:
     """One registered name: a builder plus the keyword arguments a preset pins."""

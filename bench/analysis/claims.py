@@ -117,6 +117,7 @@ from bench.analysis.stats import (
     several_machines,
     t_ci,
     t_quantile,
+    targeted,
     with_config_hash,
     with_load_bands,
 )
@@ -481,13 +482,11 @@ def _answer(test: str, want: str) -> str:
     return "inconclusive" if test == "inconclusive" else "agrees" if test == want else "disagrees"
 
 
-_TARGETS = ("target_acc", "target_loss")
-
-
 def _unreached(rows: pd.DataFrame) -> int:
-    """How many of ``rows`` set a target (where the frame records targets) and never reached it (no value)."""
-    targeted = rows[list(_TARGETS)].notna().any(axis=1) if set(_TARGETS) <= set(rows.columns) else True
-    return int((targeted & rows["_value"].isna()).sum())
+    """How many of ``rows`` set a target (every row, where the frame records no target) and never reached it (no
+    value)."""
+    set_one = targeted(rows)
+    return int(((True if set_one is None else set_one) & rows["_value"].isna()).sum())
 
 
 @dataclass(frozen=True)
@@ -523,8 +522,8 @@ def _compare(claim: Claim, context: str, part: pd.DataFrame, level: float = 0.95
     rows_a, rows_b = (part[_matches(part[field_], v)] for v in (a, b))
     ga, gb = (_group(f"{field_}={_fmt(v)}", rows, claim) for v, rows in ((a, rows_a), (b, rows_b)))
     tol = claim.threshold * abs(ga.mean) if claim.relative else claim.threshold
-    (vb, sb), (va, sa) = (seeded(_counted_rows(part[_matches(part[field_], v)], claim), claim.metric, "_value")
-                          for v in (b, a))  # b: the variant
+    (vb, sb), (va, sa) = (seeded(_counted_rows(rows, claim), claim.metric, "_value")
+                          for rows in (rows_b, rows_a))  # b: the variant
     pair = difference(vb, va, sb if pairs else None, sa if pairs else None, level)
     diff, spread = pair.diff, pair.ci_diff  # the interval of the difference: diff ± spread
     done: dict[str, Any] = {"groups": (ga, gb), "diff": diff, "threshold": tol, "spread": spread, "test": pair.test,
@@ -689,7 +688,8 @@ def _multiplier(claim: Claim, frame: pd.DataFrame, board: pd.DataFrame, runs: Se
     if str(claim.b) not in fit.ladders:
         return [Result(claim, "", "inconclusive", note=f"{_NO_RUNS}{claim.b}")]
     low, high = claim.expect_range or (-math.inf, math.inf)
-    misfit = fit.misfits(str(claim.a), str(claim.b))  # a curve the runs do not follow: nothing to read off it
+    # a curve the runs do not follow: nothing to read off it (the steps ratio reads the training curves, not the fit)
+    misfit = fit.misfits(str(claim.a), str(claim.b)) if claim.quantity != "steps_ratio" else ""
     if claim.quantity == "alpha_diff":
         f = fit.fits().set_index("design").loc[str(claim.b)]
         rows: list[tuple[str, Any, Any, Any, Any]] = [("", f["alpha_diff"], f["alpha_diff_lo"], f["alpha_diff_hi"], 0)]
@@ -702,12 +702,12 @@ def _multiplier(claim: Claim, frame: pd.DataFrame, board: pd.DataFrame, runs: Se
     out = []
     for context, value, lo, hi, short_seeds in rows:
         known = not (math.isnan(lo) or math.isnan(hi))
-        verdict = "inconclusive" if not known or (misfit and claim.quantity != "steps_ratio") else \
+        verdict = "inconclusive" if not known or misfit else \
             "disagrees" if hi < low else "inconclusive" if short_seeds else \
             "agrees" if low <= lo and hi <= high else "disagrees" if lo > high else "inconclusive"
         note = (f"{claim.quantity} {value:.3g} [{lo:.3g}, {hi:.3g}], 95% bootstrap over {fit.n_seeds} seed(s)" if known
                 else f"{claim.quantity} {value:.3g}, no interval") + f"; expected in [{low:g}, {high:g}]"
-        if misfit and claim.quantity != "steps_ratio":  # the steps ratio reads the curves of training, not the fit
+        if misfit:
             note += f"; {misfit}: not a reading of the runs"
         if short_seeds:  # a seed that never reached the target counts its whole run: only the upper end is known
             note += (f"; {short_seeds} of {fit.n_seeds} seed(s) of {claim.b} never reached the target, so the ratio "

@@ -96,8 +96,8 @@ class ScalingFit:
     def lack_of_fit(self, design: str) -> scaling.LackOfFit:
         """Whether ``design``'s fitted curve misses its own sizes' mean losses beyond the seeds' scatter
         (:func:`bench.analysis.scaling.lack_of_fit`)."""
-        lad, (e, log_a, alpha) = self.ladders[design], self.params[design][0]
-        fitted = e + np.exp(log_a - alpha * np.log(lad.compute))
+        lad = self.ladders[design]
+        fitted = scaling.Curve(*self.params[design][0]).loss(lad.compute)
         return scaling.lack_of_fit(lad.loss, fitted, 2 if self.e_fixed is not None else 3)
 
     def fits(self) -> pd.DataFrame:

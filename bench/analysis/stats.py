@@ -69,6 +69,7 @@ DEFAULT_METRICS: tuple[str, ...] = (
     "peak_mem_mb",
 )
 TARGET_METRICS: tuple[str, ...] = ("steps_to_target", "time_to_target_s")
+TARGETS: tuple[str, ...] = ("target_acc", "target_loss")  # the config columns that set a target to reach
 AGG_COLUMNS: tuple[str, ...] = (
     "metric",
     "n_runs",
@@ -286,6 +287,13 @@ def machines_of(df: pd.DataFrame) -> pd.Series:
 # bench.runs.env.machine_load) within which cost figures of one machine pool: a throughput measured beside other
 # work is another measurement condition, so figures measured in different bands are kept apart like machines.
 LOAD_BANDS = (0.5, 1.0, 2.0, 4.0)
+
+
+def targeted(board: pd.DataFrame) -> pd.Series | None:
+    """Per row: did its run set a target (:data:`TARGETS`)? Only then is steps (or time) to target a measurement;
+    without one it is empty by construction, not "never reached". None where ``board`` records no target column."""
+    cols = [c for c in TARGETS if c in board.columns]
+    return board[cols].notna().any(axis=1) if cols else None
 
 
 def load_band(load_1m: Any, cpus: Any) -> str | None:

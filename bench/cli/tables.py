@@ -10,8 +10,7 @@ from typing import Any
 
 import pandas as pd
 
-from bench.analysis.comparison import AMBIGUOUS_NOTE, ONCE_NOTE, UNMATCHED_NOTE, compare_table
-from bench.analysis.multiplier_columns import NOTE as MULTIPLIER_NOTE
+from bench.analysis.comparison import compare_table
 from bench.analysis.multiplier_columns import has_budget, with_multipliers
 from bench.analysis.stats import (
     CONFIG_KEY,
@@ -27,7 +26,7 @@ from bench.analysis.stats import (
     with_config_hash,
     with_derived,
 )
-from bench.reports.markdown import MISSING, render_comparison
+from bench.reports.markdown import COMPARISON_NOTES, MISSING, render_comparison
 from bench.runs.reading import read_heads, read_runs
 from bench.runs.results import ResultsStore
 
@@ -178,7 +177,7 @@ def cmd_compare(ns: argparse.Namespace) -> int:
         runs = read_runs(ns.results_dir, set(df["run_id"].astype(str)))
     table = with_multipliers(table, df, runs, ns.baseline, metrics)  # a scaling ladder's columns, else unchanged
     print(render_comparison(table, ns.format), end="" if ns.format == "csv" else "\n")
-    for key in (UNMATCHED_NOTE, AMBIGUOUS_NOTE, ONCE_NOTE, MULTIPLIER_NOTE):
+    for key in COMPARISON_NOTES:
         if ns.format != "markdown" and key in table.attrs:  # the markdown has them under the table
             print(table.attrs[key], file=sys.stderr)
     return 0

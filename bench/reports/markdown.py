@@ -159,6 +159,10 @@ def _test_cell(test: Any, pairs: Any, n: Any, n_base: Any) -> str:
     return test_text(test, int(pairs) if test == PAIRED else 0, int(n), int(n_base))
 
 
+# The lines a comparison's table.attrs may hold, in the order they follow it (under the markdown, else on stderr)
+COMPARISON_NOTES = (UNMATCHED_NOTE, AMBIGUOUS_NOTE, ONCE_NOTE, MULTIPLIER_NOTE)
+
+
 def render_comparison(table: pd.DataFrame, fmt: str = "markdown") -> str:
     """The table as GitHub markdown (per row: the difference from the baseline and its 95% CI first, the test that
     made them and on how many runs, then the p-values, then ``mean ± ci (n)``), CSV (every column as is) or LaTeX
@@ -193,7 +197,7 @@ def render_comparison(table: pd.DataFrame, fmt: str = "markdown") -> str:
                 strict=True)]})
     if fmt == "latex":
         return shown.to_latex(index=False)
-    notes = [table.attrs[k] for k in (UNMATCHED_NOTE, AMBIGUOUS_NOTE, ONCE_NOTE, MULTIPLIER_NOTE) if table.attrs.get(k)]
+    notes = [table.attrs[k] for k in COMPARISON_NOTES if table.attrs.get(k)]
     return markdown_table(list(shown.columns), shown.to_numpy().tolist()) + "".join(f"\n\n{md(n)}" for n in notes)
 
 

@@ -38,6 +38,7 @@ from bench.analysis.stats import (
     load_bands,
     machines_of,
     several_machines,
+    targeted,
     with_derived,
 )
 from bench.analysis.studyfile import NoStudy, find_study, is_shipped
@@ -145,10 +146,9 @@ def _metric_cell(s: pd.Series, split: Sequence[tuple[str, Mapping[str, float]]],
 
 
 def _targeted(board: pd.DataFrame) -> pd.Series:
-    """Per row: did its run set a target (``target_acc`` or ``target_loss``)? Only then is steps-to-target a
-    measurement; without one it is empty by construction, not "never reached"."""
-    cols = [c for c in ("target_acc", "target_loss") if c in board.columns]
-    return board[cols].notna().any(axis=1) if cols else pd.Series(False, index=board.index)
+    """Per row: did its run set a target (:func:`bench.analysis.stats.targeted`; no, where none is recorded)?"""
+    found = targeted(board)
+    return pd.Series(False, index=board.index) if found is None else found
 
 
 class Table(str):

@@ -14,7 +14,6 @@ merge of the same folders changes nothing.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import shutil
 from collections.abc import Mapping, Sequence
@@ -23,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.runs.env import machine_fingerprint
-from bench.runs.names import LOOKS_SUFFIX, PLUGIN_HASHES_SUFFIX, file_name
+from bench.runs.names import LOOKS_SUFFIX, PLUGIN_HASHES_SUFFIX, file_name, versioned
 from bench.runs.results import ResultsStore, read_run_json
 
 
@@ -67,10 +66,10 @@ def _filled(a: dict[str, Any], b: dict[str, Any], run_a: Any, run_b: Any) -> dic
     they differ otherwise, or the JSONs do."""
     if run_a is None or run_a != run_b:
         return None
-    if any(a.get(k, "") not in ("", None) and b.get(k, "") not in ("", None) and a.get(k) != b.get(k)
-           for k in {*a, *b}):
+    keys = list(dict.fromkeys([*a, *b]))
+    if any(a.get(k) not in ("", None) and b.get(k) not in ("", None) and a[k] != b[k] for k in keys):
         return None
-    return {k: a.get(k) if a.get(k, "") not in ("", None) else b.get(k, "") for k in dict.fromkeys([*a, *b])}
+    return {k: a[k] if a.get(k) not in ("", None) else b.get(k, "") for k in keys}
 
 
 def _differs(a: Mapping[str, Any], b: Mapping[str, Any]) -> str:
@@ -194,7 +193,7 @@ def _older(name: str, studies: Mapping[str, tuple[bytes, Path]], text: bytes) ->
     if "/" in name or not name.endswith(".toml"):
         return None
     for version in (studies[name][0], text):
-        if f"previous/{name[:-5]}-{hashlib.sha256(version).hexdigest()[:12]}.toml" in studies:
+        if f"previous/{versioned(name[:-5], version, '.toml')}" in studies:
             return version
     return None
 

@@ -34,6 +34,13 @@ RULE = (f"a file name holds only letters, digits, '.', '_', '-' and '+' (at most
         "LPT1-9)")
 
 
+def versioned(stem: str, data: bytes, suffix: str) -> str:
+    """``<stem>-<sha12><suffix>``: the file name of one version of a file kept beside others (an earlier study file in
+    ``studies/previous/``, a failed rerun's run JSON in ``runs/failed/``), by the sha256 of its bytes, so that two
+    versions never share a name."""
+    return f"{stem}-{hashlib.sha256(data).hexdigest()[:12]}{suffix}"
+
+
 def problem(name: object) -> str | None:
     """Why ``name`` is not a safe file name, in words; None when it is one."""
     if not isinstance(name, str):

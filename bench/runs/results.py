@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import csv
-import hashlib
 import io
 import json
 import os
@@ -23,13 +22,20 @@ import pandas as pd
 from filelock import FileLock
 
 from bench.runs.cells import TEXT_COLUMNS, cell_text, csv_text, plain_cells, unescape_cell
-from bench.runs.names import RULE, file_name
-from bench.runs.schema import COLUMNS, INTEGER_COLUMNS, LEGACY_SCHEMAS, NUMBER_COLUMNS, STATUSES, new_row  # noqa: F401
+from bench.runs.names import RULE, file_name, versioned
+from bench.runs.schema import (
+    COLUMNS,
+    INTEGER_COLUMNS,
+    LEGACY_SCHEMAS,
+    NUMBER_COLUMNS,
+    STATUSES,  # noqa: F401  (read from here by the commands)
+    UNFINISHED,
+    new_row,
+)
 from bench.runs.validate import row_problem, run_problem, value_problem
 
 _noticed: set[Path] = set()  # leaderboards whose migration this process has already reported
-# The statuses of a run that did not train to its end: no result of its configuration, which a recorded ok run keeps
-UNFINISHED = ("killed", "oom", "error")
+
 
 def atomic_write_text(path: Path, text: str) -> None:
     """Replace ``path`` with ``text`` so readers see the old or the new file, never half of one."""
@@ -129,8 +135,7 @@ class ResultsStore:
         recorded ``ok``: the recorded row and run JSON stay as they are, the attempt's JSON is kept in
         :meth:`failed_path` and one line on stderr says so. Any other row replaces the row of its run id: an ``ok``
         one, and a run that trained to its end and diverged or learned nothing (that is a result, of the code of
-        now). A
-        leaderboard in an earlier schema is rewritten in the current one, its rows migrated.
+        now). A leaderboard in an earlier schema is rewritten in the current one, its rows migrated.
         """
         _checked_row(row)  # refuses a column outside the schema, or a name that is not one, before anything is written
         self.root.mkdir(parents=True, exist_ok=True)
@@ -163,8 +168,7 @@ class ResultsStore:
     def failed_path(self, run_id: str, text: str) -> Path:
         """Where a failed attempt at a run recorded ``ok`` is kept: ``runs/failed/<run_id>-<sha12>.json``, by the
         sha256 of its run JSON ``text`` (two attempts never overwrite each other), out of what is read as the runs."""
-        digest = hashlib.sha256(text.encode("utf-8")).hexdigest()[:12]
-        return self.runs_dir / "failed" / f"{file_name(run_id, 'run id')}-{digest}.json"
+        return self.runs_dir / "failed" / versioned(file_name(run_id, "run id"), text.encode("utf-8"), ".json")
 
     def _recorded_ok(self, rows: Sequence[Mapping[str, str]], run_id: str) -> bool:
         """Whether ``run_id`` is recorded ``ok``: by its leaderboard row, else (no row: a write cut short between the

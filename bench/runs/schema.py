@@ -132,6 +132,9 @@ LEGACY_SCHEMAS: dict[tuple[str, ...], tuple[str, Callable[[dict[str, str]], dict
 # "killed": the run's process was ended by a signal (a user's kill, a scheduler's) before it could return its row.
 # "failed_to_learn": it trained to the end, at the task's chance level (bench.runs.chance); its numbers are kept.
 STATUSES = ("ok", "diverged", "oom", "error", "killed", "failed_to_learn")
+# Of those, the runs that did not train to their end: no result of their configuration (a recorded ok run keeps its
+# record over such a rerun, bench.runs.results.ResultsStore.append).
+UNFINISHED: tuple[str, ...] = ("killed", "oom", "error")
 
 
 def new_row(**values: Any) -> dict[str, Any]:

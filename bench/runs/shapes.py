@@ -183,7 +183,7 @@ def build_args(design: str, shape: Shape) -> dict[str, Any]:
     """The keyword arguments ``design`` is built with at ``shape``: the shape's model arguments, less those the design
     fixes (``bench diff --shape`` builds with the same); a timm model fixes its depth by its name."""
     fixed = variants.describe(design).get("fixed", {})
-    timm = design.startswith(variants.registry.TIMM_PREFIX)
+    timm = variants.registry.is_timm(design)
     return {k: v for k, v in shape.model_args.items() if k not in fixed and not (timm and k == "depth")}
 
 

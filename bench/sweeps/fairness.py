@@ -52,6 +52,7 @@ from bench.runs.train import TIMM_MODEL_KWARGS, resolved_kwargs
 from bench.sweeps import settings, structure
 from bench.sweeps.structure import Part, Structure
 from variants import draws
+from variants.registry import is_timm
 from variants.roles import residual_scalars
 
 # Two weight stds within this relative difference (or within 4 standard errors of a sample std, for small
@@ -82,12 +83,6 @@ class Facts:
 
 
 BUILT = " (built)"  # the key of a row read off the built modules (Facts.built), after its axis: `n_heads (built)`
-
-
-def is_timm(variant: str) -> bool:
-    """A ``timm:`` model: it declares no axes and no builder arguments of ours (module docstring)."""
-    return variant.startswith(variants.registry.TIMM_PREFIX)
-
 
 def _overrides(depth: int | None, model_args: Mapping[str, Any] | None) -> dict[str, Any]:
     return {**({"depth": depth} if depth is not None else {}), **dict(model_args or {})}
@@ -527,7 +522,7 @@ def _check_shared_init(configs: Iterable[RunConfig], vary: Sequence[str], study:
     stream are not compared: there a design's extra draws shift its other layers' values whatever their init."""
     groups: dict[str, list[RunConfig]] = defaultdict(list)
     for cfg in configs:
-        if cfg.init_stream == "crn" and not cfg.variant.startswith("timm:"):
+        if cfg.init_stream == "crn" and not is_timm(cfg.variant):
             group = groups[_group_key(cfg)]
             if cfg.variant not in {c.variant for c in group}:
                 group.append(cfg)
